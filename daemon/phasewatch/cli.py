@@ -1,0 +1,126 @@
+"""Command line: `phasewatch replay`, `phasewatch check-config`.
+
+Exit statuses follow sysexits.h: 65 bad input data, 66 input missing, 78 bad configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from .config import Config, ConfigError, load_config, parse_duration
+from .formats import InputError, parse_source
+from .journal_source import JournalUnavailable, read_unit
+from .pipeline import Pipeline
+from .records import JournalRecord
+from .render import to_json, to_table
+
+EX_OK, EX_USAGE, EX_DATAERR, EX_NOINPUT, EX_UNAVAILABLE, EX_CONFIG = 0, 64, 65, 66, 69, 78
+
+
+def _parse_when(text: str, last_line: float | None) -> float:
+    """`+2h` (after the last line) or an ISO time (naive = UTC, like log prefixes)."""
+    if text.startswith("+"):
+        seconds = parse_duration(text[1:])
+        return (last_line or 0.0) + (seconds or 0.0)
+    when = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.timezone.utc)
+    return when.timestamp()
+
+
+def _records_from_file(source: str) -> tuple[list[JournalRecord], list[str]]:
+    data = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
+    parsed = parse_source(data, default_year=dt.datetime.now(dt.timezone.utc).year)
+    return list(parsed.records), list(parsed.warnings)
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    config = load_config(args.config) if args.config else Config(unit=args.unit or Config.unit)
+    if args.unit and not args.config:
+        config = Config(unit=args.unit)
+    warnings: list[str] = []
+    if args.unit:
+        since = _parse_when(args.since, None) if args.since else None
+        records = list(read_unit(args.unit, args.directory, since))
+    else:
+        records, warnings = _records_from_file(args.source)
+    for warning in warnings:
+        print(f"phasewatch: warning: {warning}", file=sys.stderr)
+    pipeline = Pipeline(config)
+    pipeline.feed_all(records, now=0.0)
+    snapshot = pipeline.snapshot()
+    last_line = max((inv.last_ts for inv in snapshot.invocations if inv.last_ts is not None), default=None)
+    now = _parse_when(args.now, last_line) if args.now else (last_line or 0.0)
+    judgements = pipeline.judge(now, snapshot)
+    if args.json:
+        json.dump(to_json(judgements, now), sys.stdout, indent=2, ensure_ascii=False)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(to_table(judgements, now))
+    return EX_OK
+
+
+def cmd_check_config(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    rules = len(config.engine_profile().rules)
+    print(f"{args.config}: OK (unit {config.unit}, engine {config.engine}, {rules} rules)")
+    return EX_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="phasewatch", description="Phase-aware start-up watchdog for LLM servers")
+    sub = parser.add_subparsers(dest="command", required=True)
+    replay = sub.add_parser("replay", help="run the pipeline over a saved log or the journal and judge it")
+    replay.add_argument("source", nargs="?", help="a log file (journalctl -o json/export/short/cat, or a pasted "
+                        "log), or - for standard input")
+    replay.add_argument("--unit", help="read this unit's entries from the journal instead of a file")
+    replay.add_argument("--directory", help="with --unit: a journal directory copied from another host")
+    replay.add_argument("--since", help="with --unit: start at this time (ISO)")
+    replay.add_argument("--config", help="phasewatch YAML config (limits, patterns)")
+    replay.add_argument("--json", action="store_true", help="print the JSON document")
+    replay.add_argument("--now", help="judge at this time: +DURATION after the last line, or an ISO time")
+    replay.set_defaults(func=cmd_replay)
+    check = sub.add_parser("check-config", help="validate a config file")
+    check.add_argument("config")
+    check.set_defaults(func=cmd_check_config)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "replay":
+        if bool(args.unit) == bool(args.source):
+            parser.error("replay needs exactly one SOURCE: a file, '-', or --unit UNIT")
+        if args.directory and not args.unit:
+            parser.error("--directory needs --unit")
+        if args.now and not re.match(r"^(\+.+|\d{4}-\d\d-\d\d.*)$", args.now):
+            parser.error(f"--now: expected +DURATION or an ISO time, got {args.now!r}")
+    try:
+        code: int = args.func(args)
+        return code
+    except ConfigError as exc:
+        print(f"phasewatch: config error: {exc}", file=sys.stderr)
+        return EX_CONFIG
+    except InputError as exc:
+        print(f"phasewatch: {args.source}: {exc}", file=sys.stderr)
+        return EX_DATAERR
+    except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
+        print(f"phasewatch: {exc.filename}: {exc.strerror}", file=sys.stderr)
+        return EX_NOINPUT
+    except JournalUnavailable as exc:
+        print(f"phasewatch: {exc}", file=sys.stderr)
+        return EX_UNAVAILABLE
+    except ValueError as exc:
+        print(f"phasewatch: {exc}", file=sys.stderr)
+        return EX_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,220 @@
+"""Configuration: YAML -> frozen dataclasses, validated once, at the edge.
+
+Every error names the key path, the file and the line: `phases.weight_load.deadline: expected a
+duration like 90s, 20m or 1h30m, got '5x' (file: /etc/phasewatch/x.yaml, line 7)`.
+The CLI turns ConfigError into exit status 78 (EX_CONFIG).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from .events import Profile, ProfileError, load_builtin_profile
+from .records import PHASE_NAMES, Phase
+
+DURATION_RE = re.compile(r"^(?:(\d+(?:\.\d+)?)d)?(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?$")
+
+
+class ConfigError(ValueError):
+    def __init__(self, key: str, message: str, path: str | None = None, line: int | None = None) -> None:
+        where = ", ".join(part for part in (f"file: {path}" if path else "", f"line {line}" if line else "") if part)
+        super().__init__(f"{key}: {message}" + (f" ({where})" if where else ""))
+        self.key, self.path, self.line = key, path, line
+
+
+def parse_duration(value: object) -> float | None:
+    """'90s', '20m', '1h30m', '2d', 45 (seconds), 'none' -> seconds (None = no limit)."""
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("none", "off", "never")):
+        return None
+    if isinstance(value, bool):
+        raise ValueError(f"expected a duration like 90s, 20m or 1h30m, got {value!r}")
+    if isinstance(value, (int, float)):
+        if value <= 0:
+            raise ValueError(f"expected a positive duration, got {value!r}")
+        return float(value)
+    if isinstance(value, str):
+        match = DURATION_RE.match(value.strip().replace(" ", ""))
+        if match and any(match.groups()):
+            days, hours, minutes, seconds = (float(g) if g else 0.0 for g in match.groups())
+            total = days * 86400 + hours * 3600 + minutes * 60 + seconds
+            if total > 0:
+                return total
+    raise ValueError(f"expected a duration like 90s, 20m or 1h30m, got {value!r}")
+
+
+def format_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "none"
+    whole = int(round(seconds))
+    if whole < 60:
+        return f"{whole}s"
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes}m" if minutes else f"{hours}h"
+    return f"{minutes}m{secs}s" if secs else f"{minutes}m"
+
+
+@dataclass(frozen=True)
+class PhaseLimits:
+    """`deadline`: longest a rank may stay in the phase; `stall`: longest it may stay silent in it."""
+
+    deadline: float | None
+    stall: float | None
+
+
+# Sized for Kimi-K2.5 INT4 (547 GB) on 8 GPUs with an EAGLE-3 draft; see config/phasewatch.yaml.
+DEFAULT_LIMITS: Mapping[Phase, PhaseLimits] = {
+    Phase.LAUNCH: PhaseLimits(600, 600),
+    Phase.DIST_INIT: PhaseLimits(600, 300),
+    Phase.WEIGHT_LOAD: PhaseLimits(2700, 900),
+    Phase.KV_CACHE_ALLOC: PhaseLimits(600, 600),
+    Phase.CUDA_GRAPH_CAPTURE: PhaseLimits(1800, 1200),
+    Phase.DRAFT_WEIGHT_LOAD: PhaseLimits(600, 300),
+    Phase.DRAFT_CUDA_GRAPH_CAPTURE: PhaseLimits(1200, 1200),
+    Phase.HTTP_SERVER_START: PhaseLimits(300, 300),
+    Phase.WARMUP: PhaseLimits(720, 660),
+    Phase.READY: PhaseLimits(None, None),
+    Phase.SERVING: PhaseLimits(None, None),
+}
+DEFAULT_RANK_SKEW = 300.0
+
+
+@dataclass(frozen=True)
+class Config:
+    unit: str = "sglang.service"
+    engine: str = "sglang"
+    phases: Mapping[Phase, PhaseLimits] = field(default_factory=lambda: dict(DEFAULT_LIMITS))
+    rank_skew: float = DEFAULT_RANK_SKEW
+    profile: Profile | None = None
+    source: str | None = None
+
+    def limits(self, phase: Phase) -> PhaseLimits:
+        return self.phases.get(phase, PhaseLimits(None, None))
+
+    def engine_profile(self) -> Profile:
+        return self.profile if self.profile is not None else load_builtin_profile(self.engine)
+
+
+class _LineLoader(yaml.SafeLoader):
+    """SafeLoader that remembers the line of every mapping key."""
+
+
+def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    mapping: dict[Any, Any] = {}
+    lines: dict[Any, int] = {}
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        mapping[key] = loader.construct_object(value_node, deep=True)
+        lines[key] = key_node.start_mark.line + 1
+    mapping["__lines__"] = lines
+    return mapping
+
+
+_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def _strip_lines(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _strip_lines(v) for k, v in value.items() if k != "__lines__"}
+    if isinstance(value, list):
+        return [_strip_lines(v) for v in value]
+    return value
+
+
+TOP_KEYS = ("unit", "engine", "phases", "rank_skew", "patterns")
+
+
+def load_config(path: str | Path) -> Config:
+    path = str(path)
+    try:
+        text = Path(path).read_text("utf-8")
+    except OSError as exc:
+        raise ConfigError("config", f"cannot read: {exc.strerror or exc}", path) from None
+    except UnicodeDecodeError:
+        raise ConfigError("config", "not UTF-8 text", path) from None
+    return parse_config(text, path)
+
+
+def parse_config(text: str, path: str | None = None) -> Config:
+    try:
+        document = yaml.load(text, Loader=_LineLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError("config", f"invalid YAML: {problem}", path, mark.line + 1 if mark else None) from None
+    if document is None:
+        document = {"__lines__": {}}
+    if not isinstance(document, dict):
+        raise ConfigError("config", "expected a mapping of settings at the top level", path, 1)
+    lines: dict[str, int] = document.get("__lines__", {})
+
+    def fail(key: str, message: str, line: int | None) -> ConfigError:
+        return ConfigError(key, message, path, line)
+
+    for key in document:
+        if key != "__lines__" and key not in TOP_KEYS:
+            raise fail(str(key), f"unknown setting (known: {', '.join(TOP_KEYS)})", lines.get(key))
+    unit = document.get("unit", Config.unit)
+    if not isinstance(unit, str) or not re.fullmatch(r"[\w:.@\\-]+\.(?:service|scope)", unit):
+        raise fail("unit", f"expected a unit name like sglang-kimi.service, got {unit!r}", lines.get("unit"))
+    engine = document.get("engine", "sglang")
+    try:
+        profile = load_builtin_profile(str(engine))
+    except ProfileError as exc:
+        raise fail("engine", str(exc).split(": ", 1)[1], lines.get("engine")) from None
+
+    phases = dict(DEFAULT_LIMITS)
+    phases_doc = document.get("phases", {}) or {}
+    if not isinstance(phases_doc, dict):
+        raise fail("phases", "expected a mapping of phase names", lines.get("phases"))
+    phase_lines: dict[str, int] = phases_doc.get("__lines__", {})
+    for name, spec in phases_doc.items():
+        if name == "__lines__":
+            continue
+        if name not in PHASE_NAMES:
+            raise fail(f"phases.{name}", f"unknown phase (known: {', '.join(PHASE_NAMES)})", phase_lines.get(name))
+        if not isinstance(spec, dict):
+            raise fail(f"phases.{name}", "expected a mapping with deadline and/or stall", phase_lines.get(name))
+        spec_lines: dict[str, int] = spec.get("__lines__", {})
+        current = phases[Phase(name)]
+        values = {"deadline": current.deadline, "stall": current.stall}
+        for key, raw in spec.items():
+            if key == "__lines__":
+                continue
+            if key not in values:
+                raise fail(f"phases.{name}.{key}", "unknown setting (known: deadline, stall)", spec_lines.get(key))
+            try:
+                values[key] = parse_duration(raw)
+            except ValueError as exc:
+                raise fail(f"phases.{name}.{key}", str(exc), spec_lines.get(key)) from None
+        phases[Phase(name)] = PhaseLimits(values["deadline"], values["stall"])
+
+    rank_skew = DEFAULT_RANK_SKEW
+    if "rank_skew" in document:
+        try:
+            parsed = parse_duration(document["rank_skew"])
+        except ValueError as exc:
+            raise fail("rank_skew", str(exc), lines.get("rank_skew")) from None
+        rank_skew = parsed if parsed is not None else float("inf")
+
+    patterns = document.get("patterns", []) or []
+    if not isinstance(patterns, list):
+        raise fail("patterns", "expected a list of rules", lines.get("patterns"))
+    try:
+        profile = profile.with_overrides(_strip_lines(patterns))
+    except ProfileError as exc:
+        index_match = re.match(r"patterns\[(\d+)\]", exc.key)
+        line = None
+        if index_match and int(index_match.group(1)) < len(patterns):
+            item = patterns[int(index_match.group(1))]
+            item_lines = item.get("__lines__", {}) if isinstance(item, dict) else {}
+            field_name = exc.key.rsplit(".", 1)[-1]
+            line = item_lines.get(field_name) or min(item_lines.values(), default=None)
+        raise ConfigError(exc.key, str(exc).split(": ", 1)[1], path, line or lines.get("patterns")) from None
+    return Config(unit=unit, engine=str(engine), phases=phases, rank_skew=rank_skew, profile=profile, source=path)

@@ -1,0 +1,286 @@
+"""Stage 2: lines -> events, through the engine profile (a YAML rule table shipped in the package).
+
+Also turns systemd's and journald's own entries about the unit into lifecycle events.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from importlib import resources
+from typing import Any, Iterable, Mapping
+
+import yaml
+
+from .records import (
+    MAIN,
+    MID_DEACTIVATED,
+    MID_FAILED,
+    MID_MAIN_EXITED,
+    MID_RESTART_SCHEDULED,
+    MID_STARTED,
+    MID_STOPPED,
+    MID_STOPPING,
+    MID_SUPPRESSED,
+    PHASE_NAMES,
+    Event,
+    EventKind,
+    JournalRecord,
+    Line,
+    LineKind,
+    Phase,
+)
+
+RULE_EVENTS = ("phase_begin", "phase_end", "phase_hint", "progress", "fatal", "activity", "server_args")
+SCOPES = ("rank", "main", "any")
+C10D_RANK_RE = re.compile(r"^\[rank(\d+)\]:")
+
+
+class ProfileError(ValueError):
+    """A rule in a profile or in a config's `patterns:` is malformed. `key` names it."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(f"{key}: {message}")
+        self.key = key
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    pattern: re.Pattern[str]
+    event: str
+    phase: Phase | None = None
+    scope: str = "any"
+    cause: str | None = None
+    echo: bool = False
+
+
+@dataclass(frozen=True)
+class CauseClass:
+    id: str
+    pattern: re.Pattern[str]
+
+
+@dataclass(frozen=True)
+class Profile:
+    engine: str
+    rules: tuple[Rule, ...]
+    causes: tuple[CauseClass, ...]
+
+    def with_overrides(self, specs: Iterable[Mapping[str, Any]], key: str = "patterns") -> Profile:
+        """Add rules, or replace those with the same id (keeping their place in the order)."""
+        rules = list(self.rules)
+        for index, spec in enumerate(specs):
+            rule = parse_rule(spec, f"{key}[{index}]")
+            position = next((i for i, r in enumerate(rules) if r.id == rule.id), None)
+            if position is None:
+                rules.append(rule)
+            else:
+                rules[position] = rule
+        return replace(self, rules=tuple(rules))
+
+    def classify_cause(self, texts: Iterable[str], skip: frozenset[str] = frozenset()) -> str | None:
+        materialised = [t for t in texts if t]
+        for cause in self.causes:
+            if cause.id not in skip and any(cause.pattern.search(t) for t in materialised):
+                return cause.id
+        return None
+
+
+def _compile(spec: Mapping[str, Any], key: str) -> re.Pattern[str]:
+    pattern = spec.get("match")
+    if not isinstance(pattern, str) or not pattern:
+        raise ProfileError(f"{key}.match", "expected a regular expression")
+    flags = 0
+    flag_text = spec.get("flags", "")
+    if not isinstance(flag_text, str) or set(flag_text) - {"i"}:
+        raise ProfileError(f"{key}.flags", f"expected '' or 'i', got {flag_text!r}")
+    if "i" in flag_text:
+        flags |= re.IGNORECASE
+    try:
+        return re.compile(pattern, flags)
+    except re.error as exc:
+        raise ProfileError(f"{key}.match", f"invalid regular expression {pattern!r}: {exc}") from None
+
+
+def parse_rule(spec: Mapping[str, Any], key: str) -> Rule:
+    if not isinstance(spec, Mapping):
+        raise ProfileError(key, f"expected a mapping with id, match and event, got {type(spec).__name__}")
+    unknown = set(spec) - {"id", "match", "event", "phase", "scope", "cause", "echo", "flags"}
+    if unknown:
+        raise ProfileError(f"{key}.{sorted(unknown)[0]}", "unknown key")
+    rule_id = spec.get("id")
+    if not isinstance(rule_id, str) or not rule_id:
+        raise ProfileError(f"{key}.id", "expected a non-empty name")
+    event = spec.get("event")
+    if event not in RULE_EVENTS:
+        raise ProfileError(f"{key}.event", f"expected one of {', '.join(RULE_EVENTS)}, got {event!r}")
+    phase_name = spec.get("phase")
+    phase: Phase | None = None
+    if phase_name is not None:
+        if phase_name not in PHASE_NAMES:
+            raise ProfileError(f"{key}.phase", f"expected one of {', '.join(PHASE_NAMES)}, got {phase_name!r}")
+        phase = Phase(phase_name)
+    elif event in ("phase_begin", "phase_end", "phase_hint", "progress"):
+        raise ProfileError(f"{key}.phase", f"required for event {event}")
+    scope = spec.get("scope", "any")
+    if scope not in SCOPES:
+        raise ProfileError(f"{key}.scope", f"expected one of {', '.join(SCOPES)}, got {scope!r}")
+    cause = spec.get("cause")
+    if cause is not None and not isinstance(cause, str):
+        raise ProfileError(f"{key}.cause", "expected a cause class name")
+    echo = spec.get("echo", False)
+    if not isinstance(echo, bool):
+        raise ProfileError(f"{key}.echo", f"expected true or false, got {echo!r}")
+    return Rule(rule_id, _compile(spec, key), event, phase, scope, cause, echo)
+
+
+def parse_profile(document: Mapping[str, Any], origin: str) -> Profile:
+    if not isinstance(document, Mapping):
+        raise ProfileError(origin, "expected a mapping with engine, rules and causes")
+    rules_spec = document.get("rules")
+    if not isinstance(rules_spec, list):
+        raise ProfileError(f"{origin}: rules", "expected a list")
+    causes_spec = document.get("causes", [])
+    if not isinstance(causes_spec, list):
+        raise ProfileError(f"{origin}: causes", "expected a list")
+    rules = tuple(parse_rule(spec, f"rules[{i}]") for i, spec in enumerate(rules_spec))
+    ids = [r.id for r in rules]
+    duplicate = next((i for i in ids if ids.count(i) > 1), None)
+    if duplicate:
+        raise ProfileError(f"{origin}: rules", f"duplicate id {duplicate!r}")
+    causes = tuple(CauseClass(str(spec.get("id")), _compile(spec, f"causes[{i}]"))
+                   for i, spec in enumerate(causes_spec))
+    return Profile(str(document.get("engine", origin)), rules, causes)
+
+
+def load_builtin_profile(engine: str) -> Profile:
+    try:
+        text = resources.files("phasewatch").joinpath("profiles", f"{engine}.yaml").read_text("utf-8")
+    except FileNotFoundError:
+        raise ProfileError("engine", f"no built-in profile for engine {engine!r} (known: sglang)") from None
+    return parse_profile(yaml.safe_load(text), f"{engine}.yaml")
+
+
+SERVER_ARG_KEYS = ("tp_size", "dp_size", "pp_size", "ep_size", "nnodes", "node_rank", "enable_dp_attention",
+                   "speculative_algorithm", "model_path", "speculative_draft_model_path", "cuda_graph_max_bs",
+                   "cuda_graph_bs", "moe_dp_size", "attn_cp_size", "version")
+
+
+def parse_server_args(message: str) -> dict[str, str]:
+    """Values from `server_args=ServerArgs(k=v, ...)` (v0.5.9) or `server_args={'k': v, ...}` (v0.5.23)."""
+    found: dict[str, str] = {}
+    for key in SERVER_ARG_KEYS:
+        match = re.search(r"[(,{\s]'?" + key + r"'?\s*[=:]\s*('[^']*'|\"[^\"]*\"|\[[^\]]*\]|[^,)}\s]+)", message)
+        if match:
+            found[key] = match.group(1).strip("'\"")
+    return found
+
+
+class EventMapper:
+    """Lines -> events. Resolves ranks of untagged lines (single-GPU servers print no TP tag)."""
+
+    def __init__(self, profile: Profile) -> None:
+        self.profile = profile
+        self._tagged_invocations: set[str | None] = set()
+        self._tp0_pids: set[tuple[str | None, int | None]] = set()
+        self._record_ranks: dict[int, str | None] = {}
+
+    def map_line(self, line: Line) -> list[Event]:
+        rank = self._rank(line)
+        events: list[Event] = []
+        if line.kind is LineKind.PROGRESS and line.progress is not None:
+            phase = next((r.phase for r in self.profile.rules
+                          if r.event == "progress" and r.pattern.search(line.progress.desc)), None)
+            return [Event(EventKind.PROGRESS, line.ts, rank=rank, phase=phase, progress=line.progress,
+                          text=line.text, invocation_id=line.invocation_id, pid=line.pid)]
+        message = line.message
+        for rule in self.profile.rules:
+            if rule.event == "progress" or not rule.pattern.search(message):
+                continue
+            if line.kind is LineKind.CONTINUATION and rule.event not in ("fatal", "phase_hint"):
+                continue
+            rule_rank = self._rule_rank(line, rule, rank)
+            if rule.event == "server_args":
+                events.append(Event(EventKind.SERVER_ARGS, line.ts, rank=MAIN, rule=rule.id, text=message,
+                                    invocation_id=line.invocation_id, pid=line.pid,
+                                    args=parse_server_args(message)))
+            elif rule.event == "fatal":
+                events.append(Event(EventKind.FATAL, line.ts, rank=rule_rank, rule=rule.id, cause=rule.cause,
+                                    text=message, invocation_id=line.invocation_id, pid=line.pid,
+                                    count=0 if rule.echo else 1, prefixed=line.has_prefix))
+            elif rule.event == "activity":
+                events.append(Event(EventKind.ACTIVITY, line.ts, rank=rule_rank, rule=rule.id, text=message,
+                                    invocation_id=line.invocation_id, pid=line.pid))
+            else:
+                kind = {"phase_begin": EventKind.PHASE_BEGIN, "phase_end": EventKind.PHASE_END,
+                        "phase_hint": EventKind.PHASE_HINT}[rule.event]
+                events.append(Event(kind, line.ts, rank=rule_rank, phase=rule.phase, rule=rule.id, text=message,
+                                    invocation_id=line.invocation_id, pid=line.pid))
+        if not events and message.strip():
+            events.append(Event(EventKind.ACTIVITY, line.ts, rank=rank, text=message,
+                                invocation_id=line.invocation_id, pid=line.pid))
+        if line.kind is LineKind.RECORD:
+            if len(self._record_ranks) > 4096:
+                self._record_ranks.clear()
+            self._record_ranks[line.record_id] = events[0].rank if events else rank
+        return [replace(e, record_id=line.record_id) for e in events]
+
+    def _rank(self, line: Line) -> str | None:
+        if line.has_prefix and line.rank is not None:
+            self._tagged_invocations.add(line.invocation_id)
+            return line.rank
+        c10d = C10D_RANK_RE.match(line.message)
+        if c10d:
+            # torch's "[rank3]:" is the global rank; with TP only it is the TP rank.
+            return f"TP{int(c10d.group(1))}"
+        if line.kind is LineKind.CONTINUATION and line.record_id in self._record_ranks:
+            return self._record_ranks[line.record_id]
+        if line.rank is not None:
+            return line.rank
+        if (line.invocation_id, line.pid) in self._tp0_pids and line.pid is not None:
+            return "TP0"
+        return MAIN if line.has_prefix else None
+
+    def _rule_rank(self, line: Line, rule: Rule, rank: str | None) -> str | None:
+        if line.rank is not None:
+            return rank
+        if rule.scope == "main":
+            return MAIN
+        if (rule.scope == "rank" and rank in (None, MAIN) and line.has_prefix
+                and line.invocation_id not in self._tagged_invocations):
+            # A one-GPU server: the scheduler prints no tag, and only a scheduler prints this line.
+            self._tp0_pids.add((line.invocation_id, line.pid))
+            return "TP0"
+        return rank
+
+
+_MESSAGE_ID_EVENTS = {
+    MID_STARTED: EventKind.INVOCATION_START,
+    MID_STOPPING: EventKind.UNIT_STOPPING,
+    MID_STOPPED: EventKind.UNIT_STOPPED,
+    MID_DEACTIVATED: EventKind.UNIT_STOPPED,
+    MID_MAIN_EXITED: EventKind.UNIT_EXITED,
+    MID_FAILED: EventKind.UNIT_FAILED,
+    MID_RESTART_SCHEDULED: EventKind.RESTART_SCHEDULED,
+}
+
+
+def is_lifecycle_record(record: JournalRecord) -> bool:
+    """Entries written about the unit by PID 1 or journald, not by the unit's processes."""
+    return record.message_id in _MESSAGE_ID_EVENTS or record.message_id == MID_SUPPRESSED or (
+        record.object_unit is not None and record.n_dropped is not None)
+
+
+def lifecycle_event(record: JournalRecord) -> Event | None:
+    message = record.message if isinstance(record.message, str) else (
+        record.message.decode("utf-8", "replace") if record.message else "")
+    if record.message_id == MID_SUPPRESSED or (record.object_unit and record.n_dropped is not None):
+        return Event(EventKind.LINES_LOST, record.realtime, text=message, count=record.n_dropped or 0,
+                     cause="journald_rate_limit")
+    kind = _MESSAGE_ID_EVENTS.get(record.message_id or "")
+    if kind is None:
+        return None
+    invocation = record.extra.get("INVOCATION_ID") or record.invocation_id
+    return Event(kind, record.realtime, text=message, invocation_id=invocation,
+                 args={k: v for k, v in record.extra.items()})

@@ -1,0 +1,286 @@
+"""Stage 1: journal records -> logical log lines.
+
+Pure apart from its own bookkeeping: no I/O, no clock. Never raises on content.
+
+What it undoes, in order:
+- bytes that are not UTF-8 (decoded with U+FFFD replacement);
+- entries journald cut at LineMax or at a PID change (`_LINE_BREAK=line-max|pid-change`):
+  the unfinished tail is held and joined with that PID's next entry;
+- `\\r` and `\\n` inside one entry (tqdm frames, several records glued together);
+- ANSI escape sequences;
+- SGLang record prefixes found anywhere in a segment (a tqdm frame glued before a record);
+- unprefixed lines (tqdm bars, tracebacks, C++ logs): they get the rank of their PID once that PID
+  has printed a prefixed line, and traceback lines stay with the record that opened them.
+"""
+
+from __future__ import annotations
+
+import calendar
+import re
+from dataclasses import dataclass
+from typing import Iterable
+
+from .records import JournalRecord, Line, LineKind, Progress
+
+ANSI_RE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
+SEGMENT_SPLIT_RE = re.compile(r"\r\n|\r|\n")
+
+_TAG = r"(?:DP|PP|ATTN_CP|MOE_DP|TP|EP)\d+"
+# [2026-02-22 23:59:15 DP0 TP3], with optional .mmm; [12:01:02 TP3] (2024); [gpu_id=3] (2024).
+PREFIX_RE = re.compile(
+    r"\[(?:(?P<date>\d{4}-\d{2}-\d{2}) (?P<time>\d{2}:\d{2}:\d{2})(?P<ms>\.\d{3})?(?P<tags>(?: " + _TAG + r")*)"
+    r"|(?P<stime>\d{2}:\d{2}:\d{2})(?P<stags>(?: " + _TAG + r")+)"
+    r"|gpu_id=(?P<gpu>\d+))\] ?"
+)
+# v0.1 (2024) router era: "Rank 1: load weight begin." at the start of a line.
+LEGACY_RANK_RE = re.compile(r"^Rank (?P<n>\d+): ")
+TAG_RE = re.compile(r"(DP|PP|ATTN_CP|MOE_DP|TP|EP)(\d+)")
+TAG_ORDER = ("DP", "PP", "ATTN_CP", "MOE_DP", "TP", "EP")
+
+# tqdm: "desc: 12%|##   | 3/23 [00:01<00:09, 2.44it/s]" and SGLang's shard bar
+# "desc:  50% Completed | 15/30 [00:24<00:24,  1.63s/it]". The closing bracket may be missing
+# when journald cut the frame.
+TQDM_RE = re.compile(
+    r"^\s*(?:(?P<desc>[^\r\n]*?):\s+)?(?P<pct>\d{1,3})%(?:\|[^|\r\n]*\|| Completed \|)"
+    r"\s*(?P<n>\d+)/(?P<total>\d+)(?P<tail> \[[^\]\r\n]*\]?)?"
+)
+BS_RE = re.compile(r"\bbs=(\d+)")
+AVAIL_RE = re.compile(r"avail_mem=([\d.]+)\s*GB")
+
+TRACEBACK_LINE_RE = re.compile(
+    r"^(?:\s+\S|\s*File \"|Traceback \(most recent call last\)|During handling of the above exception"
+    r"|The above exception was the direct cause|\^+\s*$|[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)\b"
+    r"|Possible solutions:|\d+\. |Open an issue on GitHub)"
+)
+OPENS_BLOCK_RE = re.compile(r"Traceback \(most recent call last\):\s*$|hit an exception:\s*(?:Traceback.*)?$|:\s*$")
+
+# Wrappers some launchers put before every line: docker compose "svc  | ", OpenMPI --tag-output.
+WRAPPER_RE = re.compile(r"^(?:[\w.-]+\s+\| |\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}\[\d+,\d+\]<std(?:out|err)>:)")
+
+# A held fragment longer than this is released as a line of its own: memory stays bounded.
+MAX_PENDING_CHARS = 4 * 1024 * 1024
+
+
+def decode(message: bytes | str | None) -> str:
+    if message is None:
+        return ""
+    if isinstance(message, bytes):
+        return message.decode("utf-8", "replace")
+    return message
+
+
+def strip_ansi(text: str) -> str:
+    return ANSI_RE.sub("", text) if "\x1b" in text else text
+
+
+def canonical_rank(tags: str) -> str | None:
+    """' TP3 DP0' -> 'DP0 TP3': tags in the order DP, PP, ATTN_CP, MOE_DP, TP, EP."""
+    found = {name: num for name, num in TAG_RE.findall(tags)}
+    if not found:
+        return None
+    return " ".join(f"{name}{int(found[name])}" for name in TAG_ORDER if name in found)
+
+
+def parse_progress(segment: str) -> tuple[Progress, int] | None:
+    """A tqdm frame at the start of `segment`, and where it ends; None if it is not one."""
+    if "%" not in segment:
+        return None
+    match = TQDM_RE.match(segment)
+    if match is None:
+        return None
+    desc = (match.group("desc") or "").strip()
+    bs = BS_RE.search(desc)
+    avail = AVAIL_RE.search(desc)
+    progress = Progress(
+        desc=desc,
+        n=int(match.group("n")),
+        total=int(match.group("total")),
+        percent=int(match.group("pct")),
+        bs=int(bs.group(1)) if bs else None,
+        avail_mem_gb=float(avail.group(1)) if avail else None,
+    )
+    return progress, match.end()
+
+
+@dataclass(frozen=True)
+class Prefix:
+    start: int
+    end: int
+    rank: str | None
+    ts: float | None
+    time_only: str | None = None  # "HH:MM:SS" of the 2024 form, resolved against the last date
+    date: str | None = None
+
+
+def _epoch(date: str, time: str, ms: str | None) -> float | None:
+    try:
+        year, month, day = (int(x) for x in date.split("-"))
+        hour, minute, second = (int(x) for x in time.split(":"))
+        value = float(calendar.timegm((year, month, day, hour, minute, second, 0, 0, 0)))
+    except (ValueError, OverflowError):
+        return None
+    return value + (float(ms) if ms else 0.0)
+
+
+def find_prefixes(segment: str) -> list[Prefix]:
+    found: list[Prefix] = []
+    if "[" in segment:
+        for match in PREFIX_RE.finditer(segment):
+            if match.group("date"):
+                found.append(Prefix(match.start(), match.end(), canonical_rank(match.group("tags") or ""),
+                                    _epoch(match.group("date"), match.group("time"), match.group("ms")),
+                                    date=match.group("date")))
+            elif match.group("stime"):
+                found.append(Prefix(match.start(), match.end(), canonical_rank(match.group("stags")), None,
+                                    time_only=match.group("stime")))
+            else:
+                found.append(Prefix(match.start(), match.end(), f"TP{int(match.group('gpu'))}", None))
+    if not found:
+        legacy = LEGACY_RANK_RE.match(segment)
+        if legacy:
+            found.append(Prefix(0, legacy.end(), f"TP{int(legacy.group('n'))}", None))
+    return found
+
+
+@dataclass
+class _Stream:
+    """Bookkeeping for one writer (invocation, PID)."""
+
+    rank: str | None = None
+    tagged: bool = False
+    open_record: int = 0
+    open_rank: str | None = None
+    block_open: bool = False
+    pending: str = ""
+
+
+class LineSplitter:
+    """Turns JournalRecords into Lines. One instance per source; state is per (invocation, PID)."""
+
+    def __init__(self) -> None:
+        self._streams: dict[tuple[str | None, int | None], _Stream] = {}
+        self._next_record = 0
+        self._last_ts: float | None = None
+        self._last_date: str | None = None
+
+    def pid_rank(self, invocation_id: str | None, pid: int | None) -> str | None:
+        stream = self._streams.get((invocation_id, pid))
+        return stream.rank if stream else None
+
+    def feed(self, record: JournalRecord) -> list[Line]:
+        key = (record.invocation_id, record.pid)
+        stream = self._streams.get(key)
+        if stream is None:
+            stream = self._streams[key] = _Stream()
+        text = stream.pending + decode(record.message)
+        stream.pending = ""
+        segments = SEGMENT_SPLIT_RE.split(text)
+        if record.line_break in ("line-max", "pid-change") and record.pid is not None:
+            # The entry is an unfinished line: hold its tail for the same PID's next entry.
+            tail = segments.pop()
+            if len(tail) > MAX_PENDING_CHARS:
+                segments.append(tail)
+            else:
+                stream.pending = tail
+        return self._lines(segments, record, stream)
+
+    def flush(self) -> list[Line]:
+        """Release every held fragment (end of a replay)."""
+        out: list[Line] = []
+        for (invocation_id, pid), stream in self._streams.items():
+            if stream.pending:
+                held = JournalRecord(message=None, realtime=self._last_ts, pid=pid, invocation_id=invocation_id)
+                out.extend(self._lines([stream.pending], held, stream))
+                stream.pending = ""
+        return out
+
+    def _lines(self, segments: Iterable[str], record: JournalRecord, stream: _Stream) -> list[Line]:
+        out: list[Line] = []
+        for raw in segments:
+            if not raw:
+                continue
+            segment = strip_ansi(raw)
+            if not segment:
+                continue
+            self._split_segment(segment, record, stream, out)
+        return out
+
+    def _split_segment(self, segment: str, record: JournalRecord, stream: _Stream, out: list[Line]) -> None:
+        prefixes = find_prefixes(segment)
+        if not prefixes:
+            self._unprefixed(segment, record, stream, out)
+            return
+        head = segment[: prefixes[0].start]
+        if head.strip():
+            parsed = parse_progress(head)
+            if parsed is not None:
+                # A tqdm frame with a record glued after it: two lines.
+                self._unprefixed(head, record, stream, out)
+                head = ""
+        for index, prefix in enumerate(prefixes):
+            end = prefixes[index + 1].start if index + 1 < len(prefixes) else len(segment)
+            piece = (head if index == 0 else "") + segment[prefix.start:end]
+            message = segment[prefix.end:end]
+            self._prefixed(piece, message, prefix, record, stream, out)
+
+    @staticmethod
+    def _inherited_rank(record: JournalRecord, stream: _Stream) -> str | None:
+        """An unprefixed line's rank is its PID's; without a PID (a pasted log) it is unknown."""
+        return stream.rank if stream.tagged and record.pid is not None else None
+
+    def _timestamp(self, record: JournalRecord, prefix: Prefix | None) -> float | None:
+        ts = record.realtime
+        if prefix is not None and prefix.date is not None:
+            self._last_date = prefix.date
+        if ts is None and prefix is not None:
+            if prefix.ts is not None:
+                ts = prefix.ts
+            elif prefix.time_only is not None:
+                ts = _epoch(self._last_date or "1970-01-01", prefix.time_only, None)
+        if ts is None:
+            ts = self._last_ts
+        if ts is not None:
+            self._last_ts = ts
+        return ts
+
+    def _prefixed(self, text: str, message: str, prefix: Prefix, record: JournalRecord,
+                  stream: _Stream, out: list[Line]) -> None:
+        ts = self._timestamp(record, prefix)
+        if prefix.rank is not None:
+            stream.rank = prefix.rank
+            stream.tagged = True
+        self._next_record += 1
+        stream.open_record = self._next_record
+        stream.open_rank = prefix.rank
+        stream.block_open = bool(OPENS_BLOCK_RE.search(message))
+        out.append(Line(text=text, message=message, kind=LineKind.RECORD, rank=stream.open_rank, ts=ts,
+                        pid=record.pid, invocation_id=record.invocation_id, has_prefix=True,
+                        record_id=self._next_record))
+
+    def _unprefixed(self, segment: str, record: JournalRecord, stream: _Stream, out: list[Line]) -> None:
+        ts = self._timestamp(record, None)
+        parsed = parse_progress(segment)
+        if parsed is not None:
+            progress, end = parsed
+            self._next_record += 1
+            rank = self._inherited_rank(record, stream)
+            out.append(Line(text=segment[:end], message=segment[:end], kind=LineKind.PROGRESS, rank=rank, ts=ts,
+                            pid=record.pid, invocation_id=record.invocation_id, progress=progress,
+                            record_id=self._next_record))
+            rest = segment[end:]
+            if rest:
+                self._unprefixed(rest, record, stream, out)
+            return
+        wrapper = WRAPPER_RE.match(segment)
+        message = segment[wrapper.end():] if wrapper else segment
+        if stream.open_record and (stream.block_open or TRACEBACK_LINE_RE.match(message)):
+            out.append(Line(text=segment, message=message, kind=LineKind.CONTINUATION, rank=stream.open_rank,
+                            ts=ts, pid=record.pid, invocation_id=record.invocation_id,
+                            record_id=stream.open_record))
+            return
+        self._next_record += 1
+        stream.open_record = self._next_record
+        stream.open_rank = self._inherited_rank(record, stream)
+        stream.block_open = bool(OPENS_BLOCK_RE.search(message)) and "Traceback" in message
+        out.append(Line(text=segment, message=message, kind=LineKind.RECORD, rank=stream.open_rank, ts=ts,
+                        pid=record.pid, invocation_id=record.invocation_id, record_id=self._next_record))

@@ -1,0 +1,71 @@
+"""The chain of pure stages, as the daemon and `replay` both run it.
+
+JournalRecord -> LineSplitter -> EventMapper -> Tracker -> (snapshot) -> policy.evaluate
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+from . import policy
+from .config import Config
+from .events import EventMapper, is_lifecycle_record, lifecycle_event
+from .lines import LineSplitter
+from .records import Event, EventKind, JournalRecord, Line
+from .tracker import InvocationView, Snapshot, Tracker, Transition
+
+
+@dataclass(frozen=True)
+class Judgement:
+    invocation: InvocationView
+    verdicts: tuple[policy.Verdict, ...]
+    outcome: str
+
+
+class Pipeline:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.profile = config.engine_profile()
+        self.splitter = LineSplitter()
+        self.mapper = EventMapper(self.profile)
+        self.tracker = Tracker()
+        self.entries = 0
+
+    def feed(self, record: JournalRecord, now: float) -> list[Transition]:
+        self.entries += 1
+        if is_lifecycle_record(record):
+            event = lifecycle_event(record)
+            return self.tracker.apply(event, now) if event is not None else []
+        if record.message is None:
+            # journalctl elided it (>= 4096 bytes without --all, or shown as "[N blob data]").
+            return self.tracker.apply(Event(EventKind.LINES_LOST, record.realtime, count=1, cause="elided",
+                                            invocation_id=record.invocation_id), now)
+        return self._lines(self.splitter.feed(record), now)
+
+    def feed_all(self, records: Iterable[JournalRecord], now: float) -> list[Transition]:
+        out: list[Transition] = []
+        for record in records:
+            out.extend(self.feed(record, now))
+        out.extend(self.flush(now))
+        return out
+
+    def flush(self, now: float) -> list[Transition]:
+        return self._lines(self.splitter.flush(), now)
+
+    def _lines(self, lines: list[Line], now: float) -> list[Transition]:
+        out: list[Transition] = []
+        for line in lines:
+            for event in self.mapper.map_line(line):
+                out.extend(self.tracker.apply(event, now))
+        return out
+
+    def snapshot(self) -> Snapshot:
+        return self.tracker.snapshot()
+
+    def judge(self, now: float, snapshot: Snapshot | None = None) -> list[Judgement]:
+        judgements = []
+        for inv in (snapshot or self.snapshot()).invocations:
+            verdicts = policy.evaluate(inv, now, self.config, self.profile)
+            judgements.append(Judgement(inv, tuple(verdicts), policy.outcome(inv, verdicts)))
+        return judgements

@@ -1,0 +1,201 @@
+"""Stage 4: snapshot + now -> verdicts. Pure; `next_deadline()` tells a loop when to look again.
+
+Verdict kinds: stalled, straggler, crashed, lines_lost. An invocation's outcome is one of
+starting, ready, serving, stalled, crashed, stopped.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .config import Config, format_duration
+from .events import Profile
+from .records import MAIN, UNIT_PHASES, Phase
+from .tracker import FatalView, InvocationView, RankView, UnitState
+
+OUTCOMES = ("starting", "ready", "serving", "stalled", "crashed", "stopped")
+START_UP_STATES = (UnitState.STARTING,)
+GENERIC_CAUSES = frozenset({"python_exception", "killed", "exit_code"})
+
+
+@dataclass(frozen=True)
+class Verdict:
+    kind: str
+    invocation_id: str
+    phase: str | None
+    rank: str | None
+    cause: str | None
+    message: str
+    at: float
+
+    @property
+    def key(self) -> tuple[str, str, str | None, str | None]:
+        """Same key, same verdict: a loop acts on a key once."""
+        return (self.invocation_id, self.kind, self.rank, self.phase)
+
+
+def _quiet_since(inv: InvocationView, rank: RankView) -> float | None:
+    times = [t for t in (rank.last_activity, rank.phase_start, inv.phase_activity(rank.phase)) if t is not None]
+    return max(times) if times else None
+
+
+def _evaluated_ranks(inv: InvocationView) -> list[RankView]:
+    """Schedulers during their own phases; the main process for launch (before any rank) and HTTP phases."""
+    seen_schedulers = [r for r in inv.scheduler_ranks if r.seen]
+    out: list[RankView] = []
+    for rank in inv.ranks:
+        if rank.rank == MAIN:
+            if rank.phase in UNIT_PHASES or not seen_schedulers:
+                out.append(rank)
+        elif rank.phase not in UNIT_PHASES:
+            out.append(rank)
+    return out
+
+
+def _straggler_base(inv: InvocationView, rank: RankView) -> float | None:
+    if rank.rank == MAIN or rank.phase_ended:
+        return None
+    return inv.first_exit(rank.phase)
+
+
+def evaluate(inv: InvocationView, now: float, config: Config, profile: Profile | None = None) -> list[Verdict]:
+    unit = config.unit
+    verdicts: list[Verdict] = []
+    if inv.lines_lost:
+        verdicts.append(Verdict("lines_lost", inv.invocation_id, None, None, "journald_rate_limit",
+                                f"{unit}: journald dropped {inv.lines_lost} line(s) of this start-up; phases and "
+                                "progress may be missing (raise RateLimitBurst= in journald.conf)", now))
+    crash = crashed_verdict(inv, now, config, profile)
+    if crash is not None:
+        return [*verdicts, crash]
+    if inv.state not in START_UP_STATES:
+        return verdicts
+    for rank in _evaluated_ranks(inv):
+        limits = config.limits(rank.phase)
+        verdict = _stalled(inv, rank, now, limits.deadline, limits.stall, unit)
+        if verdict is None:
+            verdict = _straggler(inv, rank, now, config.rank_skew, unit)
+        if verdict is not None:
+            verdicts.append(verdict)
+    return verdicts
+
+
+def _others(inv: InvocationView, rank: RankView, now: float) -> str:
+    first_exit = _straggler_base(inv, rank)
+    if first_exit is not None:
+        return f"; other ranks finished it {format_duration(now - first_exit)} ago"
+    peers = [r for r in inv.scheduler_ranks if r.rank != rank.rank and r.phase is rank.phase]
+    return f"; {len(peers)} other rank(s) in the same phase" if peers else ""
+
+
+def _stalled(inv: InvocationView, rank: RankView, now: float, deadline: float | None, stall: float | None,
+             unit: str) -> Verdict | None:
+    phase = rank.phase.value
+    if deadline is not None and not rank.phase_ended and rank.phase_start is not None:
+        spent = now - rank.phase_start
+        if spent > deadline:
+            return Verdict("stalled", inv.invocation_id, phase, rank.rank, "deadline",
+                           f"{unit}: {rank.rank} stalled in {phase} for {format_duration(spent)} "
+                           f"(limit {format_duration(deadline)}){_others(inv, rank, now)}", now)
+    quiet_since = _quiet_since(inv, rank)
+    if stall is not None and quiet_since is not None and now - quiet_since > stall:
+        silent = now - quiet_since
+        where = f"after {phase} ended" if rank.phase_ended else f"in {phase}"
+        return Verdict("stalled", inv.invocation_id, phase, rank.rank, "no_progress",
+                       f"{unit}: {rank.rank} stalled {where}: no output or progress for {format_duration(silent)} "
+                       f"(stall window {format_duration(stall)}){_others(inv, rank, now)}", now)
+    return None
+
+
+def _straggler(inv: InvocationView, rank: RankView, now: float, skew: float, unit: str) -> Verdict | None:
+    first_exit = _straggler_base(inv, rank)
+    if first_exit is None or now - first_exit <= skew:
+        return None
+    behind = now - first_exit
+    what = "has not printed anything" if not rank.seen else f"is still in {rank.phase.value}"
+    return Verdict("straggler", inv.invocation_id, rank.phase.value, rank.rank, "rank_skew",
+                   f"{unit}: {rank.rank} {what}; other ranks left {rank.phase.value} "
+                   f"{format_duration(behind)} ago (rank skew limit {format_duration(skew)})", now)
+
+
+def failing_fatal(inv: InvocationView) -> FatalView | None:
+    """The rank whose own line shows the exception, not the parent's SIGQUIT line that came first."""
+    own = [f for f in inv.fatals if not f.echo and f.rank not in (None, MAIN)]
+    if own:
+        # A rank's own prefixed record beats torch's "[rankN]:" C++ lines about it.
+        return next((f for f in own if f.prefixed), own[0])
+    main = [f for f in inv.fatals if not f.echo]
+    if main:
+        return main[0]
+    return inv.fatals[0] if inv.fatals else None
+
+
+def crashed_verdict(inv: InvocationView, now: float, config: Config, profile: Profile | None = None) -> Verdict | None:
+    failed = inv.state is UnitState.FAILED
+    if not inv.fatals and not failed:
+        return None
+    if inv.state in (UnitState.READY, UnitState.SERVING) and not failed and not any(
+            not f.echo and f.rank not in (None, MAIN) for f in inv.fatals):
+        return None  # after ready only a scheduler's death or the unit's failure is a crash
+    culprit = failing_fatal(inv)
+    profile = profile or config.engine_profile()
+    cause: str | None = None
+    if culprit is not None:
+        own_texts = [t for f in inv.fatals if f.rank == culprit.rank for t in f.texts]
+        all_texts = [t for f in inv.fatals for t in f.texts]
+        # A specific class in the culprit's own lines, else in any rank's (torch's C++ lines about a
+        # timeout often come from the peers), else the generic class of the culprit's lines.
+        cause = (profile.classify_cause(own_texts, skip=GENERIC_CAUSES)
+                 or profile.classify_cause(all_texts, skip=GENERIC_CAUSES)
+                 or (culprit.cause if culprit.cause not in GENERIC_CAUSES else None)
+                 or profile.classify_cause(own_texts) or culprit.cause)
+    if cause is None and failed:
+        cause = "killed" if inv.unit_result in ("signal", "core-dump") else "exit_code"
+    rank = culprit.rank if culprit is not None and culprit.rank is not None else MAIN
+    rank_view = inv.rank(rank)
+    phase = rank_view.phase.value if rank_view is not None else None
+    at = culprit.ts if culprit is not None and culprit.ts is not None else now
+    where = f" in {phase}" if phase else ""
+    detail = f": {culprit.texts[0][:160]}" if culprit is not None and culprit.texts else ""
+    status = f" (unit result {inv.unit_result}" + (f", exit {inv.exit_status})" if inv.exit_status else ")") \
+        if inv.unit_result else ""
+    return Verdict("crashed", inv.invocation_id, phase, rank, cause,
+                   f"{config.unit}: {rank} crashed{where} ({cause}){detail}{status}", at)
+
+
+def outcome(inv: InvocationView, verdicts: list[Verdict]) -> str:
+    if any(v.kind == "crashed" for v in verdicts) or inv.state is UnitState.FAILED:
+        return "crashed"
+    if inv.state in (UnitState.STOPPING, UnitState.STOPPED):
+        return "stopped"
+    if inv.state is UnitState.SERVING:
+        return "serving"
+    if inv.state is UnitState.READY:
+        return "ready"
+    if any(v.kind in ("stalled", "straggler") for v in verdicts):
+        return "stalled"
+    return "starting"
+
+
+def next_deadline(inv: InvocationView, now: float, config: Config) -> float:
+    """The earliest time after `now` at which a new stalled or straggler verdict could appear."""
+    if inv.state not in START_UP_STATES or inv.fatals:
+        return math.inf
+    candidates: list[float] = []
+    for rank in _evaluated_ranks(inv):
+        limits = config.limits(rank.phase)
+        if limits.deadline is not None and rank.phase_start is not None and not rank.phase_ended:
+            candidates.append(rank.phase_start + limits.deadline)
+        quiet_since = _quiet_since(inv, rank)
+        if limits.stall is not None and quiet_since is not None:
+            candidates.append(quiet_since + limits.stall)
+        base = _straggler_base(inv, rank)
+        if base is not None:
+            candidates.append(base + config.rank_skew)
+    future = [t for t in candidates if t > now]
+    return min(future) if future else math.inf
+
+
+__all__ = ["OUTCOMES", "Verdict", "crashed_verdict", "evaluate", "failing_fatal", "next_deadline", "outcome",
+           "Phase"]

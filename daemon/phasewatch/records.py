@@ -1,0 +1,203 @@
+"""Immutable records passed between pipeline stages.
+
+source -> JournalRecord -> lines -> Line -> events -> Event -> tracker -> Snapshot -> policy -> Verdict
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Mapping
+
+# MESSAGE_IDs that PID 1 and journald use for the unit's lifecycle (see docs/architecture.md).
+MID_STARTED = "39f53479d3a045ac8e11786248231fbf"
+MID_STOPPING = "de5b426a63be47a7b6ac3eaac82e2f6f"
+MID_STOPPED = "9d1aaa27d60140bd96365438aad20286"
+MID_DEACTIVATED = "7ad2d189f7e94e70a38c781354912448"
+MID_MAIN_EXITED = "98e322203f7a4ed290d09fe03c09fe15"
+MID_FAILED = "d9b373ed55a64feb8242e02dbe79a49c"
+MID_RESTART_SCHEDULED = "5eb03494b6584870a536b337290809b3"
+MID_SUPPRESSED = "a596d6fe7bfa4994828e72309e95d61e"
+
+
+class Phase(enum.Enum):
+    """Canonical start-up phases: the public vocabulary of metrics, JSON and docs."""
+
+    LAUNCH = "launch"
+    DIST_INIT = "dist_init"
+    WEIGHT_LOAD = "weight_load"
+    KV_CACHE_ALLOC = "kv_cache_alloc"
+    CUDA_GRAPH_CAPTURE = "cuda_graph_capture"
+    DRAFT_WEIGHT_LOAD = "draft_weight_load"
+    DRAFT_CUDA_GRAPH_CAPTURE = "draft_cuda_graph_capture"
+    HTTP_SERVER_START = "http_server_start"
+    WARMUP = "warmup"
+    READY = "ready"
+    SERVING = "serving"
+
+
+PHASE_NAMES: tuple[str, ...] = tuple(p.value for p in Phase)
+# Phases the main process (HTTP server) drives for the whole unit, after every rank is done.
+UNIT_PHASES = frozenset({Phase.HTTP_SERVER_START, Phase.WARMUP, Phase.READY, Phase.SERVING})
+# Phases without a deadline: the start-up is over.
+FINAL_PHASES = frozenset({Phase.READY, Phase.SERVING})
+
+MAIN = "main"
+
+
+@dataclass(frozen=True)
+class JournalRecord:
+    """One journal entry, reduced to the fields phasewatch reads.
+
+    `message` is the raw MESSAGE (bytes or str; None when a journal export elided it).
+    `realtime` is seconds since the epoch (from __REALTIME_TIMESTAMP), or None when unknown.
+    """
+
+    message: bytes | str | None
+    realtime: float | None = None
+    pid: int | None = None
+    invocation_id: str | None = None
+    line_break: str | None = None
+    message_id: str | None = None
+    unit: str | None = None
+    object_unit: str | None = None
+    n_dropped: int | None = None
+    cursor: str | None = None
+    extra: Mapping[str, str] = field(default_factory=dict)
+
+
+def _text(value: object) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, (list, tuple)):
+        return _text(value[0]) if value else None
+    return str(value)
+
+
+def _int(value: object) -> int | None:
+    text = _text(value)
+    if text is None:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+_EXTRA_FIELDS = ("UNIT_RESULT", "JOB_TYPE", "JOB_RESULT", "EXIT_CODE", "EXIT_STATUS",
+                 "INVOCATION_ID", "_SYSTEMD_UNIT", "SYSLOG_IDENTIFIER", "_COMM", "N_RESTARTS")
+
+
+def record_from_fields(fields: Mapping[str, object]) -> JournalRecord:
+    """Build a record from a journal field mapping (python-systemd, JSON or export format).
+
+    Values may be str, bytes, ints, or lists of them (repeated fields: the first one counts).
+    """
+    message = fields.get("MESSAGE")
+    if isinstance(message, (list, tuple)):
+        message = message[0] if message else None
+    if message is not None and not isinstance(message, (bytes, str)):
+        message = str(message)
+    realtime: float | None = None
+    raw_rt = fields.get("__REALTIME_TIMESTAMP")
+    if hasattr(raw_rt, "timestamp"):
+        realtime = float(raw_rt.timestamp())  # python-systemd converts it to datetime
+    else:
+        microseconds = _int(raw_rt)
+        realtime = microseconds / 1e6 if microseconds is not None else None
+    invocation = _text(fields.get("_SYSTEMD_INVOCATION_ID"))
+    if invocation is not None and hasattr(fields.get("_SYSTEMD_INVOCATION_ID"), "hex"):
+        invocation = fields["_SYSTEMD_INVOCATION_ID"].hex  # type: ignore[attr-defined]
+    extra = {k: t for k in _EXTRA_FIELDS if (t := _text(fields.get(k))) is not None}
+    message_id = fields.get("MESSAGE_ID")
+    message_id_text = message_id.hex if hasattr(message_id, "hex") else _text(message_id)
+    return JournalRecord(
+        message=message,
+        realtime=realtime,
+        pid=_int(fields.get("_PID")),
+        invocation_id=invocation,
+        line_break=_text(fields.get("_LINE_BREAK")),
+        message_id=message_id_text.replace("-", "") if message_id_text else None,
+        unit=_text(fields.get("UNIT")),
+        object_unit=_text(fields.get("OBJECT_SYSTEMD_UNIT")),
+        n_dropped=_int(fields.get("N_DROPPED")),
+        cursor=_text(fields.get("__CURSOR")),
+        extra=extra,
+    )
+
+
+@dataclass(frozen=True)
+class Progress:
+    """One tqdm frame: `desc: pct%|bar| n/total [elapsed<remaining, rate]`."""
+
+    desc: str
+    n: int
+    total: int | None
+    percent: int | None = None
+    bs: int | None = None
+    avail_mem_gb: float | None = None
+
+
+class LineKind(enum.Enum):
+    RECORD = "record"  # starts with an SGLang record prefix, or a plain line of its own
+    CONTINUATION = "continuation"  # traceback or other text that belongs to the previous record
+    PROGRESS = "progress"  # a tqdm frame
+
+
+@dataclass(frozen=True)
+class Line:
+    """One logical log line: a record, a continuation of one, or a progress frame.
+
+    `text` is the whole line as written (ANSI stripped); `message` is the text after the rank prefix.
+    `rank` is the canonical rank label, `main`, or None when not yet known.
+    """
+
+    text: str
+    message: str
+    kind: LineKind
+    rank: str | None
+    ts: float | None
+    pid: int | None = None
+    invocation_id: str | None = None
+    has_prefix: bool = False
+    progress: Progress | None = None
+    record_id: int = 0  # lines of one multi-line record share it
+
+
+class EventKind(enum.Enum):
+    PHASE_BEGIN = "phase_begin"
+    PHASE_END = "phase_end"
+    PHASE_HINT = "phase_hint"
+    PROGRESS = "progress"
+    FATAL = "fatal"
+    ACTIVITY = "activity"
+    SERVER_ARGS = "server_args"
+    LINES_LOST = "lines_lost"
+    INVOCATION_START = "invocation_start"
+    UNIT_STOPPING = "unit_stopping"
+    UNIT_STOPPED = "unit_stopped"
+    UNIT_FAILED = "unit_failed"
+    UNIT_EXITED = "unit_exited"
+    RESTART_SCHEDULED = "restart_scheduled"
+
+
+@dataclass(frozen=True)
+class Event:
+    """What a line or a systemd entry means to the tracker."""
+
+    kind: EventKind
+    ts: float | None
+    rank: str | None = None
+    phase: Phase | None = None
+    rule: str | None = None
+    progress: Progress | None = None
+    cause: str | None = None
+    text: str = ""
+    invocation_id: str | None = None
+    pid: int | None = None
+    count: int = 0
+    record_id: int = 0
+    prefixed: bool = False
+    args: Mapping[str, str] = field(default_factory=dict)

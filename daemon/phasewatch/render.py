@@ -1,0 +1,121 @@
+"""Presentation of judgements: the `replay --json` document and the per-rank timeline table."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from .config import format_duration
+from .pipeline import Judgement
+from .records import MAIN, PHASE_NAMES, Progress
+from .tracker import InvocationView, RankView
+
+
+def iso(ts: float | None) -> str | None:
+    if ts is None:
+        return None
+    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def current_phase(inv: InvocationView) -> str | None:
+    """The phase of the rank that has been in its phase the longest (the slowest one)."""
+    main = inv.rank(MAIN)
+    if main is not None and main.phase.value in ("http_server_start", "warmup", "ready", "serving"):
+        return main.phase.value
+    schedulers = [r for r in inv.scheduler_ranks if not r.phase_ended] or list(inv.scheduler_ranks)
+    if not schedulers:
+        return main.phase.value if main is not None else None
+    slowest = min(schedulers, key=lambda r: (r.phase_start is None, r.phase_start or 0.0))
+    return slowest.phase.value
+
+
+def progress_text(progress: Progress | None) -> str:
+    if progress is None:
+        return ""
+    text = f"{progress.n}/{progress.total}" if progress.total is not None else str(progress.n)
+    if progress.bs is not None:
+        text += f" bs={progress.bs}"
+    return text
+
+
+def _rank_json(rank: RankView) -> dict[str, Any]:
+    progress = None
+    if rank.progress is not None:
+        progress = {"n": rank.progress.n, "total": rank.progress.total, "percent": rank.progress.percent,
+                    "desc": rank.progress.desc, "bs": rank.progress.bs, "avail_mem_gb": rank.progress.avail_mem_gb}
+    return {
+        "phase": rank.phase.value,
+        "phase_ended": rank.phase_ended,
+        "seen": rank.seen,
+        "progress": progress,
+        "last_activity": iso(rank.last_activity),
+        "phases": [{"name": s.phase.value, "start": iso(s.start), "end": iso(s.end)} for s in rank.spans],
+    }
+
+
+def to_json(judgements: list[Judgement], now: float) -> dict[str, Any]:
+    invocations = []
+    for judgement in judgements:
+        inv = judgement.invocation
+        server = inv.server
+        invocations.append({
+            "invocation_id": inv.invocation_id,
+            "outcome": judgement.outcome,
+            "phase": current_phase(inv),
+            "started_at": iso(inv.started_at),
+            "last_line_at": iso(inv.last_ts),
+            "judged_at": iso(now),
+            "unit_state": inv.state.value,
+            "lines_lost": inv.lines_lost,
+            "server": None if server is None else {
+                "tp": server.tp, "dp": server.dp, "pp": server.pp, "ep": server.ep, "nnodes": server.nnodes,
+                "node_rank": server.node_rank, "dp_attention": server.dp_attention,
+                "speculative": server.speculative, "model_path": server.model_path},
+            "ranks": {r.rank: _rank_json(r) for r in inv.ranks},
+            "verdicts": [{"kind": v.kind, "phase": v.phase, "rank": v.rank, "cause": v.cause,
+                          "message": v.message, "at": iso(v.at)} for v in judgement.verdicts],
+        })
+    return {"invocations": invocations}
+
+
+def _cell(rank: RankView, phase: str, now: float) -> str:
+    spans = [s for s in rank.spans if s.phase.value == phase]
+    if not spans:
+        return "-"
+    start = spans[0].start
+    end = spans[-1].end
+    if start is None:
+        return "?"
+    if end is None:
+        return format_duration(max(now - start, 0.0)) + "+"
+    return format_duration(max(end - start, 0.0))
+
+
+def to_table(judgements: list[Judgement], now: float) -> str:
+    if not judgements:
+        return "no invocations found\n"
+    out: list[str] = []
+    for judgement in judgements:
+        inv = judgement.invocation
+        header = (f"invocation {inv.invocation_id}: {judgement.outcome}, phase {current_phase(inv)}, "
+                  f"started {iso(inv.started_at)}, last line {iso(inv.last_ts)}")
+        if inv.lines_lost:
+            header += f", {inv.lines_lost} line(s) lost"
+        out.append(header)
+        phases = [p for p in PHASE_NAMES if any(s.phase.value == p for r in inv.ranks for s in r.spans)]
+        columns = ["RANK", "NOW", "PROGRESS", *phases]
+        rows = []
+        for rank in inv.ranks:
+            now_text = rank.phase.value + (" (done)" if rank.phase_ended else "") + ("" if rank.seen else " (silent)")
+            rows.append([rank.rank, now_text, progress_text(rank.progress), *(_cell(rank, p, now) for p in phases)])
+        widths = [max(len(str(row[i])) for row in [columns, *rows]) for i in range(len(columns))]
+        for row in [columns, *rows]:
+            out.append("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths)).rstrip())
+        if judgement.verdicts:
+            out.append("verdicts:")
+            out.extend(f"  {v.kind}: {v.message}" for v in judgement.verdicts)
+        else:
+            out.append("verdicts: none")
+        out.append("")
+    out.append("(durations: finished phases; '+' = still running at the judged time)")
+    return "\n".join(out) + "\n"

@@ -1,0 +1,478 @@
+"""Stage 3: events -> per-invocation, per-rank phase state. Pure: `apply(event, now)`, `snapshot()`.
+
+Two explicit state machines:
+- a rank's phase (records.Phase); the order is not fixed (v0.5.23 loads target and draft weights
+  before any memory pool), but a rank never goes back to a phase it has left;
+- the unit's lifecycle (UnitState), driven by the main process's lines and by PID 1's entries.
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+from dataclasses import dataclass, field, replace
+from typing import Mapping
+
+from .records import FINAL_PHASES, MAIN, UNIT_PHASES, Event, EventKind, Phase, Progress
+
+MAX_INVOCATIONS = 16
+MAX_FATAL_TEXTS = 200
+
+
+class UnitState(enum.Enum):
+    STARTING = "starting"
+    READY = "ready"
+    SERVING = "serving"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+    FAILED = "failed"
+
+
+UNIT_PHASE_ORDER = (Phase.HTTP_SERVER_START, Phase.WARMUP, Phase.READY, Phase.SERVING)
+LOADING_PHASES = frozenset({Phase.WEIGHT_LOAD, Phase.DRAFT_WEIGHT_LOAD})
+CAPTURE_PHASES = frozenset({Phase.CUDA_GRAPH_CAPTURE, Phase.DRAFT_CUDA_GRAPH_CAPTURE})
+
+
+@dataclass(frozen=True)
+class Transition:
+    invocation_id: str
+    subject: str  # a rank label, or "unit"
+    source: str | None
+    target: str
+    ts: float | None
+    rule: str | None = None
+
+
+@dataclass(frozen=True)
+class PhaseSpan:
+    phase: Phase
+    start: float | None
+    end: float | None
+
+
+@dataclass(frozen=True)
+class RankView:
+    rank: str
+    phase: Phase
+    phase_start: float | None
+    phase_ended: bool
+    progress: Progress | None
+    progress_phase: Phase | None
+    last_activity: float | None
+    spans: tuple[PhaseSpan, ...]
+    seen: bool = True
+
+
+@dataclass(frozen=True)
+class FatalView:
+    rank: str | None
+    rule: str | None
+    cause: str | None
+    ts: float | None
+    echo: bool
+    texts: tuple[str, ...]
+    prefixed: bool = False
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    tp: int = 1
+    dp: int = 1
+    pp: int = 1
+    ep: int = 1
+    nnodes: int = 1
+    node_rank: int = 0
+    dp_attention: bool = False
+    speculative: str | None = None
+    model_path: str | None = None
+    draft_model_path: str | None = None
+
+    @staticmethod
+    def from_args(args: Mapping[str, str]) -> ServerInfo:
+        def number(key: str, default: int) -> int:
+            try:
+                return max(int(args.get(key, default)), 0)
+            except ValueError:
+                return default
+
+        speculative = args.get("speculative_algorithm")
+        return ServerInfo(
+            tp=max(number("tp_size", 1), 1), dp=max(number("dp_size", 1), 1), pp=max(number("pp_size", 1), 1),
+            ep=max(number("ep_size", 1), 1), nnodes=max(number("nnodes", 1), 1), node_rank=number("node_rank", 0),
+            dp_attention=args.get("enable_dp_attention") == "True",
+            speculative=None if speculative in (None, "None") else speculative,
+            model_path=args.get("model_path"),
+            draft_model_path=args.get("speculative_draft_model_path"),
+        )
+
+    def expected_ranks(self) -> tuple[str, ...]:
+        """Scheduler rank labels this node should print, in SGLang's tag order."""
+        def label(dp: int | None, pp: int | None, tp: int) -> str:
+            tags = []
+            if dp is not None:
+                tags.append(f"DP{dp}")
+            if pp is not None:
+                tags.append(f"PP{pp}")
+            if self.tp > 1:
+                tags.append(f"TP{tp}")
+            if self.ep > 1:
+                tags.append(f"EP{tp // max(self.tp // self.ep, 1)}")
+            return " ".join(tags) or "TP0"
+
+        if self.dp > 1 and not self.dp_attention:
+            return tuple(label(d, None, t) for d in range(self.dp) for t in range(self.tp))
+        per_dp_group = max(self.tp // self.dp, 1)
+        slots = [(p, t) for p in range(self.pp) for t in range(self.tp)]
+        per_node = max(len(slots) // self.nnodes, 1)
+        mine = slots[self.node_rank * per_node:(self.node_rank + 1) * per_node]
+        return tuple(label(t // per_dp_group if self.dp > 1 else None, p if self.pp > 1 else None, t)
+                     for p, t in mine)
+
+
+@dataclass(frozen=True)
+class InvocationView:
+    invocation_id: str
+    started_at: float | None
+    last_ts: float | None
+    state: UnitState
+    ranks: tuple[RankView, ...]
+    fatals: tuple[FatalView, ...]
+    lines_lost: int
+    server: ServerInfo | None
+    unit_result: str | None
+    exit_status: str | None
+    restart_scheduled: bool
+    stop_job: str | None
+
+    def rank(self, label: str) -> RankView | None:
+        return next((r for r in self.ranks if r.rank == label), None)
+
+    @property
+    def scheduler_ranks(self) -> tuple[RankView, ...]:
+        return tuple(r for r in self.ranks if r.rank != MAIN)
+
+    def first_exit(self, phase: Phase) -> float | None:
+        """When the first rank left `phase` (finished it, or moved on)."""
+        ends = [s.end for r in self.scheduler_ranks for s in r.spans if s.phase is phase and s.end is not None]
+        return min(ends) if ends else None
+
+    def phase_activity(self, phase: Phase) -> float | None:
+        """Latest sign of life of any rank now in `phase`: ranks in a collective move together."""
+        times = [r.last_activity for r in self.ranks if r.phase is phase and r.last_activity is not None]
+        return max(times) if times else None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    invocations: tuple[InvocationView, ...]
+
+    @property
+    def current(self) -> InvocationView | None:
+        return self.invocations[-1] if self.invocations else None
+
+
+@dataclass
+class _Rank:
+    rank: str
+    phase: Phase
+    phase_start: float | None
+    spans: list[PhaseSpan]
+    phase_ended: bool = False
+    progress: Progress | None = None
+    progress_phase: Phase | None = None
+    last_activity: float | None = None
+
+    def entered(self, phase: Phase) -> bool:
+        return any(s.phase is phase for s in self.spans)
+
+    def move_to(self, phase: Phase, ts: float | None) -> None:
+        if self.spans and self.spans[-1].end is None:
+            last = self.spans[-1]
+            self.spans[-1] = PhaseSpan(last.phase, last.start, ts)
+        self.spans.append(PhaseSpan(phase, ts, None))
+        self.phase, self.phase_start, self.phase_ended = phase, ts, False
+        self.progress, self.progress_phase = None, None
+
+    def end_phase(self, ts: float | None) -> None:
+        last = self.spans[-1]
+        self.spans[-1] = PhaseSpan(last.phase, last.start, ts)
+        self.phase_ended = True
+
+    def reopen(self) -> None:
+        last = self.spans[-1]
+        self.spans[-1] = PhaseSpan(last.phase, last.start, None)
+        self.phase_ended = False
+
+    def view(self) -> RankView:
+        return RankView(self.rank, self.phase, self.phase_start, self.phase_ended, self.progress,
+                        self.progress_phase, self.last_activity, tuple(self.spans))
+
+
+@dataclass
+class _Invocation:
+    invocation_id: str
+    started_at: float | None
+    state: UnitState = UnitState.STARTING
+    ranks: dict[str, _Rank] = field(default_factory=dict)
+    fatals: dict[int, FatalView] = field(default_factory=dict)
+    lines_lost: int = 0
+    server: ServerInfo | None = None
+    server_args_ts: float | None = None
+    unit_phase: Phase | None = None
+    unit_result: str | None = None
+    exit_status: str | None = None
+    restart_scheduled: bool = False
+    stop_job: str | None = None
+    last_ts: float | None = None
+    unowned_bar: Event | None = None  # a bar seen before any rank that could own it
+
+    def view(self) -> InvocationView:
+        ranks = [r.view() for r in self.ranks.values()]
+        if self.server is not None:
+            expected = self.server.expected_ranks()
+            seen = {r.rank for r in ranks if r.rank != MAIN}
+            if not seen or seen & set(expected):
+                # Expected ranks that printed nothing yet; once the HTTP server is up they all passed.
+                phase = self.unit_phase or Phase.LAUNCH
+                start = self.server_args_ts
+                ranks.extend(RankView(label, phase, start, False, None, None, None,
+                                      (PhaseSpan(phase, start, None),), seen=False)
+                             for label in expected if label not in seen)
+        ranks.sort(key=lambda r: rank_sort_key(r.rank))
+        return InvocationView(self.invocation_id, self.started_at, self.last_ts, self.state, tuple(ranks),
+                              tuple(self.fatals.values()), self.lines_lost, self.server, self.unit_result,
+                              self.exit_status, self.restart_scheduled, self.stop_job)
+
+
+def rank_sort_key(label: str) -> tuple[int, tuple[int, ...], str]:
+    if label == MAIN:
+        return (0, (), label)
+    numbers = tuple(int("".join(ch for ch in part if ch.isdigit()) or 0) for part in label.split())
+    return (1, numbers, label)
+
+
+def _family(phase: Phase | None) -> frozenset[Phase] | None:
+    if phase in LOADING_PHASES:
+        return LOADING_PHASES
+    if phase in CAPTURE_PHASES:
+        return CAPTURE_PHASES
+    return None
+
+
+def _tp_index(label: str) -> int | None:
+    for part in label.split():
+        if part.startswith("TP") and part[2:].isdigit():
+            return int(part[2:])
+    return None
+
+
+class Tracker:
+    """Applies events in journal order. Holds the last MAX_INVOCATIONS invocations."""
+
+    def __init__(self) -> None:
+        self._invocations: dict[str, _Invocation] = {}
+        self._current: _Invocation | None = None
+        self._anonymous = itertools.count(1)
+
+    def snapshot(self) -> Snapshot:
+        return Snapshot(tuple(inv.view() for inv in self._invocations.values()))
+
+    # -- invocations ------------------------------------------------------------------------
+    def _start(self, invocation_id: str | None, ts: float | None) -> tuple[_Invocation, list[Transition]]:
+        ident = invocation_id or f"log-{next(self._anonymous)}"
+        inv = _Invocation(ident, ts)
+        self._invocations[ident] = inv
+        while len(self._invocations) > MAX_INVOCATIONS:
+            del self._invocations[next(iter(self._invocations))]
+        previous = self._current.invocation_id if self._current else None
+        self._current = inv
+        return inv, [Transition(ident, "unit", previous, UnitState.STARTING.value, ts, "invocation")]
+
+    def _target(self, event: Event, ts: float | None) -> tuple[_Invocation, list[Transition]]:
+        ident = event.invocation_id
+        if ident is not None and ident in self._invocations:
+            return self._invocations[ident], []
+        if ident is None and self._current is not None:
+            return self._current, []
+        # None -> INVOCATION_START/first line of a log; a new id -> the unit was started again.
+        return self._start(ident, ts)
+
+    def apply(self, event: Event, now: float) -> list[Transition]:
+        ts = event.ts if event.ts is not None else now
+        if event.kind is EventKind.INVOCATION_START:
+            if event.invocation_id is not None and event.invocation_id in self._invocations:
+                return []
+            return self._start(event.invocation_id, ts)[1]
+        if event.kind is EventKind.LINES_LOST:
+            # journald's notice names the unit, not the invocation: the lines were the current one's.
+            inv, out = (self._current, []) if self._current is not None else self._start(None, ts)
+            inv.lines_lost += max(event.count, 1)
+            return out
+        inv, out = self._target(event, ts)
+        inv.last_ts = ts if inv.last_ts is None else max(inv.last_ts, ts)
+        out.extend(self._apply(inv, event, ts))
+        return out
+
+    def _apply(self, inv: _Invocation, event: Event, ts: float) -> list[Transition]:
+        kind = event.kind
+        if kind in (EventKind.UNIT_STOPPING, EventKind.UNIT_STOPPED, EventKind.UNIT_FAILED,
+                    EventKind.UNIT_EXITED, EventKind.RESTART_SCHEDULED):
+            return self._lifecycle(inv, event, ts)
+        if kind is EventKind.SERVER_ARGS:
+            inv.server = ServerInfo.from_args(event.args)
+            inv.server_args_ts = ts
+            self._rank(inv, MAIN, ts)
+            return []
+        if event.rank is None and kind is not EventKind.PROGRESS:
+            if kind is EventKind.FATAL:
+                if not inv.ranks:
+                    # Nothing but the main process exists yet (an import error, a bad argument).
+                    self._rank(inv, MAIN, ts)
+                    event = replace(event, rank=MAIN)
+                self._fatal(inv, event, ts)
+            return []
+        if kind is EventKind.PROGRESS:
+            return self._progress(inv, event, ts)
+        rank = self._rank(inv, event.rank or MAIN, ts)
+        rank.last_activity = ts
+        if kind is EventKind.FATAL:
+            self._fatal(inv, event, ts)
+            return []
+        if kind is EventKind.ACTIVITY:
+            note = inv.fatals.get(event.record_id)
+            if note is not None and len(note.texts) < MAX_FATAL_TEXTS:
+                inv.fatals[event.record_id] = replace(note, texts=note.texts + (event.text,))
+            return []
+        if event.phase is None:
+            return []
+        if event.phase in UNIT_PHASES:
+            return self._unit_phase(inv, event.phase, ts, event.rule)
+        return self._rank_phase(inv, rank, event.phase, kind is not EventKind.PHASE_END, ts, event.rule,
+                                hint=kind is EventKind.PHASE_HINT)
+
+    def _rank(self, inv: _Invocation, label: str, ts: float) -> _Rank:
+        rank = inv.ranks.get(label)
+        if rank is None:
+            phase = inv.unit_phase if inv.unit_phase is not None and label == MAIN else Phase.LAUNCH
+            rank = inv.ranks[label] = _Rank(label, phase, ts, [PhaseSpan(phase, ts, None)], last_activity=ts)
+            bar = inv.unowned_bar
+            if bar is not None and label != MAIN and _tp_index(label) in (0, None):
+                inv.unowned_bar = None
+                self._progress(inv, replace(bar, rank=label), bar.ts if bar.ts is not None else ts)
+        return rank
+
+    # -- rank phases --------------------------------------------------------------------------
+    @staticmethod
+    def _resolve(rank: _Rank, phase: Phase, begin: bool) -> Phase | None:
+        """The phase an engine line means for this rank now; None when it changes nothing."""
+        if phase in (Phase.DIST_INIT, Phase.WEIGHT_LOAD) and rank.entered(Phase.WEIGHT_LOAD):
+            # The draft model's runner repeats dist init and weight loading.
+            if phase is Phase.WEIGHT_LOAD and rank.phase is Phase.WEIGHT_LOAD:
+                return phase
+            if phase is Phase.DIST_INIT and not begin:
+                return None
+            phase = Phase.DRAFT_WEIGHT_LOAD
+        if phase is rank.phase or not rank.entered(phase):
+            return phase
+        return None
+
+    def _rank_phase(self, inv: _Invocation, rank: _Rank, phase: Phase, begin: bool, ts: float,
+                    rule: str | None, hint: bool = False) -> list[Transition]:
+        if rank.phase in UNIT_PHASES:
+            return []
+        resolved = self._resolve(rank, phase, begin)
+        if resolved is None or (hint and resolved is rank.phase):
+            return []
+        if resolved is rank.phase:
+            if begin and rank.phase_ended:
+                rank.reopen()  # a second graph of the same phase (e.g. piecewise after decode)
+            elif not begin and not rank.phase_ended:
+                rank.end_phase(ts)
+            return []
+        source = rank.phase
+        rank.move_to(resolved, ts)
+        if not begin:
+            rank.end_phase(ts)  # an end line without its begin (2024 logs, windows of a log)
+        return [Transition(inv.invocation_id, rank.rank, source.value, resolved.value, ts, rule)]
+
+    def _progress(self, inv: _Invocation, event: Event, ts: float) -> list[Transition]:
+        owner = self._rank(inv, event.rank, ts) if event.rank else self._bar_owner(inv, event.phase)
+        if owner is None:
+            inv.unowned_bar = replace(event, ts=ts)
+            return []
+        out: list[Transition] = []
+        family = _family(event.phase)
+        if event.phase is not None and family is not None and owner.phase not in family:
+            # The bar shows the phase its rank is in, even when the begin line was not seen.
+            out = self._rank_phase(inv, owner, event.phase, True, ts, "progress", hint=True)
+        owner.progress, owner.progress_phase, owner.last_activity = event.progress, owner.phase, ts
+        return out
+
+    @staticmethod
+    def _bar_owner(inv: _Invocation, hint: Phase | None) -> _Rank | None:
+        """An unprefixed bar: SGLang draws it on TP-group rank 0 of the ranks in that phase."""
+        family = _family(hint)
+        schedulers = [r for r in inv.ranks.values() if r.rank != MAIN and r.phase not in UNIT_PHASES]
+        candidates = [r for r in schedulers if family is None or r.phase in family]
+        candidates = candidates or [r for r in schedulers if _tp_index(r.rank) in (0, None)]
+        if not candidates:
+            return None
+        candidates.sort(key=lambda r: (_tp_index(r.rank) not in (0, None), rank_sort_key(r.rank)))
+        return candidates[0]
+
+    # -- unit (main process and PID 1) ---------------------------------------------------------
+    def _unit_phase(self, inv: _Invocation, phase: Phase, ts: float, rule: str | None) -> list[Transition]:
+        order = UNIT_PHASE_ORDER.index(phase)
+        current = UNIT_PHASE_ORDER.index(inv.unit_phase) if inv.unit_phase is not None else -1
+        if order <= current or (phase is Phase.SERVING and current < UNIT_PHASE_ORDER.index(Phase.READY)):
+            return []
+        if inv.state not in (UnitState.STARTING, UnitState.READY):
+            return []
+        inv.unit_phase = phase
+        self._rank(inv, MAIN, ts)
+        out: list[Transition] = []
+        for rank in inv.ranks.values():
+            source = rank.phase
+            rank.move_to(phase, ts)
+            out.append(Transition(inv.invocation_id, rank.rank, source.value, phase.value, ts, rule))
+        if phase in FINAL_PHASES:
+            target = UnitState.READY if phase is Phase.READY else UnitState.SERVING
+            # STARTING -> READY (fired up), READY -> SERVING (first real traffic)
+            out.append(Transition(inv.invocation_id, "unit", inv.state.value, target.value, ts, rule))
+            inv.state = target
+        return out
+
+    def _lifecycle(self, inv: _Invocation, event: Event, ts: float) -> list[Transition]:
+        source = inv.state
+        if event.kind is EventKind.RESTART_SCHEDULED:
+            inv.restart_scheduled = True
+            return []
+        if event.kind is EventKind.UNIT_EXITED:
+            inv.exit_status = "/".join(v for v in (event.args.get("EXIT_CODE"), event.args.get("EXIT_STATUS")) if v)
+            return []
+        if event.kind is EventKind.UNIT_STOPPING:
+            if source in (UnitState.FAILED, UnitState.STOPPED):
+                return []
+            inv.stop_job = event.args.get("JOB_TYPE") or "stop"
+            inv.state = UnitState.STOPPING  # STARTING/READY/SERVING -> STOPPING
+        elif event.kind is EventKind.UNIT_FAILED:
+            inv.unit_result = event.args.get("UNIT_RESULT") or "failed"
+            inv.state = UnitState.FAILED  # any -> FAILED
+        elif event.kind is EventKind.UNIT_STOPPED:
+            if source is UnitState.FAILED:
+                return []
+            inv.state = UnitState.STOPPED  # STOPPING (or any live state) -> STOPPED
+        return [] if inv.state is source else [
+            Transition(inv.invocation_id, "unit", source.value, inv.state.value, ts, event.kind.value)]
+
+    def _fatal(self, inv: _Invocation, event: Event, ts: float) -> None:
+        existing = inv.fatals.get(event.record_id)
+        if existing is not None and event.record_id:
+            cause = existing.cause or event.cause
+            echo = existing.echo and event.count == 0
+            inv.fatals[event.record_id] = FatalView(existing.rank or event.rank, existing.rule, cause, existing.ts,
+                                                    echo, existing.texts + (event.text,), existing.prefixed)
+            return
+        key = event.record_id or -len(inv.fatals) - 1
+        inv.fatals[key] = FatalView(event.rank, event.rule, event.cause, ts, event.count == 0, (event.text,),
+                                    event.prefixed)
