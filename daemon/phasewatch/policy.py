@@ -152,16 +152,18 @@ def crashed_verdict(inv: InvocationView, now: float, config: Config, profile: Pr
                  or profile.classify_cause(own_texts) or culprit.cause)
     if cause is None and failed:
         cause = "killed" if inv.unit_result in ("signal", "core-dump") else "exit_code"
-    rank = culprit.rank if culprit is not None and culprit.rank is not None else MAIN
-    rank_view = inv.rank(rank)
+    # No culprit line at all: PID 1 says the unit failed, which is the main process's doing.
+    rank = culprit.rank if culprit is not None else MAIN
+    rank_view = inv.rank(rank) if rank is not None else None
     phase = rank_view.phase.value if rank_view is not None else None
     at = culprit.ts if culprit is not None and culprit.ts is not None else now
     where = f" in {phase}" if phase else ""
     detail = f": {culprit.texts[0][:160]}" if culprit is not None and culprit.texts else ""
     status = f" (unit result {inv.unit_result}" + (f", exit {inv.exit_status})" if inv.exit_status else ")") \
         if inv.unit_result else ""
+    who = rank if rank is not None else "a process (rank unknown)"
     return Verdict("crashed", inv.invocation_id, phase, rank, cause,
-                   f"{config.unit}: {rank} crashed{where} ({cause}){detail}{status}", at)
+                   f"{config.unit}: {who} crashed{where} ({cause}){detail}{status}", at)
 
 
 def outcome(inv: InvocationView, verdicts: list[Verdict]) -> str:
