@@ -52,6 +52,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
         records, warnings = _records_from_file(args.source)
     for warning in warnings:
         print(f"phasewatch: warning: {warning}", file=sys.stderr)
+    if not args.config and not args.unit:
+        named = next((r.extra.get("_SYSTEMD_UNIT") or r.unit for r in records
+                      if r.extra.get("_SYSTEMD_UNIT") or r.unit), None)
+        config = Config(unit=named) if named else config
     pipeline = Pipeline(config)
     pipeline.feed_all(records, now=0.0)
     snapshot = pipeline.snapshot()

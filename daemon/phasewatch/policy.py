@@ -7,6 +7,7 @@ starting, ready, serving, stalled, crashed, stopped.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 from .config import Config, format_duration
@@ -17,6 +18,7 @@ from .tracker import FatalView, InvocationView, RankView, UnitState
 OUTCOMES = ("starting", "ready", "serving", "stalled", "crashed", "stopped")
 START_UP_STATES = (UnitState.STARTING,)
 GENERIC_CAUSES = frozenset({"python_exception", "killed", "exit_code"})
+EXCEPTION_LINE_RE = re.compile(r"^(?:[a-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit)\b")
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,8 @@ def _others(inv: InvocationView, rank: RankView, now: float) -> str:
 def _stalled(inv: InvocationView, rank: RankView, now: float, deadline: float | None, stall: float | None,
              unit: str) -> Verdict | None:
     phase = rank.phase.value
+    if rank.phase_ended and any(not r.phase_ended for r in inv.scheduler_ranks if r.phase is rank.phase):
+        return None  # finished, and waiting for a rank still in the phase: that rank is the one to name
     if deadline is not None and not rank.phase_ended and rank.phase_start is not None:
         spent = now - rank.phase_start
         if spent > deadline:
@@ -158,12 +162,23 @@ def crashed_verdict(inv: InvocationView, now: float, config: Config, profile: Pr
     phase = rank_view.phase.value if rank_view is not None else None
     at = culprit.ts if culprit is not None and culprit.ts is not None else now
     where = f" in {phase}" if phase else ""
-    detail = f": {culprit.texts[0][:160]}" if culprit is not None and culprit.texts else ""
+    detail = f": {_telling_line(culprit, cause, profile)[:200]}" if culprit is not None and culprit.texts else ""
     status = f" (unit result {inv.unit_result}" + (f", exit {inv.exit_status})" if inv.exit_status else ")") \
         if inv.unit_result else ""
     who = rank if rank is not None else "a process (rank unknown)"
     return Verdict("crashed", inv.invocation_id, phase, rank, cause,
                    f"{config.unit}: {who} crashed{where} ({cause}){detail}{status}", at)
+
+
+def _telling_line(fatal: FatalView, cause: str | None, profile: Profile) -> str:
+    """The line that best says what happened: the one showing the cause, else the exception line."""
+    pattern = next((c.pattern for c in profile.causes if c.id == cause), None)
+    if pattern is not None and cause not in GENERIC_CAUSES:
+        found = next((t for t in fatal.texts if pattern.search(t)), None)
+        if found:
+            return found.strip()
+    exception = next((t for t in reversed(fatal.texts) if EXCEPTION_LINE_RE.match(t)), None)
+    return (exception or fatal.texts[0]).strip()
 
 
 def outcome(inv: InvocationView, verdicts: list[Verdict]) -> str:

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Install what phasewatch needs on Debian 12 (as root): build headers for systemd-python and
+# pystemd, journal tools for the tests, then a venv in .venv with the package and its test extras.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(libsystemd-dev pkg-config gcc python3-dev python3-venv systemd-journal-remote)
+missing=()
+for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "setup: apt-get install ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+python="${PYTHON:-python3}"
+if [ ! -x .venv/bin/python ]; then
+  "$python" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip >/dev/null
+.venv/bin/python -m pip install -q -e '.[test]'
