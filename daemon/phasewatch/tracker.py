@@ -273,6 +273,7 @@ class Tracker:
         self._invocations: dict[str, _Invocation] = {}
         self._current: _Invocation | None = None
         self._anonymous = itertools.count(1)
+        self._adopted: list[Transition] = []  # moves made when a new rank took over an unowned bar
 
     def snapshot(self) -> Snapshot:
         return Snapshot(tuple(inv.view() for inv in self._invocations.values()))
@@ -310,7 +311,10 @@ class Tracker:
             return out
         inv, out = self._target(event, ts)
         inv.last_ts = ts if inv.last_ts is None else max(inv.last_ts, ts)
-        out.extend(self._apply(inv, event, ts))
+        moves = self._apply(inv, event, ts)
+        out.extend(self._adopted)  # the adopted bar's move happened before the event's own
+        self._adopted.clear()
+        out.extend(moves)
         return out
 
     def _apply(self, inv: _Invocation, event: Event, ts: float) -> list[Transition]:
@@ -353,12 +357,16 @@ class Tracker:
     def _rank(self, inv: _Invocation, label: str, ts: float) -> _Rank:
         rank = inv.ranks.get(label)
         if rank is None:
+            bar = inv.unowned_bar if label != MAIN and _tp_index(label) in (0, None) else None
+            # A rank that adopts an earlier bar was alive when the bar was drawn.
+            since = min(ts, bar.ts) if bar is not None and bar.ts is not None else ts
             phase = inv.unit_phase if inv.unit_phase is not None and label == MAIN else Phase.LAUNCH
-            rank = inv.ranks[label] = _Rank(label, phase, ts, [PhaseSpan(phase, ts, None)], last_activity=ts)
-            bar = inv.unowned_bar
-            if bar is not None and label != MAIN and _tp_index(label) in (0, None):
+            rank = inv.ranks[label] = _Rank(label, phase, since, [PhaseSpan(phase, since, None)],
+                                            last_activity=since)
+            if bar is not None:
                 inv.unowned_bar = None
-                self._progress(inv, replace(bar, rank=label), bar.ts if bar.ts is not None else ts)
+                self._adopted.extend(self._progress(inv, replace(bar, rank=label),
+                                                    bar.ts if bar.ts is not None else ts))
         return rank
 
     # -- rank phases --------------------------------------------------------------------------
@@ -367,7 +375,8 @@ class Tracker:
         """The phase an engine line means for this rank now; None when it changes nothing."""
         if phase in (Phase.DIST_INIT, Phase.WEIGHT_LOAD) and rank.entered(Phase.WEIGHT_LOAD):
             # The draft model's runner repeats dist init and weight loading.
-            if phase is Phase.WEIGHT_LOAD and rank.phase is Phase.WEIGHT_LOAD:
+            # (v0.5.23 loads the draft's right after the target's: an ended weight_load is not reopened.)
+            if phase is Phase.WEIGHT_LOAD and rank.phase is Phase.WEIGHT_LOAD and not rank.phase_ended:
                 return phase
             if phase is Phase.DIST_INIT and not begin:
                 return None
