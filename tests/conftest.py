@@ -1,9 +1,11 @@
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tools"))  # the SGLang simulator lives outside the installed package
 
 
 def corpus_dir() -> Path | None:

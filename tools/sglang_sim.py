@@ -4,7 +4,7 @@ Lines follow the v0.5.9 strings of the SGLang log catalog. A scenario is a list 
 offset, writer, bytes). `journal_json()` renders it the way `journalctl -o json --all` shows it, with
 the PID-1 entries around it; the daemon tests (and the demo) play it for real instead.
 
-    python -m phasewatch.simulator --scenario stall-draft-capture --format json > startup.json
+    python tools/sglang_sim.py --scenario stall-draft-capture --format json > startup.json
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass
 from typing import Iterator
 
-from .records import MID_FAILED, MID_MAIN_EXITED, MID_STARTED
+from phasewatch.records import MID_FAILED, MID_MAIN_EXITED, MID_STARTED
 
 RANKS = 8
 MAIN_PID = 4711
@@ -203,7 +203,7 @@ def journal_json(scenario: str, base: float = 1796025600.0, unit: str = "sglang-
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m phasewatch.simulator", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="tools/sglang_sim.py", description=__doc__.splitlines()[0])
     parser.add_argument("--scenario", choices=SCENARIOS, default="healthy")
     parser.add_argument("--format", choices=("json",), default="json")
     parser.add_argument("--unit", default="sglang-kimi.service")

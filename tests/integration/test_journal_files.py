@@ -14,7 +14,7 @@ from typing import Any, Iterable
 import pytest
 
 from phasewatch.cli import main
-from phasewatch.simulator import journal_json
+from sglang_sim import journal_json
 
 UNIT = "sglang-kimi.service"
 JOURNAL_REMOTE = next((p for p in ("/lib/systemd/systemd-journal-remote", "/usr/lib/systemd/systemd-journal-remote")
