@@ -28,7 +28,8 @@ SEGMENT_SPLIT_RE = re.compile(r"\r\n|\r|\n")
 _TAG = r"(?:DP|PP|ATTN_CP|MOE_DP|TP|EP)\d+"
 # [2026-02-22 23:59:15 DP0 TP3], with optional .mmm; [12:01:02 TP3] (2024); [gpu_id=3] (2024).
 PREFIX_RE = re.compile(
-    r"\[(?:(?P<date>\d{4}-\d{2}-\d{2}) (?P<time>\d{2}:\d{2}:\d{2})(?P<ms>\.\d{3})?(?P<tags>(?: " + _TAG + r")*)"
+    r"\[(?:(?P<date>\d{4}-\d{2}-\d{2}) (?P<time>\d{2}:\d{2}:\d{2})(?P<ms>\.\d{3})?"
+    r"(?P<tags>(?: " + _TAG + r")*)"
     r"|(?P<stime>\d{2}:\d{2}:\d{2})(?P<stags>(?: " + _TAG + r")+)"
     r"|gpu_id=(?P<gpu>\d+))\] ?"
 )
@@ -52,10 +53,14 @@ TRACEBACK_LINE_RE = re.compile(
     r"|The above exception was the direct cause|\^+\s*$|[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)\b"
     r"|Possible solutions:|\d+\. |Open an issue on GitHub)"
 )
-OPENS_BLOCK_RE = re.compile(r"Traceback \(most recent call last\):\s*$|hit an exception:\s*(?:Traceback.*)?$|:\s*$")
+OPENS_BLOCK_RE = re.compile(
+    r"Traceback \(most recent call last\):\s*$|hit an exception:\s*(?:Traceback.*)?$|:\s*$"
+)
 
 # Wrappers some launchers put before every line: docker compose "svc  | ", OpenMPI --tag-output.
-WRAPPER_RE = re.compile(r"^(?:[\w.-]+\s+\| |\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}\[\d+,\d+\]<std(?:out|err)>:)")
+WRAPPER_RE = re.compile(
+    r"^(?:[\w.-]+\s+\| |\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}\[\d+,\d+\]<std(?:out|err)>:)"
+)
 
 # A held fragment longer than this is released as a line of its own: memory stays bounded.
 MAX_PENDING_CHARS = 4 * 1024 * 1024
@@ -71,6 +76,24 @@ def decode(message: bytes | str | None) -> str:
 
 def strip_ansi(text: str) -> str:
     return ANSI_RE.sub("", text) if "\x1b" in text else text
+
+
+def _join(held: bytes | str, message: bytes | str | None) -> bytes | str:
+    """A held tail and the next MESSAGE; bytes stay bytes so a split UTF-8 sequence rejoins."""
+    if message is None:
+        return held
+    if not held:
+        return message
+    if isinstance(held, bytes) and isinstance(message, bytes):
+        return held + message
+    return decode(held) + decode(message)
+
+
+def _tail_start(raw: bytes | str) -> int:
+    """Where the last unfinished line starts: after the last \\r or \\n (never inside a UTF-8 sequence)."""
+    if isinstance(raw, bytes):
+        return max(raw.rfind(b"\r"), raw.rfind(b"\n")) + 1
+    return max(raw.rfind("\r"), raw.rfind("\n")) + 1
 
 
 def canonical_rank(tags: str) -> str | None:
@@ -151,7 +174,8 @@ class _Stream:
     open_record: int = 0
     open_rank: str | None = None
     block_open: bool = False
-    pending: str = ""
+    pending: bytes | str = ""  # the unfinished tail of a line_break entry, undecoded
+    pending_ts: float | None = None  # the journal time of the entry that brought it
 
 
 class LineSplitter:
@@ -172,25 +196,25 @@ class LineSplitter:
         stream = self._streams.get(key)
         if stream is None:
             stream = self._streams[key] = _Stream()
-        text = stream.pending + decode(record.message)
+        raw = _join(stream.pending, record.message)
         stream.pending = ""
-        segments = SEGMENT_SPLIT_RE.split(text)
         if record.line_break in ("line-max", "pid-change") and record.pid is not None:
-            # The entry is an unfinished line: hold its tail for the same PID's next entry.
-            tail = segments.pop()
-            if len(tail) > MAX_PENDING_CHARS:
-                segments.append(tail)
-            else:
-                stream.pending = tail
-        return self._lines(segments, record, stream)
+            # The entry is an unfinished line: hold its tail for the same PID's next entry. The tail
+            # stays undecoded, so a character journald cut in two is decoded whole.
+            cut = _tail_start(raw)
+            if len(raw) - cut <= MAX_PENDING_CHARS:
+                raw, stream.pending = raw[:cut], raw[cut:]
+                stream.pending_ts = record.realtime
+        return self._lines(SEGMENT_SPLIT_RE.split(decode(raw)), record, stream)
 
     def flush(self) -> list[Line]:
         """Release every held fragment (end of a replay)."""
         out: list[Line] = []
         for (invocation_id, pid), stream in self._streams.items():
             if stream.pending:
-                held = JournalRecord(message=None, realtime=self._last_ts, pid=pid, invocation_id=invocation_id)
-                out.extend(self._lines([stream.pending], held, stream))
+                held = JournalRecord(message=None, realtime=stream.pending_ts, pid=pid,
+                                     invocation_id=invocation_id)
+                out.extend(self._lines([decode(stream.pending)], held, stream))
                 stream.pending = ""
         return out
 
@@ -264,8 +288,8 @@ class LineSplitter:
             progress, end = parsed
             self._next_record += 1
             rank = self._inherited_rank(record, stream)
-            out.append(Line(text=segment[:end], message=segment[:end], kind=LineKind.PROGRESS, rank=rank, ts=ts,
-                            pid=record.pid, invocation_id=record.invocation_id, progress=progress,
+            out.append(Line(text=segment[:end], message=segment[:end], kind=LineKind.PROGRESS, rank=rank,
+                            ts=ts, pid=record.pid, invocation_id=record.invocation_id, progress=progress,
                             record_id=self._next_record))
             rest = segment[end:]
             if rest:
