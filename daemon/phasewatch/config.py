@@ -34,7 +34,7 @@ def parse_duration(value: object) -> float | None:
     if isinstance(value, bool):
         raise ValueError(f"expected a duration like 90s, 20m or 1h30m, got {value!r}")
     if isinstance(value, (int, float)):
-        if value <= 0:
+        if not value > 0:  # also NaN (YAML .nan), which no `spent > limit` would ever exceed
             raise ValueError(f"expected a positive duration, got {value!r}")
         return float(value)
     if isinstance(value, str):
