@@ -1,216 +1,467 @@
-"""A simulated SGLang start-up of Kimi-K2.5 INT4 (547 GB) on 8 GPUs with an EAGLE-3 draft model.
+#!/usr/bin/env python3
+"""A faithful simulated SGLang v0.5.9 start-up: Kimi-K2.5 INT4 (547 GB), TP=8, EAGLE-3 draft model.
 
-Lines follow the v0.5.9 strings of the SGLang log catalog. A scenario is a list of `Emit`s (time
-offset, writer, bytes). `journal_json()` renders it the way `journalctl -o json --all` shows it, with
-the PID-1 entries around it; the daemon tests (and the demo) play it for real instead.
+Lines follow the v0.5.9 strings of the SGLang log catalog (SGLANG-LOGS.md §2, §9), tqdm bars with
+their `\\r` frames. A start-up is a schedule of `Emit`s (time, writer, text), built with faults:
 
-    python tools/sglang_sim.py --scenario stall-draft-capture --format json > startup.json
+    --hang TP3:draft_cuda_graph_capture   the rank stops once it entered the phase
+    --kill TP5:weight_load                the rank's process is SIGKILLed in the phase
+    --exception TP4:cuda_graph_capture    a Python exception with traceback on that rank; the
+                                          parent's SIGQUIT line comes first, then it kills all
+    --oom TP5:cuda_graph_capture          the same, with CUDA out of memory during capture
+    --slow-load 3                         weight loading 3 times slower, still progressing
+
+Two ways to play it:
+    json   print it as `journalctl -o json --all` would (with PID 1's entries), for replay tests;
+    run    really run it: one process per rank titled `sglang::scheduler_TPn` writing to the
+           inherited stderr at `--scale` speed, and the HTTP server (`/health`, `/model_info`,
+           `/generate`) on `--port` once the ranks are ready.
+
+    python3 tools/sglang_sim.py json --hang TP3:draft_cuda_graph_capture > startup.json
+    python3 tools/sglang_sim.py run --scale 0.02 --port 30000
 """
 
 from __future__ import annotations
 
 import argparse
+import http.server
 import json
+import os
+import signal
+import subprocess
 import sys
-from dataclasses import dataclass
+import threading
+import time
+from dataclasses import dataclass, field
 from typing import Iterator
 
-from phasewatch.records import MID_FAILED, MID_MAIN_EXITED, MID_STARTED
-
 RANKS = 8
-MAIN_PID = 4711
-SCENARIOS = ("healthy", "stall-draft-capture", "crash-oom-capture")
+MAIN = -1
 CAPTURE_BS = [1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 32, 40, 44, 48]
 SHARDS = 64
 MODEL = "moonshotai/Kimi-K2.5"
 DRAFT = "lightseekorg/kimi-k2.5-eagle3"
+MID_STARTED = "39f53479d3a045ac8e11786248231fbf"
+MID_MAIN_EXITED = "98e322203f7a4ed290d09fe03c09fe15"
+MID_FAILED = "d9b373ed55a64feb8242e02dbe79a49c"
 
 
 @dataclass(frozen=True)
 class Emit:
     t: float  # seconds after the unit started
-    writer: int  # -1 = main process, else the TP rank
-    text: str  # one line as the process writes it (tqdm frames carry their own "\r")
+    writer: int  # MAIN or the TP rank
+    text: str
     logged: bool = True  # False: written raw (tracebacks, tqdm), without the logging prefix
+    newline: bool = True  # False: a tqdm frame, followed by more frames and a final "\n"
+    phase: str = ""  # the phase this line belongs to (for faults)
 
 
-def pid_of(writer: int) -> int:
-    return MAIN_PID if writer < 0 else MAIN_PID + 10 + writer
+@dataclass(frozen=True)
+class Faults:
+    hang: dict[int, str] = field(default_factory=dict)
+    kill: dict[int, str] = field(default_factory=dict)
+    exception: dict[int, str] = field(default_factory=dict)
+    oom: dict[int, str] = field(default_factory=dict)
+    slow_load: float = 1.0
 
 
-def _all(t: float, text: str, spread: float = 0.4) -> list[Emit]:
+@dataclass(frozen=True)
+class Plan:
+    emits: tuple[Emit, ...]
+    kill_at: dict[int, float]  # rank -> time its process dies (SIGKILL)
+    crash_at: float | None  # the parent kills the whole tree at this time
+    hung: dict[int, float]  # rank -> time it stops writing
+    ready_at: float | None  # "fired up" time; the HTTP server runs from uvicorn_at
+    uvicorn_at: float | None
+
+
+def _ranks(t: float, text: str, phase: str, spread: float = 0.4) -> list[Emit]:
     order = [0, 3, 6, 1, 7, 5, 2, 4]
-    return [Emit(t + spread * i / RANKS, rank, text) for i, rank in enumerate(order)]
+    return [Emit(t + spread * i / RANKS, rank, text, phase=phase) for i, rank in enumerate(order)]
 
 
-def _prefix(rank: int | None, stamp: str) -> str:
-    return f"[{stamp}{'' if rank is None else f' TP{rank}'}] "
-
-
-def _capture_bar(avail: float, seconds: float) -> str:
-    frames = [f"\r  0%|          | 0/{len(CAPTURE_BS)} [00:00<?, ?it/s]"]
+def _bar(t0: float, seconds: float, avail: float, phase: str) -> list[Emit]:
+    """TP0's capture bar: one frame per batch size over `seconds`, then the closing newline."""
+    total = len(CAPTURE_BS)
+    out = [Emit(t0, 0, f"\r  0%|          | 0/{total} [00:00<?, ?it/s]", logged=False, newline=False, phase=phase)]
     for done, bs in enumerate(reversed(CAPTURE_BS)):
-        pct = int(100 * done / len(CAPTURE_BS))
-        rate = f"{len(CAPTURE_BS) / seconds:.2f}it/s"
+        t = t0 + seconds * done / total
         desc = f"Capturing batches (bs={bs} avail_mem={avail - 0.04 * done:.2f} GB)"
-        frames.append(f"\r{desc}: {pct:3d}%|#         | {done}/{len(CAPTURE_BS)} [00:00<00:00, {rate}]")
-    frames.append(f"\rCapturing batches (bs=1 avail_mem={avail - 0.9:.2f} GB): 100%|##########| "
-                  f"{len(CAPTURE_BS)}/{len(CAPTURE_BS)} [00:{int(seconds) % 60:02d}<00:00, 2.44it/s]")
-    return "".join(frames)
+        filled = "#" * (10 * done // total)
+        out.append(Emit(t, 0, f"\r{desc}: {100 * done // total:3d}%|{filled:<10}| {done}/{total} "
+                        f"[00:{int(t - t0) % 60:02d}<00:00, {total / max(seconds, 0.01):.2f}it/s]",
+                        logged=False, newline=False, phase=phase))
+    out.append(Emit(t0 + seconds, 0, f"\rCapturing batches (bs=1 avail_mem={avail - 0.9:.2f} GB): 100%|##########| "
+                    f"{total}/{total} [00:{int(seconds) % 60:02d}<00:00, 2.44it/s]", logged=False, newline=False,
+                    phase=phase))
+    out.append(Emit(t0 + seconds, 0, "", logged=False, phase=phase))
+    return out
 
 
-def script(scenario: str = "healthy", scale: float = 1.0) -> list[Emit]:
-    """The start-up as (time, writer, text). `scale` shrinks every duration (1.0 = real minutes)."""
-    if scenario not in SCENARIOS:
-        raise ValueError(f"unknown scenario {scenario!r} (known: {', '.join(SCENARIOS)})")
+def build(scale: float = 1.0, faults: Faults | None = None) -> Plan:
+    """The whole start-up, phase by phase, with `scale` shrinking every duration (1.0 = real time)."""
+    faults = faults or Faults()
     s = scale
-    out: list[Emit] = [
-        Emit(0.5, -1, "Max running requests is reset to 48 for speculative decoding. You can override this by "
-                      "explicitly setting --max-running-requests."),
-        Emit(1.0, -1, f"server_args=ServerArgs(model_path='{MODEL}', tokenizer_path='{MODEL}', "
-                      "tokenizer_mode='auto', load_format='auto', trust_remote_code=True, host='0.0.0.0', "
-                      "port=30000, mem_fraction_static=0.85, tp_size=8, dp_size=1, pp_size=1, ep_size=1, "
-                      "nnodes=1, node_rank=0, enable_dp_attention=False, speculative_algorithm='EAGLE3', "
-                      f"speculative_draft_model_path='{DRAFT}', speculative_num_steps=3, "
-                      "speculative_eagle_topk=1, speculative_num_draft_tokens=4, cuda_graph_max_bs=512, "
-                      "watchdog_timeout=300, enable_metrics=True)"),
+    emits: list[Emit] = [
+        Emit(0.2 * s, MAIN, "Max running requests is reset to 48 for speculative decoding. You can override this "
+             "by explicitly setting --max-running-requests.", logged=False, phase="launch"),
+        Emit(0.5 * s, MAIN, f"server_args=ServerArgs(model_path='{MODEL}', tokenizer_path='{MODEL}', "
+             "tokenizer_mode='auto', load_format='auto', trust_remote_code=True, host='0.0.0.0', port=30000, "
+             "mem_fraction_static=0.85, tp_size=8, dp_size=1, pp_size=1, ep_size=1, nnodes=1, node_rank=0, "
+             "enable_dp_attention=False, speculative_algorithm='EAGLE3', "
+             f"speculative_draft_model_path='{DRAFT}', speculative_num_steps=3, speculative_eagle_topk=1, "
+             "speculative_num_draft_tokens=4, cuda_graph_max_bs=512, watchdog_timeout=300, enable_metrics=True)",
+             phase="launch"),
     ]
     t = 6 * s
-    out += _all(t, "Init torch distributed begin.")
-    out.append(Emit(t + 1 * s, 0, "sglang is using nccl==2.27.5"))
-    out += _all(t + 2 * s, "Init torch distributed ends. elapsed=1.93 s, mem usage=1.35 GB")
+    emits += _ranks(t, "Init torch distributed begin.", "dist_init")
+    emits.append(Emit(t + 1 * s, 0, "sglang is using nccl==2.27.5", phase="dist_init"))
+    emits += _ranks(t + 2 * s, "Init torch distributed ends. elapsed=1.93 s, mem usage=1.35 GB", "dist_init")
     t += 3 * s
-    out += _all(t, "Load weight begin. avail mem=137.95 GB")
-    out.append(Emit(t + 0.2 * s, 0, "Using model weights format ['*.safetensors']"))
-    out.append(Emit(t + 30 * s, -1, "Using default HuggingFace chat template with detected content format: string"))
-    per_shard = 8.4 * s
+    emits += _ranks(t, "Load weight begin. avail mem=137.95 GB", "weight_load")
+    emits.append(Emit(t + 0.2 * s, 0, "Using model weights format ['*.safetensors']", phase="weight_load"))
+    emits.append(Emit(t + 30 * s, MAIN, "Using default HuggingFace chat template with detected content format: "
+                      "string", phase="weight_load"))
+    per_shard = 8.4 * s * faults.slow_load
     for n in range(SHARDS + 1):
-        pct = int(100 * n / SHARDS)
-        out.append(Emit(t + 0.5 * s + n * per_shard, 0, f"\rLoading safetensors checkpoint shards: {pct:3d}% Completed "
-                        f"| {n}/{SHARDS} [{int(n * 8.4) // 60:02d}:{int(n * 8.4) % 60:02d}<00:00,  8.40s/it]"))
+        elapsed = n * 8.4 * faults.slow_load
+        emits.append(Emit(t + 0.5 * s + n * per_shard, 0, f"\rLoading safetensors checkpoint shards: "
+                          f"{100 * n // SHARDS:3d}% Completed | {n}/{SHARDS} [{int(elapsed) // 60:02d}:"
+                          f"{int(elapsed) % 60:02d}<00:00,  {8.4 * faults.slow_load:.2f}s/it]",
+                          logged=False, phase="weight_load"))
     t += 1 * s + SHARDS * per_shard
-    out.append(Emit(t, 0, ""))
-    out += _all(t + 2 * s, "Load weight end. elapsed=541.20 s, type=KimiK25ForConditionalGeneration, "
-                "dtype=torch.bfloat16, avail mem=69.61 GB, mem usage=68.34 GB.", spread=3 * s)
-    t += 6 * s
-    out.append(Emit(t, 0, "Using KV cache dtype: torch.bfloat16"))
-    out += _all(t + 1 * s, "KV Cache is allocated. #tokens: 1200000, KV size: 41.49 GB")
-    out += _all(t + 2 * s, "Memory pool end. avail mem=24.80 GB")
+    emits.append(Emit(t, 0, "", logged=False, phase="weight_load"))
+    emits += _ranks(t + 1 * s, f"Load weight end. elapsed={SHARDS * 8.4 * faults.slow_load:.2f} s, "
+                    "type=KimiK25ForConditionalGeneration, dtype=torch.bfloat16, avail mem=69.61 GB, "
+                    "mem usage=68.34 GB.", "weight_load", spread=2 * s)
     t += 4 * s
-    out += _all(t, "Capture cuda graph begin. This can take up to several minutes. avail mem=24.60 GB")
-    out.append(Emit(t + 0.5 * s, 0, f"Capture cuda graph bs {CAPTURE_BS}"))
+    emits.append(Emit(t, 0, "Using KV cache dtype: torch.bfloat16", phase="kv_cache_alloc"))
+    emits += _ranks(t + 1 * s, "KV Cache is allocated. #tokens: 1200000, KV size: 41.49 GB", "kv_cache_alloc")
+    emits += _ranks(t + 2 * s, "Memory pool end. avail mem=24.80 GB", "kv_cache_alloc")
+    t += 3 * s
+    emits += _ranks(t, "Capture cuda graph begin. This can take up to several minutes. avail mem=24.60 GB",
+                    "cuda_graph_capture")
+    emits.append(Emit(t + 0.5 * s, 0, f"Capture cuda graph bs {CAPTURE_BS}", phase="cuda_graph_capture"))
     capture = 290 * s
-    out.append(Emit(t + capture, 0, _capture_bar(24.3, capture)))
-    if scenario == "crash-oom-capture":
-        t_crash = t + 131 * s
-        out.append(Emit(t_crash, -1, "Received sigquit from a child process. It usually means the child failed."))
-        out.append(Emit(t_crash + 0.1, 5, "Scheduler hit an exception: Traceback (most recent call last):"))
-        frames = [
-            '  File "/sgl-workspace/sglang/python/sglang/srt/model_executor/cuda_graph_runner.py", line 372, in __init__',
-            "    self.capture()",
-            "Exception: Capture cuda graph failed: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 5 has a "
-            "total capacity of 139.81 GiB of which 1.12 GiB is free.",
-            "Possible solutions:",
-            "1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)",
-        ]
-        out += [Emit(t_crash + 0.1, 5, line, logged=False) for line in frames]
-        return sorted((e for e in out if e.t <= t_crash + 0.2), key=lambda e: e.t)
-    out += _all(t + capture + 0.5 * s, "Capture cuda graph end. Time elapsed: 290.12 s. mem usage=1.17 GB. "
-                "avail mem=23.43 GB.")
-    t += capture + 2 * s
-    out += _all(t, "Init torch distributed begin.")
-    out += _all(t + 0.2 * s, "Init torch distributed ends. elapsed=0.00 s, mem usage=0.00 GB")
-    out += _all(t + 0.5 * s, "Load weight begin. avail mem=23.40 GB")
-    out.append(Emit(t + 1 * s, 0, "\rLoading safetensors checkpoint shards:   0% Completed | 0/1 [00:00<?, ?it/s]"))
-    out.append(Emit(t + 9 * s, 0, "\rLoading safetensors checkpoint shards: 100% Completed | 1/1 [00:08<00:00,  "
-                    "8.11s/it]"))
-    out += _all(t + 10 * s, "Load weight end. elapsed=9.42 s, type=LlamaForCausalLMEagle3, dtype=torch.bfloat16, "
-                "avail mem=22.20 GB, mem usage=1.20 GB.")
-    out += _all(t + 11 * s, "KV Cache is allocated. #tokens: 1200000, K size: 0.62 GB, V size: 0.62 GB")
-    out += _all(t + 11.5 * s, "Memory pool end. avail mem=20.90 GB")
+    emits += _bar(t + 1 * s, capture, 24.3, "cuda_graph_capture")
+    emits += _ranks(t + 1.5 * s + capture, "Capture cuda graph end. Time elapsed: 290.12 s. mem usage=1.17 GB. "
+                    "avail mem=23.43 GB.", "cuda_graph_capture")
+    t += capture + 3 * s
+    emits += _ranks(t, "Init torch distributed begin.", "draft_weight_load")
+    emits += _ranks(t + 0.2 * s, "Init torch distributed ends. elapsed=0.00 s, mem usage=0.00 GB",
+                    "draft_weight_load")
+    emits += _ranks(t + 0.5 * s, "Load weight begin. avail mem=23.40 GB", "draft_weight_load")
+    emits.append(Emit(t + 1 * s, 0, "\rLoading safetensors checkpoint shards:   0% Completed | 0/1 [00:00<?, ?it/s]",
+                      logged=False, phase="draft_weight_load"))
+    emits.append(Emit(t + 9 * s, 0, "\rLoading safetensors checkpoint shards: 100% Completed | 1/1 "
+                      "[00:08<00:00,  8.11s/it]", logged=False, phase="draft_weight_load"))
+    emits += _ranks(t + 10 * s, "Load weight end. elapsed=9.42 s, type=LlamaForCausalLMEagle3, "
+                    "dtype=torch.bfloat16, avail mem=22.20 GB, mem usage=1.20 GB.", "draft_weight_load")
+    emits += _ranks(t + 11 * s, "KV Cache is allocated. #tokens: 1200000, K size: 0.62 GB, V size: 0.62 GB",
+                    "draft_weight_load")
+    emits += _ranks(t + 11.5 * s, "Memory pool end. avail mem=20.90 GB", "draft_weight_load")
     t += 13 * s
-    out += _all(t, "Capture draft cuda graph begin. This can take up to several minutes. avail mem=20.80 GB")
+    emits += _ranks(t, "Capture draft cuda graph begin. This can take up to several minutes. avail mem=20.80 GB",
+                    "draft_cuda_graph_capture")
     draft = 160 * s
-    out.append(Emit(t + draft, 0, _capture_bar(20.6, draft)))
-    if scenario == "stall-draft-capture":
-        # TP3 never finishes its draft-decode capture; the others do, then wait for it forever.
-        done = [e for e in _all(t + draft + 0.5 * s, "Capture draft cuda graph end. Time elapsed: 160.40 s. "
-                                "mem usage=0.38 GB. avail mem=20.42 GB.") if e.writer != 3]
-        return sorted(out + done, key=lambda e: e.t)
-    out += _all(t + draft + 0.5 * s, "Capture draft cuda graph end. Time elapsed: 160.40 s. mem usage=0.38 GB. "
-                "avail mem=20.42 GB.")
-    t += draft + 1 * s
-    out += _all(t, "Capture draft extend cuda graph begin. This can take up to several minutes. avail mem=20.40 GB")
+    emits += _bar(t + 0.5 * s, draft, 20.6, "draft_cuda_graph_capture")
+    emits += _ranks(t + 1 * s + draft, "Capture draft cuda graph end. Time elapsed: 160.40 s. mem usage=0.38 GB. "
+                    "avail mem=20.42 GB.", "draft_cuda_graph_capture")
+    t += draft + 2 * s
+    emits += _ranks(t, "Capture draft extend cuda graph begin. This can take up to several minutes. "
+                    "avail mem=20.40 GB", "draft_cuda_graph_capture")
     extend = 95 * s
-    out.append(Emit(t + extend, 0, _capture_bar(20.3, extend)))
-    out += _all(t + extend + 0.5 * s, "Capture draft extend cuda graph end. Time elapsed: 95.10 s. mem usage=0.21 GB. "
-                "avail mem=20.19 GB.")
+    emits += _bar(t + 0.5 * s, extend, 20.3, "draft_cuda_graph_capture")
+    emits += _ranks(t + 1 * s + extend, "Capture draft extend cuda graph end. Time elapsed: 95.10 s. "
+                    "mem usage=0.21 GB. avail mem=20.19 GB.", "draft_cuda_graph_capture")
     t += extend + 2 * s
-    out.append(Emit(t, 0, "max_total_num_tokens=1200000, chunked_prefill_size=8192, max_prefill_tokens=16384, "
-                    "max_running_requests=48, context_len=262144, available_gpu_mem=20.19 GB"))
-    uvicorn = ["INFO:     Started server process [4711]", "INFO:     Waiting for application startup.",
-               "INFO:     Application startup complete.",
-               "INFO:     Uvicorn running on http://0.0.0.0:30000 (Press CTRL+C to quit)",
-               'INFO:     127.0.0.1:51532 - "GET /model_info HTTP/1.1" 200 OK']
-    out += [Emit(t + 1 * s + 0.1 * i, -1, line) for i, line in enumerate(uvicorn)]
-    out.append(Emit(t + 2 * s, 0, "Prefill batch, #new-seq: 1, #new-token: 7, #cached-token: 0, token usage: 0.00, "
-                    "#running-req: 0, #queue-req: 0, input throughput (token/s): 0.00, cuda graph: False"))
-    out.append(Emit(t + 3 * s, -1, 'INFO:     127.0.0.1:51544 - "POST /generate HTTP/1.1" 200 OK'))
-    out.append(Emit(t + 3.5 * s, -1, "The server is fired up and ready to roll!"))
-    out.append(Emit(t + 20 * s, 0, "Decode batch, #running-req: 12, #token: 48213, token usage: 0.02, accept len: "
-                    "3.41, accept rate: 0.43, cuda graph: True, gen throughput (token/s): 1021.55, #queue-req: 0"))
-    return sorted(out, key=lambda e: e.t)
+    emits.append(Emit(t, 0, "max_total_num_tokens=1200000, chunked_prefill_size=8192, max_prefill_tokens=16384, "
+                      "max_running_requests=48, context_len=262144, available_gpu_mem=20.19 GB", phase="ready"))
+    uvicorn_at = t + 1 * s
+    lines = ["INFO:     Started server process [{pid}]", "INFO:     Waiting for application startup.",
+             "INFO:     Application startup complete.",
+             "INFO:     Uvicorn running on http://0.0.0.0:{port} (Press CTRL+C to quit)",
+             'INFO:     127.0.0.1:51532 - "GET /model_info HTTP/1.1" 200 OK']
+    emits += [Emit(uvicorn_at + 0.05 * i * s, MAIN, line, phase="http_server_start") for i, line in enumerate(lines)]
+    emits.append(Emit(t + 2 * s, 0, "Prefill batch, #new-seq: 1, #new-token: 7, #cached-token: 0, token usage: 0.00, "
+                      "#running-req: 0, #queue-req: 0, input throughput (token/s): 0.00, cuda graph: False",
+                      phase="warmup"))
+    emits.append(Emit(t + 3 * s, MAIN, 'INFO:     127.0.0.1:51544 - "POST /generate HTTP/1.1" 200 OK', phase="warmup"))
+    ready_at = t + 3.5 * s
+    emits.append(Emit(ready_at, MAIN, "The server is fired up and ready to roll!", phase="ready"))
+    emits.sort(key=lambda e: e.t)
+    return _apply_faults(emits, faults, s, uvicorn_at, ready_at)
+
+
+def _phase_start(emits: list[Emit], rank: int, phase: str) -> float:
+    times = [e.t for e in emits if e.writer == rank and e.phase == phase]
+    if not times:
+        raise ValueError(f"TP{rank} prints nothing in phase {phase!r}")
+    return min(times)
+
+
+def _apply_faults(emits: list[Emit], faults: Faults, s: float, uvicorn_at: float, ready_at: float) -> Plan:
+    hung: dict[int, float] = {}
+    kill_at: dict[int, float] = {}
+    crash_at: float | None = None
+    for rank, phase in faults.hang.items():
+        hung[rank] = _phase_start(emits, rank, phase) + 0.01
+    for rank, phase in faults.kill.items():
+        kill_at[rank] = _phase_start(emits, rank, phase) + 2 * s
+    crashes = {**{r: ("exception", p) for r, p in faults.exception.items()},
+               **{r: ("oom", p) for r, p in faults.oom.items()}}
+    for rank, (kind, phase) in crashes.items():
+        at = _phase_start(emits, rank, phase) + 2 * s
+        emits = [e for e in emits if e.t < at]
+        emits.append(Emit(at, MAIN, "Received sigquit from a child process. It usually means the child failed."))
+        emits.append(Emit(at + 0.05, rank, "Scheduler hit an exception: Traceback (most recent call last):"))
+        error = ("Exception: Capture cuda graph failed: CUDA out of memory. Tried to allocate 2.00 GiB. GPU "
+                 f"{rank} has a total capacity of 139.81 GiB of which 1.12 GiB is free." if kind == "oom" else
+                 "RuntimeError: CUDA error: an illegal memory access was encountered")
+        frames = ['  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py", line 3079, in '
+                  "run_scheduler_process",
+                  "    scheduler = Scheduler(server_args, port_args, gpu_id, tp_rank, moe_ep_rank, pp_rank, dp_rank)",
+                  '  File "/sgl-workspace/sglang/python/sglang/srt/model_executor/model_runner.py", line 2147, in '
+                  "init_device_graphs", "    self.graph_runner = graph_runners[self.device](self)", error]
+        if kind == "oom":
+            frames += ["Possible solutions:", "1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)"]
+        emits += [Emit(at + 0.05, rank, line, logged=False) for line in frames]
+        crash_at = at + 0.5 * s
+    # Ranks that hang or die write nothing afterwards; everything after a crash is gone.
+    kept = [e for e in emits
+            if not (e.writer in hung and e.t > hung[e.writer])
+            and not (e.writer in kill_at and e.t >= kill_at[e.writer])
+            and not (crash_at is not None and e.t > crash_at)]
+    stops = [*hung.values(), *kill_at.values()]
+    if stops:
+        # The other ranks block in the next collective: nothing reaches the HTTP server.
+        blocked_after = min(stops)
+        phase_end = min((e.t for e in emits if e.t > blocked_after and e.writer == 0
+                         and e.phase not in ("", _phase_of(emits, blocked_after))), default=None)
+        kept = [e for e in kept if phase_end is None or e.t < phase_end]
+        uvicorn_at = ready_at = float("inf")
+    if crash_at is not None:
+        uvicorn_at = ready_at = float("inf")
+    return Plan(tuple(sorted(kept, key=lambda e: e.t)), kill_at, crash_at, hung,
+                None if ready_at == float("inf") else ready_at, None if uvicorn_at == float("inf") else uvicorn_at)
+
+
+def _phase_of(emits: list[Emit], t: float) -> str:
+    return next((e.phase for e in reversed(emits) if e.t <= t and e.writer == 0), "")
 
 
 def stamp(base: float, t: float) -> str:
-    import time as _time
-
-    return _time.strftime("%Y-%m-%d %H:%M:%S", _time.gmtime(base + t))
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(base + t))
 
 
-def rendered(emit: Emit, base: float) -> str:
-    """The text a process writes for `emit`: logging records get SGLang's prefix, tqdm frames do not."""
-    if not emit.logged or not emit.text or emit.text.startswith("\r") or emit.text.startswith("Max running"):
-        return emit.text
-    if emit.text.startswith("INFO:"):
-        return _prefix(None, stamp(base, emit.t)) + emit.text
-    return _prefix(None if emit.writer < 0 else emit.writer, stamp(base, emit.t)) + emit.text
+def rendered(emit: Emit, base: float, pid: int = 0, port: int = 30000) -> str:
+    """What the process writes: logging records get SGLang's `[date time TPn] ` prefix."""
+    text = emit.text.format(pid=pid, port=port) if "{" in emit.text and emit.writer == MAIN else emit.text
+    if not emit.logged or not text:
+        return text
+    tag = "" if emit.writer == MAIN else f" TP{emit.writer}"
+    return f"[{stamp(base, emit.t)}{tag}] {text}"
 
 
-def journal_json(scenario: str, base: float = 1796025600.0, unit: str = "sglang-kimi.service",
-                 invocation: str = "5e1f3c9a0b7d4e21a6c8f00d1e2b3c4d") -> Iterator[dict[str, object]]:
-    """Entries as `journalctl -o json --all` prints them (MESSAGE with control characters as bytes)."""
+# --- json: as journalctl -o json --all shows it --------------------------------------------------
+
+def journal_json(plan: Plan, base: float = 1796025600.0, unit: str = "sglang-kimi.service",
+                 invocation: str = "5e1f3c9a0b7d4e21a6c8f00d1e2b3c4d", main_pid: int = 4711
+                 ) -> Iterator[dict[str, object]]:
+    """journald's view: a line is one entry, an unfinished line is flushed when another PID writes."""
     def entry(t: float, fields: dict[str, object]) -> dict[str, object]:
         return {"__REALTIME_TIMESTAMP": str(int((base + t) * 1e6)), **fields}
 
+    def message(text: str) -> object:
+        raw = text.encode()
+        return list(raw) if any(b < 32 and b != 9 for b in raw) else text
+
+    def stream(t: float, writer: int, text: str, line_break: str | None) -> dict[str, object]:
+        fields: dict[str, object] = {"_PID": str(main_pid if writer == MAIN else main_pid + 10 + writer),
+                                     "_SYSTEMD_UNIT": unit, "_SYSTEMD_INVOCATION_ID": invocation,
+                                     "SYSLOG_IDENTIFIER": "python3", "PRIORITY": "6", "MESSAGE": message(text)}
+        if line_break:
+            fields["_LINE_BREAK"] = line_break
+        return entry(t, fields)
+
     yield entry(0.0, {"_PID": "1", "UNIT": unit, "MESSAGE_ID": MID_STARTED, "INVOCATION_ID": invocation,
                       "JOB_TYPE": "start", "JOB_RESULT": "done", "MESSAGE": f"Started {unit} - SGLang Kimi-K2.5."})
-    last = 0.0
-    for emit in script(scenario):
-        text = rendered(emit, base)
-        raw = text.encode()
-        message: object = list(raw) if any(b < 32 and b != 9 for b in raw) else text
-        last = emit.t
-        yield entry(emit.t, {"_PID": str(pid_of(emit.writer)), "_SYSTEMD_UNIT": unit,
-                             "_SYSTEMD_INVOCATION_ID": invocation, "SYSLOG_IDENTIFIER": "python3",
-                             "PRIORITY": "6", "MESSAGE": message})
-    if scenario == "crash-oom-capture":
-        yield entry(last + 1, {"_PID": "1", "UNIT": unit, "MESSAGE_ID": MID_MAIN_EXITED, "INVOCATION_ID": invocation,
-                               "EXIT_CODE": "killed", "EXIT_STATUS": "9",
-                               "MESSAGE": f"{unit}: Main process exited, code=killed, status=9/KILL"})
-        yield entry(last + 1.1, {"_PID": "1", "UNIT": unit, "MESSAGE_ID": MID_FAILED, "INVOCATION_ID": invocation,
-                                 "UNIT_RESULT": "signal", "MESSAGE": f"{unit}: Failed with result 'signal'."})
+    partial: dict[int, tuple[float, str]] = {}
+    for emit in plan.emits:
+        for writer, (_, held) in list(partial.items()):
+            if writer != emit.writer:
+                yield stream(emit.t, writer, held, "pid-change")
+                del partial[writer]
+        text = rendered(emit, base, main_pid)
+        if not emit.newline:
+            since, held = partial.get(emit.writer, (emit.t, ""))
+            partial[emit.writer] = (since, held + text)
+            continue
+        since, held = partial.pop(emit.writer, (emit.t, ""))
+        yield stream(emit.t, emit.writer, held + text, None)
+    if plan.crash_at is not None:
+        yield entry(plan.crash_at + 0.1, {"_PID": "1", "UNIT": unit, "MESSAGE_ID": MID_MAIN_EXITED,
+                                          "INVOCATION_ID": invocation, "EXIT_CODE": "killed", "EXIT_STATUS": "9",
+                                          "MESSAGE": f"{unit}: Main process exited, code=killed, status=9/KILL"})
+        yield entry(plan.crash_at + 0.2, {"_PID": "1", "UNIT": unit, "MESSAGE_ID": MID_FAILED,
+                                          "INVOCATION_ID": invocation, "UNIT_RESULT": "signal",
+                                          "MESSAGE": f"{unit}: Failed with result 'signal'."})
+
+
+# --- run: really run it -------------------------------------------------------------------------
+
+def _play(plan: Plan, writer: int, start: float, base: float, port: int) -> None:
+    """Write this process's lines at their times; die or hang where the plan says."""
+    out = sys.stderr
+    pid = os.getpid()
+    for emit in plan.emits:
+        if emit.writer != writer:
+            continue
+        delay = start + emit.t - time.time()
+        if delay > 0:
+            time.sleep(delay)
+        out.write(rendered(emit, base, pid, port) + ("\n" if emit.newline else ""))
+        out.flush()
+    if writer in plan.kill_at:
+        delay = start + plan.kill_at[writer] - time.time()
+        if delay > 0:
+            time.sleep(delay)
+        os.kill(os.getpid(), signal.SIGKILL)
+    while True:  # a scheduler waits for requests (or hangs) until killed
+        time.sleep(3600)
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    ready_at = float("inf")
+    protocol_version = "HTTP/1.1"
+
+    def _answer(self, code: int, body: bytes) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        if self.path in ("/health", "/health_generate"):
+            up = time.time() >= self.ready_at
+            self._answer(200 if up else 503, b"{}" if up else b'{"status": "starting"}')
+        elif self.path in ("/model_info", "/get_model_info"):
+            self._answer(200, json.dumps({"model_path": MODEL, "is_generation": True}).encode())
+        else:
+            self._answer(404, b'{"detail": "Not Found"}')
+
+    def do_POST(self) -> None:  # noqa: N802
+        length = int(self.headers.get("Content-Length") or 0)
+        self.rfile.read(length)
+        self._answer(200, b'{"text": " Paris."}')
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+        stamp_now = time.strftime("%Y-%m-%d %H:%M:%S")
+        host, port = self.client_address[:2]
+        status = args[1] if len(args) > 1 else ""
+        sys.stdout.write(f'[{stamp_now}] INFO:     {host}:{port} - "{self.requestline}" {status}\n')
+        sys.stdout.flush()
+
+
+def run(plan: Plan, port: int) -> int:
+    start = time.time()
+    base = start
+    children: list[subprocess.Popen[bytes]] = []
+    script = os.path.abspath(__file__)
+    plan_file = os.environ.get("SGLANG_SIM_PLAN_FILE")
+    for rank in range(RANKS):
+        # SGLang's process titles: /proc/PID/cmdline starts with sglang::scheduler_TPn.
+        args = [f"sglang::scheduler_TP{rank}", script, "_rank", str(rank), str(start), str(port)]
+        children.append(subprocess.Popen(args, executable=sys.executable, env={**os.environ,
+                                         "SGLANG_SIM_PLAN_FILE": plan_file or ""}))
+    if plan.uvicorn_at is not None:
+        _Handler.ready_at = start + (plan.ready_at or float("inf"))
+
+        def serve() -> None:
+            delay = start + plan.uvicorn_at - time.time() if plan.uvicorn_at is not None else 0
+            if delay > 0:
+                time.sleep(delay)
+            server = http.server.ThreadingHTTPServer(("127.0.0.1", port), _Handler)
+            server.serve_forever()
+
+        threading.Thread(target=serve, daemon=True).start()
+    if plan.crash_at is not None:
+        main_lines = [e for e in plan.emits if e.writer == MAIN]
+        threading.Thread(target=_play_main, args=(main_lines, start, base, port), daemon=True).start()
+        delay = start + plan.crash_at - time.time()
+        if delay > 0:
+            time.sleep(delay)
+        for child in children:  # kill_process_tree: SIGKILL to the children, then to itself
+            child.kill()
+        os.kill(os.getpid(), signal.SIGKILL)
+    _play_main([e for e in plan.emits if e.writer == MAIN], start, base, port)
+    for child in children:
+        child.wait()
+    return 0
+
+
+def _play_main(lines: list[Emit], start: float, base: float, port: int) -> None:
+    for emit in lines:
+        delay = start + emit.t - time.time()
+        if delay > 0:
+            time.sleep(delay)
+        stream = sys.stdout if emit.text.startswith("INFO:") else sys.stderr
+        stream.write(rendered(emit, base, os.getpid(), port) + "\n")
+        stream.flush()
+    while True:
+        time.sleep(3600)
+
+
+# --- command line -------------------------------------------------------------------------------
+
+def _faults_from(args: argparse.Namespace) -> Faults:
+    def parse(values: list[str] | None, what: str) -> dict[int, str]:
+        out: dict[int, str] = {}
+        for value in values or []:
+            rank, _, phase = value.partition(":")
+            if not rank.startswith("TP") or not rank[2:].isdigit() or not phase:
+                raise SystemExit(f"--{what}: expected TPn:phase, got {value!r}")
+            out[int(rank[2:])] = phase
+        return out
+
+    return Faults(parse(args.hang, "hang"), parse(args.kill, "kill"), parse(args.exception, "exception"),
+                  parse(args.oom, "oom"), args.slow_load)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="tools/sglang_sim.py", description=__doc__.splitlines()[0])
-    parser.add_argument("--scenario", choices=SCENARIOS, default="healthy")
-    parser.add_argument("--format", choices=("json",), default="json")
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "_rank":
+        rank, start, port = int(argv[1]), float(argv[2]), int(argv[3])
+        with open(os.environ["SGLANG_SIM_PLAN_FILE"], encoding="utf-8") as handle:
+            spec = json.load(handle)
+        plan = build(spec["scale"], Faults(**{k: {int(r): p for r, p in v.items()} if isinstance(v, dict) else v
+                                              for k, v in spec["faults"].items()}))
+        _play(plan, rank, start, start, port)
+        return 0
+    parser = argparse.ArgumentParser(prog="sglang_sim.py", description=__doc__.splitlines()[0])
+    parser.add_argument("mode", choices=("json", "run"))
+    parser.add_argument("--scale", type=float, default=1.0, help="duration factor (1.0 = real minutes)")
+    parser.add_argument("--port", type=int, default=30000)
     parser.add_argument("--unit", default="sglang-kimi.service")
+    for what in ("hang", "kill", "exception", "oom"):
+        parser.add_argument(f"--{what}", action="append", metavar="TPn:PHASE")
+    parser.add_argument("--slow-load", type=float, default=1.0, metavar="FACTOR")
     args = parser.parse_args(argv)
-    for entry in journal_json(args.scenario, unit=args.unit):
-        sys.stdout.write(json.dumps(entry, ensure_ascii=False) + "\n")
-    return 0
+    faults = _faults_from(args)
+    plan = build(args.scale, faults)
+    if args.mode == "json":
+        for entry in journal_json(plan, unit=args.unit):
+            sys.stdout.write(json.dumps(entry, ensure_ascii=False) + "\n")
+        return 0
+    runtime = os.environ.get("RUNTIME_DIRECTORY") or ("/run" if os.access("/run", os.W_OK) else "/tmp")
+    plan_path = os.path.join(runtime, f"sglang-sim-{os.getpid()}.json")
+    with open(plan_path, "w", encoding="utf-8") as handle:
+        json.dump({"scale": args.scale, "faults": {"hang": faults.hang, "kill": faults.kill,
+                                                   "exception": faults.exception, "oom": faults.oom,
+                                                   "slow_load": faults.slow_load}}, handle)
+    os.environ["SGLANG_SIM_PLAN_FILE"] = plan_path
+    return run(plan, args.port)
 
 
 if __name__ == "__main__":

@@ -57,6 +57,9 @@ OPENS_BLOCK_RE = re.compile(
     r"Traceback \(most recent call last\):\s*$|hit an exception:\s*(?:Traceback.*)?$|:\s*$"
 )
 
+# Lines of other loggers (torch C++, Gloo, NCCL) are records of their own, never a traceback's tail.
+FOREIGN_RECORD_RE = re.compile(r"^(?:\[rank\d+\]:|\[Gloo\] |\S+:\d+:\d+ \[\d+\] NCCL |\[\d{4}-\d\d-\d\d )")
+
 # Wrappers some launchers put before every line: docker compose "svc  | ", OpenMPI --tag-output.
 WRAPPER_RE = re.compile(
     r"^(?:[\w.-]+\s+\| |\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}\[\d+,\d+\]<std(?:out|err)>:)"
@@ -297,7 +300,8 @@ class LineSplitter:
             return
         wrapper = WRAPPER_RE.match(segment)
         message = segment[wrapper.end():] if wrapper else segment
-        if stream.open_record and (stream.block_open or TRACEBACK_LINE_RE.match(message)):
+        if stream.open_record and not FOREIGN_RECORD_RE.match(message) and (
+                stream.block_open or TRACEBACK_LINE_RE.match(message)):
             out.append(Line(text=segment, message=message, kind=LineKind.CONTINUATION, rank=stream.open_rank,
                             ts=ts, pid=record.pid, invocation_id=record.invocation_id,
                             record_id=stream.open_record))

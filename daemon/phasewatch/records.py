@@ -5,7 +5,9 @@ source -> JournalRecord -> lines -> Line -> events -> Event -> tracker -> Snapsh
 
 from __future__ import annotations
 
+import datetime as dt
 import enum
+import uuid
 from dataclasses import dataclass, field
 from typing import Mapping
 
@@ -76,6 +78,14 @@ def _text(value: object) -> str | None:
     return str(value)
 
 
+def _id_text(value: object) -> str | None:
+    """A 128-bit id as 32 hex digits (python-systemd gives uuid.UUID; text gives hex or UUID form)."""
+    if isinstance(value, uuid.UUID):
+        return value.hex
+    text = _text(value)
+    return text.replace("-", "").lower() if text else None
+
+
 def _int(value: object) -> int | None:
     text = _text(value)
     if text is None:
@@ -102,24 +112,22 @@ def record_from_fields(fields: Mapping[str, object]) -> JournalRecord:
         message = str(message)
     realtime: float | None = None
     raw_rt = fields.get("__REALTIME_TIMESTAMP")
-    if hasattr(raw_rt, "timestamp"):
-        realtime = float(raw_rt.timestamp())  # python-systemd converts it to datetime
+    if isinstance(raw_rt, dt.datetime):
+        realtime = raw_rt.timestamp()  # python-systemd converts it to datetime
     else:
         microseconds = _int(raw_rt)
-        realtime = microseconds / 1e6 if microseconds is not None else None
-    invocation = _text(fields.get("_SYSTEMD_INVOCATION_ID"))
-    if invocation is not None and hasattr(fields.get("_SYSTEMD_INVOCATION_ID"), "hex"):
-        invocation = fields["_SYSTEMD_INVOCATION_ID"].hex  # type: ignore[attr-defined]
+        if microseconds is not None and 0 <= microseconds < 2**63:
+            realtime = microseconds / 1e6
     extra = {k: t for k in _EXTRA_FIELDS if (t := _text(fields.get(k))) is not None}
-    message_id = fields.get("MESSAGE_ID")
-    message_id_text = message_id.hex if hasattr(message_id, "hex") else _text(message_id)
+    invocation = _id_text(fields.get("_SYSTEMD_INVOCATION_ID"))
+    message_id_text = _id_text(fields.get("MESSAGE_ID"))
     return JournalRecord(
         message=message,
         realtime=realtime,
         pid=_int(fields.get("_PID")),
         invocation_id=invocation,
         line_break=_text(fields.get("_LINE_BREAK")),
-        message_id=message_id_text.replace("-", "") if message_id_text else None,
+        message_id=message_id_text,
         unit=_text(fields.get("UNIT")),
         object_unit=_text(fields.get("OBJECT_SYSTEMD_UNIT")),
         n_dropped=_int(fields.get("N_DROPPED")),

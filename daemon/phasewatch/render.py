@@ -110,7 +110,7 @@ def to_table(judgements: list[Judgement], now: float) -> str:
             rows.append([rank.rank, now_text, progress_text(rank.progress), *(_cell(rank, p, now) for p in phases)])
         widths = [max(len(str(row[i])) for row in [columns, *rows]) for i in range(len(columns))]
         for row in [columns, *rows]:
-            out.append("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths)).rstrip())
+            out.append("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
         if judgement.verdicts:
             out.append("verdicts:")
             out.extend(f"  {v.kind}: {v.message}" for v in judgement.verdicts)

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any, Iterable
 
 import pytest
+from sglang_sim import Faults, build, journal_json
 
 from phasewatch.cli import main
-from sglang_sim import journal_json
 
 UNIT = "sglang-kimi.service"
 JOURNAL_REMOTE = next((p for p in ("/lib/systemd/systemd-journal-remote", "/usr/lib/systemd/systemd-journal-remote")
@@ -42,7 +42,7 @@ def journal_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
             pytest.fail("systemd-journal-remote is missing in CI (scripts/setup.sh installs it)")
         pytest.skip("systemd-journal-remote not installed")
     directory = tmp_path_factory.mktemp("journal")
-    entries = list(journal_json("stall-draft-capture", unit=UNIT))
+    entries = list(journal_json(build(faults=Faults(hang={3: "draft_cuda_graph_capture"})), unit=UNIT))
     # Another unit's lines in the same journal must not leak into the replay.
     entries.insert(3, {"__REALTIME_TIMESTAMP": entries[3]["__REALTIME_TIMESTAMP"], "_PID": "999",
                        "_SYSTEMD_UNIT": "other.service", "MESSAGE": "[2026-11-30 08:00:05 TP3] Load weight begin."})
