@@ -1,0 +1,664 @@
+"""Verdicts from a tracker snapshot and `now`, driven through the whole pipeline with real SGLang lines.
+
+The lines are those of SGLANG-LOGS.md §9 (v0.5.9, `--tp 8`, EAGLE3). A FakeClock dates every
+journal entry and is the `now` of every judgement; nothing sleeps.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import pytest
+
+from phasewatch import policy
+from phasewatch.clock import FakeClock
+from phasewatch.config import DEFAULT_LIMITS, Config, PhaseLimits
+from phasewatch.pipeline import Pipeline
+from phasewatch.records import (
+    MAIN,
+    MID_FAILED,
+    MID_MAIN_EXITED,
+    MID_STARTED,
+    MID_STOPPED,
+    MID_STOPPING,
+    MID_SUPPRESSED,
+    JournalRecord,
+    Phase,
+)
+from phasewatch.tracker import InvocationView
+
+INV = "6f1c0c3a9a2b4e53a0f1d2c3b4a59687"
+T0 = 1771804502.0  # 2026-02-22 23:55:02 UTC
+UNIT = "sglang.service"
+TP8 = tuple(f"TP{i}" for i in range(8))
+MAIN_PID = 4711
+PIDS = {MAIN: MAIN_PID, **{rank: 4800 + i for i, rank in enumerate(TP8)}}
+
+SERVER_ARGS = (
+    "server_args=ServerArgs(model_path='meta-llama/Llama-3.3-70B-Instruct', "
+    "tokenizer_path='meta-llama/Llama-3.3-70B-Instruct', tokenizer_mode='auto', load_format='auto', "
+    "host='0.0.0.0', port=30000, tp_size=8, dp_size=1, pp_size=1, ep_size=1, nnodes=1, node_rank=0, "
+    "watchdog_timeout=300, speculative_algorithm='EAGLE3', "
+    "speculative_draft_model_path='lmsys/sglang-EAGLE3-LLaMA3.3-Instruct-70B', speculative_num_steps=5, "
+    "cuda_graph_max_bs=512)"
+)
+
+
+class Journal:
+    """An SGLang unit writing to the journal, read by a Pipeline; time moves only with `wait`."""
+
+    def __init__(self, config: Config | None = None) -> None:
+        self.config = config or Config(unit=UNIT)
+        self.clock = FakeClock(wall=T0)
+        self.pipeline = Pipeline(self.config)
+
+    # -- writing ---------------------------------------------------------------------------------
+    def record(self, message: str, pid: int | None, **fields: object) -> None:
+        now = self.clock.wall()
+        self.pipeline.feed(JournalRecord(message=message, realtime=now, pid=pid, invocation_id=INV,
+                                         **fields), now)  # type: ignore[arg-type]
+
+    def log(self, rank: str, message: str) -> None:
+        """`[2026-02-22 23:55:14 TP3] message` from that rank's process (`main`: no tag)."""
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(self.clock.wall()))
+        tag = "" if rank == MAIN else f" {rank}"
+        self.record(f"[{stamp}{tag}] {message}", PIDS[rank])
+
+    def raw(self, rank: str, text: str) -> None:
+        """An unprefixed entry (traceback line, tqdm frames, torch C++ log) from that rank's process."""
+        self.record(text, PIDS[rank])
+
+    def every(self, message: str, ranks: tuple[str, ...] = TP8) -> None:
+        for rank in ranks:
+            self.log(rank, message)
+
+    def systemd(self, message_id: str, message: str, **extra: str) -> None:
+        """PID 1 writing about the unit."""
+        self.record(message, 1, message_id=message_id, unit=UNIT, extra=extra)
+
+    def wait(self, seconds: float) -> None:
+        self.clock.jump(seconds)
+
+    # -- reading ---------------------------------------------------------------------------------
+    @property
+    def now(self) -> float:
+        return self.clock.wall()
+
+    def invocation(self) -> InvocationView:
+        inv = self.pipeline.snapshot().current
+        assert inv is not None
+        return inv
+
+    def verdicts(self, at: float | None = None) -> list[policy.Verdict]:
+        return policy.evaluate(self.invocation(), self.now if at is None else at, self.config,
+                               self.pipeline.profile)
+
+    def outcome(self, at: float | None = None) -> str:
+        return policy.outcome(self.invocation(), self.verdicts(at))
+
+    def next_deadline(self) -> float:
+        return policy.next_deadline(self.invocation(), self.now, self.config)
+
+
+def kinds(verdicts: list[policy.Verdict]) -> list[tuple[str, str | None, str | None, str | None]]:
+    return [(v.kind, v.rank, v.phase, v.cause) for v in verdicts]
+
+
+# --- the start-up of SGLANG-LOGS.md §9, a step at a time -----------------------------------------
+
+
+def launch(j: Journal) -> None:
+    j.systemd(MID_STARTED, "Started sglang.service - SGLang server.", JOB_TYPE="start", INVOCATION_ID=INV)
+    j.raw(MAIN, "Max running requests is reset to 48 for speculative decoding. You can override this by "
+                "explicitly setting --max-running-requests.")
+    j.log(MAIN, SERVER_ARGS)
+    j.wait(7)
+    j.log(MAIN, "Using default HuggingFace chat template with detected content format: string")
+
+
+def dist_init(j: Journal) -> None:
+    j.wait(5)
+    j.every("Init torch distributed begin.")
+    j.raw("TP0", "[Gloo] Rank 0 is connected to 7 peer ranks. Expected number of connected peer ranks is : 7")
+    j.log("TP0", "sglang is using nccl==2.27.5")
+    j.wait(2)
+    j.every("Init torch distributed ends. elapsed=1.93 s, mem usage=1.35 GB")
+
+
+def weight_load(j: Journal, shards: int = 30) -> None:
+    j.every("Load weight begin. avail mem=137.95 GB")
+    j.log("TP0", "Using model weights format ['*.safetensors']")
+    for n in range(shards + 1):
+        j.raw("TP0", f"\rLoading safetensors checkpoint shards: {100 * n // shards:3d}% Completed | "
+                     f"{n}/{shards} [00:{n:02d}<00:46,  1.62s/it]\n")
+        j.wait(1.6)
+    j.every("Load weight end. elapsed=50.71 s, type=LlamaForCausalLM, dtype=torch.bfloat16, "
+            "avail mem=120.43 GB, mem usage=17.54 GB.")
+
+
+def kv_cache_alloc(j: Journal) -> None:
+    j.wait(1)
+    j.log("TP0", "Using KV cache dtype: torch.bfloat16")
+    j.every("KV Cache is allocated. #tokens: 2600000, K size: 49.59 GB, V size: 49.59 GB")
+    j.every("Memory pool end. avail mem=20.61 GB")
+
+
+def capture_bar(j: Journal, n: int, total: int = 23, avail: str = "20.12") -> None:
+    j.raw("TP0", f"\rCapturing batches (bs=48 avail_mem={avail} GB): {100 * n // total:3d}%|#         | "
+                 f"{n}/{total} [00:{n:02d}<00:09,  2.44it/s]")
+
+
+def cuda_graph_capture(j: Journal) -> None:
+    j.wait(1)
+    j.every("Capture cuda graph begin. This can take up to several minutes. avail mem=20.40 GB")
+    j.log("TP0", "Capture cuda graph bs [1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, "
+                 "30, 32, 40, 44, 48]")
+    j.wait(10)
+    capture_bar(j, 23)
+    j.every("Capture cuda graph end. Time elapsed: 10.12 s. mem usage=1.17 GB. avail mem=19.21 GB.")
+
+
+def draft_weight_load(j: Journal) -> None:
+    j.every("Init torch distributed begin.")
+    j.every("Init torch distributed ends. elapsed=0.00 s, mem usage=0.00 GB")
+    j.every("Load weight begin. avail mem=19.23 GB")
+    j.raw("TP0", "\rLoading safetensors checkpoint shards:   0% Completed | 0/1 [00:00<?, ?it/s]\n")
+    j.wait(2)
+    j.raw("TP0", "\rLoading safetensors checkpoint shards: 100% Completed | 1/1 [00:00<00:00,  1.11it/s]\n")
+    j.every("Load weight end. elapsed=1.42 s, type=LlamaForCausalLMEagle3, dtype=torch.bfloat16, "
+            "avail mem=18.79 GB, mem usage=0.44 GB.")
+    j.every("KV Cache is allocated. #tokens: 2600000, K size: 0.62 GB, V size: 0.62 GB")
+    j.every("Memory pool end. avail mem=17.55 GB")
+
+
+def draft_capture_begin(j: Journal) -> None:
+    j.every("Capture draft cuda graph begin. This can take up to several minutes. avail mem=17.52 GB")
+
+
+def draft_capture_end(j: Journal) -> None:
+    j.every("Capture draft cuda graph end. Time elapsed: 12.04 s. mem usage=0.38 GB. avail mem=17.14 GB.")
+    j.log("TP0", "max_total_num_tokens=2600000, chunked_prefill_size=8192, max_prefill_tokens=16384, "
+                 "max_running_requests=48, context_len=131072, available_gpu_mem=16.93 GB")
+
+
+def http_server_start(j: Journal) -> None:
+    j.wait(1)
+    j.log(MAIN, "INFO:     Started server process [4711]")
+    j.log(MAIN, "INFO:     Waiting for application startup.")
+    j.log(MAIN, "INFO:     Application startup complete.")
+    j.log(MAIN, "INFO:     Uvicorn running on http://0.0.0.0:30000 (Press CTRL+C to quit)")
+
+
+def warmup(j: Journal) -> None:
+    j.wait(1)
+    j.log(MAIN, 'INFO:     127.0.0.1:51532 - "GET /model_info HTTP/1.1" 200 OK')
+    j.log("TP0", "Prefill batch, #new-seq: 1, #new-token: 7, #cached-token: 0, token usage: 0.00, "
+                 "#running-req: 0, #queue-req: 0, input throughput (token/s): 0.00, cuda graph: False")
+
+
+def ready(j: Journal) -> None:
+    j.wait(1)
+    j.log(MAIN, 'INFO:     127.0.0.1:51544 - "POST /generate HTTP/1.1" 200 OK')
+    j.log(MAIN, "The server is fired up and ready to roll!")
+
+
+def serving(j: Journal) -> None:
+    j.wait(150)
+    j.log(MAIN, 'INFO:     10.0.3.17:40212 - "POST /v1/chat/completions HTTP/1.1" 200 OK')
+    j.log("TP0", "Decode batch, #running-req: 12, #token: 48213, token usage: 0.02, accept len: 3.41, "
+                 "accept rate: 0.43, cuda graph: True, gen throughput (token/s): 1021.55, #queue-req: 0")
+
+
+def up_to_capture(j: Journal) -> None:
+    launch(j)
+    dist_init(j)
+    weight_load(j)
+    kv_cache_alloc(j)
+
+
+def up_to_draft_capture(j: Journal) -> None:
+    up_to_capture(j)
+    cuda_graph_capture(j)
+    draft_weight_load(j)
+    j.wait(1)
+    draft_capture_begin(j)
+
+
+def up_to_ready(j: Journal) -> None:
+    up_to_draft_capture(j)
+    j.wait(12)
+    draft_capture_end(j)
+    http_server_start(j)
+    warmup(j)
+    ready(j)
+
+
+@pytest.fixture
+def journal() -> Journal:
+    return Journal()
+
+
+def test_the_whole_start_up_is_judged_clean(journal: Journal) -> None:
+    up_to_ready(journal)
+    serving(journal)
+    inv = journal.invocation()
+    assert [(r.rank, r.phase) for r in inv.ranks] == [(label, Phase.SERVING) for label in (MAIN, *TP8)]
+    spans = [s.phase for s in inv.rank("TP3").spans]  # type: ignore[union-attr]
+    assert spans == list(Phase)
+    assert journal.verdicts() == []
+
+
+# --- stalled -------------------------------------------------------------------------------------
+
+
+def _draft_capture_with_advancing_bar(j: Journal, minutes: int) -> float:
+    """Every rank in the draft capture; TP0's bar moves once a minute. Returns when the phase began."""
+    up_to_draft_capture(j)
+    began = j.now
+    for minute in range(1, minutes + 1):
+        j.wait(60)
+        capture_bar(j, minute % 23, avail="17.10")
+    return began
+
+
+def test_stalled_by_deadline_not_at_the_limit(journal: Journal) -> None:
+    began = _draft_capture_with_advancing_bar(journal, 19)
+    limit = DEFAULT_LIMITS[Phase.DRAFT_CUDA_GRAPH_CAPTURE].deadline
+    assert limit == 1200
+    assert journal.verdicts(at=began + limit) == []
+
+
+def test_stalled_by_deadline_one_second_past_the_limit(journal: Journal) -> None:
+    began = _draft_capture_with_advancing_bar(journal, 19)
+    verdicts = journal.verdicts(at=began + 1201)
+    assert kinds(verdicts) == [("stalled", rank, "draft_cuda_graph_capture", "deadline") for rank in TP8]
+    assert all(v.at == began + 1201 and v.invocation_id == INV for v in verdicts)
+
+
+def test_stalled_by_deadline_message_names_rank_phase_duration_and_limit(journal: Journal) -> None:
+    began = _draft_capture_with_advancing_bar(journal, 20)
+    journal.wait(began + 21 * 60 - journal.now)
+    tp3 = next(v for v in journal.verdicts() if v.rank == "TP3")
+    assert tp3.message == (f"{UNIT}: TP3 stalled in draft_cuda_graph_capture for 21m (limit 20m); "
+                           "7 other rank(s) in the same phase")
+    assert journal.outcome() == "stalled"
+
+
+def test_stalled_by_stall_window_after_the_last_line(journal: Journal) -> None:
+    launch(journal)
+    dist_init(journal)
+    journal.every("Load weight begin. avail mem=137.95 GB")
+    journal.raw("TP0", "\rLoading safetensors checkpoint shards:  50% Completed | 15/30 "
+                       "[00:24<00:24,  1.63s/it]\n")
+    last = journal.now
+    stall = DEFAULT_LIMITS[Phase.WEIGHT_LOAD].stall
+    assert stall == 900
+    assert journal.verdicts(at=last + stall) == []
+    verdicts = journal.verdicts(at=last + stall + 1)
+    assert kinds(verdicts) == [("stalled", rank, "weight_load", "no_progress") for rank in TP8]
+    assert verdicts[0].message == (f"{UNIT}: TP0 stalled in weight_load: no output or progress for 15m1s "
+                                   "(stall window 15m); 7 other rank(s) in the same phase")
+
+
+def test_stalled_by_stall_window_of_a_phase_that_ended(journal: Journal) -> None:
+    """Every rank finished kv_cache_alloc, and nothing followed: the wait after it stalls too."""
+    up_to_capture(journal)
+    last = journal.now
+    assert journal.verdicts(at=last + 600) == []
+    assert kinds(journal.verdicts(at=last + 601)) == [
+        ("stalled", rank, "kv_cache_alloc", "no_progress") for rank in TP8]
+    assert journal.verdicts(at=last + 601)[5].message.startswith(
+        f"{UNIT}: TP5 stalled after kv_cache_alloc ended: no output or progress for 10m1s (stall window 10m)")
+
+
+def test_stalled_not_for_a_silent_rank_while_tp0_capture_bar_advances(journal: Journal) -> None:
+    """Ranks in a collective move together: TP0's bar is the sign of life of all its peers."""
+    up_to_capture(journal)
+    journal.wait(1)
+    journal.every("Capture cuda graph begin. This can take up to several minutes. avail mem=20.40 GB")
+    began = journal.now
+    for n in range(1, 26):  # 25 minutes of a slow capture, a frame a minute, under the 30m deadline
+        journal.wait(60)
+        capture_bar(journal, n % 23)
+    inv = journal.invocation()
+    tp5 = inv.rank("TP5")
+    assert tp5 is not None and tp5.last_activity == began
+    stall = DEFAULT_LIMITS[Phase.CUDA_GRAPH_CAPTURE].stall
+    assert stall is not None and journal.now - tp5.last_activity > stall
+    assert journal.verdicts() == []
+    # Once the bar stops too, every rank of the phase is stalled.
+    assert {v.rank for v in journal.verdicts(at=journal.now + stall + 1)} == set(TP8)
+
+
+def test_stalled_in_launch_when_no_rank_prints(journal: Journal) -> None:
+    """The main process and the ranks server_args promised, none of which printed a line."""
+    launch(journal)
+    began = journal.invocation().rank(MAIN).phase_start  # type: ignore[union-attr]
+    assert began == T0
+    assert journal.verdicts(at=began + 600) == []
+    verdicts = journal.verdicts(at=began + 601)
+    assert kinds(verdicts) == [("stalled", rank, "launch", "deadline") for rank in (MAIN, *TP8)]
+    assert verdicts[0].message.startswith(f"{UNIT}: main stalled in launch for 10m1s (limit 10m)")
+
+
+def test_stalled_by_configured_limits() -> None:
+    """weight_load without deadline, a 1m stall window: an hour of shards is fine, a quiet minute is not."""
+    j = Journal(Config(unit=UNIT, phases={**DEFAULT_LIMITS, Phase.WEIGHT_LOAD: PhaseLimits(None, 60)}))
+    launch(j)
+    dist_init(j)
+    j.every("Load weight begin. avail mem=137.95 GB")
+    for n in range(120):
+        j.wait(30)
+        j.raw("TP0", f"\rLoading safetensors checkpoint shards: {n * 100 // 120:3d}% Completed | {n}/120 "
+                     "[00:30<00:30, 30.00s/it]\n")
+        assert j.verdicts() == []
+    assert j.verdicts(at=j.now + 60) == []
+    assert kinds(j.verdicts(at=j.now + 61))[0] == ("stalled", "TP0", "weight_load", "no_progress")
+
+
+# --- straggler -----------------------------------------------------------------------------------
+
+
+def _tp7_left_behind_in_weight_load(j: Journal) -> float:
+    launch(j)
+    dist_init(j)
+    j.every("Load weight begin. avail mem=137.95 GB")
+    j.wait(50)
+    first_exit = j.now
+    j.every("Load weight end. elapsed=50.71 s, type=LlamaForCausalLM, dtype=torch.bfloat16, "
+            "avail mem=120.43 GB, mem usage=17.54 GB.", TP8[:7])
+    j.wait(1)
+    j.every("KV Cache is allocated. #tokens: 2600000, K size: 49.59 GB, V size: 49.59 GB", TP8[:7])
+    return first_exit
+
+
+def test_straggler_not_before_rank_skew(journal: Journal) -> None:
+    first_exit = _tp7_left_behind_in_weight_load(journal)
+    assert journal.config.rank_skew == 300
+    assert journal.verdicts(at=first_exit + 300) == []
+
+
+def test_straggler_after_rank_skew(journal: Journal) -> None:
+    first_exit = _tp7_left_behind_in_weight_load(journal)
+    verdicts = journal.verdicts(at=first_exit + 301)
+    assert kinds(verdicts) == [("straggler", "TP7", "weight_load", "rank_skew")]
+    assert verdicts[0].message == (f"{UNIT}: TP7 is still in weight_load; other ranks left weight_load "
+                                   "5m1s ago (rank skew limit 5m)")
+    assert journal.outcome(at=first_exit + 301) == "stalled"
+
+
+def test_straggler_that_never_printed(journal: Journal) -> None:
+    """server_args said tp_size=8; TP6 printed nothing while the others finished dist init."""
+    launch(journal)
+    journal.every("Init torch distributed begin.", TP8[:6] + TP8[7:])
+    journal.wait(2)
+    first_exit = journal.now
+    journal.every("Init torch distributed ends. elapsed=1.93 s, mem usage=1.35 GB", TP8[:6] + TP8[7:])
+    journal.every("Load weight begin. avail mem=137.95 GB", TP8[:6] + TP8[7:])
+    verdicts = journal.verdicts(at=first_exit + 301)
+    assert kinds(verdicts) == [("straggler", "TP6", "launch", "rank_skew")]
+    assert "TP6 has not printed anything" in verdicts[0].message
+
+
+# --- crashed -------------------------------------------------------------------------------------
+
+CAPTURE_OOM = (
+    "Traceback (most recent call last):",
+    '  File "/usr/local/lib/python3.12/dist-packages/sglang/srt/managers/scheduler.py", line 3180, '
+    "in run_scheduler_process",
+    "    scheduler = Scheduler(",
+    '  File "/usr/local/lib/python3.12/dist-packages/sglang/srt/model_executor/model_runner.py", line 2147, '
+    "in init_device_graphs",
+    "    self.graph_runner = graph_runners[self.device](self)",
+    '  File "/usr/local/lib/python3.12/dist-packages/sglang/srt/model_executor/cuda_graph_runner.py", '
+    "line 372, in __init__",
+    '    raise Exception(',
+    "Exception: Capture cuda graph failed: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 3 has a total "
+    "capacity of 139.81 GiB of which 1.12 GiB is free. Of the allocated memory 131.90 GiB is allocated by "
+    "PyTorch.",
+    "Possible solutions:",
+    "1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)",
+    "2. set --cuda-graph-max-bs to a smaller value (e.g., 16)",
+    "Open an issue on GitHub https://github.com/sgl-project/sglang/issues/new/choose ",
+)
+
+
+def test_crashed_failing_rank_is_the_one_whose_own_line_shows_the_exception(journal: Journal) -> None:
+    up_to_capture(journal)
+    journal.wait(1)
+    journal.every("Capture cuda graph begin. This can take up to several minutes. avail mem=20.40 GB")
+    journal.wait(4)
+    # journald interleaves the writers: the parent's reaction lands before the child's record.
+    journal.log(MAIN, "Received sigquit from a child process. It usually means the child failed.")
+    crashed_at = journal.now
+    journal.log("TP3", "Scheduler hit an exception: Traceback (most recent call last):")
+    for line in CAPTURE_OOM[1:]:
+        journal.raw("TP3", line)
+    verdicts = journal.verdicts(at=crashed_at + 30)
+    assert kinds(verdicts) == [("crashed", "TP3", "cuda_graph_capture", "oom")]
+    assert verdicts[0].at == crashed_at
+    assert verdicts[0].message.startswith(f"{UNIT}: TP3 crashed in cuda_graph_capture (oom): ")
+    assert "CUDA out of memory. Tried to allocate 2.00 GiB" in verdicts[0].message
+    assert journal.outcome(at=crashed_at + 30) == "crashed"
+
+
+def test_crashed_with_parent_echo_only_names_the_main_process(journal: Journal) -> None:
+    up_to_capture(journal)
+    journal.log(MAIN, "Received sigquit from a child process. It usually means the child failed.")
+    (verdict,) = journal.verdicts()
+    assert (verdict.kind, verdict.rank) == ("crashed", MAIN)
+
+
+def test_crashed_cause_nccl_timeout_from_torch_watchdog(journal: Journal) -> None:
+    up_to_capture(journal)
+    journal.wait(1)
+    journal.every("Capture cuda graph begin. This can take up to several minutes. avail mem=20.40 GB")
+    journal.wait(600)
+    journal.raw("TP5", "[rank5]:[E0222 00:06:16.482113552 ProcessGroupNCCL.cpp:685] [Rank 5] Watchdog caught "
+                       "collective operation timeout: WorkNCCL(SeqNum=37, OpType=ALLREDUCE, NumelIn=1, "
+                       "NumelOut=1, Timeout(ms)=600000) ran for 600041 milliseconds before timing out.")
+    journal.raw("TP5", "[rank5]:[E0222 00:06:16.482410000 ProcessGroupNCCL.cpp:2168] [PG ID 0 PG GUID "
+                       "0(default_pg) Rank 5] Some NCCL operations have failed or timed out. Due to the "
+                       "asynchronous nature of CUDA kernels, subsequent GPU operations might run on "
+                       "corrupted/incomplete data.")
+    journal.raw("TP5", "terminate called after throwing an instance of 'c10::DistBackendError'")
+    journal.log(MAIN, "Rank 0 scheduler is dead. Please check if there are relevant logs.")
+    journal.log(MAIN, "Exit code: -6")
+    (verdict,) = journal.verdicts()
+    assert (verdict.kind, verdict.rank, verdict.phase, verdict.cause) == (
+        "crashed", "TP5", "cuda_graph_capture", "nccl_timeout")
+
+
+def test_crashed_cause_dist_init_timeout_from_dist_store_error(journal: Journal) -> None:
+    launch(journal)
+    journal.wait(5)
+    journal.every("Init torch distributed begin.", TP8[:7])
+    journal.wait(1801)
+    journal.log("TP0", "Scheduler hit an exception: Traceback (most recent call last):")
+    journal.raw("TP0", '  File "/usr/local/lib/python3.12/dist-packages/sglang/srt/model_executor/'
+                       'model_runner.py", line 731, in init_torch_distributed')
+    journal.raw("TP0", "    initialize_model_parallel(")
+    journal.raw("TP0", "torch.distributed.DistStoreError: Timed out after 1801 seconds waiting for clients. "
+                       "7/8 clients joined.")
+    journal.log(MAIN, "Received sigquit from a child process. It usually means the child failed.")
+    (verdict,) = journal.verdicts()
+    assert (verdict.kind, verdict.rank, verdict.phase, verdict.cause) == (
+        "crashed", "TP0", "dist_init", "dist_init_timeout")
+
+
+def test_crashed_cause_warmup_failed(journal: Journal) -> None:
+    up_to_draft_capture(journal)
+    journal.wait(12)
+    draft_capture_end(journal)
+    http_server_start(journal)
+    warmup(journal)
+    journal.wait(600)
+    journal.log(MAIN, "Initialization failed. warmup error: Traceback (most recent call last):")
+    journal.raw(MAIN, '  File "/usr/local/lib/python3.12/dist-packages/sglang/srt/entrypoints/'
+                      'http_server.py", line 1687, in _execute_server_warmup')
+    journal.raw(MAIN, "requests.exceptions.ReadTimeout: HTTPConnectionPool(host='127.0.0.1', port=30000): "
+                      "Read timed out. (read timeout=600)")
+    (verdict,) = journal.verdicts()
+    assert (verdict.kind, verdict.rank, verdict.phase, verdict.cause) == (
+        "crashed", MAIN, "warmup", "warmup_failed")
+
+
+def test_crashed_cause_killed_from_unit_failed_with_signal_and_no_lines(journal: Journal) -> None:
+    up_to_capture(journal)
+    journal.wait(30)
+    journal.systemd(MID_MAIN_EXITED, "sglang.service: Main process exited, code=killed, status=9/KILL",
+                    EXIT_CODE="killed", EXIT_STATUS="9")
+    journal.systemd(MID_FAILED, "sglang.service: Failed with result 'signal'.", UNIT_RESULT="signal")
+    (verdict,) = journal.verdicts()
+    assert (verdict.kind, verdict.rank, verdict.cause) == ("crashed", MAIN, "killed")
+    assert verdict.message.endswith("(unit result signal, exit killed/9)")
+    assert verdict.at == journal.now
+
+
+def test_crashed_cause_exit_code_from_unit_failed_with_exit_code(journal: Journal) -> None:
+    launch(journal)
+    journal.systemd(MID_MAIN_EXITED, "sglang.service: Main process exited, code=exited, status=1/FAILURE",
+                    EXIT_CODE="exited", EXIT_STATUS="1")
+    journal.systemd(MID_FAILED, "sglang.service: Failed with result 'exit-code'.", UNIT_RESULT="exit-code")
+    journal.systemd(MID_STOPPED, "Stopped sglang.service - SGLang server.")
+    (verdict,) = journal.verdicts()
+    assert (verdict.kind, verdict.rank, verdict.phase, verdict.cause) == (
+        "crashed", MAIN, "launch", "exit_code")
+    assert journal.outcome() == "crashed"
+
+
+def test_crashed_after_ready_only_when_a_scheduler_dies(journal: Journal) -> None:
+    up_to_ready(journal)
+    journal.wait(3600)
+    assert journal.verdicts() == []
+    journal.log("TP2", "Scheduler hit an exception: Traceback (most recent call last):")
+    journal.raw("TP2", "RuntimeError: CUDA error: an illegal memory access was encountered")
+    journal.log(MAIN, "SIGQUIT received. signum=None, frame=None. It usually means one child failed.")
+    assert kinds(journal.verdicts()) == [("crashed", "TP2", "ready", "cuda_error")]
+
+
+# --- lines lost ----------------------------------------------------------------------------------
+
+
+def test_lines_lost_verdict_from_journald_suppression(journal: Journal) -> None:
+    up_to_capture(journal)
+    journal.record("Suppressed 1234 messages from sglang.service", None, message_id=MID_SUPPRESSED,
+                   object_unit=UNIT, n_dropped=1234)
+    verdicts = journal.verdicts()
+    assert kinds(verdicts) == [("lines_lost", None, None, "journald_rate_limit")]
+    assert verdicts[0].message.startswith(f"{UNIT}: journald dropped 1234 line(s) of this start-up")
+    assert journal.outcome() == "starting"
+
+
+# --- no start-up verdicts once ready -------------------------------------------------------------
+
+
+def test_no_startup_verdicts_once_ready(journal: Journal) -> None:
+    up_to_ready(journal)
+    assert journal.invocation().state.value == "ready"
+    assert journal.verdicts(at=journal.now + 7 * 86400) == []
+    assert journal.next_deadline() == math.inf
+
+
+# --- next_deadline -------------------------------------------------------------------------------
+
+
+def test_next_deadline_is_the_earliest_future_deadline(journal: Journal) -> None:
+    up_to_capture(journal)
+    journal.wait(1)
+    journal.every("Capture cuda graph begin. This can take up to several minutes. avail mem=20.40 GB")
+    began = journal.now
+    journal.wait(100)
+    capture_bar(journal, 5)
+    # Stall window from the bar (100 + 1200) comes before the deadline from the begin (1800).
+    assert journal.next_deadline() == began + 100 + 1200
+    journal.wait(1200)
+    capture_bar(journal, 10)
+    assert journal.next_deadline() == began + 1800
+
+
+def test_next_deadline_brackets_the_first_verdict(journal: Journal) -> None:
+    _tp7_left_behind_in_weight_load(journal)
+    deadline = journal.next_deadline()
+    assert math.isfinite(deadline)
+    assert journal.verdicts(at=deadline - 1) == []
+    assert journal.verdicts(at=deadline) == []  # limits are inclusive
+    assert journal.verdicts(at=deadline + 1) != []
+
+
+def test_next_deadline_steps_from_one_deadline_to_the_next(journal: Journal) -> None:
+    first_exit = _tp7_left_behind_in_weight_load(journal)
+    assert journal.next_deadline() == first_exit + 300  # straggler TP7
+    journal.wait(first_exit + 301 - journal.now)
+    assert kinds(journal.verdicts()) == [("straggler", "TP7", "weight_load", "rank_skew")]
+    # Next: the ranks waiting in kv_cache_alloc since first_exit + 1 reach its 10m deadline.
+    after = journal.next_deadline()
+    assert after == first_exit + 1 + 600
+    assert kinds(journal.verdicts(at=after)) == [("straggler", "TP7", "weight_load", "rank_skew")]
+    assert kinds(journal.verdicts(at=after + 1)) == [
+        *(("stalled", rank, "kv_cache_alloc", "deadline") for rank in TP8[:7]),
+        ("straggler", "TP7", "weight_load", "rank_skew")]
+
+
+@pytest.mark.parametrize("end_state", ["ready", "crashed", "stopped"])
+def test_next_deadline_is_inf_when_nothing_is_pending(journal: Journal, end_state: str) -> None:
+    if end_state == "ready":
+        up_to_ready(journal)
+    elif end_state == "crashed":
+        up_to_capture(journal)
+        journal.log("TP1", "Scheduler hit an exception: Traceback (most recent call last):")
+        journal.raw("TP1", "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. "
+                           "Current value: self.server_args.mem_fraction_static=0.85")
+    else:
+        up_to_capture(journal)
+        journal.systemd(MID_STOPPING, "Stopping sglang.service - SGLang server...", JOB_TYPE="stop")
+    assert journal.next_deadline() == math.inf
+
+
+# --- outcome -------------------------------------------------------------------------------------
+
+
+def test_outcome_starting(journal: Journal) -> None:
+    up_to_capture(journal)
+    assert journal.outcome() == "starting"
+
+
+def test_outcome_ready(journal: Journal) -> None:
+    up_to_ready(journal)
+    assert journal.outcome() == "ready"
+
+
+def test_outcome_serving(journal: Journal) -> None:
+    up_to_ready(journal)
+    serving(journal)
+    assert journal.outcome() == "serving"
+
+
+def test_outcome_stalled(journal: Journal) -> None:
+    up_to_capture(journal)
+    assert journal.outcome(at=journal.now + 601) == "stalled"
+
+
+def test_outcome_crashed(journal: Journal) -> None:
+    up_to_capture(journal)
+    journal.log("TP1", "Scheduler hit an exception: Traceback (most recent call last):")
+    journal.raw("TP1", "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. "
+                       "Current value: self.server_args.mem_fraction_static=0.85")
+    assert kinds(journal.verdicts()) == [("crashed", "TP1", "kv_cache_alloc", "oom")]
+    assert journal.outcome() == "crashed"
+
+
+def test_outcome_stopped(journal: Journal) -> None:
+    up_to_capture(journal)
+    journal.systemd(MID_STOPPING, "Stopping sglang.service - SGLang server...", JOB_TYPE="stop")
+    assert journal.outcome(at=journal.now + 3600) == "stopped"
+    journal.wait(5)
+    journal.systemd(MID_STOPPED, "Stopped sglang.service - SGLang server.")
+    assert journal.invocation().state.value == "stopped"
+    assert journal.outcome(at=journal.now + 3600) == "stopped"
+    assert journal.verdicts(at=journal.now + 3600) == []
+
+
+def test_outcomes_are_the_documented_ones() -> None:
+    assert policy.OUTCOMES == ("starting", "ready", "serving", "stalled", "crashed", "stopped")
