@@ -57,9 +57,14 @@ def cmd_replay(args: argparse.Namespace) -> int:
                       if r.extra.get("_SYSTEMD_UNIT") or r.unit), None)
         config = Config(unit=named) if named else config
     pipeline = Pipeline(config)
-    pipeline.feed_all(records, now=0.0)
+    pipeline.feed_all(records, now=None)
     snapshot = pipeline.snapshot()
     last_line = max((inv.last_ts for inv in snapshot.invocations if inv.last_ts is not None), default=None)
+    if last_line is None and snapshot.invocations:
+        # A log without a single time stamp: judged as if every line was written at time 0.
+        pipeline = Pipeline(config)
+        pipeline.feed_all(records, now=0.0)
+        snapshot = pipeline.snapshot()
     now = _parse_when(args.now, last_line) if args.now else (last_line or 0.0)
     judgements = pipeline.judge(now, snapshot)
     if args.json:

@@ -32,7 +32,7 @@ class Pipeline:
         self.tracker = Tracker()
         self.entries = 0
 
-    def feed(self, record: JournalRecord, now: float) -> list[Transition]:
+    def feed(self, record: JournalRecord, now: float | None) -> list[Transition]:
         self.entries += 1
         if is_lifecycle_record(record):
             event = lifecycle_event(record)
@@ -43,17 +43,17 @@ class Pipeline:
                                             invocation_id=record.invocation_id), now)
         return self._lines(self.splitter.feed(record), now)
 
-    def feed_all(self, records: Iterable[JournalRecord], now: float) -> list[Transition]:
+    def feed_all(self, records: Iterable[JournalRecord], now: float | None) -> list[Transition]:
         out: list[Transition] = []
         for record in records:
             out.extend(self.feed(record, now))
         out.extend(self.flush(now))
         return out
 
-    def flush(self, now: float) -> list[Transition]:
+    def flush(self, now: float | None) -> list[Transition]:
         return self._lines(self.splitter.flush(), now)
 
-    def _lines(self, lines: list[Line], now: float) -> list[Transition]:
+    def _lines(self, lines: list[Line], now: float | None) -> list[Transition]:
         out: list[Transition] = []
         for line in lines:
             for event in self.mapper.map_line(line):

@@ -50,7 +50,8 @@ def _evaluated_ranks(inv: InvocationView) -> list[RankView]:
         if rank.rank == MAIN:
             if rank.phase in UNIT_PHASES or not seen_schedulers:
                 out.append(rank)
-        elif rank.phase not in UNIT_PHASES:
+        elif rank.phase not in UNIT_PHASES and (rank.seen or seen_schedulers):
+            # Ranks expected but silent are judged once another rank spoke; before, the main is.
             out.append(rank)
     return out
 

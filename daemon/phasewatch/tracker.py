@@ -298,7 +298,8 @@ class Tracker:
         # None -> INVOCATION_START/first line of a log; a new id -> the unit was started again.
         return self._start(ident, ts)
 
-    def apply(self, event: Event, now: float) -> list[Transition]:
+    def apply(self, event: Event, now: float | None) -> list[Transition]:
+        """`now` dates events that carry no time; None (a replay) leaves them undated."""
         ts = event.ts if event.ts is not None else now
         if event.kind is EventKind.INVOCATION_START:
             if event.invocation_id is not None and event.invocation_id in self._invocations:
@@ -310,14 +311,17 @@ class Tracker:
             inv.lines_lost += max(event.count, 1)
             return out
         inv, out = self._target(event, ts)
-        inv.last_ts = ts if inv.last_ts is None else max(inv.last_ts, ts)
+        if ts is not None:
+            inv.last_ts = ts if inv.last_ts is None else max(inv.last_ts, ts)
+            if inv.started_at is None:
+                inv.started_at = ts
         moves = self._apply(inv, event, ts)
         out.extend(self._adopted)  # the adopted bar's move happened before the event's own
         self._adopted.clear()
         out.extend(moves)
         return out
 
-    def _apply(self, inv: _Invocation, event: Event, ts: float) -> list[Transition]:
+    def _apply(self, inv: _Invocation, event: Event, ts: float | None) -> list[Transition]:
         kind = event.kind
         if kind in (EventKind.UNIT_STOPPING, EventKind.UNIT_STOPPED, EventKind.UNIT_FAILED,
                     EventKind.UNIT_EXITED, EventKind.RESTART_SCHEDULED):
@@ -354,12 +358,12 @@ class Tracker:
         return self._rank_phase(inv, rank, event.phase, kind is not EventKind.PHASE_END, ts, event.rule,
                                 hint=kind is EventKind.PHASE_HINT)
 
-    def _rank(self, inv: _Invocation, label: str, ts: float) -> _Rank:
+    def _rank(self, inv: _Invocation, label: str, ts: float | None) -> _Rank:
         rank = inv.ranks.get(label)
         if rank is None:
             bar = inv.unowned_bar if label != MAIN and _tp_index(label) in (0, None) else None
             # A rank that adopts an earlier bar was alive when the bar was drawn.
-            since = min(ts, bar.ts) if bar is not None and bar.ts is not None else ts
+            since = bar.ts if bar is not None and bar.ts is not None and (ts is None or bar.ts < ts) else ts
             phase = inv.unit_phase if inv.unit_phase is not None and label == MAIN else Phase.LAUNCH
             rank = inv.ranks[label] = _Rank(label, phase, since, [PhaseSpan(phase, since, None)],
                                             last_activity=since)
@@ -371,8 +375,10 @@ class Tracker:
 
     # -- rank phases --------------------------------------------------------------------------
     @staticmethod
-    def _resolve(rank: _Rank, phase: Phase, begin: bool) -> Phase | None:
+    def _resolve(rank: _Rank, phase: Phase, begin: bool, hint: bool = False) -> Phase | None:
         """The phase an engine line means for this rank now; None when it changes nothing."""
+        if hint:
+            return phase if not rank.entered(phase) else None
         if phase in (Phase.DIST_INIT, Phase.WEIGHT_LOAD) and rank.entered(Phase.WEIGHT_LOAD):
             # The draft model's runner repeats dist init and weight loading.
             # (v0.5.23 loads the draft's right after the target's: an ended weight_load is not reopened.)
@@ -385,11 +391,11 @@ class Tracker:
             return phase
         return None
 
-    def _rank_phase(self, inv: _Invocation, rank: _Rank, phase: Phase, begin: bool, ts: float,
+    def _rank_phase(self, inv: _Invocation, rank: _Rank, phase: Phase, begin: bool, ts: float | None,
                     rule: str | None, hint: bool = False) -> list[Transition]:
         if rank.phase in UNIT_PHASES:
             return []
-        resolved = self._resolve(rank, phase, begin)
+        resolved = self._resolve(rank, phase, begin, hint)
         if resolved is None or (hint and resolved is rank.phase):
             return []
         if resolved is rank.phase:
@@ -404,7 +410,7 @@ class Tracker:
             rank.end_phase(ts)  # an end line without its begin (2024 logs, windows of a log)
         return [Transition(inv.invocation_id, rank.rank, source.value, resolved.value, ts, rule)]
 
-    def _progress(self, inv: _Invocation, event: Event, ts: float) -> list[Transition]:
+    def _progress(self, inv: _Invocation, event: Event, ts: float | None) -> list[Transition]:
         owner = self._rank(inv, event.rank, ts) if event.rank else self._bar_owner(inv, event.phase)
         if owner is None:
             inv.unowned_bar = replace(event, ts=ts)
@@ -430,7 +436,7 @@ class Tracker:
         return candidates[0]
 
     # -- unit (main process and PID 1) ---------------------------------------------------------
-    def _unit_phase(self, inv: _Invocation, phase: Phase, ts: float, rule: str | None) -> list[Transition]:
+    def _unit_phase(self, inv: _Invocation, phase: Phase, ts: float | None, rule: str | None) -> list[Transition]:
         order = UNIT_PHASE_ORDER.index(phase)
         current = UNIT_PHASE_ORDER.index(inv.unit_phase) if inv.unit_phase is not None else -1
         if order <= current or (phase is Phase.SERVING and current < UNIT_PHASE_ORDER.index(Phase.READY)):
@@ -451,7 +457,7 @@ class Tracker:
             inv.state = target
         return out
 
-    def _lifecycle(self, inv: _Invocation, event: Event, ts: float) -> list[Transition]:
+    def _lifecycle(self, inv: _Invocation, event: Event, ts: float | None) -> list[Transition]:
         source = inv.state
         if event.kind is EventKind.RESTART_SCHEDULED:
             inv.restart_scheduled = True
@@ -474,7 +480,7 @@ class Tracker:
         return [] if inv.state is source else [
             Transition(inv.invocation_id, "unit", source.value, inv.state.value, ts, event.kind.value)]
 
-    def _fatal(self, inv: _Invocation, event: Event, ts: float) -> None:
+    def _fatal(self, inv: _Invocation, event: Event, ts: float | None) -> None:
         existing = inv.fatals.get(event.record_id)
         if existing is not None and event.record_id:
             cause = existing.cause or event.cause

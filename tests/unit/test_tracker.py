@@ -359,11 +359,19 @@ def test_cuda_graph_capture_to_any_phase_never_on_phase_hint(frame: Phase) -> No
     assert (rank.phase, rank.phase_ended) == (Phase.CUDA_GRAPH_CAPTURE, True)
 
 
-def test_cuda_graph_capture_to_draft_weight_load_on_dist_init_frame_hint() -> None:
-    """After the target's graphs, a dist-init frame (the draft worker's runner) is the draft's phase."""
+def test_cuda_graph_capture_stays_on_dist_init_frame_hint() -> None:
+    """A dist-init frame after the target's weights moves nothing: hints are never reinterpreted
+    (a TCPStore timeout while the target loads is not the draft's phase)."""
     tracker = tracker_with(*script(V059_TARGET))
-    assert tracker.apply(hint(Phase.DIST_INIT, 31, rule="frame_dist_init"), at(31)) == [
-        move("TP0", "cuda_graph_capture", "draft_weight_load", 31, "frame_dist_init")]
+    assert tracker.apply(hint(Phase.DIST_INIT, 31, rule="frame_dist_init"), at(31)) == []
+    assert rank_of(tracker).phase is Phase.CUDA_GRAPH_CAPTURE
+
+
+def test_cuda_graph_capture_to_draft_weight_load_on_draft_worker_frame_hint() -> None:
+    """The draft worker's own frame (`/speculative/eagle_worker.py ... in __init__`) is the draft's phase."""
+    tracker = tracker_with(*script(V059_TARGET))
+    assert tracker.apply(hint(Phase.DRAFT_WEIGHT_LOAD, 31, rule="frame_draft_worker"), at(31)) == [
+        move("TP0", "cuda_graph_capture", "draft_weight_load", 31, "frame_draft_worker")]
 
 
 def test_http_server_start_to_http_server_start_ignores_rank_lines() -> None:
