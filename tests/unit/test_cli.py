@@ -1,0 +1,98 @@
+"""`phasewatch replay` as a command: sources, --now, output, exit statuses."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from phasewatch.cli import EX_DATAERR, EX_NOINPUT, EX_OK, main
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+STALL = EXAMPLES / "sglang-kimi-stall-draft-capture.json"
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = main(argv)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_garbage_file_gives_a_clear_message_and_status_65(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    garbage = tmp_path / "garbage.bin"
+    garbage.write_bytes(os.urandom(4096) + b"\x00")
+    code, out, err = run(["replay", str(garbage)], capsys)
+    assert code == EX_DATAERR == 65
+    assert out == ""
+    assert err.startswith(f"phasewatch: {garbage}: input is not a journal export, journalctl JSON/text, or a text log")
+
+
+def test_empty_file_reports_no_invocations(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    empty = tmp_path / "empty.log"
+    empty.write_bytes(b"")
+    assert run(["replay", "--json", str(empty)], capsys) == (EX_OK, '{\n  "invocations": []\n}\n', "")
+    assert run(["replay", str(empty)], capsys) == (EX_OK, "no invocations found\n", "")
+
+
+def test_missing_file_gives_status_66(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(["replay", str(tmp_path / "nope.log")], capsys)
+    assert code == EX_NOINPUT
+    assert "No such file or directory" in err
+
+
+def test_judged_at_last_line_the_hang_is_not_yet_a_stall(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(["replay", "--json", str(STALL)], capsys)
+    [inv] = json.loads(out)["invocations"]
+    assert (code, inv["outcome"], inv["verdicts"]) == (EX_OK, "starting", [])
+    assert inv["phase"] == "draft_cuda_graph_capture"
+
+
+def test_now_after_the_last_line_judges_the_hang_stalled(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(["replay", "--json", "--now", "+25m", str(STALL)], capsys)
+    [inv] = json.loads(out)["invocations"]
+    assert inv["outcome"] == "stalled"
+    [verdict] = inv["verdicts"]
+    assert (verdict["kind"], verdict["rank"], verdict["phase"], verdict["cause"]) == (
+        "stalled", "TP3", "draft_cuda_graph_capture", "deadline")
+    assert verdict["message"].startswith("sglang-kimi.service: TP3 stalled in draft_cuda_graph_capture for ")
+    assert inv["ranks"]["TP3"]["phases"][-1] == {"name": "draft_cuda_graph_capture",
+                                                 "start": inv["ranks"]["TP3"]["phases"][-1]["start"], "end": None}
+
+
+def test_now_as_an_iso_time(capsys: pytest.CaptureFixture[str]) -> None:
+    _, out, _ = run(["replay", "--json", "--now", "2030-01-01T00:00:00Z", str(STALL)], capsys)
+    [inv] = json.loads(out)["invocations"]
+    assert inv["judged_at"] == "2030-01-01T00:00:00.000Z"
+    assert inv["outcome"] == "stalled"
+
+
+def test_standard_input_source(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(STALL.read_bytes())))
+    code, out, _ = run(["replay", "--json", "-"], capsys)
+    assert code == EX_OK
+    assert json.loads(out)["invocations"][0]["invocation_id"] == "5e1f3c9a0b7d4e21a6c8f00d1e2b3c4d"
+
+
+def test_table_shows_each_rank_and_the_verdict(capsys: pytest.CaptureFixture[str]) -> None:
+    _, out, _ = run(["replay", "--now", "+25m", str(STALL)], capsys)
+    lines = out.splitlines()
+    assert lines[0].startswith("invocation 5e1f3c9a0b7d4e21a6c8f00d1e2b3c4d: stalled, phase draft_cuda_graph_capture")
+    header = lines[1].split()
+    assert header[:3] == ["RANK", "NOW", "PROGRESS"]
+    assert "draft_cuda_graph_capture" in header
+    rows = {line.split()[0]: line for line in lines[2:11]}
+    assert set(rows) == {"main", *(f"TP{n}" for n in range(8))}
+    assert "draft_cuda_graph_capture (done)" in rows["TP0"] and "23/23 bs=1" in rows["TP0"]
+    assert "(done)" not in rows["TP3"]
+    assert any(line.startswith("  stalled: sglang-kimi.service: TP3 stalled in draft_cuda_graph_capture")
+               for line in lines)
+
+
+def test_source_and_unit_are_exclusive(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["replay", "--unit", "x.service", str(STALL)])
+    assert exit_info.value.code == 2
+    assert "exactly one SOURCE" in capsys.readouterr().err
