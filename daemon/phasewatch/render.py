@@ -107,6 +107,8 @@ def to_table(judgements: list[Judgement], now: float) -> str:
         rows = []
         for rank in inv.ranks:
             now_text = rank.phase.value + (" (done)" if rank.phase_ended else "") + ("" if rank.seen else " (silent)")
+            if rank.rank == MAIN and rank.phase.value == "launch" and inv.scheduler_ranks:
+                now_text = "launch (waiting for the ranks)"
             rows.append([rank.rank, now_text, progress_text(rank.progress), *(_cell(rank, p, now) for p in phases)])
         widths = [max(len(str(row[i])) for row in [columns, *rows]) for i in range(len(columns))]
         for row in [columns, *rows]:
