@@ -84,6 +84,26 @@ DEFAULT_LIMITS: Mapping[Phase, PhaseLimits] = {
 }
 DEFAULT_RANK_SKEW = 300.0
 
+VERDICT_KINDS = ("stalled", "straggler", "rank_died", "crashed", "unhealthy", "lines_lost")
+ACTION_NAMES = ("alert", "restart")
+DEFAULT_ACTIONS: Mapping[str, tuple[str, ...]] = {
+    "stalled": ("alert", "restart"),
+    "straggler": ("alert", "restart"),
+    "rank_died": ("alert", "restart"),
+    "crashed": ("alert",),  # the unit's own Restart= usually handles a crash
+    "unhealthy": ("alert",),
+    "lines_lost": ("alert",),
+}
+
+
+@dataclass(frozen=True)
+class RestartBudget:
+    """At most `max` failed start-ups within `window`, restarts at least `backoff` apart."""
+
+    max: int = 3
+    window: float = 6 * 3600.0
+    backoff: float = 300.0
+
 
 @dataclass(frozen=True)
 class Config:
@@ -93,6 +113,10 @@ class Config:
     rank_skew: float = DEFAULT_RANK_SKEW
     profile: Profile | None = None
     source: str | None = None
+    actions: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: dict(DEFAULT_ACTIONS))
+    restart_budget: RestartBudget = RestartBudget()
+    dry_run: bool = False
+    metrics_listen: str = "127.0.0.1:9877"
 
     def limits(self, phase: Phase) -> PhaseLimits:
         return self.phases.get(phase, PhaseLimits(None, None))
@@ -127,7 +151,8 @@ def _strip_lines(value: Any) -> Any:
     return value
 
 
-TOP_KEYS = ("unit", "engine", "phases", "rank_skew", "patterns")
+TOP_KEYS = ("unit", "engine", "phases", "rank_skew", "patterns", "actions", "restart_budget", "dry_run", "metrics")
+LISTEN_RE = re.compile(r"^(?:\[[0-9a-fA-F:]+\]|[\w.-]+):\d{1,5}$")
 
 
 def load_config(path: str | Path) -> Config:
@@ -217,4 +242,61 @@ def parse_config(text: str, path: str | None = None) -> Config:
             field_name = exc.key.rsplit(".", 1)[-1]
             line = item_lines.get(field_name) or min(item_lines.values(), default=None)
         raise ConfigError(exc.key, str(exc).split(": ", 1)[1], path, line or lines.get("patterns")) from None
-    return Config(unit=unit, engine=str(engine), phases=phases, rank_skew=rank_skew, profile=profile, source=path)
+    actions = dict(DEFAULT_ACTIONS)
+    actions_doc = document.get("actions", {}) or {}
+    if not isinstance(actions_doc, dict):
+        raise fail("actions", "expected a mapping of verdict kinds to action lists", lines.get("actions"))
+    action_lines: dict[str, int] = actions_doc.get("__lines__", {})
+    for kind, listed in actions_doc.items():
+        if kind == "__lines__":
+            continue
+        if kind not in VERDICT_KINDS:
+            raise fail(f"actions.{kind}", f"unknown verdict kind (known: {', '.join(VERDICT_KINDS)})",
+                       action_lines.get(kind))
+        if not isinstance(listed, list) or any(a not in ACTION_NAMES for a in listed):
+            raise fail(f"actions.{kind}", f"expected a list of {', '.join(ACTION_NAMES)}, got {listed!r}",
+                       action_lines.get(kind))
+        actions[kind] = tuple(listed)
+
+    budget = RestartBudget()
+    budget_doc = document.get("restart_budget", {}) or {}
+    if not isinstance(budget_doc, dict):
+        raise fail("restart_budget", "expected a mapping with max, window, backoff", lines.get("restart_budget"))
+    budget_lines: dict[str, int] = budget_doc.get("__lines__", {})
+    settings: dict[str, Any] = {"max": budget.max, "window": budget.window, "backoff": budget.backoff}
+    for key, raw in budget_doc.items():
+        if key == "__lines__":
+            continue
+        line = budget_lines.get(key)
+        if key == "max":
+            if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
+                raise fail("restart_budget.max", f"expected a whole number >= 0, got {raw!r}", line)
+            settings["max"] = raw
+        elif key in ("window", "backoff"):
+            try:
+                parsed_value = parse_duration(raw)
+            except ValueError as exc:
+                raise fail(f"restart_budget.{key}", str(exc), line) from None
+            settings[key] = parsed_value or 0.0
+        else:
+            raise fail(f"restart_budget.{key}", "unknown setting (known: max, window, backoff)", line)
+    budget = RestartBudget(settings["max"], settings["window"], settings["backoff"])
+
+    dry_run = document.get("dry_run", False)
+    if not isinstance(dry_run, bool):
+        raise fail("dry_run", f"expected true or false, got {dry_run!r}", lines.get("dry_run"))
+    listen = "127.0.0.1:9877"
+    metrics_doc = document.get("metrics", {}) or {}
+    if not isinstance(metrics_doc, dict):
+        raise fail("metrics", "expected a mapping with listen", lines.get("metrics"))
+    for key, raw in metrics_doc.items():
+        if key == "__lines__":
+            continue
+        line = metrics_doc.get("__lines__", {}).get(key)
+        if key != "listen":
+            raise fail(f"metrics.{key}", "unknown setting (known: listen)", line)
+        if not isinstance(raw, str) or not LISTEN_RE.match(raw):
+            raise fail("metrics.listen", f"expected HOST:PORT like 127.0.0.1:9877, got {raw!r}", line)
+        listen = raw
+    return Config(unit=unit, engine=str(engine), phases=phases, rank_skew=rank_skew, profile=profile, source=path,
+                  actions=actions, restart_budget=budget, dry_run=dry_run, metrics_listen=listen)

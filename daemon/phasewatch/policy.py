@@ -74,7 +74,15 @@ def evaluate(inv: InvocationView, now: float, config: Config, profile: Profile |
         return [*verdicts, crash]
     if inv.state not in START_UP_STATES:
         return verdicts
+    for rank in inv.scheduler_ranks:
+        if rank.died_at is not None:
+            verdicts.append(Verdict("rank_died", inv.invocation_id, rank.phase.value, rank.rank, "process_exited",
+                                    f"{unit}: {rank.rank}'s process (pid {rank.died_pid}) exited in "
+                                    f"{rank.phase.value} while the unit is starting", rank.died_at))
+    dead = {v.rank for v in verdicts if v.kind == "rank_died"}
     for rank in _evaluated_ranks(inv):
+        if rank.rank in dead:
+            continue
         limits = config.limits(rank.phase)
         verdict = _stalled(inv, rank, now, limits.deadline, limits.stall, unit)
         if verdict is None:

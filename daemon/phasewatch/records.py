@@ -189,6 +189,7 @@ class EventKind(enum.Enum):
     UNIT_FAILED = "unit_failed"
     UNIT_EXITED = "unit_exited"
     RESTART_SCHEDULED = "restart_scheduled"
+    RANK_DIED = "rank_died"  # from the process table, not from the journal
 
 
 @dataclass(frozen=True)

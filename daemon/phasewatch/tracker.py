@@ -61,6 +61,8 @@ class RankView:
     last_activity: float | None
     spans: tuple[PhaseSpan, ...]
     seen: bool = True
+    died_at: float | None = None  # its process vanished (seen in the unit's cgroup)
+    died_pid: int | None = None
 
 
 @dataclass(frozen=True)
@@ -181,6 +183,8 @@ class _Rank:
     progress: Progress | None = None
     progress_phase: Phase | None = None
     last_activity: float | None = None
+    died_at: float | None = None
+    died_pid: int | None = None
 
     def entered(self, phase: Phase) -> bool:
         return any(s.phase is phase for s in self.spans)
@@ -205,7 +209,8 @@ class _Rank:
 
     def view(self) -> RankView:
         return RankView(self.rank, self.phase, self.phase_start, self.phase_ended, self.progress,
-                        self.progress_phase, self.last_activity, tuple(self.spans))
+                        self.progress_phase, self.last_activity, tuple(self.spans), True, self.died_at,
+                        self.died_pid)
 
 
 @dataclass
@@ -341,6 +346,11 @@ class Tracker:
             return []
         if kind is EventKind.PROGRESS:
             return self._progress(inv, event, ts)
+        if kind is EventKind.RANK_DIED:
+            rank = self._rank(inv, event.rank or MAIN, ts)
+            if rank.died_at is None:
+                rank.died_at, rank.died_pid = ts, event.pid
+            return []
         rank = self._rank(inv, event.rank or MAIN, ts)
         rank.last_activity = ts
         if kind is EventKind.FATAL:

@@ -1,0 +1,138 @@
+"""Edge: follow one unit's journal entries live, with systemd-python's low-level reader.
+
+Matches `_SYSTEMD_UNIT=<unit>` (its processes), `UNIT=<unit>` + `_PID=1` (PID 1 about it) and
+`OBJECT_SYSTEMD_UNIT=<unit>` (journald's suppression notices). Data threshold 0: whole fields.
+The fd is for poll(); `wait_result()` after it is readable tells APPEND or INVALIDATE (rotation,
+vacuum, journald restart), on which the caller calls `reopen()`: the reader is reopened at the
+last cursor read, so nothing is lost or read twice.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .records import JournalRecord, record_from_fields
+
+NOP, APPEND, INVALIDATE = 0, 1, 2
+_LIFECYCLE_FIELDS = ("MESSAGE", "MESSAGE_ID", "UNIT", "OBJECT_SYSTEMD_UNIT", "N_DROPPED", "INVOCATION_ID",
+                     "_SYSTEMD_INVOCATION_ID", "UNIT_RESULT", "JOB_TYPE", "JOB_RESULT", "EXIT_CODE", "EXIT_STATUS",
+                     "_PID", "_SYSTEMD_UNIT", "N_RESTARTS")
+
+
+class JournalError(RuntimeError):
+    """The journal could not be opened or read."""
+
+
+class JournalFollower:
+    def __init__(self, unit: str, directory: str | None = None) -> None:
+        self.unit = unit
+        self.directory = directory
+        self.cursor: str | None = None
+        self._unit_bytes = unit.encode()
+        self._reader: Any = None
+        self.open()
+
+    def open(self) -> None:
+        try:
+            from systemd import _reader  # pragma: systemd no cover
+        except ImportError as exc:  # pragma: no cover
+            raise JournalError(f"python-systemd is not installed: {exc}") from None
+        try:
+            reader = _reader._Reader(0, self.directory) if self.directory else _reader._Reader()
+        except OSError as exc:
+            raise JournalError(f"cannot open the journal: {exc.strerror or exc}") from None
+        reader.data_threshold = 0
+        reader.add_match(f"_SYSTEMD_UNIT={self.unit}")
+        reader.add_disjunction()
+        reader.add_match(f"UNIT={self.unit}")
+        reader.add_match("_PID=1")
+        reader.add_disjunction()
+        reader.add_match(f"OBJECT_SYSTEMD_UNIT={self.unit}")
+        self._reader = reader
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+
+    def reopen(self) -> None:
+        """After INVALIDATE: a fresh reader, positioned after the last entry read."""
+        self.close()
+        self.open()
+        if self.cursor is not None:
+            self.seek_cursor(self.cursor)
+        else:
+            self._reader.seek_tail()
+
+    def seek_realtime(self, seconds: float) -> None:
+        self._reader.seek_realtime(int(seconds * 1_000_000))
+
+    def seek_head(self) -> None:
+        self._reader.seek_head()
+
+    def seek_tail(self) -> None:
+        """Position after the last entry: only new entries will be read."""
+        self._reader.seek_tail()
+        if self._reader._previous():
+            self.cursor = self._reader._get_cursor()
+
+    def seek_cursor(self, cursor: str) -> None:
+        """Position after the entry `cursor` names (if it still exists)."""
+        self._reader.seek_cursor(cursor)
+        if self._reader._next() and not self._reader.test_cursor(cursor):
+            self._reader._previous()  # the entry is gone (vacuumed): start at the next one
+
+    def fileno(self) -> int:
+        fd: int = self._reader.fileno()
+        return fd
+
+    def wait_result(self) -> int:
+        """NOP, APPEND or INVALIDATE, once the fd was readable (also resets its readability)."""
+        result: int = self._reader.process()
+        return result
+
+    def read(self, limit: int = 1000) -> list[JournalRecord]:
+        """Up to `limit` new entries (an empty list: caught up)."""
+        out: list[JournalRecord] = []
+        reader = self._reader
+        get = reader._get
+        for _ in range(limit):
+            if not reader._next():
+                break
+            try:
+                unit = get("_SYSTEMD_UNIT")
+            except KeyError:
+                unit = None
+            if unit == self._unit_bytes or unit == self.unit:
+                out.append(self._service_record(get, reader._get_realtime()))
+            else:
+                fields: dict[str, object] = {}
+                for name in _LIFECYCLE_FIELDS:
+                    try:
+                        fields[name] = get(name)
+                    except KeyError:
+                        pass
+                fields["__REALTIME_TIMESTAMP"] = reader._get_realtime()
+                out.append(record_from_fields(fields))
+            self.cursor = reader._get_cursor()
+        return out
+
+    @staticmethod
+    def _service_record(get: Any, realtime_us: int) -> JournalRecord:
+        def optional(name: str) -> Any:
+            try:
+                return get(name)
+            except KeyError:
+                return None
+
+        message = optional("MESSAGE")
+        pid = optional("_PID")
+        invocation = optional("_SYSTEMD_INVOCATION_ID")
+        line_break = optional("_LINE_BREAK")
+        return JournalRecord(
+            message=message,
+            realtime=realtime_us / 1e6,
+            pid=int(pid) if pid else None,
+            invocation_id=invocation.decode() if isinstance(invocation, bytes) else invocation,
+            line_break=line_break.decode() if isinstance(line_break, bytes) else line_break,
+        )
