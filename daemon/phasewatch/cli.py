@@ -8,12 +8,15 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
 import re
 import sys
 from pathlib import Path
 from typing import Sequence
 
+from .actions import UnitError
 from .config import Config, ConfigError, load_config, parse_duration
+from .follow import JournalError
 from .formats import InputError, parse_source
 from .journal_source import JournalUnavailable, read_unit
 from .pipeline import Pipeline
@@ -75,6 +78,40 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return EX_OK
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    import logging
+    import signal
+
+    from .actions import JournalAlerter, Notifier, SystemdUnit
+    from .app import Daemon, watchdog_interval_from_env
+    from .clock import SystemClock
+    from .follow import JournalFollower
+    from .state import StateStore
+
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    config = load_config(args.config)
+    state_dir = args.state_dir or os.environ.get("STATE_DIRECTORY", "").split(":")[0] or "/var/lib/phasewatch"
+    unit = SystemdUnit(config.unit)
+    loaded = unit.load_state()
+    if loaded == "not-found":
+        raise ConfigError("unit", f"{config.unit} is not loaded by systemd (not-found): is the name right?",
+                          config.source)
+    daemon = Daemon(config, follower=JournalFollower(config.unit, args.directory), unit=unit,
+                    alerter=JournalAlerter(config.unit), notifier=Notifier(), store=StateStore(state_dir, config.unit),
+                    clock=SystemClock(), watchdog_interval=watchdog_interval_from_env())
+
+    def stop(signum: int, frame: object) -> None:
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    logging.getLogger(__name__).info("phasewatch watching %s (config %s)", config.unit, config.source)
+    try:
+        daemon.run()
+    finally:
+        daemon.notifier.send("STOPPING=1")
+    return EX_OK
+
+
 def cmd_check_config(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     rules = len(config.engine_profile().rules)
@@ -95,6 +132,11 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--json", action="store_true", help="print the JSON document")
     replay.add_argument("--now", help="judge at this time: +DURATION after the last line, or an ISO time")
     replay.set_defaults(func=cmd_replay)
+    run = sub.add_parser("run", help="the daemon: follow the unit's journal and act on stalls")
+    run.add_argument("--config", required=True, help="phasewatch YAML config")
+    run.add_argument("--state-dir", help="where to remember what was done (default $STATE_DIRECTORY)")
+    run.add_argument("--directory", help=argparse.SUPPRESS)
+    run.set_defaults(func=cmd_run)
     check = sub.add_parser("check-config", help="validate a config file")
     check.add_argument("config")
     check.set_defaults(func=cmd_check_config)
@@ -123,7 +165,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
         print(f"phasewatch: {exc.filename}: {exc.strerror}", file=sys.stderr)
         return EX_NOINPUT
-    except JournalUnavailable as exc:
+    except (JournalUnavailable, JournalError, UnitError) as exc:
         print(f"phasewatch: {exc}", file=sys.stderr)
         return EX_UNAVAILABLE
     except ValueError as exc:

@@ -1,0 +1,306 @@
+"""The daemon: the only place where the stages meet the world.
+
+One loop: wait on the journal fd and the rank processes' pidfds until the policy's next deadline
+(or the watchdog's half-interval), feed new entries through the pipeline, judge the current
+start-up, act on new verdicts, tell systemd how things stand.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import select
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+from . import policy
+from .actions import UnitError, UnitFacts
+from .clock import Clock
+from .config import Config, format_duration
+from .follow import INVALIDATE, JournalFollower
+from .pipeline import Pipeline
+from .procs import ProcessTable, RankProcess, RankWatch
+from .records import Event, EventKind
+from .render import current_phase
+from .respond import Action, BudgetState, Memory, Response, reset_budget, respond
+from .state import Saved, StateStore
+from .tracker import InvocationView, UnitState
+
+logger = logging.getLogger(__name__)
+
+READ_BATCH = 1000
+SCAN_INTERVAL = 1.0  # how often the unit's cgroup is read while it starts
+DEATH_GRACE = 0.5  # a rank death is confirmed only if the unit is not being torn down meanwhile
+REBUILD_MARGIN = 5.0  # read from this long before the unit's start
+
+
+class Unit(Protocol):
+    def facts(self) -> UnitFacts: ...
+
+    def restart(self) -> str: ...
+
+
+class Alerter(Protocol):
+    def alert(self, action: Action) -> None: ...
+
+
+class Notify(Protocol):
+    def send(self, state: str) -> None: ...
+
+
+@dataclass
+class _PendingDeath:
+    process: RankProcess
+    seen_at: float
+
+
+class Daemon:
+    def __init__(self, config: Config, *, follower: JournalFollower, unit: Unit, alerter: Alerter, notifier: Notify,
+                 store: StateStore, clock: Clock, processes: ProcessTable | None = None,
+                 watchdog_interval: float | None = None) -> None:
+        self.config = config
+        self.follower = follower
+        self.unit = unit
+        self.alerter = alerter
+        self.notifier = notifier
+        self.store = store
+        self.clock = clock
+        self.processes = processes or ProcessTable()
+        self.watchdog_interval = watchdog_interval
+        self.pipeline = Pipeline(config)
+        self.memory = Memory()
+        self.rank_watch = RankWatch()
+        self.pending_deaths: list[_PendingDeath] = []
+        self.facts: UnitFacts | None = None
+        self.retry_at: float | None = None
+        self.last_scan = -math.inf
+        self.last_watchdog = -math.inf
+        self.watched_invocation: str | None = None
+        self.stopping = False
+
+    # -- start-up ----------------------------------------------------------------------------
+    def start(self) -> None:
+        """Rebuild the current start-up from the journal, then tell systemd we are ready."""
+        saved = self.store.load()
+        self.memory = saved.memory
+        self.facts = self._read_facts()
+        started = self.facts.started_at if self.facts is not None else None
+        if started is not None and self.facts is not None and self.facts.active_state != "inactive":
+            self.follower.seek_realtime(started - REBUILD_MARGIN)
+            logger.info("[%s] rebuilding the start-up that began %s ago from the journal", self.config.unit,
+                        format_duration(self.clock.wall() - started))
+        else:
+            self.follower.seek_tail()
+        while self._read_journal():
+            pass
+        self.watched_invocation = self._current_id()
+        self._judge_and_act()
+        self._save()
+        self.notifier.send("READY=1")
+        self._status()
+
+    def _read_facts(self) -> UnitFacts | None:
+        try:
+            return self.unit.facts()
+        except UnitError as exc:
+            logger.warning("[%s] %s", self.config.unit, exc)
+            return None
+
+    # -- the loop ----------------------------------------------------------------------------
+    def run(self) -> None:
+        self.start()
+        while not self.stopping:
+            self.step()
+
+    def step(self, max_wait: float | None = None) -> None:
+        now = self.clock.wall()
+        timeout = self._timeout(now)
+        if max_wait is not None:
+            timeout = min(timeout, max_wait)
+        poller = select.poll()
+        journal_fd = self.follower.fileno()
+        poller.register(journal_fd, select.POLLIN)
+        for fd in self.rank_watch.fds():
+            poller.register(fd, select.POLLIN)
+        ready = poller.poll(None if math.isinf(timeout) else max(int(timeout * 1000), 0))
+        readable = [fd for fd, _ in ready]
+        if journal_fd in readable and self.follower.wait_result() == INVALIDATE:
+            logger.info("[%s] journal changed (rotation, vacuum or journald restart): reopening at the cursor",
+                        self.config.unit)
+            self.follower.reopen()
+        for _ in range(10):  # bounded, so the watchdog is fed during a flood
+            if not self._read_journal():
+                break
+        now = self.clock.wall()
+        for process in self.rank_watch.dead([fd for fd in readable if fd != journal_fd]):
+            self.pending_deaths.append(_PendingDeath(process, now))
+        self._scan_processes(now)
+        self._confirm_deaths(now)
+        self._judge_and_act()
+        self._status()
+
+    def _timeout(self, now: float) -> float:
+        candidates = [math.inf]
+        inv = self.pipeline.snapshot().current
+        if inv is not None:
+            candidates.append(policy.next_deadline(inv, now, self.config) - now + 0.05)
+            if inv.state is UnitState.STARTING:
+                candidates.append(self.last_scan + SCAN_INTERVAL - now)
+        if self.retry_at is not None:
+            candidates.append(self.retry_at - now)
+        if self.pending_deaths:
+            candidates.append(min(d.seen_at for d in self.pending_deaths) + DEATH_GRACE - now)
+        if self.watchdog_interval is not None:
+            candidates.append(self.last_watchdog + self.watchdog_interval / 2 - now)
+        return max(min(candidates), 0.0)
+
+    def _read_journal(self) -> bool:
+        records = self.follower.read(READ_BATCH)
+        if not records:
+            return False
+        now = self.clock.wall()
+        for record in records:
+            self.pipeline.feed(record, now)
+        self._on_invocation_change()
+        return True
+
+    def _current_id(self) -> str | None:
+        inv = self.pipeline.snapshot().current
+        return inv.invocation_id if inv is not None else None
+
+    def _on_invocation_change(self) -> None:
+        snapshot = self.pipeline.snapshot()
+        current = snapshot.current
+        if current is None or current.invocation_id == self.watched_invocation:
+            return
+        previous = next((i for i in snapshot.invocations if i.invocation_id == self.watched_invocation), None)
+        self.watched_invocation = current.invocation_id
+        self.rank_watch.forget()
+        self.pending_deaths.clear()
+        self.last_scan = -math.inf
+        logger.info("[%s] new start-up %s", self.config.unit, current.invocation_id)
+        if previous is not None and previous.invocation_id not in self.memory.restarted \
+                and not previous.restart_scheduled:
+            # Started again by someone else than phasewatch or Restart=: the operator. Budget reset.
+            self.memory = reset_budget(self.memory)
+
+    # -- rank processes ----------------------------------------------------------------------
+    def _scan_processes(self, now: float) -> None:
+        inv = self.pipeline.snapshot().current
+        if inv is None or inv.state is not UnitState.STARTING or now - self.last_scan < SCAN_INTERVAL:
+            return
+        self.last_scan = now
+        self.facts = self._read_facts() or self.facts
+        if self.facts is None or not self.facts.control_group:
+            return
+        if self.facts.invocation_id is not None and self.facts.invocation_id != inv.invocation_id:
+            return  # the journal has not caught up with the new start yet
+        self.rank_watch.update(self.processes.ranks(self.facts.control_group))
+
+    def _confirm_deaths(self, now: float) -> None:
+        due = [d for d in self.pending_deaths if now >= d.seen_at + DEATH_GRACE]
+        if not due:
+            return
+        self.pending_deaths = [d for d in self.pending_deaths if d not in due]
+        inv = self.pipeline.snapshot().current
+        facts = self._read_facts()
+        torn_down = (inv is None or inv.state is not UnitState.STARTING or bool(inv.fatals) or facts is None
+                     or facts.active_state not in ("active", "activating") or len(due) > 1
+                     and len(due) >= len(inv.scheduler_ranks) // 2)
+        if torn_down:
+            return  # the unit is stopping or crashing as a whole: not one rank's death
+        for death in due:
+            logger.info("[%s rank=%s] process %d vanished", self.config.unit, death.process.rank, death.process.pid)
+            self.pipeline.tracker.apply(Event(EventKind.RANK_DIED, death.seen_at, rank=death.process.rank,
+                                              pid=death.process.pid, invocation_id=inv.invocation_id if inv else None),
+                                        now)
+
+    # -- judging and acting --------------------------------------------------------------------
+    def _judge_and_act(self) -> None:
+        now = self.clock.wall()
+        inv = self.pipeline.snapshot().current
+        if inv is None:
+            return
+        if inv.state in (UnitState.READY, UnitState.SERVING) and (
+                self.memory.budget.failures or self.memory.budget.state is not BudgetState.ARMED):
+            self.memory = reset_budget(self.memory)  # GAVE_UP -> ARMED: a start-up reached ready
+            self._save()
+        verdicts = policy.evaluate(inv, now, self.config, self.pipeline.profile)
+        if not any(self._unhandled(v) for v in verdicts):
+            return
+        if self.retry_at is not None and now < self.retry_at and all(v.key in self.memory.alerted for v in verdicts):
+            return  # only a restart is left to do, after the backoff
+        status = self._read_facts() or UnitFacts("unknown", "unknown", None)
+        response = respond(verdicts, self.memory, status, now, self.config)
+        self._execute(response, inv)
+
+    def _unhandled(self, verdict: policy.Verdict) -> bool:
+        wanted = self.config.actions.get(verdict.kind, ("alert",))
+        return ("alert" in wanted and verdict.key not in self.memory.alerted) or (
+            "restart" in wanted and verdict.invocation_id not in self.memory.restarted
+            and self.memory.budget.state is BudgetState.ARMED)
+
+    def _execute(self, response: Response, inv: InvocationView) -> None:
+        self.memory = response.memory
+        self.retry_at = response.retry_at
+        self._save()  # remember before acting: a crash here must not act twice
+        for action in response.actions:
+            if action.kind == "alert":
+                logger.info("[%s rank=%s phase=%s] alert %s: %s", self.config.unit, action.rank, action.phase,
+                            action.verdict_kind, action.message)
+                self.alerter.alert(action)
+            elif action.dry_run:
+                logger.info("[%s] dry run: would restart (%s)", self.config.unit, action.verdict_kind)
+            else:
+                try:
+                    job = self.unit.restart()
+                    logger.info("[%s] restart requested (%s), job %s", self.config.unit, action.verdict_kind, job)
+                except UnitError as exc:
+                    logger.error("[%s] %s", self.config.unit, exc)
+                    self.alerter.alert(replace(action, kind="alert", verdict_kind="restart_failed", priority=3,
+                                               message=f"{self.config.unit}: restart failed: {exc}"))
+
+    def _save(self) -> None:
+        try:
+            self.store.save(Saved(self.memory, self.follower.cursor, self.watched_invocation))
+        except OSError as exc:
+            logger.error("[%s] cannot write state: %s", self.config.unit, exc)
+
+    # -- telling systemd -----------------------------------------------------------------------
+    def _status(self) -> None:
+        now = self.clock.wall()
+        parts = [f"STATUS={status_line(self.pipeline.snapshot().current, now, self.config)}"]
+        if self.watchdog_interval is not None:
+            parts.append("WATCHDOG=1")
+            self.last_watchdog = now
+        self.notifier.send("\n".join(parts))
+
+
+def status_line(inv: InvocationView | None, now: float, config: Config) -> str:
+    """One line for `systemctl status`: "sglang-kimi: draft_cuda_graph_capture 8/8 ranks, 3m12s of 20m"."""
+    name = config.unit.removesuffix(".service")
+    if inv is None:
+        return f"{name}: no start-up seen yet"
+    state = inv.state.value
+    if state != "starting":
+        return f"{name}: {state}"
+    phase = current_phase(inv) or "launch"
+    ranks = inv.scheduler_ranks
+    in_phase = [r for r in ranks if r.phase.value == phase]
+    starts = [r.phase_start for r in in_phase if r.phase_start is not None]
+    spent = format_duration(now - min(starts)) if starts else "?"
+    limit = next((config.limits(r.phase).deadline for r in in_phase), None)
+    text = f"{name}: {phase} {len(in_phase)}/{len(ranks)} ranks, {spent}"
+    return text + (f" of {format_duration(limit)}" if limit is not None else "")
+
+
+def watchdog_interval_from_env() -> float | None:
+    usec = os.environ.get("WATCHDOG_USEC")
+    pid = os.environ.get("WATCHDOG_PID")
+    if not usec or (pid and pid != str(os.getpid())):
+        return None
+    try:
+        return int(usec) / 1e6
+    except ValueError:
+        return None
