@@ -13,7 +13,12 @@ if [ "${#missing[@]}" -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-python="${PYTHON:-python3}"
+# Debian's own interpreter: the daemon runs as an unprivileged user in the tests, and must be able
+# to read it (a python under /root would not do).
+python="${PYTHON:-$(command -v /usr/bin/python3 || command -v python3)}"
+if [ -x .venv/bin/python ] && ! grep -q "^home = $(dirname "$(readlink -f "$python")")\$" .venv/pyvenv.cfg; then
+  rm -rf .venv  # made with another interpreter
+fi
 if [ ! -x .venv/bin/python ]; then
   "$python" -m venv .venv
 fi

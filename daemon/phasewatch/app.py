@@ -78,6 +78,8 @@ class Daemon:
         self.last_watchdog = -math.inf
         self.watched_invocation: str | None = None
         self.stopping = False
+        self.entries_by_invocation: dict[str, int] = {}
+        self.last_status: dict[str, object] = {}
 
     # -- start-up ----------------------------------------------------------------------------
     def start(self) -> None:
@@ -160,8 +162,14 @@ class Daemon:
         if not records:
             return False
         now = self.clock.wall()
+        counts = self.entries_by_invocation
         for record in records:
             self.pipeline.feed(record, now)
+            if record.invocation_id is not None:
+                counts[record.invocation_id] = counts.get(record.invocation_id, 0) + 1
+        if len(counts) > 16:
+            for stale in list(counts)[:-16]:
+                del counts[stale]
         self._on_invocation_change()
         return True
 
@@ -270,11 +278,31 @@ class Daemon:
     # -- telling systemd -----------------------------------------------------------------------
     def _status(self) -> None:
         now = self.clock.wall()
-        parts = [f"STATUS={status_line(self.pipeline.snapshot().current, now, self.config)}"]
+        inv = self.pipeline.snapshot().current
+        parts = [f"STATUS={status_line(inv, now, self.config)}"]
+        self._write_status(inv)
         if self.watchdog_interval is not None:
             parts.append("WATCHDOG=1")
             self.last_watchdog = now
         self.notifier.send("\n".join(parts))
+
+
+    def _write_status(self, inv: InvocationView | None) -> None:
+        """A small JSON view of the current start-up beside the state file (read by tests and tools)."""
+        status: dict[str, object] = {"unit": self.config.unit}
+        if inv is not None:
+            status.update({"invocation_id": inv.invocation_id, "state": inv.state.value,
+                           "phase": current_phase(inv), "ranks": {r.rank: r.phase.value for r in inv.ranks},
+                           "entries": self.entries_by_invocation.get(inv.invocation_id, 0),
+                           "lines_lost": inv.lines_lost})
+        status["budget"] = self.memory.budget.state.value
+        status["restarted"] = sorted(self.memory.restarted)
+        if status != self.last_status:
+            self.last_status = status
+            try:
+                self.store.write_status(status)
+            except OSError as exc:
+                logger.error("[%s] cannot write status: %s", self.config.unit, exc)
 
 
 def status_line(inv: InvocationView | None, now: float, config: Config) -> str:

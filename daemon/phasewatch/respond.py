@@ -16,6 +16,7 @@ from .config import Config, format_duration
 from .policy import Verdict
 
 FAILURE_KINDS = frozenset({"stalled", "straggler", "rank_died", "crashed"})
+CRASH_SETTLE = 5.0  # seconds between a crash verdict and a restart decision about it
 # syslog priorities
 PRIORITY = {"stalled": 4, "straggler": 4, "lines_lost": 4, "unhealthy": 4, "rank_died": 3, "crashed": 3,
             "gave_up": 2, "restart_failed": 3}
@@ -156,11 +157,15 @@ def _restart_decision(verdict: Verdict, budget: Budget, status: UnitStatus, now:
                       ) -> tuple[bool, Budget, str, float | None]:
     """(restart now?, budget after, a note for the alert, when to look again)."""
     limits = config.restart_budget
+    if verdict.kind == "crashed" and now < verdict.at + CRASH_SETTLE:
+        # Let the crash finish (the parent kills its children, then itself) and systemd react.
+        return False, budget, "", verdict.at + CRASH_SETTLE
     if status.invocation_id is not None and status.invocation_id != verdict.invocation_id:
         return False, budget, "not restarting: the unit was already started again", None
     if status.systemd_restarting:
         return False, budget, "not restarting: systemd has a restart scheduled (Restart=)", None
-    if not status.restartable:
+    crashed_and_down = verdict.kind == "crashed" and status.active_state == "failed" and not status.job_pending
+    if not status.restartable and not crashed_and_down:
         return False, budget, f"not restarting: the unit is {status.active_state} (stopped by the operator?)", None
     if budget.state is BudgetState.GAVE_UP:
         return False, budget, "not restarting: restart budget spent", None

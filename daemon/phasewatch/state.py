@@ -30,6 +30,7 @@ class Saved:
 class StateStore:
     def __init__(self, directory: str | Path, unit: str) -> None:
         self.path = Path(directory) / f"{unit}.state.json"
+        self.status_path = Path(directory) / f"{unit}.status.json"
 
     def load(self) -> Saved:
         try:
@@ -42,14 +43,21 @@ class StateStore:
             return Saved(Memory(), None, None)
 
     def save(self, saved: Saved) -> None:
-        document = _encode(saved)
-        temporary = self.path.with_suffix(".tmp")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(temporary, "w", encoding="utf-8") as handle:
-            json.dump(document, handle)
+        _write_atomically(self.path, _encode(saved), sync=True)
+
+    def write_status(self, status: dict[str, Any]) -> None:
+        _write_atomically(self.status_path, status, sync=False)
+
+
+def _write_atomically(path: Path, document: dict[str, Any], sync: bool) -> None:
+    temporary = path.with_suffix(".tmp")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(temporary, "w", encoding="utf-8") as handle:
+        json.dump(document, handle)
+        if sync:
             handle.flush()
             os.fsync(handle.fileno())
-        os.replace(temporary, self.path)
+    os.replace(temporary, path)
 
 
 def _encode(saved: Saved) -> dict[str, Any]:
