@@ -1,0 +1,207 @@
+"""phasewatch against a real systemd, journald, D-Bus and polkit (see sandbox.py).
+
+The simulated server is tools/sglang_sim.py: one process per rank titled sglang::scheduler_TPn,
+the v0.5.9 lines of an 8-rank EAGLE-3 start-up, at 1/100 of real time unless said otherwise.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from conftest import UNIT, VENV, WATCHER, Scenario
+
+STARTED = "39f53479d3a045ac8e11786248231fbf"
+STOPPING = "de5b426a63be47a7b6ac3eaac82e2f6f"
+
+
+def at(entry: dict[str, Any]) -> float:
+    return int(entry["__REALTIME_TIMESTAMP"]) / 1e6
+
+
+def restarts_by_phasewatch(s: Scenario) -> list[dict[str, Any]]:
+    """PID 1's 'Stopping' entries of restart jobs for the watched unit."""
+    return [e for e in s.box.journal(f"UNIT={UNIT}", "_PID=1", f"MESSAGE_ID={STOPPING}")
+            if at(e) >= s.started_at and e.get("JOB_TYPE") == "restart"]
+
+
+def test_clean_eagle3_start_up_reaches_ready_without_restart_or_alert(scenario: Scenario) -> None:
+    scenario.configure("--scale 0.01")
+    scenario.start()
+    status = scenario.wait_state("ready", timeout=90)
+    assert status["ranks"] == {"main": "ready", **{f"TP{n}": "ready" for n in range(8)}}
+    assert scenario.alerts() == []
+    assert scenario.unit("NRestarts")["NRestarts"] == "0"
+    assert len(scenario.invocations()) == 1
+    watcher = scenario.box.show(WATCHER, "ActiveState", "StatusText")
+    assert watcher["ActiveState"] == "active"
+    assert watcher["StatusText"] == "sglang-kimi: ready"
+
+
+def test_hung_rank_in_draft_capture_gets_one_alert_and_one_restart_in_time(scenario: Scenario) -> None:
+    deadline = 3.0
+    scenario.configure("--scale 0.01 --hang TP3:draft_cuda_graph_capture",
+                       phases={"draft_cuda_graph_capture": {"deadline": "3s"}})
+    scenario.start()
+    scenario.sim("--scale 0.01")  # the next start-up is a healthy one
+    status = scenario.box.wait_for(lambda: (s := scenario.status()) and len(s["restarted"]) == 1 and s, 90,
+                                   "phasewatch's restart")
+    first = status["restarted"][0]
+    [begin] = [e for e in scenario.lines("Capture draft cuda graph begin") if "TP3]" in e["MESSAGE"]]
+    alerts = scenario.box.wait_for(scenario.alerts, 10, "the alert")
+    [alert] = alerts
+    assert (alert["PHASEWATCH_VERDICT"], alert["PHASEWATCH_RANK"], alert["PHASEWATCH_PHASE"], alert["PRIORITY"]) == (
+        "stalled", "TP3", "draft_cuda_graph_capture", "4")
+    assert alert["PHASEWATCH_INVOCATION"] == first
+    assert alert["MESSAGE"].startswith(f"{UNIT}: TP3 stalled in draft_cuda_graph_capture for ")
+    assert "restarting (1 of 3 in 6h)" in alert["MESSAGE"]
+    assert at(alert) - at(begin) <= deadline + 2
+    [restart] = scenario.box.wait_for(lambda: restarts_by_phasewatch(scenario), 10, "the restart job")
+    assert at(restart) - at(begin) <= deadline + 2
+    # The new start-up is tracked from zero, and it is a healthy one.
+    status = scenario.wait_state("ready", timeout=90)
+    assert status["invocation_id"] != first
+    assert len(scenario.invocations()) == 2
+    assert [a["PHASEWATCH_INVOCATION"] for a in scenario.alerts()] == [first]
+    assert status["restarted"] == [first]
+
+
+def test_slow_but_progressing_weight_load_is_not_restarted(scenario: Scenario) -> None:
+    # A healthy start at this speed takes about 11 s, so one wall-clock limit would be about 17 s;
+    # this weight load alone takes about 22 s, but a shard arrives every 0.34 s.
+    scenario.configure("--scale 0.01 --slow-load 4", phases={"weight_load": {"deadline": "2m", "stall": "3s"}})
+    began = time.time()
+    scenario.start()
+    scenario.wait_state("ready", timeout=120)
+    assert time.time() - began > 17
+    assert scenario.alerts() == []
+    assert restarts_by_phasewatch(scenario) == []
+    assert len(scenario.invocations()) == 1
+
+
+def test_rank_process_killed_during_weight_load_is_named_within_two_seconds(scenario: Scenario) -> None:
+    scenario.configure("--scale 0.01 --slow-load 4", actions={"rank_died": ["alert"]})
+    scenario.start()
+    scenario.box.wait_for(lambda: (s := scenario.status()) and s.get("phase") == "weight_load"
+                          and s["ranks"].get("TP5") == "weight_load", 30, "weight loading")
+    time.sleep(1.5)  # phasewatch reads the cgroup once a second
+    pid = scenario.box.run("pgrep", "-f", "^sglang::scheduler_TP5").stdout.split()[0]
+    killed = time.time()
+    scenario.box.run("kill", "-KILL", pid)
+    alerts = scenario.box.wait_for(lambda: [a for a in scenario.alerts() if a["PHASEWATCH_VERDICT"] == "rank_died"],
+                                   10, "the rank_died alert")
+    [alert] = alerts
+    assert (alert["PHASEWATCH_RANK"], alert["PHASEWATCH_PHASE"], alert["PRIORITY"]) == ("TP5", "weight_load", "3")
+    assert f"(pid {pid})" in alert["MESSAGE"]
+    assert at(alert) - killed <= 2.0
+
+
+def test_crash_on_tp4_after_the_parents_sigquit_line_is_its_own_and_systemd_restarts_it(scenario: Scenario) -> None:
+    scenario.configure("--scale 0.01 --exception TP4:cuda_graph_capture", restart="on-failure",
+                       actions={"crashed": ["alert", "restart"]})
+    scenario.start()
+    scenario.sim("--scale 0.01")  # systemd's own restart brings a healthy start-up
+    [alert] = scenario.box.wait_for(lambda: [a for a in scenario.alerts() if a["PHASEWATCH_VERDICT"] == "crashed"],
+                                    60, "the crashed alert")
+    assert (alert["PHASEWATCH_RANK"], alert["PHASEWATCH_PHASE"], alert["PHASEWATCH_CAUSE"], alert["PRIORITY"]) == (
+        "TP4", "cuda_graph_capture", "cuda_error", "3")
+    sigquit = scenario.lines("Received sigquit from a child process")
+    traceback = scenario.lines("Scheduler hit an exception")
+    assert sigquit and traceback and at(sigquit[0]) <= at(traceback[0])
+    assert "TP4]" in traceback[0]["MESSAGE"]
+    status = scenario.wait_state("ready", timeout=90)
+    time.sleep(6)  # past the crash settle time: phasewatch would have restarted by now
+    assert restarts_by_phasewatch(scenario) == []
+    assert status["restarted"] == [] and scenario.status()["restarted"] == []  # type: ignore[index]
+    assert int(scenario.unit("NRestarts")["NRestarts"]) == 1
+
+
+def test_daemon_restarted_mid_start_up_rebuilds_phases_and_acts_once(scenario: Scenario) -> None:
+    scenario.configure("--scale 0.01 --slow-load 3 --hang TP3:draft_cuda_graph_capture",
+                       phases={"draft_cuda_graph_capture": {"deadline": "3s"}})
+    scenario.start()
+    scenario.sim("--scale 0.01")
+    scenario.box.wait_for(lambda: (s := scenario.status()) and s.get("phase") == "weight_load", 30, "weight loading")
+    time.sleep(1)
+    scenario.box.systemctl("restart", WATCHER)  # returns once the new daemon sent READY=1
+    status = scenario.status()
+    assert status is not None and status["phase"] == "weight_load"
+    assert {r: p for r, p in status["ranks"].items() if r != "main"} == {f"TP{n}": "weight_load" for n in range(8)}
+    scenario.box.wait_for(lambda: restarts_by_phasewatch(scenario), 90, "the restart")
+    # Killed right after acting: the next daemon must not restart the unit again for that stall.
+    scenario.box.systemctl("kill", "-s", "KILL", WATCHER)
+    scenario.box.wait_for(lambda: scenario.box.show(WATCHER, "ActiveState")["ActiveState"] == "active"
+                          and "phasewatch watching" in scenario.watcher_log().split("restart requested")[-1],
+                          30, "phasewatch to come back")
+    scenario.wait_state("ready", timeout=90)
+    assert len(restarts_by_phasewatch(scenario)) == 1
+    assert len([a for a in scenario.alerts() if a["PHASEWATCH_VERDICT"] == "stalled"]) == 1
+
+
+def test_operator_stop_is_never_undone(scenario: Scenario) -> None:
+    scenario.configure("--scale 0.01 --hang TP3:draft_cuda_graph_capture",
+                       phases={"draft_cuda_graph_capture": {"deadline": "3s"}})
+    scenario.start()
+    scenario.box.wait_for(lambda: (s := scenario.status()) and s["ranks"].get("TP3") == "draft_cuda_graph_capture",
+                          60, "the hang")
+    scenario.box.systemctl("stop", UNIT)
+    time.sleep(6)
+    assert restarts_by_phasewatch(scenario) == []
+    assert len(scenario.invocations()) == 1
+    assert scenario.unit("ActiveState")["ActiveState"] == "inactive"
+    assert [a for a in scenario.alerts() if a["PHASEWATCH_VERDICT"] == "stalled"] == []
+
+
+def test_spent_budget_gives_up_with_one_critical_alert(scenario: Scenario) -> None:
+    scenario.configure("--scale 0.01 --hang TP3:draft_cuda_graph_capture",
+                       phases={"draft_cuda_graph_capture": {"deadline": "2s"}},
+                       restart_budget={"max": 1, "window": "1h", "backoff": "1s"})
+    scenario.start()
+    gave_up = scenario.box.wait_for(lambda: [a for a in scenario.alerts() if a["PHASEWATCH_VERDICT"] == "gave_up"],
+                                    90, "giving up")
+    assert [a["PRIORITY"] for a in gave_up] == ["2"]
+    time.sleep(8)
+    assert len(restarts_by_phasewatch(scenario)) == 1
+    assert len(scenario.invocations()) == 2
+    assert len([a for a in scenario.alerts() if a["PHASEWATCH_VERDICT"] == "gave_up"]) == 1
+    assert scenario.status()["budget"] == "gave_up"  # type: ignore[index]
+
+
+def test_journald_restart_and_rotation_lose_no_line(scenario: Scenario) -> None:
+    scenario.configure("--scale 0.02")
+    scenario.start()
+    for delay, command in ((3, ["systemctl", "restart", "systemd-journald"]), (3, ["journalctl", "--rotate"]),
+                           (3, ["systemctl", "restart", "systemd-journald"]), (3, ["journalctl", "--rotate"])):
+        time.sleep(delay)
+        scenario.box.run(*command)
+    status = scenario.wait_state("ready", timeout=120)
+    invocation = status["invocation_id"]
+    in_journal = scenario.box.journal(f"_SYSTEMD_UNIT={UNIT}", f"_SYSTEMD_INVOCATION_ID={invocation}")
+    assert len(in_journal) > 200
+    assert status["entries"] == len(in_journal)
+    assert status["lines_lost"] == 0
+    assert scenario.alerts() == []
+
+
+def test_least_privilege_restarts_the_watched_unit_and_nothing_else(scenario: Scenario) -> None:
+    restart = ("from pystemd.systemd1 import Unit; import sys; "
+               "u = Unit(sys.argv[1].encode(), _autoload=True); print(u.Unit.Restart(b'replace'))")
+    own = scenario.box.run(f"{VENV}/bin/python", "-c", restart, UNIT, user="phasewatch", check=False)
+    assert own.returncode == 0, own.stderr
+    other = scenario.box.run(f"{VENV}/bin/python", "-c", restart, "other.service", user="phasewatch", check=False)
+    assert other.returncode != 0
+    assert "Interactive authentication required" in other.stderr or "AuthorizationRequired" in other.stderr
+    assert scenario.box.show("other.service", "ActiveState")["ActiveState"] == "inactive"
+
+
+def test_config_error_exits_78_naming_key_and_line_without_restart_loop(scenario: Scenario) -> None:
+    scenario.box.write("/run/phasewatch/broken.service.yaml",
+                       "unit: broken.service\nphases:\n  weight_load:\n    deadline: 5x\n")
+    scenario.box.systemctl("start", "phasewatch@broken.service.service", check=False)
+    time.sleep(7)  # longer than RestartSec=: a restart loop would have begun
+    shown = scenario.box.show("phasewatch@broken.service.service", "ActiveState", "ExecMainStatus", "NRestarts")
+    assert (shown["ActiveState"], shown["ExecMainStatus"], shown["NRestarts"]) == ("failed", "78", "0")
+    log = "\n".join(str(e.get("MESSAGE")) for e in scenario.box.journal("_SYSTEMD_UNIT=phasewatch@broken.service.service"))
+    assert "phases.weight_load.deadline: expected a duration like 90s, 20m or 1h30m, got '5x'" in log
+    assert "line 4" in log
+    scenario.box.systemctl("reset-failed", "phasewatch@broken.service.service", check=False)
