@@ -75,7 +75,7 @@ class Plan:
     uvicorn_at: float | None
 
 
-def _ranks(t: float, text: str, phase: str, spread: float = 0.4) -> list[Emit]:
+def _all_ranks(t: float, text: str, phase: str, spread: float) -> list[Emit]:
     order = [0, 3, 6, 1, 7, 5, 2, 4]
     return [Emit(t + spread * i / RANKS, rank, text, phase=phase) for i, rank in enumerate(order)]
 
@@ -102,6 +102,9 @@ def build(scale: float = 1.0, faults: Faults | None = None) -> Plan:
     """The whole start-up, phase by phase, with `scale` shrinking every duration (1.0 = real time)."""
     faults = faults or Faults()
     s = scale
+
+    def _ranks(t: float, text: str, phase: str, spread: float = 0.4) -> list[Emit]:
+        return _all_ranks(t, text, phase, spread * s)
     emits: list[Emit] = [
         Emit(0.2 * s, MAIN, "Max running requests is reset to 48 for speculative decoding. You can override this "
              "by explicitly setting --max-running-requests.", logged=False, phase="launch"),
@@ -133,7 +136,7 @@ def build(scale: float = 1.0, faults: Faults | None = None) -> Plan:
     emits.append(Emit(t, 0, "", logged=False, phase="weight_load"))
     emits += _ranks(t + 1 * s, f"Load weight end. elapsed={SHARDS * 8.4 * faults.slow_load:.2f} s, "
                     "type=KimiK25ForConditionalGeneration, dtype=torch.bfloat16, avail mem=69.61 GB, "
-                    "mem usage=68.34 GB.", "weight_load", spread=2 * s)
+                    "mem usage=68.34 GB.", "weight_load", spread=2)
     t += 4 * s
     emits.append(Emit(t, 0, "Using KV cache dtype: torch.bfloat16", phase="kv_cache_alloc"))
     emits += _ranks(t + 1 * s, "KV Cache is allocated. #tokens: 1200000, KV size: 41.49 GB", "kv_cache_alloc")

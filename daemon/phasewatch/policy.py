@@ -17,6 +17,9 @@ from .tracker import FatalView, InvocationView, RankView, UnitState
 
 OUTCOMES = ("starting", "ready", "serving", "stalled", "crashed", "stopped")
 START_UP_STATES = (UnitState.STARTING,)
+# How long a parent's "Received sigquit" waits for the failing child's own lines (or the unit's
+# failure) before it is reported as the crash by itself.
+ECHO_GRACE = 3.0
 GENERIC_CAUSES = frozenset({"python_exception", "killed", "exit_code"})
 EXCEPTION_LINE_RE = re.compile(r"^(?:[a-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit)\b")
 
@@ -33,7 +36,10 @@ class Verdict:
 
     @property
     def key(self) -> tuple[str, str, str | None, str | None]:
-        """Same key, same verdict: a loop acts on a key once."""
+        """Same key, same verdict: a loop acts on a key once. A start-up crashes once, whichever
+        rank later lines show to be the culprit."""
+        if self.kind in ("crashed", "lines_lost"):
+            return (self.invocation_id, self.kind, None, None)
         return (self.invocation_id, self.kind, self.rank, self.phase)
 
 
@@ -151,6 +157,10 @@ def crashed_verdict(inv: InvocationView, now: float, config: Config, profile: Pr
     if inv.state in (UnitState.READY, UnitState.SERVING) and not failed and not any(
             not f.echo and f.rank not in (None, MAIN) for f in inv.fatals):
         return None  # after ready only a scheduler's death or the unit's failure is a crash
+    if not failed and all(f.echo for f in inv.fatals):
+        first_echo = min((f.ts for f in inv.fatals if f.ts is not None), default=now)
+        if now < first_echo + ECHO_GRACE:
+            return None  # the parent's SIGQUIT line comes first: wait for the child's own lines
     culprit = failing_fatal(inv)
     profile = profile or config.engine_profile()
     cause: str | None = None
@@ -175,8 +185,9 @@ def crashed_verdict(inv: InvocationView, now: float, config: Config, profile: Pr
     status = f" (unit result {inv.unit_result}" + (f", exit {inv.exit_status})" if inv.exit_status else ")") \
         if inv.unit_result else ""
     who = rank if rank is not None else "a process (rank unknown)"
+    cause_text = cause or "cause unknown"
     return Verdict("crashed", inv.invocation_id, phase, rank, cause,
-                   f"{config.unit}: {who} crashed{where} ({cause}){detail}{status}", at)
+                   f"{config.unit}: {who} crashed{where} ({cause_text}){detail}{status}", at)
 
 
 def _telling_line(fatal: FatalView, cause: str | None, profile: Profile) -> str:
@@ -206,6 +217,10 @@ def outcome(inv: InvocationView, verdicts: list[Verdict]) -> str:
 
 def next_deadline(inv: InvocationView, now: float, config: Config) -> float:
     """The earliest time after `now` at which a new stalled or straggler verdict could appear."""
+    if inv.fatals and inv.state is not UnitState.FAILED and all(f.echo for f in inv.fatals):
+        first_echo = min((f.ts for f in inv.fatals if f.ts is not None), default=now)
+        if first_echo + ECHO_GRACE > now:
+            return first_echo + ECHO_GRACE
     if inv.state not in START_UP_STATES or inv.fatals:
         return math.inf
     candidates: list[float] = []

@@ -486,6 +486,8 @@ class Tracker:
         elif event.kind is EventKind.UNIT_STOPPED:
             if source is UnitState.FAILED:
                 return []
+            # systemd 252 names the job on "Stopped" (JOB_TYPE=restart), "Stopping" says stop.
+            inv.stop_job = event.args.get("JOB_TYPE") or inv.stop_job
             inv.state = UnitState.STOPPED  # STOPPING (or any live state) -> STOPPED
         return [] if inv.state is source else [
             Transition(inv.invocation_id, "unit", source.value, inv.state.value, ts, event.kind.value)]

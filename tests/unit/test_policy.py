@@ -12,6 +12,7 @@ import time
 import pytest
 
 from phasewatch import policy
+from phasewatch.policy import ECHO_GRACE, next_deadline
 from phasewatch.clock import FakeClock
 from phasewatch.config import DEFAULT_LIMITS, Config, PhaseLimits
 from phasewatch.pipeline import Pipeline
@@ -444,11 +445,26 @@ def test_crashed_failing_rank_is_the_one_whose_own_line_shows_the_exception(jour
     assert journal.outcome(at=crashed_at + 30) == "crashed"
 
 
-def test_crashed_with_parent_echo_only_names_the_main_process(journal: Journal) -> None:
+def test_crashed_with_parent_echo_only_waits_for_the_child_then_names_the_main_process(journal: Journal) -> None:
     up_to_capture(journal)
     journal.log(MAIN, "Received sigquit from a child process. It usually means the child failed.")
-    (verdict,) = journal.verdicts()
-    assert (verdict.kind, verdict.rank) == ("crashed", MAIN)
+    echoed = journal.now
+    # The failing child's own lines usually follow within moments: no verdict yet, but a deadline.
+    assert journal.verdicts(at=echoed + ECHO_GRACE - 0.1) == []
+    assert next_deadline(journal.invocation(), echoed, journal.config) == echoed + ECHO_GRACE
+    (verdict,) = journal.verdicts(at=echoed + ECHO_GRACE)
+    assert (verdict.kind, verdict.rank, verdict.cause) == ("crashed", MAIN, None)
+    assert "crashed in launch (cause unknown)" in verdict.message
+
+
+def test_crashed_verdict_key_is_stable_when_the_culprit_shows_up_late(journal: Journal) -> None:
+    up_to_capture(journal)
+    journal.log(MAIN, "Received sigquit from a child process. It usually means the child failed.")
+    (early,) = journal.verdicts(at=journal.now + ECHO_GRACE)
+    journal.log("TP3", "Scheduler hit an exception: Traceback (most recent call last):")
+    (late,) = journal.verdicts()
+    assert (early.rank, late.rank) == (MAIN, "TP3")
+    assert early.key == late.key
 
 
 def test_crashed_cause_nccl_timeout_from_torch_watchdog(journal: Journal) -> None:
