@@ -229,7 +229,7 @@ def _apply_faults(emits: list[Emit], faults: Faults, s: float, uvicorn_at: float
         if kind == "oom":
             frames += ["Possible solutions:", "1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)"]
         emits += [Emit(at + 0.05, rank, line, logged=False) for line in frames]
-        crash_at = at + 0.5 * s
+        crash_at = at + 0.3  # kill_process_tree, once the child's traceback is out
     # Ranks that hang or die write nothing afterwards; everything after a crash is gone.
     kept = [e for e in emits
             if not (e.writer in hung and e.t > hung[e.writer])

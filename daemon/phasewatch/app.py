@@ -226,15 +226,22 @@ class Daemon:
 
     # -- judging and acting --------------------------------------------------------------------
     def _judge_and_act(self) -> None:
+        snapshot = self.pipeline.snapshot()
+        # The start-up that just ended (a crash, then systemd's Restart=) may have news too.
+        for earlier in snapshot.invocations[-3:-1]:
+            self._judge(earlier, current=False)
+        if snapshot.current is not None:
+            self._judge(snapshot.current, current=True)
+
+    def _judge(self, inv: InvocationView, current: bool) -> None:
         now = self.clock.wall()
-        inv = self.pipeline.snapshot().current
-        if inv is None:
-            return
-        if inv.state in (UnitState.READY, UnitState.SERVING) and (
+        if current and inv.state in (UnitState.READY, UnitState.SERVING) and (
                 self.memory.budget.failures or self.memory.budget.state is not BudgetState.ARMED):
             self.memory = reset_budget(self.memory)  # GAVE_UP -> ARMED: a start-up reached ready
             self._save()
         verdicts = policy.evaluate(inv, now, self.config, self.pipeline.profile)
+        if not current:
+            verdicts = [v for v in verdicts if v.kind in ("crashed", "rank_died", "lines_lost")]
         if not any(self._unhandled(v) for v in verdicts):
             return
         if self.retry_at is not None and now < self.retry_at and all(v.key in self.memory.alerted for v in verdicts):
