@@ -9,7 +9,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-
 from sandbox import REPO, Sandbox, can_boot
 
 UNIT = "sglang-kimi.service"

@@ -148,7 +148,8 @@ def test_operator_stop_is_never_undone(scenario: Scenario) -> None:
     scenario.configure("--scale 0.01 --hang TP3:draft_cuda_graph_capture",
                        phases={"draft_cuda_graph_capture": {"deadline": "6s"}})
     scenario.start()
-    scenario.box.wait_for(lambda: (s := scenario.status()) and s.get("ranks", {}).get("TP3") == "draft_cuda_graph_capture",
+    scenario.box.wait_for(lambda: (s := scenario.status())
+                          and s.get("ranks", {}).get("TP3") == "draft_cuda_graph_capture",
                           60, "the hang")
     scenario.box.systemctl("stop", UNIT)
     time.sleep(6)
@@ -209,7 +210,8 @@ def test_config_error_exits_78_naming_key_and_line_without_restart_loop(scenario
     time.sleep(7)  # longer than RestartSec=: a restart loop would have begun
     shown = scenario.box.show("phasewatch@broken.service.service", "ActiveState", "ExecMainStatus", "NRestarts")
     assert (shown["ActiveState"], shown["ExecMainStatus"], shown["NRestarts"]) == ("failed", "78", "0")
-    log = "\n".join(str(e.get("MESSAGE")) for e in scenario.box.journal("_SYSTEMD_UNIT=phasewatch@broken.service.service"))
+    entries = scenario.box.journal("_SYSTEMD_UNIT=phasewatch@broken.service.service")
+    log = "\n".join(str(e.get("MESSAGE")) for e in entries)
     assert "phases.weight_load.deadline: expected a duration like 90s, 20m or 1h30m, got '5x'" in log
     assert "line 4" in log
     scenario.box.systemctl("reset-failed", "phasewatch@broken.service.service", check=False)

@@ -12,10 +12,10 @@ import time
 import pytest
 
 from phasewatch import policy
-from phasewatch.policy import ECHO_GRACE, next_deadline
 from phasewatch.clock import FakeClock
 from phasewatch.config import DEFAULT_LIMITS, Config, PhaseLimits
 from phasewatch.pipeline import Pipeline
+from phasewatch.policy import ECHO_GRACE, next_deadline
 from phasewatch.records import (
     MAIN,
     MID_FAILED,
