@@ -21,7 +21,7 @@ from .config import Config, format_duration
 from .follow import INVALIDATE, JournalFollower
 from .pipeline import Pipeline
 from .procs import ProcessTable, RankProcess, RankWatch
-from .records import Event, EventKind
+from .records import Event, EventKind, Phase
 from .render import current_phase
 from .respond import Action, BudgetState, Memory, Response, reset_budget, respond
 from .state import Saved, StateStore
@@ -322,6 +322,11 @@ def status_line(inv: InvocationView | None, now: float, config: Config) -> str:
         return f"{name}: {state}"
     phase = current_phase(inv) or "launch"
     ranks = inv.scheduler_ranks
+    if not ranks:
+        limit = config.limits(Phase.LAUNCH).deadline
+        since = inv.started_at
+        spent = format_duration(now - since) if since is not None else "?"
+        return f"{name}: launch, {spent}" + (f" of {format_duration(limit)}" if limit is not None else "")
     in_phase = [r for r in ranks if r.phase.value == phase]
     starts = [r.phase_start for r in in_phase if r.phase_start is not None]
     spent = format_duration(now - min(starts)) if starts else "?"

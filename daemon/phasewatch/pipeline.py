@@ -37,6 +37,8 @@ class Pipeline:
         if is_lifecycle_record(record):
             event = lifecycle_event(record)
             return self.tracker.apply(event, now) if event is not None else []
+        if record.unit is not None:
+            return []  # PID 1's other words about the unit ("Failed to migrate controller cgroups")
         if record.message is None:
             # journalctl elided it (>= 4096 bytes without --all, or shown as "[N blob data]").
             return self.tracker.apply(Event(EventKind.LINES_LOST, record.realtime, count=1, cause="elided",
@@ -67,5 +69,13 @@ class Pipeline:
         judgements = []
         for inv in (snapshot or self.snapshot()).invocations:
             verdicts = policy.evaluate(inv, now, self.config, self.profile)
-            judgements.append(Judgement(inv, tuple(verdicts), policy.outcome(inv, verdicts)))
+            outcome = policy.outcome(inv, verdicts)
+            if inv.before_stop is not None and inv.stopped_at is not None:
+                # What was wrong when it was stopped (phasewatch's own restart, or an operator's).
+                before = [v for v in policy.evaluate(inv.before_stop, inv.stopped_at, self.config, self.profile)
+                          if v.kind in ("stalled", "straggler", "rank_died")]
+                verdicts = before + verdicts
+                if before and outcome == "stopped":
+                    outcome = "stalled"
+            judgements.append(Judgement(inv, tuple(verdicts), outcome))
         return judgements

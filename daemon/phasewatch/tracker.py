@@ -145,6 +145,8 @@ class InvocationView:
     exit_status: str | None
     restart_scheduled: bool
     stop_job: str | None
+    stopped_at: float | None = None
+    before_stop: InvocationView | None = None  # how it stood when systemd began stopping it
 
     def rank(self, label: str) -> RankView | None:
         return next((r for r in self.ranks if r.rank == label), None)
@@ -230,6 +232,8 @@ class _Invocation:
     stop_job: str | None = None
     last_ts: float | None = None
     unowned_bar: Event | None = None  # a bar seen before any rank that could own it
+    stopped_at: float | None = None
+    before_stop: InvocationView | None = None
 
     def view(self) -> InvocationView:
         ranks = [r.view() for r in self.ranks.values()]
@@ -246,7 +250,8 @@ class _Invocation:
         ranks.sort(key=lambda r: rank_sort_key(r.rank))
         return InvocationView(self.invocation_id, self.started_at, self.last_ts, self.state, tuple(ranks),
                               tuple(self.fatals.values()), self.lines_lost, self.server, self.unit_result,
-                              self.exit_status, self.restart_scheduled, self.stop_job)
+                              self.exit_status, self.restart_scheduled, self.stop_job, self.stopped_at,
+                              self.before_stop)
 
 
 def rank_sort_key(label: str) -> tuple[int, tuple[int, ...], str]:
@@ -475,6 +480,8 @@ class Tracker:
         if event.kind is EventKind.UNIT_EXITED:
             inv.exit_status = "/".join(v for v in (event.args.get("EXIT_CODE"), event.args.get("EXIT_STATUS")) if v)
             return []
+        if event.kind in (EventKind.UNIT_STOPPING, EventKind.UNIT_STOPPED) and source is UnitState.STARTING:
+            inv.before_stop, inv.stopped_at = inv.view(), ts
         if event.kind is EventKind.UNIT_STOPPING:
             if source in (UnitState.FAILED, UnitState.STOPPED):
                 return []

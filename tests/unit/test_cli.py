@@ -96,3 +96,21 @@ def test_source_and_unit_are_exclusive(capsys: pytest.CaptureFixture[str]) -> No
         main(["replay", "--unit", "x.service", str(STALL)])
     assert exit_info.value.code == 2
     assert "exactly one SOURCE" in capsys.readouterr().err
+
+
+def test_a_stalled_start_up_that_was_restarted_replays_as_stalled(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    entries = [json.loads(line) for line in STALL.read_text().splitlines()]
+    last = max(int(e["__REALTIME_TIMESTAMP"]) for e in entries)
+    invocation = "5e1f3c9a0b7d4e21a6c8f00d1e2b3c4d"
+    stop = {"_PID": "1", "UNIT": "sglang-kimi.service", "INVOCATION_ID": invocation}
+    entries.append({**stop, "__REALTIME_TIMESTAMP": str(last + 1_500_000_000), "JOB_TYPE": "stop",
+                    "MESSAGE_ID": "de5b426a63be47a7b6ac3eaac82e2f6f", "MESSAGE": "Stopping sglang-kimi.service..."})
+    entries.append({**stop, "__REALTIME_TIMESTAMP": str(last + 1_501_000_000), "JOB_TYPE": "restart",
+                    "MESSAGE_ID": "9d1aaa27d60140bd96365438aad20286", "MESSAGE": "Stopped sglang-kimi.service."})
+    path = tmp_path / "restarted.json"
+    path.write_text("\n".join(json.dumps(e) for e in entries) + "\n")
+    _, out, _ = run(["replay", "--json", str(path)], capsys)
+    [inv] = json.loads(out)["invocations"]
+    assert (inv["unit_state"], inv["outcome"]) == ("stopped", "stalled")
+    assert [(v["kind"], v["rank"]) for v in inv["verdicts"]] == [("stalled", "TP3")]

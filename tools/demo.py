@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""The demo: a throwaway systemd (PID 1 of its own namespaces), a simulated sglang-kimi.service
+(8 ranks, EAGLE-3, at 1/100 of real time) whose TP3 hangs in the draft model's CUDA graph
+capture, and phasewatch@sglang-kimi.service.service watching it, as installed from units/.
+
+Run as root: python3 tools/demo.py   (scripts/demo.sh installs what it needs first)
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests" / "e2e"))
+
+from sandbox import Sandbox, can_boot  # noqa: E402
+
+UNIT = "sglang-kimi.service"
+WATCHER = f"phasewatch@{UNIT}.service"
+VENV = REPO / ".venv"
+CONFIG = {
+    "unit": UNIT,
+    # The shipped limits are minutes; the simulation runs 100 times faster.
+    "phases": {"draft_cuda_graph_capture": {"deadline": "6s"}, "weight_load": {"deadline": "30s", "stall": "5s"}},
+    "restart_budget": {"max": 3, "window": "6h", "backoff": "1s"},
+}
+
+
+def say(text: str) -> None:
+    print(f"\n== {text}", flush=True)
+
+
+def main() -> int:
+    reason = can_boot()
+    if reason is not None:
+        print(f"demo: cannot boot a throwaway systemd here: {reason}", file=sys.stderr)
+        return 1
+    box = Sandbox()
+    say("booting a throwaway systemd (PID 1 of new PID, mount and network namespaces)")
+    box.boot()
+    try:
+        box.write(f"/run/systemd/system/{UNIT}", f"""[Unit]
+Description=simulated SGLang Kimi-K2.5 INT4 (TP=8, EAGLE-3)
+[Service]
+EnvironmentFile=/run/sglang-sim.env
+ExecStart={VENV}/bin/python {REPO}/tools/sglang_sim.py run --port 30000 $SIM_ARGS
+KillMode=control-group
+TimeoutStopSec=5s
+""")
+        box.write("/run/systemd/system/phasewatch@.service", (REPO / "units" / "phasewatch@.service").read_text())
+        box.write("/run/systemd/system/phasewatch@.service.d/demo.conf", f"""[Service]
+ExecStart=
+ExecStart={VENV}/bin/phasewatch run --config /run/phasewatch/%i.yaml --state-dir /run/phasewatch-state
+StateDirectory=
+RuntimeDirectory=phasewatch-state
+RuntimeDirectoryPreserve=yes
+""")
+        box.write(f"/run/phasewatch/{UNIT}.yaml", json.dumps(CONFIG, indent=1))
+        box.write("/run/sglang-sim.env", "SIM_ARGS=--scale 0.01 --hang TP3:draft_cuda_graph_capture\n")
+        box.systemctl("daemon-reload")
+        say(f"systemctl start {WATCHER} {UNIT}  (this start-up will hang: TP3 in draft_cuda_graph_capture)")
+        box.systemctl("start", WATCHER)
+        box.systemctl("start", UNIT)
+        box.write("/run/sglang-sim.env", "SIM_ARGS=--scale 0.01\n")  # the next start-up is healthy
+        say(f"what `systemctl status {WATCHER}` shows, as it changes")
+        last = ""
+        deadline = time.monotonic() + 90
+        restarted = False
+        while time.monotonic() < deadline:
+            status = box.show(WATCHER, "StatusText")["StatusText"]
+            if status != last:
+                print(f"  {time.strftime('%H:%M:%S')}  {status}", flush=True)
+                last = status
+            restarted = restarted or "restart requested" in box.run("journalctl", "-u", WATCHER, "-o", "cat").stdout
+            if restarted and status.endswith(": ready"):
+                break
+            time.sleep(0.25)
+        say(f"phasewatch's alerts: journalctl PHASEWATCH_UNIT={UNIT}")
+        print(box.run("journalctl", f"PHASEWATCH_UNIT={UNIT}", "--no-pager", "-o", "verbose",
+                      "--output-fields=PRIORITY,MESSAGE_ID,PHASEWATCH_VERDICT,PHASEWATCH_RANK,PHASEWATCH_PHASE,"
+                      "PHASEWATCH_INVOCATION,MESSAGE").stdout)
+        say(f"phasewatch's own log: journalctl -u {WATCHER} -o cat")
+        print(box.run("journalctl", "-u", WATCHER, "-o", "cat", "--no-pager").stdout)
+        say(f"both start-ups, from the real journal: phasewatch replay --unit {UNIT}")
+        print(box.run(f"{VENV}/bin/phasewatch", "replay", "--unit", UNIT, "--config",
+                      f"/run/phasewatch/{UNIT}.yaml").stdout)
+    finally:
+        say("systemctl poweroff (inside the throwaway systemd)")
+        box.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
