@@ -1,0 +1,71 @@
+"""The systemd integration files stay in step with the daemon: catalog ids, exit status, names."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from phasewatch.cli import EX_CONFIG
+from phasewatch.config import load_config
+from phasewatch.respond import MESSAGE_IDS
+
+REPO = Path(__file__).resolve().parents[2]
+UNITS = REPO / "units"
+
+
+def unit_settings(path: Path) -> dict[str, list[str]]:
+    settings: dict[str, list[str]] = {}
+    for line in path.read_text().splitlines():
+        if line and not line.startswith(("#", ";", "[")) and "=" in line:
+            key, _, value = line.partition("=")
+            settings.setdefault(key.strip(), []).append(value.strip())
+    return settings
+
+
+def test_catalog_has_one_entry_per_message_id_and_nothing_else() -> None:
+    text = (UNITS / "phasewatch.catalog").read_text()
+    ids = re.findall(r"^-- ([0-9a-f]{32})$", text, flags=re.M)
+    assert sorted(ids) == sorted(MESSAGE_IDS.values())
+    for entry in re.split(r"^-- [0-9a-f]{32}$", text, flags=re.M)[1:]:
+        headers = entry.strip().split("\n\n", 1)[0]
+        assert re.search(r"^Subject: .+", headers, flags=re.M)
+        assert re.search(r"^Defined-By: phasewatch$", headers, flags=re.M)
+
+
+def test_daemon_unit_does_not_retry_a_config_error() -> None:
+    settings = unit_settings(UNITS / "phasewatch@.service")
+    assert settings["RestartPreventExitStatus"] == [str(EX_CONFIG)]
+    assert settings["Type"] == ["notify"]
+    assert settings["User"] == ["phasewatch"]
+    assert "DynamicUser" not in settings
+    assert settings["ExecStart"] == ["/usr/local/bin/phasewatch run --config /etc/phasewatch/%i.yaml"]
+    # It must see other users' /proc/<pid>/cmdline.
+    assert settings.get("ProtectProc", ["default"]) == ["default"]
+    assert "ProcSubset" not in settings
+
+
+def test_daemon_unit_is_not_bound_to_the_watched_unit() -> None:
+    settings = unit_settings(UNITS / "phasewatch@.service")
+    for key in ("PartOf", "BindsTo", "Requires", "Requisite"):
+        assert not any("%i" in value for value in settings.get(key, [])), key
+
+
+def test_example_server_pulls_in_its_watchdog_by_the_doubled_name() -> None:
+    settings = unit_settings(UNITS / "sglang-kimi.service")
+    assert "phasewatch@sglang-kimi.service.service" in " ".join(settings["Wants"]).split()
+    assert settings["KillMode"] == ["control-group"]
+
+
+def test_polkit_rule_allows_the_user_to_restart_the_example_config_unit() -> None:
+    rule = (UNITS / "polkit" / "50-phasewatch.rules").read_text()
+    config = load_config(REPO / "config" / "phasewatch.yaml")
+    assert f'"{config.unit}"' in rule
+    assert 'subject.user == "phasewatch"' in rule
+    assert 'action.lookup("verb") == "restart"' in rule
+
+
+def test_sysusers_user_matches_the_unit_and_reads_the_journal() -> None:
+    lines = [line.split() for line in (UNITS / "sysusers.d" / "phasewatch.conf").read_text().splitlines()
+             if line and not line.startswith("#")]
+    assert lines[0][:2] == ["u", "phasewatch"]
+    assert ["m", "phasewatch", "systemd-journal"] in lines
