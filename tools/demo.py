@@ -57,6 +57,8 @@ ExecStart={VENV}/bin/phasewatch run --config /run/phasewatch/%i.yaml --state-dir
 StateDirectory=
 RuntimeDirectory=phasewatch-state
 RuntimeDirectoryPreserve=yes
+# The checkout may live under /tmp (CI clones there), which PrivateTmp= hides.
+BindReadOnlyPaths={REPO}
 """)
         box.write(f"/run/phasewatch/{UNIT}.yaml", json.dumps(CONFIG, indent=1))
         box.write("/run/sglang-sim.env", "SIM_ARGS=--scale 0.01 --hang TP3:draft_cuda_graph_capture\n")

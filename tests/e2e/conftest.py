@@ -34,6 +34,8 @@ ExecStart={VENV}/bin/phasewatch run --config /run/phasewatch/%i.yaml --state-dir
 StateDirectory=
 RuntimeDirectory=phasewatch-state
 RuntimeDirectoryPreserve=yes
+# The checkout may live under /tmp (CI clones there), which PrivateTmp= hides.
+BindReadOnlyPaths={REPO}
 """
 
 BASE_CONFIG = {
