@@ -4,16 +4,10 @@ from pathlib import Path
 
 import pytest
 
+from corpus_paths import corpus_dir
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tools"))  # the SGLang simulator lives outside the installed package
-
-
-def corpus_dir() -> Path | None:
-    """../shared/corpus/real beside the checkout (CI lays shared/ there), or $PHASEWATCH_CORPUS."""
-    override = os.environ.get("PHASEWATCH_CORPUS")
-    candidates = [Path(override)] if override else []
-    candidates.append(REPO.parent / "shared" / "corpus" / "real")
-    return next((c for c in candidates if c.is_dir()), None)
 
 
 @pytest.fixture(scope="session")

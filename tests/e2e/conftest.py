@@ -1,49 +1,13 @@
-"""Fixtures for the end-to-end tests: one booted sandbox per session, the units installed into it,
-and a `Scenario` helper that (re)starts phasewatch and the simulated sglang-kimi.service."""
+"""Fixtures for the end-to-end tests: one booted sandbox per session with the units installed."""
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
-from sandbox import REPO, Sandbox, can_boot
-
-UNIT = "sglang-kimi.service"
-WATCHER = f"phasewatch@{UNIT}.service"
-STATE_DIR = "/run/phasewatch-state"
-VENV = REPO / ".venv"
-
-SIM_UNIT = f"""[Unit]
-Description=simulated SGLang Kimi-K2.5 INT4, TP=8, EAGLE-3 (phasewatch e2e)
-
-[Service]
-Type=simple
-EnvironmentFile=/run/sglang-sim.env
-ExecStart={VENV}/bin/python {REPO}/tools/sglang_sim.py run --port 30000 $SIM_ARGS
-KillMode=control-group
-TimeoutStopSec=5s
-"""
-
-# The shipped unit, with the paths of this checkout and its state on the sandbox's /run.
-WATCHER_DROPIN = f"""[Service]
-ExecStart=
-ExecStart={VENV}/bin/phasewatch run --config /run/phasewatch/%i.yaml --state-dir {STATE_DIR}
-StateDirectory=
-RuntimeDirectory=phasewatch-state
-RuntimeDirectoryPreserve=yes
-# The checkout may live under /tmp (CI clones there), which PrivateTmp= hides.
-BindReadOnlyPaths={REPO}
-"""
-
-BASE_CONFIG = {
-    "unit": UNIT,
-    "rank_skew": "5m",
-    "restart_budget": {"max": 3, "window": "6h", "backoff": "1s"},
-    "metrics": {"listen": "127.0.0.1:9877"},
-}
+from e2e_env import REPO, SIM_UNIT, STATE_DIR, UNIT, WATCHER, WATCHER_DROPIN, Scenario
+from sandbox import Sandbox, can_boot
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -69,70 +33,6 @@ def sandbox() -> Iterator[Sandbox]:
         yield box
     finally:
         box.shutdown()
-
-
-class Scenario:
-    def __init__(self, box: Sandbox) -> None:
-        self.box = box
-        self.started_at = time.time()
-
-    def configure(self, sim_args: str = "--scale 0.01", restart: str = "no", **config: Any) -> None:
-        document = {**BASE_CONFIG, **config}
-        self.box.write(f"/run/phasewatch/{UNIT}.yaml", json.dumps(document, indent=1))
-        self.sim(sim_args, restart)
-
-    def sim(self, sim_args: str, restart: str | None = None) -> None:
-        self.box.write("/run/sglang-sim.env", f"SIM_ARGS={sim_args}\n")
-        if restart is not None:
-            self.box.write("/run/systemd/system/sglang-kimi.service.d/restart.conf",
-                           f"[Service]\nRestart={restart}\nRestartSec=1s\n")
-            self.box.systemctl("daemon-reload")
-
-    def start(self, watcher_first: bool = True) -> None:
-        if watcher_first:
-            self.box.systemctl("start", WATCHER)
-        self.box.systemctl("start", UNIT)
-        if not watcher_first:
-            self.box.systemctl("start", WATCHER)
-
-    def status(self) -> dict[str, Any] | None:
-        text = self.box.read(f"{STATE_DIR}/{UNIT}.status.json")
-        try:
-            return json.loads(text) if text else None
-        except json.JSONDecodeError:
-            return None  # being replaced
-
-    def unit(self, *properties: str) -> dict[str, str]:
-        return self.box.show(UNIT, *properties)
-
-    def alerts(self) -> list[dict[str, Any]]:
-        return [e for e in self.box.journal(f"PHASEWATCH_UNIT={UNIT}")
-                if int(e["__REALTIME_TIMESTAMP"]) / 1e6 >= self.started_at]
-
-    def invocations(self) -> list[dict[str, Any]]:
-        """PID 1's 'Started' entries for the watched unit since the scenario began."""
-        return [e for e in self.box.journal(f"UNIT={UNIT}", "_PID=1", "MESSAGE_ID=39f53479d3a045ac8e11786248231fbf")
-                if int(e["__REALTIME_TIMESTAMP"]) / 1e6 >= self.started_at]
-
-    def lines(self, text: str) -> list[dict[str, Any]]:
-        return [e for e in self.box.journal(f"_SYSTEMD_UNIT={UNIT}")
-                if int(e["__REALTIME_TIMESTAMP"]) / 1e6 >= self.started_at and text in _message(e)]
-
-    def watcher_log(self) -> str:
-        entries = self.box.journal(f"_SYSTEMD_UNIT={WATCHER}")
-        return "\n".join(_message(e) for e in entries if int(e["__REALTIME_TIMESTAMP"]) / 1e6 >= self.started_at)
-
-    def wait_state(self, state: str, timeout: float) -> dict[str, Any]:
-        result: dict[str, Any] = self.box.wait_for(
-            lambda: (s := self.status()) and s.get("state") == state and s, timeout, f"start-up state {state}")
-        return result
-
-
-def _message(entry: dict[str, Any]) -> str:
-    message = entry.get("MESSAGE")
-    if isinstance(message, list):
-        return bytes(message).decode("utf-8", "replace")
-    return message or ""
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from conftest import UNIT, VENV, WATCHER, Scenario
+from e2e_env import UNIT, VENV, WATCHER, Scenario
 
 STARTED = "39f53479d3a045ac8e11786248231fbf"
 STOPPED = "9d1aaa27d60140bd96365438aad20286"

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from conftest import corpus_dir
+from corpus_paths import corpus_dir
 from phasewatch.cli import main
 
 EXPECTATIONS: dict[str, dict[str, Any]] = yaml.safe_load(
