@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from .config import format_duration
+from .config import Config, format_duration
 from .pipeline import Judgement
 from .records import MAIN, PHASE_NAMES, Progress
 from .tracker import InvocationView, RankView
@@ -54,28 +54,51 @@ def _rank_json(rank: RankView) -> dict[str, Any]:
 
 
 def to_json(judgements: list[Judgement], now: float) -> dict[str, Any]:
-    invocations = []
-    for judgement in judgements:
-        inv = judgement.invocation
-        server = inv.server
-        invocations.append({
-            "invocation_id": inv.invocation_id,
-            "outcome": judgement.outcome,
-            "phase": current_phase(inv),
-            "started_at": iso(inv.started_at),
-            "last_line_at": iso(inv.last_ts),
-            "judged_at": iso(now),
-            "unit_state": inv.state.value,
-            "lines_lost": inv.lines_lost,
-            "server": None if server is None else {
-                "tp": server.tp, "dp": server.dp, "pp": server.pp, "ep": server.ep, "nnodes": server.nnodes,
-                "node_rank": server.node_rank, "dp_attention": server.dp_attention,
-                "speculative": server.speculative, "model_path": server.model_path},
-            "ranks": {r.rank: _rank_json(r) for r in inv.ranks},
-            "verdicts": [{"kind": v.kind, "phase": v.phase, "rank": v.rank, "cause": v.cause,
-                          "message": v.message, "at": iso(v.at)} for v in judgement.verdicts],
-        })
-    return {"invocations": invocations}
+    return {"invocations": [invocation_json(j, now) for j in judgements]}
+
+
+def invocation_json(judgement: Judgement, now: float) -> dict[str, Any]:
+    inv = judgement.invocation
+    server = inv.server
+    return {
+        "invocation_id": inv.invocation_id,
+        "outcome": judgement.outcome,
+        "phase": current_phase(inv),
+        "started_at": iso(inv.started_at),
+        "last_line_at": iso(inv.last_ts),
+        "judged_at": iso(now),
+        "unit_state": inv.state.value,
+        "lines_lost": inv.lines_lost,
+        "server": None if server is None else {
+            "tp": server.tp, "dp": server.dp, "pp": server.pp, "ep": server.ep, "nnodes": server.nnodes,
+            "node_rank": server.node_rank, "dp_attention": server.dp_attention,
+            "speculative": server.speculative, "model_path": server.model_path},
+        "ranks": {r.rank: _rank_json(r) for r in inv.ranks},
+        "verdicts": [{"kind": v.kind, "phase": v.phase, "rank": v.rank, "cause": v.cause,
+                      "message": v.message, "at": iso(v.at)} for v in judgement.verdicts],
+    }
+
+
+def status_document(judgement: Judgement | None, now: float, config: Config,
+                    budget: dict[str, Any] | None = None, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The daemon's `/status` (and `phasewatch status --json`): the current start-up as in
+    `replay --json`, plus time in phase against the limits and the restart budget."""
+    document: dict[str, Any] = {"unit": config.unit, "now": iso(now), "invocation": None,
+                                "restart_budget": budget, **(extra or {})}
+    if judgement is None:
+        return document
+    inv = judgement.invocation
+    body = invocation_json(judgement, now)
+    body["elapsed_seconds"] = round(now - inv.started_at, 3) if inv.started_at is not None else None
+    for rank in inv.ranks:
+        limits = config.limits(rank.phase)
+        entry = body["ranks"][rank.rank]
+        entry["elapsed_seconds"] = round(now - rank.phase_start, 3) if rank.phase_start is not None else None
+        entry["deadline_seconds"] = limits.deadline
+        entry["stall_seconds"] = limits.stall
+        entry["quiet_seconds"] = round(now - rank.last_activity, 3) if rank.last_activity is not None else None
+    document["invocation"] = body
+    return document
 
 
 def _cell(rank: RankView, phase: str, now: float) -> str:
