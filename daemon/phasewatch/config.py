@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import yaml
 
@@ -106,6 +106,19 @@ class RestartBudget:
 
 
 @dataclass(frozen=True)
+class HealthCheck:
+    """After ready: probe `url` every `interval` (skipped while batch lines prove life); `failures`
+    probes in a row that fail or exceed `timeout` make the verdict `unhealthy`. `url` None: the
+    server's /health_generate on the port from its server_args."""
+
+    url: str | None = None
+    interval: float = 30.0
+    timeout: float = 30.0  # more than SGLang's own 20 s generation timeout (SGLANG_HEALTH_CHECK_TIMEOUT)
+    failures: int = 3
+    enabled: bool = True
+
+
+@dataclass(frozen=True)
 class Config:
     unit: str = "sglang.service"
     engine: str = "sglang"
@@ -117,6 +130,7 @@ class Config:
     restart_budget: RestartBudget = RestartBudget()
     dry_run: bool = False
     metrics_listen: str = "127.0.0.1:9877"
+    health: HealthCheck = HealthCheck()
 
     def limits(self, phase: Phase) -> PhaseLimits:
         return self.phases.get(phase, PhaseLimits(None, None))
@@ -151,7 +165,8 @@ def _strip_lines(value: Any) -> Any:
     return value
 
 
-TOP_KEYS = ("unit", "engine", "phases", "rank_skew", "patterns", "actions", "restart_budget", "dry_run", "metrics")
+TOP_KEYS = ("unit", "engine", "phases", "rank_skew", "patterns", "actions", "restart_budget", "dry_run", "metrics",
+            "health")
 LISTEN_RE = re.compile(r"^(?:\[[0-9a-fA-F:]+\]|[\w.-]+):\d{1,5}$")
 
 
@@ -298,5 +313,41 @@ def parse_config(text: str, path: str | None = None) -> Config:
         if not isinstance(raw, str) or not LISTEN_RE.match(raw):
             raise fail("metrics.listen", f"expected HOST:PORT like 127.0.0.1:9877, got {raw!r}", line)
         listen = raw
+    health = _health(document.get("health", {}) or {}, lines.get("health"), fail)
     return Config(unit=unit, engine=str(engine), phases=phases, rank_skew=rank_skew, profile=profile, source=path,
-                  actions=actions, restart_budget=budget, dry_run=dry_run, metrics_listen=listen)
+                  actions=actions, restart_budget=budget, dry_run=dry_run, metrics_listen=listen, health=health)
+
+
+def _health(doc: Any, line: int | None, fail: Callable[[str, str, int | None], ConfigError]) -> HealthCheck:
+    if not isinstance(doc, dict):
+        raise fail("health", "expected a mapping with url, interval, timeout, failures, enabled", line)
+    known = ("url", "interval", "timeout", "failures", "enabled")
+    key_lines: dict[str, int] = doc.get("__lines__", {})
+    values: dict[str, Any] = {}
+    for key, raw in doc.items():
+        if key == "__lines__":
+            continue
+        at = key_lines.get(key)
+        if key not in known:
+            raise fail(f"health.{key}", f"unknown setting (known: {', '.join(known)})", at)
+        if key == "url":
+            if raw is not None and (not isinstance(raw, str) or not re.match(r"^https?://", raw)):
+                raise fail("health.url", f"expected an http:// or https:// URL, got {raw!r}", at)
+            values["url"] = raw
+        elif key in ("interval", "timeout"):
+            try:
+                parsed = parse_duration(raw)
+            except ValueError as exc:
+                raise fail(f"health.{key}", str(exc), at) from None
+            if parsed is None:
+                raise fail(f"health.{key}", "expected a duration, got none", at)
+            values[key] = parsed
+        elif key == "failures":
+            if isinstance(raw, bool) or not isinstance(raw, int) or raw < 1:
+                raise fail("health.failures", f"expected a whole number >= 1, got {raw!r}", at)
+            values["failures"] = raw
+        else:
+            if not isinstance(raw, bool):
+                raise fail("health.enabled", f"expected true or false, got {raw!r}", at)
+            values["enabled"] = raw
+    return HealthCheck(**values)

@@ -33,6 +33,7 @@ class Verdict:
     cause: str | None
     message: str
     at: float
+    episode: int = 0  # unhealthy: which run of failed probes
 
     @property
     def key(self) -> tuple[str, str, str | None, str | None]:
@@ -40,6 +41,8 @@ class Verdict:
         rank later lines show to be the culprit."""
         if self.kind in ("crashed", "lines_lost"):
             return (self.invocation_id, self.kind, None, None)
+        if self.kind == "unhealthy":
+            return (self.invocation_id, self.kind, None, f"episode {self.episode}")
         return (self.invocation_id, self.kind, self.rank, self.phase)
 
 
@@ -78,6 +81,14 @@ def evaluate(inv: InvocationView, now: float, config: Config, profile: Profile |
     crash = crashed_verdict(inv, now, config, profile)
     if crash is not None:
         return [*verdicts, crash]
+    if inv.state in (UnitState.READY, UnitState.SERVING):
+        health = config.health
+        if health.enabled and inv.health_failures >= health.failures:
+            phase = inv.state.value
+            verdicts.append(Verdict("unhealthy", inv.invocation_id, phase, None, "health_probe",
+                                    f"{unit}: {inv.health_failures} health probes failed in a row "
+                                    f"(last: {inv.health_error}); the server is not answering", now,
+                                    inv.health_episode))
     if inv.state not in START_UP_STATES:
         return verdicts
     for rank in inv.scheduler_ranks:

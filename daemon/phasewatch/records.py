@@ -190,6 +190,8 @@ class EventKind(enum.Enum):
     UNIT_EXITED = "unit_exited"
     RESTART_SCHEDULED = "restart_scheduled"
     RANK_DIED = "rank_died"  # from the process table, not from the journal
+    PROBE_OK = "probe_ok"  # from the health probe after ready
+    PROBE_FAILED = "probe_failed"
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from typing import Mapping
 from .records import FINAL_PHASES, MAIN, UNIT_PHASES, Event, EventKind, Phase, Progress
 
 MAX_INVOCATIONS = 16
+PROOF_OF_LIFE_RULES = frozenset({"decode_batch", "prefill_batch"})
 MAX_FATAL_TEXTS = 200
 
 
@@ -88,6 +89,8 @@ class ServerInfo:
     speculative: str | None = None
     model_path: str | None = None
     draft_model_path: str | None = None
+    host: str | None = None
+    port: int | None = None
 
     @staticmethod
     def from_args(args: Mapping[str, str]) -> ServerInfo:
@@ -105,6 +108,8 @@ class ServerInfo:
             speculative=None if speculative in (None, "None") else speculative,
             model_path=args.get("model_path"),
             draft_model_path=args.get("speculative_draft_model_path"),
+            host=args.get("host"),
+            port=number("port", 0) or None,
         )
 
     def expected_ranks(self) -> tuple[str, ...]:
@@ -147,6 +152,10 @@ class InvocationView:
     stop_job: str | None
     stopped_at: float | None = None
     before_stop: InvocationView | None = None  # how it stood when systemd began stopping it
+    health_failures: int = 0  # health probes failed in a row since ready
+    health_episode: int = 0  # how many runs of failed probes there were
+    health_error: str | None = None
+    proof_of_life: float | None = None  # the last batch line after ready
 
     def rank(self, label: str) -> RankView | None:
         return next((r for r in self.ranks if r.rank == label), None)
@@ -234,6 +243,10 @@ class _Invocation:
     unowned_bar: Event | None = None  # a bar seen before any rank that could own it
     stopped_at: float | None = None
     before_stop: InvocationView | None = None
+    health_failures: int = 0
+    health_episode: int = 0
+    health_error: str | None = None
+    proof_of_life: float | None = None
 
     def view(self) -> InvocationView:
         ranks = [r.view() for r in self.ranks.values()]
@@ -251,7 +264,8 @@ class _Invocation:
         return InvocationView(self.invocation_id, self.started_at, self.last_ts, self.state, tuple(ranks),
                               tuple(self.fatals.values()), self.lines_lost, self.server, self.unit_result,
                               self.exit_status, self.restart_scheduled, self.stop_job, self.stopped_at,
-                              self.before_stop)
+                              self.before_stop, self.health_failures, self.health_episode, self.health_error,
+                              self.proof_of_life)
 
 
 def rank_sort_key(label: str) -> tuple[int, tuple[int, ...], str]:
@@ -351,6 +365,16 @@ class Tracker:
             return []
         if kind is EventKind.PROGRESS:
             return self._progress(inv, event, ts)
+        if kind in (EventKind.PROBE_OK, EventKind.PROBE_FAILED):
+            if inv.state in (UnitState.READY, UnitState.SERVING):
+                if kind is EventKind.PROBE_OK:
+                    inv.health_failures, inv.health_error = 0, None
+                else:
+                    if inv.health_failures == 0:
+                        inv.health_episode += 1
+                    inv.health_failures += 1
+                    inv.health_error = event.text
+            return []
         if kind is EventKind.RANK_DIED:
             rank = self._rank(inv, event.rank or MAIN, ts)
             if rank.died_at is None:
@@ -358,6 +382,8 @@ class Tracker:
             return []
         rank = self._rank(inv, event.rank or MAIN, ts)
         rank.last_activity = ts
+        if event.rule in PROOF_OF_LIFE_RULES and inv.state in (UnitState.READY, UnitState.SERVING):
+            inv.proof_of_life, inv.health_failures, inv.health_error = ts, 0, None
         if kind is EventKind.FATAL:
             self._fatal(inv, event, ts)
             return []
