@@ -20,8 +20,9 @@ from .clock import Clock
 from .config import Config, format_duration
 from .follow import INVALIDATE, JournalFollower
 from .pipeline import Pipeline
+from .probe import BackgroundProbe, default_url
 from .procs import ProcessTable, RankProcess, RankWatch
-from .records import Event, EventKind, Phase
+from .records import MAIN, Event, EventKind, Phase
 from .render import current_phase
 from .respond import Action, BudgetState, Memory, Response, reset_budget, respond
 from .state import Saved, StateStore
@@ -58,7 +59,7 @@ class _PendingDeath:
 class Daemon:
     def __init__(self, config: Config, *, follower: JournalFollower, unit: Unit, alerter: Alerter, notifier: Notify,
                  store: StateStore, clock: Clock, processes: ProcessTable | None = None,
-                 watchdog_interval: float | None = None) -> None:
+                 watchdog_interval: float | None = None, health_probe: BackgroundProbe | None = None) -> None:
         self.config = config
         self.follower = follower
         self.unit = unit
@@ -79,6 +80,8 @@ class Daemon:
         self.watched_invocation: str | None = None
         self.stopping = False
         self.entries_by_invocation: dict[str, int] = {}
+        self.health_probe = health_probe or BackgroundProbe()
+        self.last_probe = -math.inf
         self.last_status: dict[str, object] = {}
 
     # -- start-up ----------------------------------------------------------------------------
@@ -125,6 +128,7 @@ class Daemon:
         poller.register(journal_fd, select.POLLIN)
         for fd in self.rank_watch.fds():
             poller.register(fd, select.POLLIN)
+        poller.register(self.health_probe.fileno(), select.POLLIN)
         ready = poller.poll(None if math.isinf(timeout) else max(int(timeout * 1000), 0))
         readable = [fd for fd, _ in ready]
         if journal_fd in readable and self.follower.wait_result() == INVALIDATE:
@@ -135,8 +139,11 @@ class Daemon:
             if not self._read_journal():
                 break
         now = self.clock.wall()
+        if self.health_probe.fileno() in readable:
+            self._probe_result()
         for process in self.rank_watch.dead([fd for fd in readable if fd != journal_fd]):
             self.pending_deaths.append(_PendingDeath(process, now))
+        self._probe_if_due(now)
         self._scan_processes(now)
         self._confirm_deaths(now)
         self._judge_and_act()
@@ -155,7 +162,51 @@ class Daemon:
             candidates.append(min(d.seen_at for d in self.pending_deaths) + DEATH_GRACE - now)
         if self.watchdog_interval is not None:
             candidates.append(self.last_watchdog + self.watchdog_interval / 2 - now)
+        due = self._probe_due_at(inv)
+        if due is not None:
+            candidates.append(due - now)
         return max(min(candidates), 0.0)
+
+    # -- health after ready ----------------------------------------------------------------------
+    def _probe_url(self, inv: InvocationView) -> str | None:
+        if self.config.health.url:
+            return self.config.health.url
+        server = inv.server
+        return default_url(server.host, server.port) if server is not None else None
+
+    def _probe_due_at(self, inv: InvocationView | None) -> float | None:
+        """Never during start-up; after ready every interval, unless batch lines proved life since."""
+        health = self.config.health
+        if inv is None or not health.enabled or inv.state not in (UnitState.READY, UnitState.SERVING):
+            return None
+        if self.health_probe.busy or self._probe_url(inv) is None:
+            return None
+        ready = next((s.start for r in inv.ranks if r.rank == MAIN for s in r.spans
+                      if s.phase is Phase.READY and s.start is not None), None)
+        last = max(t for t in (self.last_probe, inv.proof_of_life, ready) if t is not None)
+        return last + health.interval
+
+    def _probe_if_due(self, now: float) -> None:
+        inv = self.pipeline.snapshot().current
+        due = self._probe_due_at(inv)
+        if inv is None or due is None or now < due:
+            return
+        url = self._probe_url(inv)
+        if url is not None:
+            self.last_probe = now
+            self.health_probe.start(url, self.config.health.timeout)
+
+    def _probe_result(self) -> None:
+        result = self.health_probe.take()
+        inv = self.pipeline.snapshot().current
+        if result is None or inv is None:
+            return
+        self.last_probe = self.clock.wall()
+        kind = EventKind.PROBE_OK if result.ok else EventKind.PROBE_FAILED
+        if not result.ok:
+            logger.info("[%s] health probe %s failed: %s", self.config.unit, result.url, result.error)
+        self.pipeline.tracker.apply(Event(kind, self.last_probe, text=result.error or "",
+                                          invocation_id=inv.invocation_id), self.last_probe)
 
     def _read_journal(self) -> bool:
         records = self.follower.read(READ_BATCH)
