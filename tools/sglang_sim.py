@@ -10,6 +10,8 @@ their `\\r` frames. A start-up is a schedule of `Emit`s (time, writer, text), bu
                                           parent's SIGQUIT line comes first, then it kills all
     --oom TP5:cuda_graph_capture          the same, with CUDA out of memory during capture
     --slow-load 3                         weight loading 3 times slower, still progressing
+    --health-fail-after 2                 after ready, /health stops answering 2 s later (it hangs)
+    --decode-every 0.5                    after ready, TP0 logs a Decode batch line every 0.5 s
 
 Two ways to play it:
     json   print it as `journalctl -o json --all` would (with PID 1's entries), for replay tests;
@@ -63,6 +65,8 @@ class Faults:
     exception: dict[int, str] = field(default_factory=dict)
     oom: dict[int, str] = field(default_factory=dict)
     slow_load: float = 1.0
+    health_fail_after: float | None = None  # seconds after ready (real seconds, not scaled)
+    decode_every: float | None = None
 
 
 @dataclass(frozen=True)
@@ -313,7 +317,7 @@ def journal_json(plan: Plan, base: float = 1796025600.0, unit: str = "sglang-kim
 
 # --- run: really run it -------------------------------------------------------------------------
 
-def _play(plan: Plan, writer: int, start: float, base: float, port: int) -> None:
+def _play(plan: Plan, writer: int, start: float, base: float, port: int, decode_every: float | None = None) -> None:
     """Write this process's lines at their times; die or hang where the plan says."""
     out = sys.stderr
     pid = os.getpid()
@@ -325,6 +329,17 @@ def _play(plan: Plan, writer: int, start: float, base: float, port: int) -> None
             time.sleep(delay)
         out.write(rendered(emit, base, pid, port) + ("\n" if emit.newline else ""))
         out.flush()
+    if writer == 0 and decode_every and plan.ready_at is not None:
+        tokens = 48213
+        while True:
+            delay = start + plan.ready_at - time.time()
+            time.sleep(max(delay, 0) + decode_every)
+            tokens += 2048
+            stamp_now = time.strftime("%Y-%m-%d %H:%M:%S")
+            out.write(f"[{stamp_now} TP0] Decode batch, #running-req: 12, #token: {tokens}, token usage: 0.02, "
+                      "accept len: 3.41, accept rate: 0.43, cuda graph: True, gen throughput (token/s): 1021.55, "
+                      "#queue-req: 0\n")
+            out.flush()
     if writer in plan.kill_at:
         delay = start + plan.kill_at[writer] - time.time()
         if delay > 0:
@@ -336,6 +351,7 @@ def _play(plan: Plan, writer: int, start: float, base: float, port: int) -> None
 
 class _Handler(http.server.BaseHTTPRequestHandler):
     ready_at = float("inf")
+    hang_from = float("inf")  # /health stops answering from this time on
     protocol_version = "HTTP/1.1"
 
     def _answer(self, code: int, body: bytes) -> None:
@@ -347,6 +363,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
         if self.path in ("/health", "/health_generate"):
+            if time.time() >= self.hang_from:
+                time.sleep(3600)  # a scheduler that no longer produces tokens
             up = time.time() >= self.ready_at
             self._answer(200 if up else 503, b"{}" if up else b'{"status": "starting"}')
         elif self.path in ("/model_info", "/get_model_info"):
@@ -367,7 +385,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         sys.stdout.flush()
 
 
-def run(plan: Plan, port: int) -> int:
+def run(plan: Plan, port: int, faults: Faults | None = None) -> int:
     start = time.time()
     base = start
     children: list[subprocess.Popen[bytes]] = []
@@ -380,6 +398,8 @@ def run(plan: Plan, port: int) -> int:
                                          "SGLANG_SIM_PLAN_FILE": plan_file or ""}))
     if plan.uvicorn_at is not None:
         _Handler.ready_at = start + (plan.ready_at or float("inf"))
+        if faults is not None and faults.health_fail_after is not None and plan.ready_at is not None:
+            _Handler.hang_from = start + plan.ready_at + faults.health_fail_after
 
         def serve() -> None:
             delay = start + plan.uvicorn_at - time.time() if plan.uvicorn_at is not None else 0
@@ -429,7 +449,7 @@ def _faults_from(args: argparse.Namespace) -> Faults:
         return out
 
     return Faults(parse(args.hang, "hang"), parse(args.kill, "kill"), parse(args.exception, "exception"),
-                  parse(args.oom, "oom"), args.slow_load)
+                  parse(args.oom, "oom"), args.slow_load, args.health_fail_after, args.decode_every)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -438,9 +458,10 @@ def main(argv: list[str] | None = None) -> int:
         rank, start, port = int(argv[1]), float(argv[2]), int(argv[3])
         with open(os.environ["SGLANG_SIM_PLAN_FILE"], encoding="utf-8") as handle:
             spec = json.load(handle)
-        plan = build(spec["scale"], Faults(**{k: {int(r): p for r, p in v.items()} if isinstance(v, dict) else v
-                                              for k, v in spec["faults"].items()}))
-        _play(plan, rank, start, start, port)
+        faults = Faults(**{k: {int(r): p for r, p in v.items()} if isinstance(v, dict) else v
+                           for k, v in spec["faults"].items()})
+        plan = build(spec["scale"], faults)
+        _play(plan, rank, start, start, port, faults.decode_every)
         return 0
     parser = argparse.ArgumentParser(prog="sglang_sim.py", description=__doc__.splitlines()[0])
     parser.add_argument("mode", choices=("json", "run"))
@@ -450,6 +471,8 @@ def main(argv: list[str] | None = None) -> int:
     for what in ("hang", "kill", "exception", "oom"):
         parser.add_argument(f"--{what}", action="append", metavar="TPn:PHASE")
     parser.add_argument("--slow-load", type=float, default=1.0, metavar="FACTOR")
+    parser.add_argument("--health-fail-after", type=float, metavar="SECONDS")
+    parser.add_argument("--decode-every", type=float, metavar="SECONDS")
     args = parser.parse_args(argv)
     faults = _faults_from(args)
     plan = build(args.scale, faults)
@@ -462,9 +485,11 @@ def main(argv: list[str] | None = None) -> int:
     with open(plan_path, "w", encoding="utf-8") as handle:
         json.dump({"scale": args.scale, "faults": {"hang": faults.hang, "kill": faults.kill,
                                                    "exception": faults.exception, "oom": faults.oom,
-                                                   "slow_load": faults.slow_load}}, handle)
+                                                   "slow_load": faults.slow_load,
+                                                   "health_fail_after": faults.health_fail_after,
+                                                   "decode_every": faults.decode_every}}, handle)
     os.environ["SGLANG_SIM_PLAN_FILE"] = plan_path
-    return run(plan, args.port)
+    return run(plan, args.port, faults)
 
 
 if __name__ == "__main__":

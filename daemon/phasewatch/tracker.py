@@ -355,16 +355,6 @@ class Tracker:
             inv.server_args_ts = ts
             self._rank(inv, MAIN, ts)
             return []
-        if event.rank is None and kind is not EventKind.PROGRESS:
-            if kind is EventKind.FATAL:
-                if not inv.ranks:
-                    # Nothing but the main process exists yet (an import error, a bad argument).
-                    self._rank(inv, MAIN, ts)
-                    event = replace(event, rank=MAIN)
-                self._fatal(inv, event, ts)
-            return []
-        if kind is EventKind.PROGRESS:
-            return self._progress(inv, event, ts)
         if kind in (EventKind.PROBE_OK, EventKind.PROBE_FAILED):
             if inv.state in (UnitState.READY, UnitState.SERVING):
                 if kind is EventKind.PROBE_OK:
@@ -375,6 +365,16 @@ class Tracker:
                     inv.health_failures += 1
                     inv.health_error = event.text
             return []
+        if event.rank is None and kind is not EventKind.PROGRESS:
+            if kind is EventKind.FATAL:
+                if not inv.ranks:
+                    # Nothing but the main process exists yet (an import error, a bad argument).
+                    self._rank(inv, MAIN, ts)
+                    event = replace(event, rank=MAIN)
+                self._fatal(inv, event, ts)
+            return []
+        if kind is EventKind.PROGRESS:
+            return self._progress(inv, event, ts)
         if kind is EventKind.RANK_DIED:
             rank = self._rank(inv, event.rank or MAIN, ts)
             if rank.died_at is None:
