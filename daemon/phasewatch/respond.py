@@ -149,8 +149,34 @@ def respond(verdicts: list[Verdict], memory: Memory, status: UnitStatus, now: fl
             actions.append(Action("alert", message, verdict.kind, PRIORITY[verdict.kind], verdict.invocation_id,
                                   verdict.phase, verdict.rank, verdict.cause, config.dry_run))
     # Restart actions go last: alerts first tell why.
+    actions = _grouped(actions)
     actions.sort(key=lambda a: a.kind == "restart")
     return Response(tuple(actions), Memory(frozenset(alerted), frozenset(restarted), budget), retry_at)
+
+
+def _grouped(actions: list[Action]) -> list[Action]:
+    """Ranks that fail the same way at the same time (all eight stuck in one collective) make one
+    alert naming them all, not eight."""
+    out: list[Action] = []
+    groups: dict[tuple[str, str | None, str | None, str | None], list[Action]] = {}
+    for action in actions:
+        if action.kind != "alert" or action.rank is None or action.verdict_kind not in ("stalled", "straggler"):
+            out.append(action)
+            continue
+        key = (action.verdict_kind, action.invocation_id, action.phase, action.cause)
+        if key not in groups:
+            groups[key] = []
+            out.append(action)  # placeholder, replaced below
+        groups[key].append(action)
+    for key, members in groups.items():
+        if len(members) == 1:
+            continue
+        first = members[0]
+        ranks = [m.rank for m in members if m.rank]
+        merged = replace(first, rank=",".join(ranks),
+                         message=f"{first.message} (and {len(ranks) - 1} more ranks alike: {', '.join(ranks[1:])})")
+        out[out.index(first)] = merged
+    return out
 
 
 def _restart_decision(verdict: Verdict, budget: Budget, status: UnitStatus, now: float, config: Config
