@@ -166,9 +166,9 @@ def _grouped(actions: list[Action]) -> list[Action]:
         key = (action.verdict_kind, action.invocation_id, action.phase, action.cause)
         if key not in groups:
             groups[key] = []
-            out.append(action)  # placeholder, replaced below
+            out.append(action)  # the group's first member; replaced by the merged alert below
         groups[key].append(action)
-    for key, members in groups.items():
+    for members in groups.values():
         if len(members) == 1:
             continue
         first = members[0]
