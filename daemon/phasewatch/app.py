@@ -19,6 +19,7 @@ from .actions import UnitError, UnitFacts
 from .clock import Clock
 from .config import Config, format_duration
 from .follow import INVALIDATE, JournalFollower
+from .metrics import Exporter
 from .pipeline import Pipeline
 from .probe import BackgroundProbe, default_url
 from .procs import ProcessTable, RankProcess, RankWatch
@@ -59,7 +60,8 @@ class _PendingDeath:
 class Daemon:
     def __init__(self, config: Config, *, follower: JournalFollower, unit: Unit, alerter: Alerter, notifier: Notify,
                  store: StateStore, clock: Clock, processes: ProcessTable | None = None,
-                 watchdog_interval: float | None = None, health_probe: BackgroundProbe | None = None) -> None:
+                 watchdog_interval: float | None = None, health_probe: BackgroundProbe | None = None,
+                 exporter: Exporter | None = None) -> None:
         self.config = config
         self.follower = follower
         self.unit = unit
@@ -83,6 +85,7 @@ class Daemon:
         self.health_probe = health_probe or BackgroundProbe()
         self.last_probe = -math.inf
         self.last_status: dict[str, object] = {}
+        self.exporter = exporter  # metrics and /status (None: none)
 
     # -- start-up ----------------------------------------------------------------------------
     def start(self) -> None:
@@ -104,6 +107,7 @@ class Daemon:
         self._save()
         self.notifier.send("READY=1")
         self._status()
+        self._publish()
 
     def _read_facts(self) -> UnitFacts | None:
         try:
@@ -148,6 +152,7 @@ class Daemon:
         self._confirm_deaths(now)
         self._judge_and_act()
         self._status()
+        self._publish()
 
     def _timeout(self, now: float) -> float:
         candidates = [math.inf]
@@ -199,6 +204,8 @@ class Daemon:
     def _probe_result(self) -> None:
         result = self.health_probe.take()
         inv = self.pipeline.snapshot().current
+        if result is not None and self.exporter is not None:
+            self.exporter.observe_probe(result.seconds, result.ok)
         if result is None or inv is None:
             return
         self.last_probe = self.clock.wall()
@@ -293,6 +300,8 @@ class Daemon:
         verdicts = policy.evaluate(inv, now, self.config, self.pipeline.profile)
         if not current:
             verdicts = [v for v in verdicts if v.kind in ("crashed", "rank_died", "lines_lost")]
+        if self.exporter is not None:
+            self.exporter.saw_verdicts(verdicts)
         if not any(self._unhandled(v) for v in verdicts):
             return
         if self.retry_at is not None and now < self.retry_at and all(v.key in self.memory.alerted for v in verdicts):
@@ -321,6 +330,8 @@ class Daemon:
             else:
                 try:
                     job = self.unit.restart()
+                    if self.exporter is not None:
+                        self.exporter.restarted(action.verdict_kind)
                     logger.info("[%s] restart requested (%s), job %s", self.config.unit, action.verdict_kind, job)
                 except UnitError as exc:
                     logger.error("[%s] %s", self.config.unit, exc)
@@ -332,6 +343,10 @@ class Daemon:
             self.store.save(Saved(self.memory, self.follower.cursor, self.watched_invocation))
         except OSError as exc:
             logger.error("[%s] cannot write state: %s", self.config.unit, exc)
+
+    def _publish(self) -> None:
+        if self.exporter is not None:
+            self.exporter.publish(self.pipeline, self.memory, self.clock.wall())
 
     # -- telling systemd -----------------------------------------------------------------------
     def _status(self) -> None:
