@@ -86,6 +86,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .app import Daemon, watchdog_interval_from_env
     from .clock import SystemClock
     from .follow import JournalFollower
+    from .metrics import start_metrics
     from .state import StateStore
 
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
@@ -96,9 +97,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     if loaded == "not-found":
         raise ConfigError("unit", f"{config.unit} is not loaded by systemd (not-found): is the name right?",
                           config.source)
+    exporter, metrics_server = start_metrics(config)  # None when metrics.listen cannot be bound: runs on
     daemon = Daemon(config, follower=JournalFollower(config.unit, args.directory), unit=unit,
                     alerter=JournalAlerter(config.unit), notifier=Notifier(), store=StateStore(state_dir, config.unit),
-                    clock=SystemClock(), watchdog_interval=watchdog_interval_from_env())
+                    clock=SystemClock(), watchdog_interval=watchdog_interval_from_env(), exporter=exporter)
 
     def stop(signum: int, frame: object) -> None:
         raise SystemExit(0)
@@ -109,6 +111,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         daemon.run()
     finally:
         daemon.notifier.send("STOPPING=1")
+        if metrics_server is not None:
+            metrics_server.close()
     return EX_OK
 
 
