@@ -91,6 +91,8 @@ class ServerInfo:
     draft_model_path: str | None = None
     host: str | None = None
     port: int | None = None
+    cuda_graph_max_bs: str | None = None
+    cuda_graph_bs: str | None = None
 
     @staticmethod
     def from_args(args: Mapping[str, str]) -> ServerInfo:
@@ -110,6 +112,8 @@ class ServerInfo:
             draft_model_path=args.get("speculative_draft_model_path"),
             host=args.get("host"),
             port=number("port", 0) or None,
+            cuda_graph_max_bs=args.get("cuda_graph_max_bs"),
+            cuda_graph_bs=args.get("cuda_graph_bs"),
         )
 
     def expected_ranks(self) -> tuple[str, ...]:
@@ -156,6 +160,7 @@ class InvocationView:
     health_episode: int = 0  # how many runs of failed probes there were
     health_error: str | None = None
     proof_of_life: float | None = None  # the last batch line after ready
+    phase_silence: Mapping[Phase, float] = field(default_factory=dict)  # longest quiet spell per phase
 
     def rank(self, label: str) -> RankView | None:
         return next((r for r in self.ranks if r.rank == label), None)
@@ -247,6 +252,8 @@ class _Invocation:
     health_episode: int = 0
     health_error: str | None = None
     proof_of_life: float | None = None
+    phase_seen: dict[Phase, float] = field(default_factory=dict)
+    phase_silence: dict[Phase, float] = field(default_factory=dict)
 
     def view(self) -> InvocationView:
         ranks = [r.view() for r in self.ranks.values()]
@@ -265,7 +272,7 @@ class _Invocation:
                               tuple(self.fatals.values()), self.lines_lost, self.server, self.unit_result,
                               self.exit_status, self.restart_scheduled, self.stop_job, self.stopped_at,
                               self.before_stop, self.health_failures, self.health_episode, self.health_error,
-                              self.proof_of_life)
+                              self.proof_of_life, dict(self.phase_silence))
 
 
 def rank_sort_key(label: str) -> tuple[int, tuple[int, ...], str]:
@@ -381,7 +388,7 @@ class Tracker:
                 rank.died_at, rank.died_pid = ts, event.pid
             return []
         rank = self._rank(inv, event.rank or MAIN, ts)
-        rank.last_activity = ts
+        self._alive(inv, rank, ts)
         if event.rule in PROOF_OF_LIFE_RULES and inv.state in (UnitState.READY, UnitState.SERVING):
             inv.proof_of_life, inv.health_failures, inv.health_error = ts, 0, None
         if kind is EventKind.FATAL:
@@ -398,6 +405,17 @@ class Tracker:
             return self._unit_phase(inv, event.phase, ts, event.rule)
         return self._rank_phase(inv, rank, event.phase, kind is not EventKind.PHASE_END, ts, event.rule,
                                 hint=kind is EventKind.PHASE_HINT)
+
+    @staticmethod
+    def _alive(inv: _Invocation, rank: _Rank, ts: float | None) -> None:
+        """A sign of life; also the longest silence seen in each phase (any rank in it), for history."""
+        rank.last_activity = ts
+        if ts is None or rank.rank == MAIN:
+            return
+        seen = inv.phase_seen.get(rank.phase)
+        if seen is not None and ts - seen > inv.phase_silence.get(rank.phase, 0.0):
+            inv.phase_silence[rank.phase] = ts - seen
+        inv.phase_seen[rank.phase] = ts
 
     def _rank(self, inv: _Invocation, label: str, ts: float | None) -> _Rank:
         rank = inv.ranks.get(label)
@@ -461,7 +479,8 @@ class Tracker:
         if event.phase is not None and family is not None and owner.phase not in family:
             # The bar shows the phase its rank is in, even when the begin line was not seen.
             out = self._rank_phase(inv, owner, event.phase, True, ts, "progress", hint=True)
-        owner.progress, owner.progress_phase, owner.last_activity = event.progress, owner.phase, ts
+        owner.progress, owner.progress_phase = event.progress, owner.phase
+        self._alive(inv, owner, ts)
         return out
 
     @staticmethod
