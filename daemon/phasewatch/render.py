@@ -42,7 +42,9 @@ def _rank_json(rank: RankView) -> dict[str, Any]:
     progress = None
     if rank.progress is not None:
         progress = {"n": rank.progress.n, "total": rank.progress.total, "percent": rank.progress.percent,
-                    "desc": rank.progress.desc, "bs": rank.progress.bs, "avail_mem_gb": rank.progress.avail_mem_gb}
+                    "desc": rank.progress.desc, "bs": rank.progress.bs, "avail_mem_gb": rank.progress.avail_mem_gb,
+                    # the phase the bar was drawn in: a rank that moved on still shows its last bar
+                    "phase": rank.progress_phase.value if rank.progress_phase is not None else None}
     return {
         "phase": rank.phase.value,
         "phase_ended": rank.phase_ended,
