@@ -1,0 +1,476 @@
+"""Metrics and /status: a fresh CollectorRegistry per test, a pipeline fed with real SGLang lines (the
+v0.5.9 start-up of test_policy), values read with `registry.get_sample_value`; one HTTP round trip
+on an ephemeral loopback port; `promtool check metrics` on the exposition."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import urllib.error
+import urllib.request
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from test_daemon import ScriptedJournal, line, load_begins
+from test_policy import (
+    INV,
+    MID_STARTED,
+    MID_SUPPRESSED,
+    TP8,
+    UNIT,
+    Journal,
+    capture_bar,
+    cuda_graph_capture,
+    dist_init,
+    draft_capture_begin,
+    draft_capture_end,
+    draft_weight_load,
+    http_server_start,
+    kv_cache_alloc,
+    launch,
+    ready,
+    up_to_draft_capture,
+    up_to_ready,
+    warmup,
+    weight_load,
+)
+
+from phasewatch import __version__, policy
+from phasewatch.actions import RecordingAlerter, RecordingNotifier, RecordingUnit, UnitFacts
+from phasewatch.app import Daemon
+from phasewatch.clock import FakeClock
+from phasewatch.config import DEFAULT_LIMITS, VERDICT_KINDS, Config, PhaseLimits, RestartBudget
+from phasewatch.metrics import PHASE_BUCKETS, Exporter, parse_listen, serve
+from phasewatch.procs import ProcessTable
+from phasewatch.records import MAIN, PHASE_NAMES, Phase
+from phasewatch.respond import Budget, BudgetState, Memory
+from phasewatch.state import StateStore
+
+RANKS = (MAIN, *TP8)
+
+
+class Fixture:
+    """A journal read by a pipeline, and an exporter on a fresh registry sharing the journal's clock."""
+
+    def __init__(self, config: Config | None = None) -> None:
+        self.journal = Journal(config)
+        self.registry = CollectorRegistry()
+        self.exporter = Exporter(self.journal.config, self.registry, self.journal.clock)
+
+    def publish(self, memory: Memory | None = None) -> None:
+        self.exporter.publish(self.journal.pipeline, memory or Memory(), self.journal.now)
+
+    def value(self, name: str, **labels: str) -> float | None:
+        return self.registry.get_sample_value(name, {"unit": UNIT, **labels})
+
+
+@pytest.fixture
+def m() -> Fixture:
+    return Fixture()
+
+
+def phase_of(m: Fixture, rank: str) -> list[str]:
+    return [p for p in PHASE_NAMES if m.value("phasewatch_rank_phase", rank=rank, phase=p) == 1]
+
+
+# --- state of the current start-up ---------------------------------------------------------------
+
+
+def test_nothing_published_yet_exports_the_unit_and_its_limits_only(m: Fixture) -> None:
+    assert m.value("phasewatch_rank_phase", rank="TP0", phase="launch") is None
+    assert m.value("phasewatch_unit_ready") == 0
+    assert m.value("phasewatch_phase_deadline_seconds", phase="weight_load") == DEFAULT_LIMITS[
+        Phase.WEIGHT_LOAD].deadline
+    assert m.value("phasewatch_phase_deadline_seconds", phase="ready") is None  # no limit: no series
+    assert m.value("phasewatch_journal_entries_total") == 0
+    assert m.value("phasewatch_restarts_total", reason="stalled") == 0
+
+
+def test_rank_phase_is_a_state_set_that_follows_every_rank(m: Fixture) -> None:
+    launch(m.journal)
+    dist_init(m.journal)
+    m.publish()
+    assert {r: phase_of(m, r) for r in RANKS} == {MAIN: ["launch"], **{r: ["dist_init"] for r in TP8}}
+    assert sum(m.value("phasewatch_rank_phase", rank="TP3", phase=p) or 0 for p in PHASE_NAMES) == 1
+    up_to_draft_capture_rest(m.journal)
+    m.publish()
+    assert {r: phase_of(m, r) for r in TP8} == {r: ["draft_cuda_graph_capture"] for r in TP8}
+    assert m.value("phasewatch_rank_phase", rank="TP3", phase="weight_load") == 0
+
+
+def up_to_draft_capture_rest(j: Journal) -> None:
+    weight_load(j)
+    kv_cache_alloc(j)
+    cuda_graph_capture(j)
+    draft_weight_load(j)
+    j.wait(1)
+    draft_capture_begin(j)
+
+
+def test_elapsed_is_measured_at_scrape_time_not_at_publish_time(m: Fixture) -> None:
+    up_to_draft_capture(m.journal)
+    m.publish()
+    assert m.value("phasewatch_phase_elapsed_seconds", rank="TP3") == 0
+    m.journal.wait(95)  # the daemon sleeps (a silent capture): the age still grows
+    assert m.value("phasewatch_phase_elapsed_seconds", rank="TP3") == 95
+    began = m.journal.invocation().started_at
+    assert began is not None
+    assert m.value("phasewatch_startup_elapsed_seconds") == m.journal.now - began
+
+
+def test_deadline_and_stall_per_phase_come_from_the_config() -> None:
+    config = Config(unit=UNIT, phases={**DEFAULT_LIMITS, Phase.DRAFT_CUDA_GRAPH_CAPTURE: PhaseLimits(6, None)})
+    m = Fixture(config)
+    assert m.value("phasewatch_phase_deadline_seconds", phase="draft_cuda_graph_capture") == 6
+    assert m.value("phasewatch_phase_stall_seconds", phase="draft_cuda_graph_capture") is None
+    assert m.value("phasewatch_phase_stall_seconds", phase="weight_load") == DEFAULT_LIMITS[Phase.WEIGHT_LOAD].stall
+
+
+def test_progress_ratio_is_the_bar_n_over_total(m: Fixture) -> None:
+    launch(m.journal)
+    dist_init(m.journal)
+    m.journal.every("Load weight begin. avail mem=137.95 GB")
+    for n in range(16):
+        m.journal.raw("TP0", f"\rLoading safetensors checkpoint shards: {100 * n // 30:3d}% Completed | "
+                             f"{n}/30 [00:{n:02d}<00:46,  1.62s/it]\n")
+        m.journal.wait(1.6)
+    m.publish()
+    assert m.value("phasewatch_phase_progress_ratio", rank="TP0", phase="weight_load") == 15 / 30
+    assert m.value("phasewatch_phase_progress_ratio", rank="TP1", phase="weight_load") is None  # no bar there
+
+
+def test_capture_bar_progress_is_exported_for_its_phase(m: Fixture) -> None:
+    launch(m.journal)
+    dist_init(m.journal)
+    weight_load(m.journal)
+    kv_cache_alloc(m.journal)
+    m.journal.every("Capture cuda graph begin. This can take up to several minutes. avail mem=20.40 GB")
+    capture_bar(m.journal, 12)
+    m.publish()
+    assert m.value("phasewatch_phase_progress_ratio", rank="TP0", phase="cuda_graph_capture") == 12 / 23
+
+
+def test_waiting_ranks_and_the_main_process_waiting_for_them(m: Fixture) -> None:
+    up_to_draft_capture(m.journal)
+    others = tuple(r for r in TP8 if r != "TP3")
+    m.journal.every("Capture draft cuda graph end. Time elapsed: 12.04 s. mem usage=0.38 GB. avail mem=17.14 GB.",
+                    others)
+    m.publish()
+    assert m.value("phasewatch_rank_waiting", rank="TP3") == 0
+    assert m.value("phasewatch_rank_waiting", rank="TP0") == 1
+    assert m.value("phasewatch_rank_waiting", rank=MAIN) == 1  # in launch while the ranks work
+    assert m.value("phasewatch_rank_phases_entered", rank="TP3") == 7  # launch .. draft_cuda_graph_capture
+    assert m.value("phasewatch_rank_phases_entered", rank=MAIN) is None
+
+
+def test_last_activity_is_the_ranks_last_line(m: Fixture) -> None:
+    up_to_draft_capture(m.journal)
+    m.publish()
+    assert m.value("phasewatch_last_activity_timestamp_seconds", rank="TP3") == m.journal.now
+
+
+def test_unit_ready_and_state_after_fired_up(m: Fixture) -> None:
+    up_to_draft_capture(m.journal)
+    m.publish()
+    assert m.value("phasewatch_unit_ready") == 0
+    assert m.value("phasewatch_unit_state", state="starting") == 1
+    up_to_ready_rest(m.journal)
+    m.publish()
+    assert m.value("phasewatch_unit_ready") == 1
+    assert m.value("phasewatch_unit_state", state="ready") == 1
+    assert m.value("phasewatch_unit_state", state="starting") == 0
+    assert {r: phase_of(m, r) for r in RANKS} == {r: ["ready"] for r in RANKS}
+    assert m.value("phasewatch_startup_elapsed_seconds") is None  # no longer starting
+
+
+def up_to_ready_rest(j: Journal) -> None:
+    j.wait(12)
+    draft_capture_end(j)
+    http_server_start(j)
+    warmup(j)
+    ready(j)
+
+
+# --- histograms: each completed span once ---------------------------------------------------------
+
+
+def test_phase_durations_observe_each_completed_span_once(m: Fixture) -> None:
+    up_to_ready(m.journal)
+    for _ in range(3):
+        m.publish()
+    assert m.value("phasewatch_phase_duration_seconds_count", phase="dist_init") == 8  # one per rank
+    assert m.value("phasewatch_phase_duration_seconds_sum", phase="dist_init") == 8 * 2
+    assert m.value("phasewatch_phase_duration_seconds_bucket", phase="dist_init", le="1.0") == 0
+    assert m.value("phasewatch_phase_duration_seconds_bucket", phase="dist_init", le="2.5") == 8
+    assert m.value("phasewatch_phase_duration_seconds_bucket", phase="dist_init", le="+Inf") == 8
+    weight = m.value("phasewatch_phase_duration_seconds_sum", phase="weight_load")
+    assert weight is not None and weight == pytest.approx(8 * 31 * 1.6)
+    # The main process's phases once per start-up, not once per rank; ready never completes.
+    assert m.value("phasewatch_phase_duration_seconds_count", phase="http_server_start") == 1
+    assert m.value("phasewatch_phase_duration_seconds_count", phase="warmup") == 1
+    assert m.value("phasewatch_phase_duration_seconds_count", phase="ready") is None
+    assert len(PHASE_BUCKETS) < 20
+
+
+def test_a_phase_in_progress_is_not_observed(m: Fixture) -> None:
+    up_to_draft_capture(m.journal)
+    m.publish()
+    assert m.value("phasewatch_phase_duration_seconds_count", phase="draft_cuda_graph_capture") == 0
+    assert m.value("phasewatch_phase_duration_seconds_count", phase="cuda_graph_capture") == 8
+
+
+def test_startup_duration_once_per_invocation(m: Fixture) -> None:
+    up_to_ready(m.journal)
+    m.publish()
+    m.journal.wait(100)
+    m.publish()
+    inv = m.journal.invocation()
+    ready_at = next(s.start for s in inv.rank(MAIN).spans if s.phase is Phase.READY)  # type: ignore[union-attr]
+    assert m.value("phasewatch_startup_duration_seconds_count") == 1
+    assert m.value("phasewatch_startup_duration_seconds_sum") == ready_at - inv.started_at  # type: ignore[operator]
+
+
+# --- counters -------------------------------------------------------------------------------------
+
+
+def stalled_journal() -> Fixture:
+    config = Config(unit=UNIT, phases={**DEFAULT_LIMITS, Phase.DRAFT_CUDA_GRAPH_CAPTURE: PhaseLimits(6, None)})
+    m = Fixture(config)
+    up_to_draft_capture(m.journal)
+    m.journal.wait(7)
+    return m
+
+
+def test_verdicts_are_counted_once_per_key_and_shown_while_held() -> None:
+    m = stalled_journal()
+    assert m.value("phasewatch_verdicts_total", kind="stalled", phase="draft_cuda_graph_capture") == 0
+    for _ in range(3):
+        m.exporter.saw_verdicts(m.journal.verdicts())
+        m.publish()
+    assert m.value("phasewatch_verdicts_total", kind="stalled", phase="draft_cuda_graph_capture") == 8
+    assert m.value("phasewatch_active_verdicts", kind="stalled") == 8
+    assert m.value("phasewatch_active_verdicts", kind="crashed") == 0
+    assert m.value("phasewatch_verdicts_total", kind="lines_lost", phase="") == 0
+
+
+def test_restarts_and_the_budget(m: Fixture) -> None:
+    config = replace(m.journal.config, restart_budget=RestartBudget(max=3, window=3600, backoff=60))
+    m = Fixture(config)
+    up_to_draft_capture(m.journal)
+    m.exporter.restarted("stalled")
+    now = m.journal.now
+    memory = Memory(restarted=frozenset({INV}), budget=Budget(failures=((INV, now),), last_restart=now, restarts=1))
+    m.publish(memory)
+    assert m.value("phasewatch_restarts_total", reason="stalled") == 1
+    assert m.value("phasewatch_restarts_total", reason="crashed") == 0
+    assert m.value("phasewatch_restart_budget_remaining") == 2
+    assert m.value("phasewatch_restart_budget_gave_up") == 0
+    m.publish(replace(memory, budget=replace(memory.budget, state=BudgetState.GAVE_UP)))
+    assert m.value("phasewatch_restart_budget_remaining") == 0
+    assert m.value("phasewatch_restart_budget_gave_up") == 1
+
+
+def test_counters_appear_only_when_published(m: Fixture) -> None:
+    """The server threads read the published object only: what the loop does in between is not seen."""
+    m.publish()
+    m.exporter.restarted("stalled")
+    assert m.value("phasewatch_restarts_total", reason="stalled") == 0
+    m.publish()
+    assert m.value("phasewatch_restarts_total", reason="stalled") == 1
+
+
+def test_journal_entries_and_lost_lines(m: Fixture) -> None:
+    launch(m.journal)
+    dist_init(m.journal)
+    m.journal.record("Suppressed 1234 messages from sglang.service", None, message_id=MID_SUPPRESSED,
+                     object_unit=UNIT, n_dropped=1234)
+    m.publish()
+    m.publish()
+    assert m.value("phasewatch_journal_entries_total") == m.journal.pipeline.entries > 20
+    assert m.value("phasewatch_journal_lines_lost_total") == 1234
+
+
+def test_health_probes(m: Fixture) -> None:
+    m.exporter.observe_probe(0.03, True)
+    m.exporter.observe_probe(30.0, False)
+    assert m.value("phasewatch_health_probe_seconds_count") == 2
+    assert m.value("phasewatch_health_probe_seconds_sum") == pytest.approx(30.03)
+    assert m.value("phasewatch_health_probe_seconds_bucket", le="0.05") == 1
+    assert m.value("phasewatch_health_probe_failures_total") == 1
+
+
+def test_info_names_phasewatch_version_and_the_servers_layout(m: Fixture) -> None:
+    assert m.value("phasewatch_info", engine="sglang", version=__version__, tp="", dp="", pp="", nnodes="",
+                   node_rank="", speculative="") == 1
+    launch(m.journal)
+    m.publish()
+    assert m.value("phasewatch_info", engine="sglang", version=__version__, tp="8", dp="1", pp="1", nnodes="1",
+                   node_rank="0", speculative="EAGLE3") == 1
+
+
+def test_label_cardinality_is_ranks_times_phases(m: Fixture) -> None:
+    up_to_ready(m.journal)
+    m.publish()
+    families = {f.name: f for f in m.registry.collect()}
+    assert len(families["phasewatch_rank_phase"].samples) == len(RANKS) * len(PHASE_NAMES)
+    assert len(families["phasewatch_verdicts"].samples) <= len(VERDICT_KINDS) * (len(PHASE_NAMES) + 1)
+
+
+def test_a_second_start_up_replaces_the_first_ranks(m: Fixture) -> None:
+    up_to_draft_capture(m.journal)
+    m.publish()
+    second = "7" * 32
+    m.journal.record("Started sglang.service - SGLang server.", 1, message_id=MID_STARTED, unit=UNIT,
+                     extra={"JOB_TYPE": "start", "INVOCATION_ID": second})
+    m.journal.pipeline.feed(replace(line("[2026-02-22 23:59:00 TP0] Init torch distributed begin.", m.journal.now,
+                                         pid=9000), invocation_id=second), m.journal.now)
+    m.publish()
+    assert phase_of(m, "TP0") == ["dist_init"]
+    assert m.value("phasewatch_rank_phase", rank="TP3", phase="draft_cuda_graph_capture") is None
+
+
+# --- the daemon feeds the exporter ---------------------------------------------------------------
+
+
+def test_daemon_publishes_and_counts_its_restart(tmp_path: Path) -> None:
+    config = Config(unit="sglang-kimi.service", phases={**DEFAULT_LIMITS, Phase.WEIGHT_LOAD: PhaseLimits(60, None)})
+    journal = ScriptedJournal()
+    clock = FakeClock(wall=1_800_000_000.0)
+    unit = RecordingUnit(UnitFacts("activating", "start", "0123456789abcdef0123456789abcdef", control_group=None,
+                                   started_at=clock.wall()))
+    registry = CollectorRegistry()
+    exporter = Exporter(config, registry, clock)
+    app = Daemon(config, follower=journal, unit=unit, alerter=RecordingAlerter(config.unit),  # type: ignore[arg-type]
+                 notifier=RecordingNotifier(), store=StateStore(tmp_path, config.unit), clock=clock,
+                 processes=ProcessTable(proc=str(tmp_path / "proc"), cgroup_roots=(str(tmp_path / "cg"),)),
+                 exporter=exporter)
+    load_begins(journal)
+    app.start()
+    labels = {"unit": config.unit}
+    assert registry.get_sample_value("phasewatch_rank_phase", {**labels, "rank": "TP5", "phase": "weight_load"}) == 1
+    assert registry.get_sample_value("phasewatch_journal_entries_total", labels) == 8
+    clock.jump(61)
+    app.step(max_wait=0)
+    assert unit.restarts
+    assert registry.get_sample_value("phasewatch_restarts_total", {**labels, "reason": "stalled"}) == 1
+    assert registry.get_sample_value("phasewatch_verdicts_total",
+                                     {**labels, "kind": "stalled", "phase": "weight_load"}) == 8
+    assert registry.get_sample_value("phasewatch_restart_budget_remaining", labels) == 2
+    status = exporter.status()
+    assert status["restart_budget"] == {"state": "armed", "remaining": 2, "max": 3, "window_seconds": 21600.0,
+                                        "backoff_seconds": 300.0, "restarts": 1}
+    clock.jump(10)
+    app.step(max_wait=0)
+    assert registry.get_sample_value("phasewatch_restarts_total", {**labels, "reason": "stalled"}) == 1
+
+
+# --- HTTP -----------------------------------------------------------------------------------------
+
+
+def get(url: str) -> tuple[int, str, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status, response.headers["Content-Type"], response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.headers["Content-Type"], error.read()
+
+
+def test_http_round_trip_of_metrics_and_status() -> None:
+    m = stalled_journal()
+    m.exporter.saw_verdicts(m.journal.verdicts())
+    m.publish()
+    server = serve("127.0.0.1:0", m.exporter)
+    assert server is not None
+    try:
+        host, port = server.address
+        assert host == "127.0.0.1" and port > 0
+        code, content_type, body = get(f"http://127.0.0.1:{port}/metrics")
+        assert (code, content_type) == (200, CONTENT_TYPE_LATEST)
+        text = body.decode()
+        assert f'phasewatch_rank_phase{{phase="draft_cuda_graph_capture",rank="TP3",unit="{UNIT}"}} 1.0' in text
+        assert "# TYPE phasewatch_phase_duration_seconds histogram" in text
+        code, content_type, body = get(f"http://127.0.0.1:{port}/status")
+        assert (code, content_type) == (200, "application/json")
+        status = json.loads(body)
+        assert status["unit"] == UNIT
+        assert status["invocation"]["phase"] == "draft_cuda_graph_capture"
+        assert status["invocation"]["ranks"]["TP3"]["deadline_seconds"] == 6
+        assert status["invocation"]["ranks"]["TP3"]["elapsed_seconds"] == 7
+        assert {v["kind"] for v in status["invocation"]["verdicts"]} == {"stalled"}
+        assert status["restart_budget"]["state"] == "armed"
+        assert get(f"http://127.0.0.1:{port}/nothing")[0] == 404
+        assert get(f"http://127.0.0.1:{port}/")[0] == 200
+    finally:
+        server.close()
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+
+
+def test_status_before_any_start_up(m: Fixture) -> None:
+    status = m.exporter.status()
+    assert status["unit"] == UNIT and status["invocation"] is None and status["published_at"] is None
+
+
+def test_bind_failure_is_logged_and_the_daemon_runs_on(m: Fixture, caplog: pytest.LogCaptureFixture) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with caplog.at_level(logging.ERROR, logger="phasewatch.metrics"):
+            assert serve(f"127.0.0.1:{port}", m.exporter) is None
+    assert f"cannot listen on 127.0.0.1:{port}" in caplog.text
+    assert "running without /metrics and /status" in caplog.text
+
+
+def test_listen_addresses() -> None:
+    assert parse_listen("127.0.0.1:9877") == ("127.0.0.1", 9877)
+    assert parse_listen("[::1]:9877") == ("::1", 9877)
+    assert parse_listen("localhost:0") == ("localhost", 0)
+    with pytest.raises(ValueError, match="expected HOST:PORT"):
+        parse_listen("9877")
+
+
+def test_registry_is_injected_never_the_global_one() -> None:
+    from prometheus_client import REGISTRY
+
+    Fixture()
+    assert REGISTRY.get_sample_value("phasewatch_unit_ready", {"unit": UNIT}) is None
+
+
+# --- promtool -------------------------------------------------------------------------------------
+
+
+def promtool() -> str:
+    found = shutil.which("promtool")
+    if found is None:
+        if os.environ.get("CI"):
+            pytest.fail("promtool is missing in CI (apt-get install prometheus; scripts/setup.sh)")
+        pytest.skip("promtool not installed (apt-get install prometheus)")
+    return found
+
+
+@pytest.mark.parametrize("stage", ["empty", "stalled", "ready"])
+def test_promtool_accepts_the_exposition(stage: str) -> None:
+    tool = promtool()
+    if stage == "stalled":
+        m = stalled_journal()
+        m.exporter.saw_verdicts(policy.evaluate(m.journal.invocation(), m.journal.now, m.journal.config))
+        m.exporter.restarted("stalled")
+        m.exporter.observe_probe(0.2, False)
+        m.publish()
+    else:
+        m = Fixture()
+        if stage == "ready":
+            up_to_ready(m.journal)
+            m.publish()
+    exposition = generate_latest(m.registry)
+    result = subprocess.run([tool, "check", "metrics"], input=exposition, capture_output=True, timeout=60)
+    assert result.returncode == 0, result.stdout.decode() + result.stderr.decode()
+    assert result.stdout.decode().strip() == "" and result.stderr.decode().strip() == ""
