@@ -119,6 +119,18 @@ class HealthCheck:
 
 
 @dataclass(frozen=True)
+class Adaptive:
+    """Limits learned from past start-ups (learn.py): deadline = clamp(k x p95, floor x configured,
+    ceiling x configured) once a phase has `min_samples` past durations."""
+
+    enabled: bool = False
+    k: float = 1.5
+    min_samples: int = 5
+    floor: float = 0.25
+    ceiling: float = 2.0
+
+
+@dataclass(frozen=True)
 class Config:
     unit: str = "sglang.service"
     engine: str = "sglang"
@@ -131,6 +143,7 @@ class Config:
     dry_run: bool = False
     metrics_listen: str = "127.0.0.1:9877"
     health: HealthCheck = HealthCheck()
+    adaptive: Adaptive = Adaptive()
 
     def limits(self, phase: Phase) -> PhaseLimits:
         return self.phases.get(phase, PhaseLimits(None, None))
@@ -166,7 +179,7 @@ def _strip_lines(value: Any) -> Any:
 
 
 TOP_KEYS = ("unit", "engine", "phases", "rank_skew", "patterns", "actions", "restart_budget", "dry_run", "metrics",
-            "health")
+            "health", "adaptive")
 LISTEN_RE = re.compile(r"^(?:\[[0-9a-fA-F:]+\]|[\w.-]+):\d{1,5}$")
 
 
@@ -314,8 +327,42 @@ def parse_config(text: str, path: str | None = None) -> Config:
             raise fail("metrics.listen", f"expected HOST:PORT like 127.0.0.1:9877, got {raw!r}", line)
         listen = raw
     health = _health(document.get("health", {}) or {}, lines.get("health"), fail)
+    adaptive = _adaptive(document.get("adaptive", {}) or {}, lines.get("adaptive"), fail)
     return Config(unit=unit, engine=str(engine), phases=phases, rank_skew=rank_skew, profile=profile, source=path,
-                  actions=actions, restart_budget=budget, dry_run=dry_run, metrics_listen=listen, health=health)
+                  actions=actions, restart_budget=budget, dry_run=dry_run, metrics_listen=listen, health=health,
+                  adaptive=adaptive)
+
+
+def _adaptive(doc: Any, line: int | None, fail: Callable[[str, str, int | None], ConfigError]) -> Adaptive:
+    if isinstance(doc, bool):
+        return Adaptive(enabled=doc)
+    if not isinstance(doc, dict):
+        raise fail("adaptive", "expected true, false, or a mapping with enabled, k, min_samples, floor, ceiling",
+                   line)
+    key_lines: dict[str, int] = doc.get("__lines__", {})
+    values: dict[str, Any] = {}
+    for key, raw in doc.items():
+        if key == "__lines__":
+            continue
+        at = key_lines.get(key)
+        if key == "enabled":
+            if not isinstance(raw, bool):
+                raise fail("adaptive.enabled", f"expected true or false, got {raw!r}", at)
+        elif key == "min_samples":
+            if isinstance(raw, bool) or not isinstance(raw, int) or raw < 1:
+                raise fail("adaptive.min_samples", f"expected a whole number >= 1, got {raw!r}", at)
+        elif key in ("k", "floor", "ceiling"):
+            if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not raw > 0:
+                raise fail(f"adaptive.{key}", f"expected a positive number, got {raw!r}", at)
+            raw = float(raw)
+        else:
+            raise fail(f"adaptive.{key}", "unknown setting (known: enabled, k, min_samples, floor, ceiling)", at)
+        values[key] = raw
+    result = Adaptive(**values)
+    if result.floor > result.ceiling:
+        raise fail("adaptive.floor", f"floor {result.floor:g} is above ceiling {result.ceiling:g}",
+                   key_lines.get("floor"))
+    return result
 
 
 def _health(doc: Any, line: int | None, fail: Callable[[str, str, int | None], ConfigError]) -> HealthCheck:
