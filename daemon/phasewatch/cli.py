@@ -144,6 +144,11 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check-config", help="validate a config file")
     check.add_argument("config")
     check.set_defaults(func=cmd_check_config)
+    from . import logs, status, waitready  # status, logs, wait-ready: the operator's commands
+
+    status.add_parser(sub)
+    logs.add_parser(sub)
+    waitready.add_parser(sub)
     return parser
 
 
