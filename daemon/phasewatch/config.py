@@ -66,6 +66,9 @@ class PhaseLimits:
 
     deadline: float | None
     stall: float | None
+    # With a learned deadline: a phase whose progress bar keeps moving may run past it, at its own
+    # pace, up to this cap (the configured ceiling). None: the deadline is firm.
+    cap: float | None = None
 
 
 # Sized for Kimi-K2.5 INT4 (547 GB) on 8 GPUs with an EAGLE-3 draft; see config/phasewatch.yaml.

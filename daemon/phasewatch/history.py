@@ -86,8 +86,7 @@ def summarize(unit: str, inv: InvocationView, outcome: str, cause: str | None, e
         ends = [s.end for _, s in spans if s.end is not None]
         if not ends:
             continue  # never finished: a failed start-up's last phase has no duration to learn from
-        totals = [r.progress.total for r in ranks if r.progress is not None and r.progress_phase is phase
-                  and r.progress.total is not None]
+        totals = [r.progress_totals[phase] for r in ranks if phase in r.progress_totals]
         slowest = max(spans, key=lambda item: item[1].end or 0.0)[0]
         phases.append(PhaseRecord(name, max(ends) - min(starts), max(ends) - min(ends),
                                   max(totals) if totals else None, inv.phase_silence.get(phase, 0.0), slowest))

@@ -57,7 +57,8 @@ def limits_in_force(config: Config, adaptive: Adaptive, durations: Mapping[Phase
             stall = _clamp(adaptive.k * p95(quiet), adaptive.floor * stall, adaptive.ceiling * stall)
         reason = (f"learned: {adaptive.k:g} x p95 {format_duration(p95(samples))} of {len(samples)} start-ups, "
                   f"within {adaptive.floor:g}-{adaptive.ceiling:g} x configured")
-        out[phase] = LimitInForce(phase, PhaseLimits(deadline, stall), "learned", reason)
+        cap = adaptive.ceiling * configured.deadline if configured.deadline is not None else None
+        out[phase] = LimitInForce(phase, PhaseLimits(deadline, stall, cap), "learned", reason)
     return out
 
 

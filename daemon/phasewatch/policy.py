@@ -10,7 +10,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from .config import Config, format_duration
+from .config import Config, PhaseLimits, format_duration
 from .events import Profile
 from .records import MAIN, UNIT_PHASES, Phase
 from .tracker import FatalView, InvocationView, RankView, UnitState
@@ -101,7 +101,7 @@ def evaluate(inv: InvocationView, now: float, config: Config, profile: Profile |
         if rank.rank in dead:
             continue
         limits = config.limits(rank.phase)
-        verdict = _stalled(inv, rank, now, limits.deadline, limits.stall, unit)
+        verdict = _stalled(inv, rank, now, _deadline(inv, rank, now, limits), limits.stall, unit)
         if verdict is None:
             verdict = _straggler(inv, rank, now, config.rank_skew, unit)
         if verdict is not None:
@@ -115,6 +115,31 @@ def _others(inv: InvocationView, rank: RankView, now: float) -> str:
         return f"; other ranks finished it {format_duration(now - first_exit)} ago"
     peers = [r for r in inv.scheduler_ranks if r.rank != rank.rank and r.phase is rank.phase]
     return f"; {len(peers)} other rank(s) in the same phase" if peers else ""
+
+
+def _deadline(inv: InvocationView, rank: RankView, now: float, limits: PhaseLimits) -> float | None:
+    """The deadline in force for this rank now: a learned one stretches to the phase's own pace
+    while its bar keeps moving (a slow disk is not a hang), never past the cap."""
+    deadline = limits.deadline
+    if deadline is None or limits.cap is None or rank.phase_start is None:
+        return deadline
+    stall = limits.stall if limits.stall is not None else deadline
+    projections = []
+    elapsed = now - rank.phase_start
+    for peer in inv.scheduler_ranks:
+        if peer.phase is not rank.phase or rank.phase not in peer.progress_totals:
+            continue  # only ranks that drew a bar in this phase say how it progresses
+        if peer.phase_ended:
+            end = peer.spans[-1].end if peer.spans else None
+            if end is not None:
+                projections.append((end - rank.phase_start) * 1.1)  # it finished: about as long here
+        elif (peer.progress is not None and peer.progress_phase is rank.phase and peer.progress.total
+              and peer.progress.n > 0 and peer.last_activity is not None and now - peer.last_activity <= stall):
+            projections.append(elapsed / (peer.progress.n / peer.progress.total) * 1.1)  # its own pace
+    if not projections:
+        return deadline
+    projected = max(projections)
+    return min(max(deadline, projected), max(limits.cap, deadline))
 
 
 def _stalled(inv: InvocationView, rank: RankView, now: float, deadline: float | None, stall: float | None,
@@ -237,8 +262,9 @@ def next_deadline(inv: InvocationView, now: float, config: Config) -> float:
     candidates: list[float] = []
     for rank in _evaluated_ranks(inv):
         limits = config.limits(rank.phase)
-        if limits.deadline is not None and rank.phase_start is not None and not rank.phase_ended:
-            candidates.append(rank.phase_start + limits.deadline)
+        deadline = _deadline(inv, rank, now, limits)
+        if deadline is not None and rank.phase_start is not None and not rank.phase_ended:
+            candidates.append(rank.phase_start + deadline)
         quiet_since = _quiet_since(inv, rank)
         if limits.stall is not None and quiet_since is not None:
             candidates.append(quiet_since + limits.stall)

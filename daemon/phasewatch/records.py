@@ -106,8 +106,12 @@ def record_from_fields(fields: Mapping[str, object]) -> JournalRecord:
     Values may be str, bytes, ints, or lists of them (repeated fields: the first one counts).
     """
     message = fields.get("MESSAGE")
-    if isinstance(message, (list, tuple)):
-        message = message[0] if message else None
+    if isinstance(message, (list, tuple)) and message and all(isinstance(b, int) for b in message):
+        message = bytes(message)  # journalctl -o json: a field with control characters, as byte values
+    elif isinstance(message, (list, tuple)):
+        message = message[0] if message else None  # a repeated field: the first value
+        if isinstance(message, list):
+            message = bytes(message)
     if message is not None and not isinstance(message, (bytes, str)):
         message = str(message)
     realtime: float | None = None

@@ -64,6 +64,7 @@ class RankView:
     seen: bool = True
     died_at: float | None = None  # its process vanished (seen in the unit's cgroup)
     died_pid: int | None = None
+    progress_totals: Mapping[Phase, int] = field(default_factory=dict)  # the bar's total, per phase
 
 
 @dataclass(frozen=True)
@@ -201,6 +202,7 @@ class _Rank:
     last_activity: float | None = None
     died_at: float | None = None
     died_pid: int | None = None
+    progress_totals: dict[Phase, int] = field(default_factory=dict)
 
     def entered(self, phase: Phase) -> bool:
         return any(s.phase is phase for s in self.spans)
@@ -226,7 +228,7 @@ class _Rank:
     def view(self) -> RankView:
         return RankView(self.rank, self.phase, self.phase_start, self.phase_ended, self.progress,
                         self.progress_phase, self.last_activity, tuple(self.spans), True, self.died_at,
-                        self.died_pid)
+                        self.died_pid, dict(self.progress_totals))
 
 
 @dataclass
@@ -480,6 +482,9 @@ class Tracker:
             # The bar shows the phase its rank is in, even when the begin line was not seen.
             out = self._rank_phase(inv, owner, event.phase, True, ts, "progress", hint=True)
         owner.progress, owner.progress_phase = event.progress, owner.phase
+        if event.progress is not None and event.progress.total:
+            total = max(owner.progress_totals.get(owner.phase, 0), event.progress.total)
+            owner.progress_totals[owner.phase] = total
         self._alive(inv, owner, ts)
         return out
 
