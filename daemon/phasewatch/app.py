@@ -11,6 +11,7 @@ import logging
 import math
 import os
 import select
+import sqlite3
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -19,6 +20,8 @@ from .actions import UnitError, UnitFacts
 from .clock import Clock
 from .config import Config, format_duration
 from .follow import INVALIDATE, JournalFollower
+from .history import History, fingerprint, summarize
+from .learn import LimitInForce, adapted, eta_seconds, limits_in_force, typical_durations
 from .metrics import Exporter
 from .pipeline import Pipeline
 from .probe import BackgroundProbe, default_url
@@ -27,7 +30,7 @@ from .records import MAIN, Event, EventKind, Phase
 from .render import current_phase
 from .respond import Action, BudgetState, Memory, Response, reset_budget, respond
 from .state import Saved, StateStore
-from .tracker import InvocationView, UnitState
+from .tracker import InvocationView, Snapshot, UnitState
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +64,7 @@ class Daemon:
     def __init__(self, config: Config, *, follower: JournalFollower, unit: Unit, alerter: Alerter, notifier: Notify,
                  store: StateStore, clock: Clock, processes: ProcessTable | None = None,
                  watchdog_interval: float | None = None, health_probe: BackgroundProbe | None = None,
-                 exporter: Exporter | None = None) -> None:
+                 exporter: Exporter | None = None, history: History | None = None) -> None:
         self.config = config
         self.follower = follower
         self.unit = unit
@@ -86,6 +89,10 @@ class Daemon:
         self.last_probe = -math.inf
         self.last_status: dict[str, object] = {}
         self.exporter = exporter  # metrics and /status (None: none)
+        self.history = history  # past start-ups: learned limits, ETA (None: none)
+        self.recorded: set[str] = set()
+        self.learned: dict[str, Learned] = {}  # by fingerprint
+        self.eta: float | None = None
 
     # -- start-up ----------------------------------------------------------------------------
     def start(self) -> None:
@@ -158,7 +165,7 @@ class Daemon:
         candidates = [math.inf]
         inv = self.pipeline.snapshot().current
         if inv is not None:
-            candidates.append(policy.next_deadline(inv, now, self.config) - now + 0.05)
+            candidates.append(policy.next_deadline(inv, now, self.pipeline.config) - now + 0.05)
             if inv.state is UnitState.STARTING:
                 candidates.append(self.last_scan + SCAN_INTERVAL - now)
         if self.retry_at is not None:
@@ -297,7 +304,12 @@ class Daemon:
                 self.memory.budget.failures or self.memory.budget.state is not BudgetState.ARMED):
             self.memory = reset_budget(self.memory)  # GAVE_UP -> ARMED: a start-up reached ready
             self._save()
-        verdicts = policy.evaluate(inv, now, self.config, self.pipeline.profile)
+        learned = self._learned(inv)
+        if current:
+            self.pipeline.config = learned.config  # judged with the limits in force for this start-up
+            self.eta = eta_seconds(inv, now, learned.typical)
+        verdicts = policy.evaluate(inv, now, learned.config, self.pipeline.profile)
+        self._record(inv, current, now)
         if not current:
             verdicts = [v for v in verdicts if v.kind in ("crashed", "rank_died", "lines_lost")]
         if self.exporter is not None:
@@ -309,6 +321,43 @@ class Daemon:
         status = self._read_facts() or UnitFacts("unknown", "unknown", None)
         response = respond(verdicts, self.memory, status, now, self.config)
         self._execute(response, inv)
+
+    # -- learning from past start-ups -------------------------------------------------------------
+    def _learned(self, inv: InvocationView) -> Learned:
+        if self.history is None or inv.server is None:
+            return Learned(self.config, {}, {})
+        key = fingerprint(inv.server)
+        if key not in self.learned:
+            durations = {p: self.history.durations(self.config.unit, key, p.value) for p in Phase}
+            silences = {p: self.history.silences(self.config.unit, key, p.value) for p in Phase}
+            limits = limits_in_force(self.config, self.config.adaptive, durations, silences)
+            self.learned[key] = Learned(adapted(self.config, limits), limits, typical_durations(durations))
+        return self.learned[key]
+
+    def _record(self, inv: InvocationView, current: bool, now: float) -> None:
+        """A start-up that reached ready, or ended without, goes into the history once."""
+        if self.history is None or inv.invocation_id in self.recorded:
+            return
+        ready = inv.state in (UnitState.READY, UnitState.SERVING)
+        ended = not current and inv.state in (UnitState.FAILED, UnitState.STOPPED, UnitState.STOPPING)
+        if not (ready or ended):
+            return
+        self.recorded.add(inv.invocation_id)
+        judgement = self.pipeline.judge(now, Snapshot((inv,)))[0]
+        marks = tuple((v.kind, v.rank, v.phase, v.at) for v in judgement.verdicts)
+        cause = next((v.cause for v in judgement.verdicts if v.kind != "lines_lost"), None)
+        ended_at = _ready_time(inv) if ready else (inv.stopped_at or inv.last_ts or now)
+        record = summarize(self.config.unit, inv, "ready" if ready else judgement.outcome, cause,
+                           ended_at or now, marks)
+        if record is None:
+            return
+        try:
+            if self.history.add(record):
+                logger.info("[%s] start-up %s recorded: %s in %s", self.config.unit, inv.invocation_id,
+                            record.outcome, format_duration(record.duration))
+                self.learned.pop(record.fingerprint, None)
+        except sqlite3.Error as exc:
+            logger.error("[%s] cannot write history: %s", self.config.unit, exc)
 
     def _unhandled(self, verdict: policy.Verdict) -> bool:
         wanted = self.config.actions.get(verdict.kind, ("alert",))
@@ -352,7 +401,7 @@ class Daemon:
     def _status(self) -> None:
         now = self.clock.wall()
         inv = self.pipeline.snapshot().current
-        parts = [f"STATUS={status_line(inv, now, self.config)}"]
+        parts = [f"STATUS={status_line(inv, now, self.pipeline.config, self.eta)}"]
         self._write_status(inv)
         if self.watchdog_interval is not None:
             parts.append("WATCHDOG=1")
@@ -364,7 +413,7 @@ class Daemon:
         """A small JSON view of the current start-up beside the state file (read by tests and tools)."""
         status: dict[str, object] = {"unit": self.config.unit}
         if inv is not None:
-            status.update({"invocation_id": inv.invocation_id, "state": inv.state.value,
+            status.update({"invocation_id": inv.invocation_id, "state": inv.state.value, "eta_seconds": self.eta,
                            "phase": current_phase(inv), "ranks": {r.rank: r.phase.value for r in inv.ranks},
                            "entries": self.entries_by_invocation.get(inv.invocation_id, 0),
                            "lines_lost": inv.lines_lost})
@@ -378,7 +427,19 @@ class Daemon:
                 logger.error("[%s] cannot write status: %s", self.config.unit, exc)
 
 
-def status_line(inv: InvocationView | None, now: float, config: Config) -> str:
+def _ready_time(inv: InvocationView) -> float | None:
+    main = inv.rank(MAIN)
+    return next((s.start for s in main.spans if s.phase is Phase.READY), None) if main is not None else None
+
+
+@dataclass(frozen=True)
+class Learned:
+    config: Config  # with the limits in force
+    limits: dict[Phase, LimitInForce]
+    typical: dict[Phase, float]
+
+
+def status_line(inv: InvocationView | None, now: float, config: Config, eta: float | None = None) -> str:
     """One line for `systemctl status`: "sglang-kimi: draft_cuda_graph_capture 8/8 ranks, 3m12s of 20m"."""
     name = config.unit.removesuffix(".service")
     if inv is None:
@@ -398,7 +459,8 @@ def status_line(inv: InvocationView | None, now: float, config: Config) -> str:
     spent = format_duration(now - min(starts)) if starts else "?"
     limit = next((config.limits(r.phase).deadline for r in in_phase), None)
     text = f"{name}: {phase} {len(in_phase)}/{len(ranks)} ranks, {spent}"
-    return text + (f" of {format_duration(limit)}" if limit is not None else "")
+    text += f" of {format_duration(limit)}" if limit is not None else ""
+    return text + (f"; ready in about {format_duration(eta)}" if eta is not None else "")
 
 
 def watchdog_interval_from_env() -> float | None:

@@ -86,6 +86,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .app import Daemon, watchdog_interval_from_env
     from .clock import SystemClock
     from .follow import JournalFollower
+    from .history import History
     from .metrics import start_metrics
     from .state import StateStore
 
@@ -100,7 +101,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     exporter, metrics_server = start_metrics(config)  # None when metrics.listen cannot be bound: runs on
     daemon = Daemon(config, follower=JournalFollower(config.unit, args.directory), unit=unit,
                     alerter=JournalAlerter(config.unit), notifier=Notifier(), store=StateStore(state_dir, config.unit),
-                    clock=SystemClock(), watchdog_interval=watchdog_interval_from_env(), exporter=exporter)
+                    clock=SystemClock(), watchdog_interval=watchdog_interval_from_env(), exporter=exporter,
+                    history=History(Path(state_dir) / f"{config.unit}.history.sqlite3"))
 
     def stop(signum: int, frame: object) -> None:
         raise SystemExit(0)
