@@ -125,6 +125,33 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     return EX_OK
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from .history import History
+    from .report import to_json as report_json
+    from .report import to_svg, to_table
+
+    config = load_config(args.config) if args.config else None
+    unit = args.unit or (config.unit if config is not None else None)
+    if unit is None:
+        raise ValueError("report needs a UNIT (or --config naming one)")
+    state_dir = Path(args.state_dir or os.environ.get("STATE_DIRECTORY", "").split(":")[0] or "/var/lib/phasewatch")
+    path = state_dir / f"{unit}.history.sqlite3"
+    if not path.exists():
+        print(f"phasewatch: no history for {unit} in {state_dir} (phasewatch run records start-ups there)",
+              file=sys.stderr)
+        return EX_NOINPUT
+    history = History(path)
+    records = history.startups(unit, last=args.last)
+    if args.plot:
+        Path(args.plot).write_text(to_svg(records, f"{unit}: the last {len(records)} start-up(s)"))
+    if args.json:
+        json.dump(report_json(records), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(to_table(records))
+    return EX_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="phasewatch", description="Phase-aware start-up watchdog for LLM servers")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -143,6 +170,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--state-dir", help="where to remember what was done (default $STATE_DIRECTORY)")
     run.add_argument("--directory", help=argparse.SUPPRESS)
     run.set_defaults(func=cmd_run)
+    report = sub.add_parser("report", help="past start-ups of a unit: table, JSON, SVG timeline")
+    report.add_argument("unit", nargs="?", help="the watched unit (default: the config's)")
+    report.add_argument("--config", help="phasewatch YAML config")
+    report.add_argument("--state-dir", help="phasewatch's state directory (default /var/lib/phasewatch)")
+    report.add_argument("--last", type=int, default=10, help="how many start-ups (default 10)")
+    report.add_argument("--json", action="store_true")
+    report.add_argument("--plot", metavar="FILE", help="write an SVG timeline of them")
+    report.set_defaults(func=cmd_report)
     check = sub.add_parser("check-config", help="validate a config file")
     check.add_argument("config")
     check.set_defaults(func=cmd_check_config)

@@ -255,3 +255,26 @@ def test_corrupt_history_gives_a_warning_and_a_fresh_start(tmp_path: Path, recor
     assert history.startups(UNIT) == []
     assert history.add(replace(records[0]))
     assert list(tmp_path.glob("history.sqlite3.corrupt-*"))
+
+
+def test_report_command_table_json_and_plot(tmp_path: Path, records: list[StartupRecord],
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    from phasewatch.cli import main
+
+    history = History(tmp_path / f"{UNIT}.history.sqlite3")
+    for record in records[:3]:
+        history.add(record)
+    plot = tmp_path / "startups.svg"
+    assert main(["report", UNIT, "--state-dir", str(tmp_path), "--json", "--last", "2", "--plot", str(plot)]) == 0
+    document = __import__("json").loads(capsys.readouterr().out)
+    assert [s["invocation_id"] for s in document["startups"]] == [r.invocation_id for r in records[1:3]]
+    first = document["startups"][0]
+    assert first["outcome"] == "ready" and first["slowest_rank"].startswith("TP")
+    assert [p["name"] for p in first["phases"]][:3] == ["launch", "dist_init", "weight_load"]
+    svg = plot.read_text()
+    assert svg.startswith("<svg") and svg.count("<rect") > 2 * 9 * 5
+    assert main(["report", UNIT, "--state-dir", str(tmp_path)]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].split()[:4] == ["STARTED", "(UTC)", "TOOK", "OUTCOME"]
+    assert len(table) == 1 + 3
+    assert main(["report", "other.service", "--state-dir", str(tmp_path)]) == 66
