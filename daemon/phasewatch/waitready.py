@@ -41,6 +41,7 @@ EXIT_READY, EXIT_NOT_READY, EXIT_UNKNOWN = 0, 1, 3
 ENDING_VERDICTS = ("stalled", "straggler", "crashed", "rank_died")
 SETTLE = 2.0  # ranks that enter a phase within this long of the first one are reported together
 MAX_SLEEP = 5.0
+DEADLINE_MARGIN = 0.05
 
 
 def rank_list(labels: list[str]) -> str:
@@ -145,7 +146,8 @@ class ReadyWaiter:
                 code = self._judge(inv, now)
                 if code is not None:
                     return code
-                wake = min(policy.next_deadline(inv, now, self.config), self.reporter.next_due())
+                # A hair after the deadline: at it, `spent > limit` is not true yet.
+                wake = min(policy.next_deadline(inv, now, self.config) + DEADLINE_MARGIN, self.reporter.next_due())
             if self.timeout is not None:
                 waited = self.clock.monotonic() - began
                 if waited >= self.timeout:
@@ -205,7 +207,10 @@ class ReadyWaiter:
 def cmd_wait_ready(args: argparse.Namespace) -> int:
     unit = unit_name(args.unit)
     config = resolve_config(unit, args.config, warn)
-    timeout = parse_duration(args.timeout) if args.timeout else None
+    try:
+        timeout = parse_duration(args.timeout) if args.timeout else None
+    except ValueError as exc:
+        raise ValueError(f"--timeout: {exc}") from None
     try:
         start = find_start(unit, args.directory)
     except NoSuchUnit:
