@@ -172,7 +172,9 @@ def header(document: dict[str, Any], listen: str | None = None) -> list[str]:
         if state in LIVE_STATES:
             return [f"{unit}: {state}, no line of this start-up in the journal yet", where]
         return [f"{unit}: no start-up in the journal", where]
-    lines = [f"{unit}: {inv.get('outcome')}, phase {inv.get('phase')} (the slowest rank's), "
+    outcome = inv.get("outcome")
+    slowest = " (the slowest rank's)" if outcome in ("starting", "stalled") else ""
+    lines = [f"{unit}: {outcome}, phase {inv.get('phase')}{slowest}, "
              f"{_duration(inv.get('elapsed_seconds'))} since start"]
     detail = f"invocation {inv.get('invocation_id')}, started {local_time(_epoch(inv.get('started_at')))}"
     now, last = _epoch(document.get("now")), _epoch(inv.get("last_line_at"))
@@ -262,18 +264,15 @@ def _terminate(signum: int, frame: object) -> None:
 def cmd_status(args: argparse.Namespace) -> int:
     unit = unit_name(args.unit) if args.unit else None
     config = resolve_config(unit, args.config, warn)
+    if args.json and args.watch:
+        raise ValueError("--json and --watch do not go together (--json prints one document)")
     source = StatusSource(config, args.directory)
     listen = None if args.directory else config.metrics_listen
     try:
         if args.watch:
             signal.signal(signal.SIGTERM, _terminate)
             return watch(source.document, sys.stdout, sys.stdout.isatty(), listen)
-        try:
-            document = source.document()
-        except NoSuchUnit:
-            print(f"phasewatch: {config.unit}: no such unit (systemd does not know it, and the journal has "
-                  "nothing of it)", file=sys.stderr)
-            return EXIT_UNKNOWN
+        document = source.document()
         if args.json:
             import json
 
@@ -282,6 +281,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         else:
             sys.stdout.write(render_table(document, listen))
         return exit_status(document)
+    except NoSuchUnit:
+        print(f"phasewatch: {config.unit}: no such unit (systemd does not know it, and the journal has "
+              "nothing of it)", file=sys.stderr)
+        return EXIT_UNKNOWN
     finally:
         source.close()
 

@@ -140,7 +140,7 @@ def test_waits_for_lines_that_are_not_there_yet(tmp_path: Path) -> None:
     rest = iter(entries[1:])
 
     def wait(seconds: float) -> None:  # the server writes a few lines per wake-up
-        batch = [e for _, e in zip(range(50), rest, strict=False)]
+        batch = [e for _, e in zip(range(150), rest, strict=False)]
         if batch:
             write_journal(directory, batch)
             wait_for_journal(follower, 1.0)  # the reader learns of the new file through its fd
