@@ -10,6 +10,7 @@ the healthy start-up after it.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 from collections.abc import Iterator
@@ -41,7 +42,10 @@ RANK_PHASES = ("launch", "dist_init", "weight_load", "kv_cache_alloc", "cuda_gra
 @pytest.fixture(scope="module")
 def prometheus(sandbox: Sandbox) -> Iterator[Sandbox]:
     if shutil.which("prometheus") is None or shutil.which("promtool") is None or shutil.which("curl") is None:
-        pytest.skip("prometheus, promtool or curl not installed (apt-get install prometheus curl)")
+        missing = "prometheus, promtool or curl not installed (apt-get install prometheus curl; scripts/setup.sh)"
+        if os.environ.get("CI"):
+            pytest.fail(missing)
+        pytest.skip(missing)
     sandbox.write("/run/prom-test/prometheus.yml", CONFIG)
     sandbox.run("systemd-run", f"--unit={PROM_UNIT}", PROMETHEUS, "--config.file=/run/prom-test/prometheus.yml",
                 "--storage.tsdb.path=/run/prom-data", f"--web.listen-address={PROM.removeprefix('http://')}")
