@@ -150,8 +150,9 @@ def _own_invocation(unit: str) -> str | None:
         cgroup = Path("/proc/self/cgroup").read_text("utf-8")
     except OSError:
         return None
-    paths = [line.rsplit(":", 1)[-1].strip() for line in cgroup.splitlines()]
-    if any(p.rstrip("/").rsplit("/", 1)[-1] == unit for p in paths):
+    # cgroup v2 "0::/system.slice/UNIT" (or ".../UNIT/control" with Delegate=), v1 "1:name=systemd:/..."
+    paths = [line.split(":", 2)[-1].strip() for line in cgroup.splitlines()]
+    if any(unit in path.split("/") for path in paths):
         return invocation.replace("-", "").lower()
     return None
 

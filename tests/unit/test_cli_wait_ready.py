@@ -205,3 +205,19 @@ def test_rank_list() -> None:
     assert rank_list(["TP3", "TP0", "TP1", "TP2", "main"]) == "main, TP0..TP3"
     assert rank_list(["TP0", "TP1", "TP3", "TP5", "TP6", "TP7"]) == "TP0, TP1, TP3, TP5..TP7"
     assert rank_list(["DP0 TP0", "DP1 TP0"]) == "DP0 TP0, DP1 TP0"
+
+
+def test_inside_the_unit_its_own_invocation_id_is_the_target(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ExecStartPost= without D-Bus: $INVOCATION_ID, when /proc/self/cgroup says we run in the unit."""
+    import phasewatch.current as current
+
+    cgroup = tmp_path / "cgroup"
+    cgroup.write_text(f"0::/system.slice/{UNIT}\n")
+    real_path = current.Path
+    monkeypatch.setattr(current, "Path", lambda p: cgroup if p == "/proc/self/cgroup" else real_path(p))
+    monkeypatch.setenv("INVOCATION_ID", "c" * 32)
+    directory = write_journal(tmp_path / "j", [pid1(BASE, MID_STARTING, f"Starting {UNIT}...", "c" * 32)])
+    assert find_start(UNIT, None, lambda unit: None).invocation_id == "c" * 32
+    assert find_start(UNIT, str(directory)) == StartPoint(BASE, "c" * 32, "journal")  # a directory: not ours
+    cgroup.write_text("0::/system.slice/other.service\n")
+    assert current._own_invocation(UNIT) is None
