@@ -12,13 +12,13 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Iterable, Sequence
 
 from .actions import UnitError
 from .config import Config, ConfigError, load_config, parse_duration
 from .follow import JournalError
 from .formats import InputError, parse_source
-from .journal_source import JournalUnavailable, read_unit
+from .journal_source import JournalUnavailable, UnitRecords
 from .pipeline import Pipeline
 from .records import JournalRecord
 from .render import to_json, to_table
@@ -48,9 +48,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if args.unit and not args.config:
         config = Config(unit=args.unit)
     warnings: list[str] = []
+    records: Iterable[JournalRecord]
     if args.unit:
         since = _parse_when(args.since, None) if args.since else None
-        records = list(read_unit(args.unit, args.directory, since))
+        records = UnitRecords(args.unit, args.directory, since)  # streamed: memory does not grow with it
     else:
         records, warnings = _records_from_file(args.source)
     for warning in warnings:

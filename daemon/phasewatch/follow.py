@@ -16,7 +16,7 @@ from .records import JournalRecord, record_from_fields
 NOP, APPEND, INVALIDATE = 0, 1, 2
 _LIFECYCLE_FIELDS = ("MESSAGE", "MESSAGE_ID", "UNIT", "OBJECT_SYSTEMD_UNIT", "N_DROPPED", "INVOCATION_ID",
                      "_SYSTEMD_INVOCATION_ID", "UNIT_RESULT", "JOB_TYPE", "JOB_RESULT", "EXIT_CODE", "EXIT_STATUS",
-                     "_PID", "_SYSTEMD_UNIT", "N_RESTARTS")
+                     "_PID", "_SYSTEMD_UNIT", "N_RESTARTS", "SYSLOG_IDENTIFIER", "_COMM")
 
 
 class JournalError(RuntimeError):
@@ -95,16 +95,41 @@ class JournalFollower:
         """Up to `limit` new entries (an empty list: caught up)."""
         out: list[JournalRecord] = []
         reader = self._reader
-        get = reader._get
+        get, next_entry, realtime = reader._get, reader._next, reader._get_realtime
+        unit_bytes, unit_text = self._unit_bytes, self.unit
+        append = out.append
         for _ in range(limit):
-            if not reader._next():
+            if not next_entry():
                 break
             try:
                 unit = get("_SYSTEMD_UNIT")
             except KeyError:
                 unit = None
-            if unit == self._unit_bytes or unit == self.unit:
-                out.append(self._service_record(get, reader._get_realtime()))
+            if unit == unit_bytes or unit == unit_text:
+                # The hot path (every line of the unit): the five fields a line needs, inline.
+                try:
+                    message = get("MESSAGE")
+                except KeyError:
+                    message = None
+                try:
+                    pid = get("_PID")
+                except KeyError:
+                    pid = None
+                try:
+                    invocation = get("_SYSTEMD_INVOCATION_ID")
+                except KeyError:
+                    invocation = None
+                try:
+                    line_break = get("_LINE_BREAK")
+                except KeyError:
+                    line_break = None
+                append(JournalRecord(
+                    message=message,
+                    realtime=realtime() / 1e6,
+                    pid=int(pid) if pid else None,
+                    invocation_id=invocation.decode() if isinstance(invocation, bytes) else invocation,
+                    line_break=line_break.decode() if isinstance(line_break, bytes) else line_break,
+                ))
             else:
                 fields: dict[str, object] = {}
                 for name in _LIFECYCLE_FIELDS:
@@ -112,27 +137,8 @@ class JournalFollower:
                         fields[name] = get(name)
                     except KeyError:
                         pass
-                fields["__REALTIME_TIMESTAMP"] = reader._get_realtime()
-                out.append(record_from_fields(fields))
-            self.cursor = reader._get_cursor()
+                fields["__REALTIME_TIMESTAMP"] = realtime()
+                append(record_from_fields(fields))
+        if out:
+            self.cursor = reader._get_cursor()  # the last entry read: where a reopen goes on
         return out
-
-    @staticmethod
-    def _service_record(get: Any, realtime_us: int) -> JournalRecord:
-        def optional(name: str) -> Any:
-            try:
-                return get(name)
-            except KeyError:
-                return None
-
-        message = optional("MESSAGE")
-        pid = optional("_PID")
-        invocation = optional("_SYSTEMD_INVOCATION_ID")
-        line_break = optional("_LINE_BREAK")
-        return JournalRecord(
-            message=message,
-            realtime=realtime_us / 1e6,
-            pid=int(pid) if pid else None,
-            invocation_id=invocation.decode() if isinstance(invocation, bytes) else invocation,
-            line_break=line_break.decode() if isinstance(line_break, bytes) else line_break,
-        )

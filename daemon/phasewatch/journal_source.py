@@ -1,11 +1,19 @@
-"""Edge: read one unit's entries from a journal (the local one, or a directory copied from a host)."""
+"""Edge: read one unit's entries from a journal (the local one, or a directory copied from a host).
+
+The same low-level reader as the daemon's (`follow.JournalFollower`): `_Reader._next()` and
+`_get()` of the few fields phasewatch reads, MESSAGE always as bytes (decoded later, U+FFFD for
+bad UTF-8), data threshold 0. python-systemd's iterating `journal.Reader` converts every field
+of every entry and was the slowest stage of `replay --unit` (docs/performance.md).
+"""
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import Iterator
 
-from .records import JournalRecord, record_from_fields
+from .follow import JournalError, JournalFollower
+from .records import JournalRecord
+
+BATCH = 4096
 
 
 class JournalUnavailable(RuntimeError):
@@ -15,24 +23,27 @@ class JournalUnavailable(RuntimeError):
 def read_unit(unit: str, directory: str | None = None, since: float | None = None) -> Iterator[JournalRecord]:
     """Entries the unit's processes wrote, PID 1 wrote about it, and journald's notices about it."""
     try:
-        from systemd import journal  # pragma: systemd no cover
-    except ImportError as exc:  # pragma: no cover - dependency is declared
-        raise JournalUnavailable(f"python-systemd is not installed: {exc}") from None
+        follower = JournalFollower(unit, directory)
+    except JournalError as exc:
+        where = f" in {directory}" if directory else ""
+        raise JournalUnavailable(str(exc).replace("the journal", f"the journal{where}", 1)) from None
     try:
-        reader = journal.Reader(path=directory) if directory else journal.Reader()
-    except OSError as exc:
-        raise JournalUnavailable(f"cannot open the journal{' in ' + directory if directory else ''}: "
-                                 f"{exc.strerror or exc}") from None
-    with reader:
-        reader.data_threshold = 0  # whole fields, however long
-        reader.add_match(_SYSTEMD_UNIT=unit)
-        reader.add_disjunction()
-        reader.add_match(UNIT=unit, _PID="1")
-        reader.add_disjunction()
-        reader.add_match(OBJECT_SYSTEMD_UNIT=unit)
         if since is not None:
-            reader.seek_realtime(dt.datetime.fromtimestamp(since, dt.timezone.utc))
+            follower.seek_realtime(since)
         else:
-            reader.seek_head()
-        for entry in reader:
-            yield record_from_fields(entry)
+            follower.seek_head()
+        while batch := follower.read(BATCH):
+            yield from batch
+    finally:
+        follower.close()
+
+
+class UnitRecords:
+    """`read_unit` that can be iterated more than once (each pass reads the journal again), so a
+    replay streams the journal instead of holding every record in memory."""
+
+    def __init__(self, unit: str, directory: str | None = None, since: float | None = None) -> None:
+        self.unit, self.directory, self.since = unit, directory, since
+
+    def __iter__(self) -> Iterator[JournalRecord]:
+        return read_unit(self.unit, self.directory, self.since)

@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""Runs inside the bench sandbox (as root, with the checkout's venv): the catch-up readers, timed.
+
+    inside.py raw --unit U                  (a) the reading limit: _Reader _next() + _get("MESSAGE")
+    inside.py count --unit U                entries of the unit (the same match as every reader)
+    inside.py catchup --unit U --reps R     (a)-(d) interleaved, R times each; JSON on stdout
+    inside.py replay --unit U --reps R      (a) and (d) only, with (d)'s max RSS (the scale series)
+
+Every reader is timed as a whole process (interpreter start included), from the same journal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+VENV_BIN = os.path.join(REPO, ".venv", "bin")
+FILTER = os.path.join(HERE, "fail2ban-sglang-phases.conf")
+# The phase markers of docs/phases.md (begin/end lines of every phase, and ready), as an ERE.
+MARKERS = (r"\] (Init torch distributed (begin|ends)|Load weight (begin|end)|KV Cache is allocated|Memory pool end"
+           r"|Capture (draft (extend )?)?cuda graph (begin|end)|The server is fired up)")
+
+
+def open_reader(unit: str):  # type: ignore[no-untyped-def]
+    from systemd import _reader
+
+    reader = _reader._Reader()
+    reader.data_threshold = 0
+    reader.add_match(f"_SYSTEMD_UNIT={unit}")
+    reader.add_disjunction()
+    reader.add_match(f"UNIT={unit}")
+    reader.add_match("_PID=1")
+    reader.add_disjunction()
+    reader.add_match(f"OBJECT_SYSTEMD_UNIT={unit}")
+    reader.seek_head()
+    return reader
+
+
+def raw(unit: str) -> int:
+    reader = open_reader(unit)
+    count = 0
+    size = 0
+    next_entry, get = reader._next, reader._get
+    while next_entry():
+        try:
+            size += len(get("MESSAGE"))
+        except KeyError:
+            pass
+        count += 1
+    print(json.dumps({"entries": count, "message_bytes": size}))
+    return count
+
+
+def count(unit: str) -> int:
+    reader = open_reader(unit)
+    n = 0
+    while reader._next():
+        n += 1
+    return n
+
+
+def settle(unit: str, quiet: float = 1.0, timeout: float = 600) -> int:
+    """Wait until journald has written all of the unit's entries (the count stops changing)."""
+    last, since = -1, time.monotonic()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        now = count(unit)
+        if now != last:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since >= quiet:
+            return now
+        time.sleep(0.25)
+    return last
+
+
+def commands(unit: str) -> dict[str, list[str]]:
+    journalmatch = f"_SYSTEMD_UNIT={unit} + UNIT={unit} _PID=1 + OBJECT_SYSTEMD_UNIT={unit}"
+    return {
+        "a_raw_reader": [os.path.join(VENV_BIN, "python"), __file__, "raw", "--unit", unit],
+        "b_journalctl_grep": ["sh", "-c", f"journalctl -u {unit} -o cat --no-pager | grep -cE '{MARKERS}'"],
+        "c_fail2ban_regex": ["fail2ban-regex", "--print-no-missed", "--print-no-ignored", "-m", journalmatch,
+                             "systemd-journal", FILTER],
+        "d_phasewatch_replay": [os.path.join(VENV_BIN, "phasewatch"), "replay", "--unit", unit, "--json"],
+    }
+
+
+def timed_rss(command: list[str]) -> tuple[float, int, str]:
+    """Like timed(), but with the child's own max RSS from wait4 (KiB)."""
+    started = time.perf_counter()
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    assert process.stdout is not None
+    out = process.stdout.read()
+    _, status, usage = os.wait4(process.pid, 0)
+    elapsed = time.perf_counter() - started
+    process.returncode = os.waitstatus_to_exitcode(status)
+    if process.returncode != 0:
+        raise SystemExit(f"{command[0]} failed ({process.returncode})")
+    return elapsed, usage.ru_maxrss, out.decode(errors="replace")
+
+
+def summary_of(name: str, output: str) -> dict[str, object]:
+    """What each reader found, to show they did the same work."""
+    if name == "a_raw_reader":
+        return json.loads(output)
+    if name == "b_journalctl_grep":
+        return {"marker_lines": int(output.strip() or 0)}
+    if name == "c_fail2ban_regex":
+        for line in output.splitlines():
+            if line.startswith("Lines:"):
+                return {"lines": line.strip()}
+        return {"output": output[-300:]}
+    document = json.loads(output)
+    return {"invocations": len(document["invocations"]),
+            "outcomes": [i["outcome"] for i in document["invocations"]]}
+
+
+def catchup(unit: str, reps: int, methods: list[str]) -> dict[str, object]:
+    entries = settle(unit)
+    cmds = {k: v for k, v in commands(unit).items() if k in methods}
+    times: dict[str, list[float]] = {k: [] for k in cmds}
+    rss: dict[str, list[int]] = {k: [] for k in cmds}
+    found: dict[str, object] = {}
+    for _ in range(reps):
+        for name, command in cmds.items():  # interleaved: a noisy moment hits every method alike
+            elapsed, maxrss, out = timed_rss(command)
+            times[name].append(elapsed)
+            rss[name].append(maxrss)
+            found[name] = summary_of(name, out)
+    return {"unit": unit, "entries": entries, "times": times, "max_rss_kib": rss, "found": found,
+            "median": {k: statistics.median(v) for k, v in times.items()}}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="inside.py")
+    parser.add_argument("command", choices=("raw", "count", "settle", "catchup"))
+    parser.add_argument("--unit", required=True)
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--methods", default="a_raw_reader,b_journalctl_grep,c_fail2ban_regex,d_phasewatch_replay")
+    args = parser.parse_args()
+    if args.command == "raw":
+        raw(args.unit)
+    elif args.command == "count":
+        print(count(args.unit))
+    elif args.command == "settle":
+        print(settle(args.unit))
+    else:
+        print(json.dumps(catchup(args.unit, args.reps, args.methods.split(","))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,307 @@
+#!/usr/bin/env python3
+"""The watched unit of the benchmarks: writes SGLang-like lines to its journal stream, fast or paced.
+
+It runs as a systemd service inside the bench sandbox (bench/run.py), so every line reaches the
+journal the way a real SGLang server's does: one stream shared by every process, `_PID` of the
+writer, `_LINE_BREAK=pid-change` where a tqdm frame was cut by another rank's line.
+
+    catchup --entries N      one start-up of 8 ranks (the simulator's v0.5.9 lines, tqdm frames with
+                             \\r, the long server_args line), then serving: mostly TP0 `Decode batch`
+                             lines, some `Prefill batch`, uvicorn access lines and ASGI tracebacks
+    paced --lines L          a start-up line by line, timing when each one shows in the daemon's
+                             status file and, for reference, in a bare journal reader
+    rate --per-second R      a quick start-up to ready, then R Decode lines a second
+    silent [--starting]      a quick start-up to ready (or into cuda graph capture), then nothing
+    burst --lines L          a quick start-up to ready, then, once a trigger file appears, 8 ranks
+                             writing L lines in --seconds
+    deadline [--busy]        a quick start-up into cuda graph capture, then silence (or 100 lines/s);
+                             once per --marker file, so the restarted unit stays quiet
+
+Standard library only (plus python-systemd for `paced`'s reference reader).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tools"))
+
+import sglang_sim  # noqa: E402
+
+RANKS = 8
+_stamp_cache: tuple[int, str] = (0, "")
+
+
+def stamp() -> str:
+    global _stamp_cache
+    now = int(time.time())
+    if _stamp_cache[0] != now:
+        _stamp_cache = (now, time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now)))
+    return _stamp_cache[1]
+
+
+def prefixed(rank: int, text: str) -> str:
+    tag = "" if rank == sglang_sim.MAIN else f" TP{rank}"
+    return f"[{stamp()}{tag}] {text}"
+
+
+def write(text: str) -> None:
+    data = text.encode()
+    while data:
+        done = os.write(2, data)
+        data = data[done:]
+
+
+def decode_line(rank: int, n: int) -> str:
+    return prefixed(rank, f"Decode batch, #running-req: {12 + n % 37}, #token: {48213 + 97 * n}, token usage: "
+                    f"0.{n % 90 + 10:02d}, accept len: 3.{n % 89 + 10}, accept rate: 0.{n % 50 + 40}, cuda graph: "
+                    f"True, gen throughput (token/s): {900 + n % 400}.{n % 97:02d}, #queue-req: {n % 3}")
+
+
+def prefill_line(n: int) -> str:
+    return prefixed(0, f"Prefill batch, #new-seq: 1, #new-token: {n % 4000 + 7}, #cached-token: {n % 512}, "
+                    f"token usage: 0.0{n % 9}, #running-req: {n % 40}, #queue-req: 0, input throughput (token/s): "
+                    f"{n % 9000}.00, cuda graph: False")
+
+
+def access_line(n: int) -> str:
+    return f'[{stamp()}] INFO:     127.0.0.1:{40000 + n % 20000} - "POST /generate HTTP/1.1" 200 OK'
+
+
+ASGI_TRACEBACK = [
+    "ERROR:    Exception in ASGI application",
+    "Traceback (most recent call last):",
+    '  File "/usr/local/lib/python3.12/dist-packages/uvicorn/protocols/http/httptools_impl.py", line 409, in '
+    "run_asgi",
+    "    result = await app(  # type: ignore[func-returns-value]",
+    '  File "/sgl-workspace/sglang/python/sglang/srt/entrypoints/http_server.py", line 611, in generate_request',
+    "    ret = await _global_state.tokenizer_manager.generate_request(obj, request).__anext__()",
+    '  File "/sgl-workspace/sglang/python/sglang/srt/managers/tokenizer_manager.py", line 472, in '
+    "generate_request",
+    "    raise ValueError(",
+    "ValueError: The input (262401 tokens) is longer than the model's context length (262144 tokens).",
+]
+
+
+# --- the start-up -----------------------------------------------------------------------------
+
+def startup_lines(until_phase: str | None = None) -> dict[int, list[str]]:
+    """Each writer's start-up lines (the simulator's plan), up to the first line of `until_phase`."""
+    plan = sglang_sim.build(scale=0.001)
+    by_writer: dict[int, list[str]] = {}
+    base = time.time()
+    for emit in plan.emits:
+        if until_phase is not None and emit.phase == until_phase:
+            break
+        text = sglang_sim.rendered(emit, base, os.getpid())
+        by_writer.setdefault(emit.writer, []).append(text + ("\n" if emit.newline else ""))
+    return by_writer
+
+
+def play_startup(until_phase: str | None = None, ready: bool = True) -> int:
+    """Every rank in its own process at full speed, then the main process's lines. Entries written."""
+    lines = startup_lines(until_phase)
+    main = lines.pop(sglang_sim.MAIN, [])
+    head = [t for t in main if "server_args" in t or "Max running" in t]
+    write("".join(head))
+    children = []
+    for _rank, texts in sorted(lines.items()):
+        pid = os.fork()
+        if pid == 0:
+            for text in texts:  # one write per line: tqdm frames get cut by the other ranks
+                write(text)
+            os._exit(0)
+        children.append(pid)
+    for pid in children:
+        os.waitpid(pid, 0)
+    tail = [t for t in main if t not in head]
+    if ready:
+        write("".join(tail))
+    return sum(t.count("\n") for texts in lines.values() for t in texts) + len(head) + (len(tail) if ready else 0)
+
+
+# --- modes --------------------------------------------------------------------------------------
+
+def catchup(entries: int) -> None:
+    written = play_startup()
+    bulk = max(entries - written, 0)
+    main_share = bulk // 20  # uvicorn's lines: access log and, now and then, a traceback
+    rank_share = bulk - main_share
+    pid = os.fork()
+    if pid == 0:
+        chunk: list[str] = []
+        for n in range(rank_share):
+            chunk.append((prefill_line(n) if n % 50 == 0 else decode_line(0, n)) + "\n")
+            if len(chunk) == 64:
+                write("".join(chunk))
+                chunk.clear()
+        write("".join(chunk))
+        os._exit(0)
+    n = 0
+    chunk = []
+    while n < main_share:
+        if n % 2000 == 1999:
+            chunk.extend(line + "\n" for line in ASGI_TRACEBACK)
+            n += len(ASGI_TRACEBACK)
+        else:
+            chunk.append(access_line(n) + "\n")
+            n += 1
+        if len(chunk) >= 64:
+            write("".join(chunk))
+            chunk.clear()
+    write("".join(chunk))
+    os.waitpid(pid, 0)
+
+
+def paced(lines: int, interval: float, status: str, out: str) -> None:
+    """Write `lines` lines one at a time; after each, wait until the daemon's status and a bare reader show it."""
+    from systemd import _reader
+
+    invocation = os.environ["INVOCATION_ID"]
+    reader = _reader._Reader()
+    reader.add_match(f"_SYSTEMD_INVOCATION_ID={invocation}")
+    reader.seek_tail()
+    reader._previous()
+    texts = [t for texts in startup_lines().values() for t in texts
+             if t.endswith("\n") and t.count("\n") == 1 and t.strip()]
+    rng = random.Random(5)
+    texts = rng.sample(texts, min(len(texts), lines))
+    texts += [decode_line(0, n) + "\n" for n in range(lines - len(texts))]
+    results = []
+    last_stat: tuple[int, int] | None = None
+    for index, text in enumerate(texts):
+        time.sleep(interval * (0.5 + rng.random()))
+        expected = index + 1
+        written = time.time()
+        write(text)
+        seen_reader = seen_status = None
+        deadline = written + 5.0
+        while (seen_reader is None or seen_status is None) and time.time() < deadline:
+            if seen_reader is None:
+                reader.process()
+                while reader._next():
+                    seen_reader = time.time()
+            if seen_status is None:
+                try:
+                    st = os.stat(status)
+                    key = (st.st_ino, st.st_mtime_ns)
+                    if key != last_stat:
+                        with open(status, encoding="utf-8") as handle:
+                            document = json.load(handle)
+                        last_stat = key
+                        if document.get("invocation_id", "").replace("-", "") == invocation \
+                                and int(document.get("entries", 0)) >= expected:
+                            seen_status = time.time()
+                except (OSError, ValueError):
+                    last_stat = None
+            time.sleep(0.0005)
+        results.append({"text": text[:60], "reader": None if seen_reader is None else seen_reader - written,
+                        "status": None if seen_status is None else seen_status - written})
+    with open(out + ".tmp", "w", encoding="utf-8") as handle:
+        json.dump(results, handle)
+    os.replace(out + ".tmp", out)
+
+
+def rate(per_second: float, seconds: float) -> None:
+    play_startup()
+    start = time.time()
+    n = 0
+    while n < per_second * seconds:
+        n += 1
+        delay = start + n / per_second - time.time()
+        if delay > 0:
+            time.sleep(delay)
+        write(decode_line(0, n) + "\n")
+
+
+def burst(lines: int, seconds: float, trigger: str, out: str) -> None:
+    play_startup()
+    while not os.path.exists(trigger):
+        time.sleep(0.05)
+    began = time.time()
+    per_rank = lines // RANKS
+    children = []
+    for rank in range(RANKS):
+        pid = os.fork()
+        if pid == 0:
+            steps = max(int(seconds * 100), 1)
+            done = 0
+            for step in range(steps):
+                target = per_rank * (step + 1) // steps
+                write("".join(decode_line(rank, n) + "\n" for n in range(done, target)))
+                done = target
+                delay = began + seconds * (step + 1) / steps - time.time()
+                if delay > 0:
+                    time.sleep(delay)
+            os._exit(0)
+        children.append(pid)
+    for pid in children:
+        os.waitpid(pid, 0)
+    with open(out, "w", encoding="utf-8") as handle:
+        json.dump({"began": began, "ended": time.time(), "lines": per_rank * RANKS}, handle)
+
+
+def deadline(busy: bool, marker: str) -> None:
+    if os.path.exists(marker):
+        return  # the restarted unit: quiet
+    play_startup("cuda_graph_capture", ready=False)
+    begin = "Capture cuda graph begin. This can take up to several minutes. avail mem=24.60 GB"
+    write("".join(prefixed(rank, begin) + "\n" for rank in range(RANKS)))
+    with open(marker, "w", encoding="utf-8") as handle:
+        handle.write(str(time.time()))
+    n = 0
+    while busy:
+        n += 1
+        time.sleep(0.01)
+        write(prefixed(n % RANKS, f"NCCL INFO comm 0x{n:08x} rank {n % RANKS} nranks 8 - Init COMPLETE") + "\n")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="writer.py")
+    sub = parser.add_subparsers(dest="mode", required=True)
+    p = sub.add_parser("catchup")
+    p.add_argument("--entries", type=int, required=True)
+    p = sub.add_parser("paced")
+    p.add_argument("--lines", type=int, default=220)
+    p.add_argument("--interval", type=float, default=0.03)
+    p.add_argument("--status", required=True)
+    p.add_argument("--out", required=True)
+    p = sub.add_parser("rate")
+    p.add_argument("--per-second", type=float, default=100)
+    p.add_argument("--seconds", type=float, default=60)
+    p = sub.add_parser("silent")
+    p.add_argument("--starting", action="store_true")
+    p = sub.add_parser("burst")
+    p.add_argument("--lines", type=int, default=50000)
+    p.add_argument("--seconds", type=float, default=2.0)
+    p.add_argument("--trigger", required=True)
+    p.add_argument("--out", required=True)
+    p = sub.add_parser("deadline")
+    p.add_argument("--busy", action="store_true")
+    p.add_argument("--marker", required=True)
+    args = parser.parse_args()
+    if args.mode == "catchup":
+        catchup(args.entries)
+        return 0
+    if args.mode == "paced":
+        paced(args.lines, args.interval, args.status, args.out)
+    elif args.mode == "rate":
+        rate(args.per_second, args.seconds)
+    elif args.mode == "silent":
+        play_startup("cuda_graph_capture" if args.starting else None, ready=not args.starting)
+    elif args.mode == "burst":
+        burst(args.lines, args.seconds, args.trigger, args.out)
+    elif args.mode == "deadline":
+        deadline(args.busy, args.marker)
+    while True:  # a server waits for requests until it is stopped
+        time.sleep(3600)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
