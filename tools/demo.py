@@ -9,7 +9,10 @@ Run as root: python3 tools/demo.py   (scripts/demo.sh installs what it needs fir
 from __future__ import annotations
 
 import json
+import queue
+import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -67,25 +70,54 @@ BindReadOnlyPaths={REPO}
         box.systemctl("start", WATCHER)
         box.systemctl("start", UNIT)
         box.write("/run/sglang-sim.env", "SIM_ARGS=--scale 0.01\n")  # the next start-up is healthy
-        say(f"what `systemctl status {WATCHER}` shows, as it changes")
-        last = ""
-        deadline = time.monotonic() + 90
+        say(f"phasewatch status {UNIT} --watch  (a new block whenever a phase or a bar moves)")
+        watcher = subprocess.Popen(
+            ["nsenter", "-t", str(box.pid), "-a", f"{VENV}/bin/phasewatch", "status", UNIT, "--config",
+             f"/run/phasewatch/{UNIT}.yaml", "--watch"], stdout=subprocess.PIPE, text=True, bufsize=1)
+        assert watcher.stdout is not None
+        lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=lambda: [lines.put(line) for line in watcher.stdout], daemon=True).start()
+        deadline = time.monotonic() + 120
         restarted = False
+        captured: list[str] = []
+
+        def drain() -> None:
+            while not lines.empty():
+                line = lines.get()
+                print(line, end="", flush=True)
+                captured.append(line)
+
         while time.monotonic() < deadline:
-            status = box.show(WATCHER, "StatusText")["StatusText"]
-            if status != last:
-                print(f"  {time.strftime('%H:%M:%S')}  {status}", flush=True)
-                last = status
-            restarted = restarted or "restart requested" in box.run("journalctl", "-u", WATCHER, "-o", "cat").stdout
-            if restarted and status.endswith(": ready"):
+            drain()
+            if not restarted:
+                restarted = "restart requested" in box.run("journalctl", "-u", WATCHER, "-o", "cat").stdout
+            elif box.show(WATCHER, "StatusText")["StatusText"].endswith(": ready"):
+                time.sleep(1.5)
+                drain()
                 break
             time.sleep(0.25)
+        watcher.terminate()
+        watcher.wait(timeout=10)
+        (REPO / "docs" / "demo-status-watch.txt").write_text("".join(captured))
+        say(f"systemctl status {WATCHER}: its STATUS= line")
+        print("  " + box.show(WATCHER, "StatusText")["StatusText"])
         say(f"phasewatch's alerts: journalctl PHASEWATCH_UNIT={UNIT}")
         print(box.run("journalctl", f"PHASEWATCH_UNIT={UNIT}", "--no-pager", "-o", "verbose",
                       "--output-fields=PRIORITY,MESSAGE_ID,PHASEWATCH_VERDICT,PHASEWATCH_RANK,PHASEWATCH_PHASE,"
                       "PHASEWATCH_INVOCATION,MESSAGE").stdout)
         say(f"phasewatch's own log: journalctl -u {WATCHER} -o cat")
         print(box.run("journalctl", "-u", WATCHER, "-o", "cat", "--no-pager").stdout)
+        say(f"phasewatch status {UNIT}  (exit status 0: ready)")
+        final = box.run(f"{VENV}/bin/phasewatch", "status", UNIT, "--config", f"/run/phasewatch/{UNIT}.yaml",
+                        check=False)
+        print(final.stdout + f"(exit status {final.returncode})")
+        (REPO / "docs" / "demo-status.txt").write_text(final.stdout)
+        say("phasewatch report: both start-ups, from phasewatch's history")
+        plot = REPO / "docs" / "images" / "demo-startups.svg"
+        plot.parent.mkdir(parents=True, exist_ok=True)
+        print(box.run(f"{VENV}/bin/phasewatch", "report", UNIT, "--state-dir", "/run/phasewatch-state", "--plot",
+                      str(plot)).stdout)
+        print(f"(timeline written to {plot.relative_to(REPO)})")
         say(f"both start-ups, from the real journal: phasewatch replay --unit {UNIT}")
         print(box.run(f"{VENV}/bin/phasewatch", "replay", "--unit", UNIT, "--config",
                       f"/run/phasewatch/{UNIT}.yaml").stdout)

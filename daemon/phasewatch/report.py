@@ -29,7 +29,9 @@ def slowest_rank(record: StartupRecord) -> str | None:
     for rank, spans in record.spans.items():
         if rank == "main":
             continue
-        done = [end for phase, _, end in spans if end is not None and phase not in ("ready", "serving")]
+        # A phase it never finished lasted, for this purpose, until the start-up ended.
+        done = [end if end is not None else record.ended_at for phase, start, end in spans
+                if start is not None and phase not in ("ready", "serving", "http_server_start", "warmup")]
         if done:
             ends[rank] = max(done)
     return max(ends, key=lambda r: ends[r]) if ends else None

@@ -129,7 +129,11 @@ class Sandbox:
                 self.process.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 os.kill(self.pid, signal.SIGKILL)  # our own systemd: the namespace dies with it
-                self.process.wait(timeout=30)
+                try:
+                    self.process.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    self.process.kill()  # the unshare we started
+                    self.process.wait(timeout=30)
         elif self.process.poll() is None:
             self.process.kill()
             self.process.wait(timeout=30)
