@@ -207,7 +207,9 @@ def render_table(document: dict[str, Any], listen: str | None = None) -> str:
         out.extend(f"  {v.get('kind')}: {v.get('message')}" for v in verdicts)
     budget = document.get("restart_budget")
     if isinstance(budget, dict) and budget:
-        out.append("restart budget: " + ", ".join(f"{k} {v}" for k, v in budget.items()))
+        out.append("restart budget: " + ", ".join(
+            f"{k.removesuffix('_seconds')} {_duration(v)}" if k.endswith("_seconds") else f"{k} {v}"
+            for k, v in budget.items()))
     return "\n".join(out) + "\n"
 
 

@@ -42,7 +42,8 @@ def document(outcome: str, verdicts: list[dict[str, Any]] | None = None, unit: s
     ranks = {"main": rank("launch"), **{f"TP{n}": rank(phase) for n in range(8)}}
     ranks["TP0"]["progress"] = {"n": 7, "total": 23, "percent": 30, "desc": "Capturing batches (bs=64)", "bs": 64,
                                 "avail_mem_gb": 20.1, "phase": phase}
-    return {"unit": unit, "now": "2026-11-30T08:20:00.000Z", "restart_budget": {"state": "armed", "failures": 0},
+    budget = {"state": "armed", "remaining": 3, "window_seconds": 21600.0}
+    return {"unit": unit, "now": "2026-11-30T08:20:00.000Z", "restart_budget": budget,
             "invocation": {"invocation_id": "5e1f3c9a0b7d4e21a6c8f00d1e2b3c4d", "outcome": outcome, "phase": phase,
                            "started_at": "2026-11-30T08:00:00.000Z", "last_line_at": "2026-11-30T08:19:58.000Z",
                            "judged_at": "2026-11-30T08:20:00.000Z", "unit_state": "starting", "lines_lost": 0,
@@ -126,7 +127,7 @@ def test_table_from_the_daemon(daemon: StubDaemon, tmp_path: Path, capsys: pytes
     assert rows["TP0"].split() == ["TP0", "draft_cuda_graph_capture", "7/23", "bs=64", "3m12s/20m", "2s", "ago"]
     assert rows["TP3"].split()[-2:] == ["stalled", "(deadline)"]
     assert f"  stalled: {UNIT}: TP3 stalled in draft_cuda_graph_capture for 20m1s (limit 20m)" in lines
-    assert "restart budget: state armed, failures 0" in lines
+    assert "restart budget: state armed, remaining 3, window 6h" in lines
 
 
 def test_another_units_daemon_or_an_error_is_not_an_answer(daemon: StubDaemon, tmp_path: Path,
