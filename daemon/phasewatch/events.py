@@ -177,6 +177,64 @@ def parse_server_args(message: str) -> dict[str, str]:
     return found
 
 
+_PHASE_EVENTS = {"phase_begin": EventKind.PHASE_BEGIN, "phase_end": EventKind.PHASE_END,
+                 "phase_hint": EventKind.PHASE_HINT}
+_MASK_DIGITS = str.maketrans("123456789", "000000000")
+MEMO_ENTRIES = 4096
+MEMO_MAX_CHARS = 1024
+
+
+def digit_blind(pattern: re.Pattern[str]) -> bool:
+    """True when `pattern` cannot tell one ASCII digit from another (no digit literal, no set with
+    some digits but not all, no back-reference), so it matches a text exactly when it matches the
+    text with every digit replaced by 0. Unknown constructs: False."""
+    try:
+        from re import _parser  # type: ignore[attr-defined]
+
+        tree = _parser.parse(pattern.pattern, pattern.flags)
+    except Exception:  # noqa: BLE001 - a private module: any doubt means "not blind"
+        return False
+    return _blind(tree, _parser)
+
+
+def _blind(tree: Any, parser: Any) -> bool:
+    c = parser  # the opcode constants live on the parser module
+    digits = range(48, 58)
+    for op, av in tree:
+        if op in (c.LITERAL, c.NOT_LITERAL):
+            if av in digits:
+                return False
+        elif op is c.IN:
+            covered = set()
+            for item_op, item_av in av:
+                if item_op is c.LITERAL and item_av in digits:
+                    covered.add(item_av)
+                elif item_op is c.RANGE:
+                    covered.update(d for d in digits if item_av[0] <= d <= item_av[1])
+                elif item_op not in (c.NEGATE, c.CATEGORY, c.LITERAL):
+                    return False
+            if covered and len(covered) != 10:
+                return False
+        elif op is c.SUBPATTERN:
+            if not _blind(av[-1], parser):
+                return False
+        elif op in (c.MAX_REPEAT, c.MIN_REPEAT, c.POSSESSIVE_REPEAT):
+            if not _blind(av[2], parser):
+                return False
+        elif op is c.BRANCH:
+            if not all(_blind(branch, parser) for branch in av[1]):
+                return False
+        elif op in (c.ASSERT, c.ASSERT_NOT):
+            if not _blind(av[1], parser):
+                return False
+        elif op is c.ATOMIC_GROUP:
+            if not _blind(av, parser):
+                return False
+        elif op not in (c.ANY, c.AT, c.CATEGORY):
+            return False
+    return True
+
+
 class EventMapper:
     """Lines -> events. Resolves ranks of untagged lines (single-GPU servers print no TP tag)."""
 
@@ -185,6 +243,30 @@ class EventMapper:
         self._tagged_invocations: set[str | None] = set()
         self._tp0_pids: set[tuple[str | None, int | None]] = set()
         self._record_ranks: dict[int, str | None] = {}
+        self._line_rules = tuple(r for r in profile.rules if r.event != "progress")
+        # Which rules a message matches, remembered by its digit-masked text ("Decode batch, #token:
+        # 00000, ..."): exact for the rules that cannot tell one digit from another (checked once,
+        # here); the others ("/v1/...") are searched every time.
+        self._blind_rules = tuple(r for r in self._line_rules if digit_blind(r.pattern))
+        self._other_rules = tuple(r for r in self._line_rules if r not in self._blind_rules)
+        self._position = {r.id: i for i, r in enumerate(self._line_rules)}
+        self._memo: dict[str, tuple[Rule, ...]] = {}
+
+    def _matching(self, message: str) -> tuple[Rule, ...]:
+        """The line rules `message` matches, in profile order."""
+        if len(message) > MEMO_MAX_CHARS:
+            return tuple(r for r in self._line_rules if r.pattern.search(message))
+        memo = self._memo
+        key = message.translate(_MASK_DIGITS)
+        found = memo.get(key)
+        if found is None:
+            if len(memo) >= MEMO_ENTRIES:
+                memo.clear()
+            found = memo[key] = tuple(r for r in self._blind_rules if r.pattern.search(message))
+        others = [r for r in self._other_rules if r.pattern.search(message)]
+        if others:
+            return tuple(sorted((*found, *others), key=lambda r: self._position[r.id]))
+        return found
 
     def map_line(self, line: Line) -> list[Event]:
         rank = self._rank(line)
@@ -195,36 +277,35 @@ class EventMapper:
             return [Event(EventKind.PROGRESS, line.ts, rank=rank, phase=phase, progress=line.progress,
                           text=line.text, invocation_id=line.invocation_id, pid=line.pid)]
         message = line.message
-        for rule in self.profile.rules:
-            if rule.event == "progress" or not rule.pattern.search(message):
-                continue
-            if line.kind is LineKind.CONTINUATION and rule.event not in ("fatal", "phase_hint"):
+        record_id = line.record_id
+        continuation = line.kind is LineKind.CONTINUATION
+        for rule in self._matching(message):
+            if continuation and rule.event not in ("fatal", "phase_hint"):
                 continue
             rule_rank = self._rule_rank(line, rule, rank)
             if rule.event == "server_args":
                 events.append(Event(EventKind.SERVER_ARGS, line.ts, rank=MAIN, rule=rule.id, text=message,
-                                    invocation_id=line.invocation_id, pid=line.pid,
+                                    invocation_id=line.invocation_id, pid=line.pid, record_id=record_id,
                                     args=parse_server_args(message)))
             elif rule.event == "fatal":
                 events.append(Event(EventKind.FATAL, line.ts, rank=rule_rank, rule=rule.id, cause=rule.cause,
                                     text=message, invocation_id=line.invocation_id, pid=line.pid,
-                                    count=0 if rule.echo else 1, prefixed=line.has_prefix))
+                                    count=0 if rule.echo else 1, record_id=record_id, prefixed=line.has_prefix))
             elif rule.event == "activity":
                 events.append(Event(EventKind.ACTIVITY, line.ts, rank=rule_rank, rule=rule.id, text=message,
-                                    invocation_id=line.invocation_id, pid=line.pid))
+                                    invocation_id=line.invocation_id, pid=line.pid, record_id=record_id))
             else:
-                kind = {"phase_begin": EventKind.PHASE_BEGIN, "phase_end": EventKind.PHASE_END,
-                        "phase_hint": EventKind.PHASE_HINT}[rule.event]
-                events.append(Event(kind, line.ts, rank=rule_rank, phase=rule.phase, rule=rule.id, text=message,
-                                    invocation_id=line.invocation_id, pid=line.pid))
+                events.append(Event(_PHASE_EVENTS[rule.event], line.ts, rank=rule_rank, phase=rule.phase,
+                                    rule=rule.id, text=message, invocation_id=line.invocation_id, pid=line.pid,
+                                    record_id=record_id))
         if not events and message.strip():
             events.append(Event(EventKind.ACTIVITY, line.ts, rank=rank, text=message,
-                                invocation_id=line.invocation_id, pid=line.pid))
+                                invocation_id=line.invocation_id, pid=line.pid, record_id=record_id))
         if line.kind is LineKind.RECORD:
             if len(self._record_ranks) > 4096:
                 self._record_ranks.clear()
-            self._record_ranks[line.record_id] = events[0].rank if events else rank
-        return [replace(e, record_id=line.record_id) for e in events]
+            self._record_ranks[record_id] = events[0].rank if events else rank
+        return events
 
     def _rank(self, line: Line) -> str | None:
         if line.has_prefix and line.rank is not None:
