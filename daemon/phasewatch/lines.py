@@ -65,8 +65,20 @@ WRAPPER_RE = re.compile(
     r"^(?:[\w.-]+\s+\| |\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}\[\d+,\d+\]<std(?:out|err)>:)"
 )
 
+_UNKNOWN = object()
+
 # A held fragment longer than this is released as a line of its own: memory stays bounded.
 MAX_PENDING_CHARS = 4 * 1024 * 1024
+
+
+def opens_block(message: str) -> bool:
+    """OPENS_BLOCK_RE.search(message), without the regex for the lines that end in neither ':' nor
+    a Traceback: its `:\\s*$` is a ':' before trailing white space, and the other two need their words."""
+    if message.rstrip().endswith(":"):
+        return True
+    if "Traceback" not in message and "hit an exception" not in message:
+        return False
+    return OPENS_BLOCK_RE.search(message) is not None
 
 
 def decode(message: bytes | str | None) -> str:
@@ -99,12 +111,19 @@ def _tail_start(raw: bytes | str) -> int:
     return max(raw.rfind("\r"), raw.rfind("\n")) + 1
 
 
+_RANK_MEMO: dict[str, str | None] = {}
+
+
 def canonical_rank(tags: str) -> str | None:
     """' TP3 DP0' -> 'DP0 TP3': tags in the order DP, PP, ATTN_CP, MOE_DP, TP, EP."""
+    known = _RANK_MEMO.get(tags, _UNKNOWN)
+    if known is not _UNKNOWN:
+        return known  # type: ignore[return-value]
     found = {name: num for name, num in TAG_RE.findall(tags)}
-    if not found:
-        return None
-    return " ".join(f"{name}{int(found[name])}" for name in TAG_ORDER if name in found)
+    label = " ".join(f"{name}{int(found[name])}" for name in TAG_ORDER if name in found) if found else None
+    if len(_RANK_MEMO) < 1024:
+        _RANK_MEMO[tags] = label
+    return label
 
 
 def parse_progress(segment: str) -> tuple[Progress, int] | None:
@@ -138,7 +157,20 @@ class Prefix:
     date: str | None = None
 
 
+_last_epoch: tuple[str, str, str | None, float | None] = ("", "", None, None)
+
+
 def _epoch(date: str, time: str, ms: str | None) -> float | None:
+    global _last_epoch
+    last = _last_epoch
+    if last[0] == date and last[1] == time and last[2] == ms:
+        return last[3]  # lines come in bursts within one second
+    value = _epoch_of(date, time, ms)
+    _last_epoch = (date, time, ms, value)
+    return value
+
+
+def _epoch_of(date: str, time: str, ms: str | None) -> float | None:
     try:
         year, month, day = (int(x) for x in date.split("-"))
         hour, minute, second = (int(x) for x in time.split(":"))
@@ -208,7 +240,9 @@ class LineSplitter:
             if len(raw) - cut <= MAX_PENDING_CHARS:
                 raw, stream.pending = raw[:cut], raw[cut:]
                 stream.pending_ts = record.realtime
-        return self._lines(SEGMENT_SPLIT_RE.split(decode(raw)), record, stream)
+        text = decode(raw)
+        return self._lines(SEGMENT_SPLIT_RE.split(text) if "\r" in text or "\n" in text else (text,), record,
+                           stream)
 
     def flush(self) -> list[Line]:
         """Release every held fragment (end of a replay)."""
@@ -279,7 +313,7 @@ class LineSplitter:
         self._next_record += 1
         stream.open_record = self._next_record
         stream.open_rank = prefix.rank
-        stream.block_open = bool(OPENS_BLOCK_RE.search(message))
+        stream.block_open = opens_block(message)
         out.append(Line(text=text, message=message, kind=LineKind.RECORD, rank=stream.open_rank, ts=ts,
                         pid=record.pid, invocation_id=record.invocation_id, has_prefix=True,
                         record_id=self._next_record))
@@ -309,6 +343,6 @@ class LineSplitter:
         self._next_record += 1
         stream.open_record = self._next_record
         stream.open_rank = self._inherited_rank(record, stream)
-        stream.block_open = bool(OPENS_BLOCK_RE.search(message)) and "Traceback" in message
+        stream.block_open = "Traceback" in message and opens_block(message)
         out.append(Line(text=segment, message=message, kind=LineKind.RECORD, rank=stream.open_rank, ts=ts,
                         pid=record.pid, invocation_id=record.invocation_id, record_id=self._next_record))
