@@ -75,7 +75,7 @@ class Pipeline:
                 before = [v for v in policy.evaluate(inv.before_stop, inv.stopped_at, self.config, self.profile)
                           if v.kind in ("stalled", "straggler", "rank_died")]
                 verdicts = before + verdicts
-                if before and outcome == "stopped":
+                if before and outcome in ("stopped", "crashed") and not any(v.kind == "crashed" for v in verdicts):
                     outcome = "stalled"
             judgements.append(Judgement(inv, tuple(verdicts), outcome))
         return judgements

@@ -186,6 +186,13 @@ def failing_fatal(inv: InvocationView) -> FatalView | None:
     return inv.fatals[0] if inv.fatals else None
 
 
+def _stalled_before_it_stopped(inv: InvocationView, config: Config, profile: Profile | None) -> bool:
+    before, at = inv.before_stop, inv.stopped_at
+    if before is None or at is None:
+        return False
+    return any(v.kind in ("stalled", "straggler", "rank_died") for v in evaluate(before, at, config, profile))
+
+
 def crashed_verdict(inv: InvocationView, now: float, config: Config, profile: Profile | None = None) -> Verdict | None:
     failed = inv.state is UnitState.FAILED
     if not inv.fatals and not failed:
@@ -193,6 +200,8 @@ def crashed_verdict(inv: InvocationView, now: float, config: Config, profile: Pr
     if inv.state in (UnitState.READY, UnitState.SERVING) and not failed and not any(
             not f.echo and f.rank not in (None, MAIN) for f in inv.fatals):
         return None  # after ready only a scheduler's death or the unit's failure is a crash
+    if failed and not inv.fatals and _stalled_before_it_stopped(inv, config, profile):
+        return None  # it failed because the stall was acted on (wait-ready in ExecStartPost=, a restart)
     if not failed and all(f.echo for f in inv.fatals):
         first_echo = min((f.ts for f in inv.fatals if f.ts is not None), default=now)
         if now < first_echo + ECHO_GRACE:

@@ -530,7 +530,8 @@ class Tracker:
         if event.kind is EventKind.UNIT_EXITED:
             inv.exit_status = "/".join(v for v in (event.args.get("EXIT_CODE"), event.args.get("EXIT_STATUS")) if v)
             return []
-        if event.kind in (EventKind.UNIT_STOPPING, EventKind.UNIT_STOPPED) and source is UnitState.STARTING:
+        if event.kind in (EventKind.UNIT_STOPPING, EventKind.UNIT_STOPPED, EventKind.UNIT_FAILED) \
+                and source is UnitState.STARTING and inv.before_stop is None:
             inv.before_stop, inv.stopped_at = inv.view(), ts
         if event.kind is EventKind.UNIT_STOPPING:
             if source in (UnitState.FAILED, UnitState.STOPPED):
