@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
-from test_daemon import ScriptedJournal, line, load_begins
 from test_policy import (
     INV,
     MID_STARTED,
@@ -47,13 +46,44 @@ from phasewatch.actions import RecordingAlerter, RecordingNotifier, RecordingUni
 from phasewatch.app import Daemon
 from phasewatch.clock import FakeClock
 from phasewatch.config import DEFAULT_LIMITS, VERDICT_KINDS, Config, PhaseLimits, RestartBudget
+from phasewatch.follow import APPEND
 from phasewatch.metrics import PHASE_BUCKETS, Exporter, parse_listen, serve
 from phasewatch.procs import ProcessTable
-from phasewatch.records import MAIN, PHASE_NAMES, Phase
+from phasewatch.records import MAIN, PHASE_NAMES, JournalRecord, Phase
 from phasewatch.respond import Budget, BudgetState, Memory
 from phasewatch.state import StateStore
 
 RANKS = (MAIN, *TP8)
+
+
+class ScriptedJournal:
+    """Stands in for JournalFollower (as in test_daemon): entries pushed by the test, a real pipe's fd."""
+
+    def __init__(self) -> None:
+        self.pending: list[JournalRecord] = []
+        self.cursor: str | None = None
+        self._read, self._write = os.pipe()
+
+    def push(self, *records: JournalRecord) -> None:
+        self.pending.extend(records)
+        os.write(self._write, b"!")
+
+    def read(self, limit: int = 1000) -> list[JournalRecord]:
+        out, self.pending = self.pending[:limit], self.pending[limit:]
+        return out
+
+    def fileno(self) -> int:
+        return self._read
+
+    def wait_result(self) -> int:
+        os.read(self._read, 1024)
+        return APPEND
+
+    def seek_realtime(self, seconds: float) -> None: ...
+
+    def seek_tail(self) -> None: ...
+
+    def reopen(self) -> None: ...
 
 
 class Fixture:
@@ -329,8 +359,8 @@ def test_a_second_start_up_replaces_the_first_ranks(m: Fixture) -> None:
     second = "7" * 32
     m.journal.record("Started sglang.service - SGLang server.", 1, message_id=MID_STARTED, unit=UNIT,
                      extra={"JOB_TYPE": "start", "INVOCATION_ID": second})
-    m.journal.pipeline.feed(replace(line("[2026-02-22 23:59:00 TP0] Init torch distributed begin.", m.journal.now,
-                                         pid=9000), invocation_id=second), m.journal.now)
+    m.journal.pipeline.feed(JournalRecord("[2026-02-22 23:59:00 TP0] Init torch distributed begin.", m.journal.now,
+                                          pid=9000, invocation_id=second), m.journal.now)
     m.publish()
     assert phase_of(m, "TP0") == ["dist_init"]
     assert m.value("phasewatch_rank_phase", rank="TP3", phase="draft_cuda_graph_capture") is None
@@ -351,7 +381,8 @@ def test_daemon_publishes_and_counts_its_restart(tmp_path: Path) -> None:
                  notifier=RecordingNotifier(), store=StateStore(tmp_path, config.unit), clock=clock,
                  processes=ProcessTable(proc=str(tmp_path / "proc"), cgroup_roots=(str(tmp_path / "cg"),)),
                  exporter=exporter)
-    load_begins(journal)
+    journal.push(*(JournalRecord(f"[2026-11-29 08:00:00 TP{n}] Load weight begin. avail mem=137.95 GB", clock.wall(),
+                                 pid=100 + n, invocation_id="0123456789abcdef0123456789abcdef") for n in range(8)))
     app.start()
     labels = {"unit": config.unit}
     assert registry.get_sample_value("phasewatch_rank_phase", {**labels, "rank": "TP5", "phase": "weight_load"}) == 1
