@@ -119,3 +119,31 @@ def test_expectation_matches_label_or_explains_why(corpus: Path, case: str) -> N
     stale = sorted(set(divergences) - differences)
     assert not stale, f"{case}: divergences listed that agree with the label (remove them): {stale}"
     assert all(reason.strip() for reason in divergences.values())
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if "unsupported" not in EXPECTATIONS.get(c, {"unsupported": 1})])
+def test_sample_goes_into_the_history(corpus: Path, case: str, tmp_path: Path) -> None:
+    """A real (windowed) start-up is summarised and stored like any other, failed or not."""
+    from phasewatch.config import Config
+    from phasewatch.formats import parse_source
+    from phasewatch.history import History, summarize
+    from phasewatch.pipeline import Pipeline
+
+    expected = EXPECTATIONS[case]
+    pipeline = Pipeline(Config(unit="sglang.service"))
+    pipeline.feed_all(parse_source((corpus / f"{case}.log").read_bytes()).records, None)
+    [inv] = pipeline.snapshot().invocations
+    if inv.started_at is None:
+        pytest.skip("an undated excerpt has no durations to learn")
+    now = (inv.last_ts or 0.0) + (7200 if expected.get("judge_at") == "+2h" else 0)
+    [judgement] = pipeline.judge(now)
+    record = summarize("sglang.service", inv, judgement.outcome, None, now,
+                       [(v.kind, v.rank, v.phase, v.at) for v in judgement.verdicts])
+    assert record is not None
+    history = History(tmp_path / "history.sqlite3")
+    assert history.add(record)
+    [stored] = history.startups("sglang.service")
+    assert stored == record
+    assert stored.outcome == expected.get("outcome", stored.outcome)
+    for phase in stored.phases:
+        assert phase.duration >= 0 and phase.spread >= 0 and phase.max_silence >= 0
