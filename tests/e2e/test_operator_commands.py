@@ -1,0 +1,41 @@
+"""`phasewatch logs` and `phasewatch status` on real journald entries of the simulated unit."""
+
+from __future__ import annotations
+
+import json
+
+from e2e_env import UNIT, VENV, Scenario
+
+
+def test_logs_prints_whole_decoded_lines_where_journalctl_shows_blobs(scenario: Scenario) -> None:
+    scenario.configure("--scale 0.01 --oom TP5:cuda_graph_capture")
+    scenario.box.systemctl("start", UNIT)  # no daemon: the commands read the journal themselves
+    scenario.box.wait_for(lambda: scenario.unit("ActiveState")["ActiveState"] == "failed", 60, "the crash")
+    plain = scenario.box.run("journalctl", "-u", UNIT, "--no-pager", "-o", "short").stdout
+    assert "blob data]" in plain  # what an operator sees today
+    logs = scenario.box.run(f"{VENV}/bin/phasewatch", "logs", UNIT, "--utc").stdout
+    assert "blob data" not in logs
+    lines = logs.splitlines()
+    shards = [line for line in lines if "Loading safetensors checkpoint shards" in line]
+    assert 60 <= len(shards) <= 70 and all(" TP0 " in line and "weight_load" in line for line in shards)
+    assert shards[-1].rstrip().endswith("64/64 [08:57<00:00,  8.40s/it]")
+    # A traceback printed whole, under its record, tagged with the failing rank.
+    header = next(i for i, line in enumerate(lines) if "Scheduler hit an exception" in line)
+    tail = lines[header:header + 6]
+    assert all(" TP5 " in line and "cuda_graph_capture" in line for line in tail)
+    assert any("CUDA out of memory" in line for line in tail)
+    only_tp5 = scenario.box.run(f"{VENV}/bin/phasewatch", "logs", UNIT, "--rank", "TP5", "--phase",
+                                "cuda_graph_capture").stdout.splitlines()
+    assert only_tp5 and all(" TP5 " in line for line in only_tp5)
+
+
+def test_status_without_a_daemon_reads_the_journal(scenario: Scenario) -> None:
+    scenario.configure("--scale 0.01")
+    scenario.box.systemctl("start", UNIT)
+    scenario.box.wait_for(lambda: scenario.lines("The server is fired up"), 60, "ready")
+    result = scenario.box.run(f"{VENV}/bin/phasewatch", "status", UNIT, "--json", check=False)
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert document["source"] == "journal"
+    assert document["invocation"]["outcome"] == "ready"
+    assert set(document["invocation"]["ranks"]) == {"main", *(f"TP{n}" for n in range(8))}
