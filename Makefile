@@ -3,6 +3,7 @@
 #   make install                 venv + files + sysusers/catalog/daemon-reload (a live system)
 #   make install-files DESTDIR="$PWD/stage"   the files only, into a staging root (packaging)
 #   make uninstall               remove what install-files put in place (not config nor state)
+#   make bench                   the performance bench (docs/performance.md; as root, a throwaway systemd)
 #
 # PREFIX decides where units, sysusers.d, the catalog and the `phasewatch` link go; all of
 # $(PREFIX)/lib/systemd/system, $(PREFIX)/lib/sysusers.d and $(PREFIX)/lib/systemd/catalog are
@@ -29,7 +30,7 @@ WATCHED ?= sglang-kimi.service
 
 INSTALL ?= install
 
-.PHONY: install install-venv install-files uninstall
+.PHONY: install install-venv install-files uninstall bench
 
 install: install-venv install-files
 	systemd-sysusers $(SYSUSERSDIR)/phasewatch.conf
@@ -67,3 +68,8 @@ uninstall:
 		$(DESTDIR)$(SYSUSERSDIR)/phasewatch.conf $(DESTDIR)$(CATALOGDIR)/phasewatch.catalog \
 		$(DESTDIR)$(POLKITDIR)/50-phasewatch.rules $(DESTDIR)$(JOURNALDDIR)/50-phasewatch.conf
 	rm -rf $(DESTDIR)$(DOCDIR)
+
+# The performance bench (docs/performance.md), as root, in a throwaway systemd: installs fail2ban and
+# strace (apt) and py-spy (.venv), writes bench/results.json and docs/performance.md (~15 min, 2 cores).
+bench:
+	bash scripts/bench.sh

@@ -1,0 +1,417 @@
+#!/usr/bin/env python3
+"""phasewatch's performance bench (issue 5), inside the real-systemd harness of tests/e2e/sandbox.py.
+
+    .venv/bin/python bench/run.py            the full run: writes bench/results.json, docs/performance.md
+    .venv/bin/python bench/run.py --quick --out DIR     small N, one repetition (CI: every row, no timing)
+
+(`make bench` / `bash scripts/bench.sh` install what it needs first.) Every timing is the median of
+several runs and is reported as a ratio against a reference measured in the same run and sandbox:
+the machine is shared and noisy, absolute seconds are not comparable between runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import shutil
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "tests" / "e2e"))
+
+import report  # noqa: E402
+from e2e_env import BASE_CONFIG, STATE_DIR, UNIT, VENV, WATCHER, WATCHER_DROPIN  # noqa: E402
+from sandbox import REPO, Sandbox  # noqa: E402
+
+PROFILES: dict[str, dict[str, Any]] = {
+    "full": {"n": 300_000, "scale": [30_000, 100_000, 300_000, 1_000_000], "reps": 5, "scale_reps": 3,
+             "invocations": 3, "follow_lines": 220, "action_reps": 5, "idle_seconds": 60, "silent_seconds": 60,
+             "burst_lines": 50_000, "burst_seconds": 2.0, "profile": True},
+    "quick": {"n": 3_000, "scale": [1_000, 3_000], "reps": 1, "scale_reps": 1, "invocations": 1,
+              "follow_lines": 12, "action_reps": 1, "idle_seconds": 2, "silent_seconds": 2,
+              "burst_lines": 2_000, "burst_seconds": 0.5, "profile": False},
+}
+STATUS = f"{STATE_DIR}/{UNIT}.status.json"
+WORK = "/run/bench"  # inside the sandbox
+MID_STOPPING = "de5b426a63be47a7b6ac3eaac82e2f6f"
+MID_STOPPED = "9d1aaa27d60140bd96365438aad20286"
+CATCHUP_UNIT = """[Unit]
+Description=phasewatch bench: a journal of {n} entries ({k} start-ups)
+
+[Service]
+Type=oneshot
+TimeoutStartSec=infinity
+ExecStart={venv}/bin/python {repo}/bench/writer.py catchup --entries {per}
+"""
+WATCHED_UNIT = f"""[Unit]
+Description=phasewatch bench: the watched unit (bench/writer.py)
+
+[Service]
+Type=simple
+EnvironmentFile={WORK}/writer.env
+ExecStart={VENV}/bin/python {REPO}/bench/writer.py $WRITER_ARGS
+KillMode=control-group
+TimeoutStopSec=5s
+"""
+
+
+def log(text: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
+
+
+class BenchSandbox(Sandbox):
+    """The e2e sandbox with room for a journal of millions of entries (its journal is a tmpfs)."""
+
+    def _stage_files(self) -> None:
+        super()._stage_files()
+        (self.stage / "journald.conf").write_text(
+            "[Journal]\nStorage=persistent\nRateLimitBurst=0\nSystemMaxUse=8G\nSystemKeepFree=1G\n")
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    k = (len(ordered) - 1) * p / 100
+    low, high = int(k), min(int(k) + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (k - low)
+
+
+class Bench:
+    def __init__(self, box: Sandbox, settings: dict[str, Any]) -> None:
+        self.box = box
+        self.s = settings
+
+    # -- helpers ---------------------------------------------------------------------------------
+    def inside(self, *args: str, timeout: float = 3600) -> str:
+        return self.box.run(f"{VENV}/bin/python", f"{REPO}/bench/inside.py", *args, timeout=timeout).stdout
+
+    def now(self) -> float:
+        return float(self.box.run("date", "+%s.%N").stdout)
+
+    def main_pid(self, unit: str) -> int:
+        return int(self.box.show(unit, "MainPID")["MainPID"])
+
+    def proc(self, pid: int) -> dict[str, Any]:
+        """CPU seconds (all threads), RSS in KiB, and each thread's voluntary context switches."""
+        script = (f"cat /proc/{pid}/stat; grep VmRSS /proc/{pid}/status; "
+                  f"for t in /proc/{pid}/task/*; do echo \"T $(basename $t) $(cat $t/comm) "
+                  f"$(grep ^voluntary_ctxt_switches $t/status | cut -f2)\"; done")
+        out = self.box.run("sh", "-c", script).stdout.splitlines()
+        stat = out[0].rsplit(")", 1)[1].split()
+        ticks = os.sysconf("SC_CLK_TCK")
+        cpu = (int(stat[11]) + int(stat[12])) / ticks
+        rss = int(out[1].split()[1])
+        threads = {}
+        for line in out[2:]:
+            _, tid, *comm, switches = line.split()
+            threads[f"{' '.join(comm)}:{tid}"] = int(switches)
+        return {"cpu": cpu, "rss_kib": rss, "threads": threads}
+
+    def journal_since(self, since: float, *matches: str) -> list[dict[str, Any]]:
+        return [e for e in self.box.journal(*matches) if int(e["__REALTIME_TIMESTAMP"]) / 1e6 >= since]
+
+    def status(self) -> dict[str, Any] | None:
+        text = self.box.read(STATUS)
+        try:
+            return json.loads(text) if text else None
+        except json.JSONDecodeError:
+            return None
+
+    def reset(self, writer_args: str, config: dict[str, Any] | None = None) -> float:
+        """Stop both units, forget phasewatch's state, write the config and the writer's arguments."""
+        self.box.systemctl("stop", WATCHER, UNIT, check=False)
+        self.box.systemctl("reset-failed", check=False)
+        self.box.run("rm", "-rf", STATE_DIR, check=False)
+        document = {**BASE_CONFIG, "health": {"enabled": False}, **(config or {})}
+        self.box.write(f"/run/phasewatch/{UNIT}.yaml", json.dumps(document, indent=1))
+        self.box.write(f"{WORK}/writer.env", f"WRITER_ARGS={writer_args}\n")
+        time.sleep(0.2)
+        return self.now()
+
+    def restarts(self, since: float) -> list[dict[str, Any]]:
+        """PID 1's `Stopped` entries of restart jobs of the watched unit (systemd 252 names the job there)."""
+        return [e for e in self.journal_since(since, f"UNIT={UNIT}", "_PID=1", f"MESSAGE_ID={MID_STOPPED}")
+                if e.get("JOB_TYPE") == "restart"]
+
+    def start(self) -> None:
+        self.box.systemctl("start", WATCHER)  # Type=notify: returns once phasewatch is READY
+        self.box.systemctl("start", UNIT)
+
+    def wait_state(self, *states: str, timeout: float = 60) -> dict[str, Any]:
+        result: dict[str, Any] = self.box.wait_for(
+            lambda: (s := self.status()) and s.get("state") in states and s, timeout, f"state {states}", 0.1)
+        return result
+
+    # -- set-up ----------------------------------------------------------------------------------
+    def install(self) -> None:
+        self.box.run("mkdir", "-p", WORK)
+        self.box.write(f"{WORK}/writer.env", "WRITER_ARGS=silent\n")
+        self.box.write(f"/run/systemd/system/{UNIT}", WATCHED_UNIT)
+        self.box.write("/run/systemd/system/phasewatch@.service", (REPO / "units" / "phasewatch@.service").read_text())
+        self.box.write("/run/systemd/system/phasewatch@.service.d/e2e.conf", WATCHER_DROPIN)
+        for n in self.s["scale"]:
+            k = self.s["invocations"]
+            self.box.write(f"/run/systemd/system/{catchup_unit(n)}",
+                           CATCHUP_UNIT.format(n=n, k=k, per=n // k, venv=VENV, repo=REPO))
+        self.box.systemctl("daemon-reload")
+
+    def write_journals(self) -> dict[str, Any]:
+        """Each catch-up unit started `invocations` times: the journal the readers race over."""
+        out = {}
+        for n in self.s["scale"]:
+            began = time.perf_counter()
+            for _ in range(self.s["invocations"]):
+                self.box.systemctl("start", catchup_unit(n))
+            entries = int(self.inside("settle", "--unit", catchup_unit(n)).strip())
+            seconds = time.perf_counter() - began
+            log(f"journal of {catchup_unit(n)}: {entries} entries in {seconds:.1f}s")
+            out[str(n)] = {"entries": entries, "write_seconds": seconds}
+        usage = self.box.run("journalctl", "--disk-usage").stdout.strip()
+        return {"units": out, "disk_usage": usage}
+
+    # -- 1 and 6: catch-up -----------------------------------------------------------------------
+    def catchup(self) -> dict[str, Any]:
+        unit = catchup_unit(self.s["n"])
+        log(f"catch-up (a)-(d) over {unit}, {self.s['reps']} runs each")
+        result: dict[str, Any] = json.loads(self.inside("catchup", "--unit", unit, "--reps", str(self.s["reps"])))
+        return result
+
+    def scale(self) -> dict[str, Any]:
+        out = {}
+        for n in self.s["scale"]:
+            log(f"scale: replay of {catchup_unit(n)}")
+            out[str(n)] = json.loads(self.inside("catchup", "--unit", catchup_unit(n), "--reps",
+                                                 str(self.s["scale_reps"]),
+                                                 "--methods", "a_raw_reader,d_phasewatch_replay"))
+        return out
+
+    def profile(self) -> dict[str, Any]:
+        """py-spy over one replay of the catch-up journal: where the time goes."""
+        spy = shutil.which("py-spy", path=str(VENV / "bin")) or shutil.which("py-spy")
+        if spy is None:
+            return {"skipped": "py-spy is not installed (pip install py-spy)"}
+        unit = catchup_unit(self.s["n"])
+        log("profile: py-spy over replay")
+        raw = f"{WORK}/profile.txt"
+        self.box.run(spy, "record", "--format", "raw", "--rate", "250", "--nonblocking", "-o", raw, "--",
+                     f"{VENV}/bin/python", "-m", "phasewatch", "replay", "--unit", unit, "--json", timeout=1800)
+        return report.summarize_profile(self.box.read(raw) or "")
+
+    # -- 2: follow latency -----------------------------------------------------------------------
+    def follow(self) -> dict[str, Any]:
+        lines = self.s["follow_lines"]
+        log(f"follow latency: {lines} paced lines")
+        out = f"{WORK}/follow.json"
+        self.box.run("rm", "-f", out)
+        self.reset(f"paced --lines {lines} --interval 0.03 --status {STATUS} --out {out}")
+        self.start()
+        text = self.box.wait_for(lambda: self.box.read(out), 60 + lines * 0.5, "the paced writer's results", 0.5)
+        samples = json.loads(text)
+        status = [s["status"] for s in samples if s["status"] is not None]
+        reader = [s["reader"] for s in samples if s["reader"] is not None]
+        return {"lines": len(samples), "missed_status": len(samples) - len(status),
+                "status_p50": percentile(status, 50), "status_p99": percentile(status, 99),
+                "status_max": max(status, default=float("nan")),
+                "reader_p50": percentile(reader, 50), "reader_p99": percentile(reader, 99)}
+
+    # -- 3: action latency -----------------------------------------------------------------------
+    def action(self, busy: bool) -> dict[str, Any]:
+        deadline = 2.0
+        marker = f"{WORK}/deadline.marker"
+        runs = []
+        for rep in range(self.s["action_reps"]):
+            self.box.run("rm", "-f", marker)
+            since = self.reset(f"deadline --marker {marker}" + (" --busy" if busy else ""),
+                              {"phases": {"cuda_graph_capture": {"deadline": f"{deadline:g}s", "stall": "none"}}})
+            self.start()
+            restart = self.box.wait_for(lambda since=since: self.restarts(since), 60, "phasewatch's restart", 0.2)[0]
+            begins = [e for e in self.journal_since(since, f"_SYSTEMD_UNIT={UNIT}")
+                      if "Capture cuda graph begin" in str(e.get("MESSAGE"))]
+            due = min(at(e) for e in begins) + deadline
+            alert = self.journal_since(since, f"PHASEWATCH_UNIT={UNIT}")[0]
+            stopping = [e for e in self.journal_since(since, f"UNIT={UNIT}", "_PID=1", f"MESSAGE_ID={MID_STOPPING}")
+                        if at(e) >= due]
+            runs.append({"alert": at(alert) - due, "stopping": at(stopping[0]) - due if stopping else None,
+                         "stopped": at(restart) - due})
+            log(f"action latency ({'busy' if busy else 'idle'}) run {rep + 1}: alert {runs[-1]['alert']:.3f}s, "
+                f"restart job stopped the unit {runs[-1]['stopped']:.3f}s after the deadline")
+        self.box.systemctl("stop", WATCHER, UNIT, check=False)
+        return {"runs": runs, "alert_median": median([r["alert"] for r in runs]),
+                "stopping_median": median([r["stopping"] for r in runs if r["stopping"] is not None]),
+                "stopped_median": median([r["stopped"] for r in runs]), "deadline": deadline}
+
+    # -- 4: idle cost ----------------------------------------------------------------------------
+    def idle_rate(self) -> dict[str, Any]:
+        seconds = self.s["idle_seconds"]
+        log(f"idle cost: 100 lines/s for {seconds}s")
+        self.reset(f"rate --per-second 100 --seconds {seconds + 30}")
+        self.start()
+        self.wait_state("serving", timeout=60)
+        time.sleep(1)
+        return self.sample(seconds)
+
+    def sample(self, seconds: float, strace: bool = False) -> dict[str, Any]:
+        daemon = self.main_pid(WATCHER)
+        journald = self.main_pid("systemd-journald.service")
+        before = {"daemon": self.proc(daemon), "journald": self.proc(journald)}
+        started = time.perf_counter()
+        rss = []
+        while time.perf_counter() - started < seconds:
+            rss.append(self.proc(daemon)["rss_kib"])
+            time.sleep(min(1.0, max(seconds - (time.perf_counter() - started), 0.01)))
+        elapsed = time.perf_counter() - started
+        after = {"daemon": self.proc(daemon), "journald": self.proc(journald)}
+        cpu = {k: (after[k]["cpu"] - before[k]["cpu"]) / elapsed * 100 for k in before}
+        wakeups = {name: after["daemon"]["threads"].get(name, 0) - count
+                   for name, count in before["daemon"]["threads"].items()}
+        result: dict[str, Any] = {"seconds": elapsed, "daemon_cpu_percent": cpu["daemon"],
+                                  "journald_cpu_percent": cpu["journald"], "daemon_rss_max_kib": max(rss),
+                                  "thread_wakeups": wakeups}
+        if strace and shutil.which("strace"):
+            # A second window (ptrace's stops would count as context switches in the first one).
+            traced = self.box.run("sh", "-c", f"timeout -s INT {seconds} strace -c -e trace=poll,ppoll,select,"
+                                  f"pselect6,epoll_wait,epoll_pwait,sendmsg,recvmsg -p {daemon} 2>&1 || true",
+                                  timeout=seconds + 30)
+            result["strace_main_thread"] = parse_strace(traced.stdout)
+            result["strace_seconds"] = seconds
+        return result
+
+    def idle_silent(self, starting: bool) -> dict[str, Any]:
+        seconds = self.s["silent_seconds"]
+        log(f"idle cost: no lines for {seconds}s ({'starting' if starting else 'ready'})")
+        self.reset("silent --starting" if starting else "silent")
+        self.start()
+        self.wait_state("starting" if starting else "ready", timeout=60)
+        if starting:  # every rank has printed its lines (the kv cache pool)
+            self.box.wait_for(lambda: (s := self.status()) and s.get("phase") == "kv_cache_alloc", 30, "kv cache")
+        time.sleep(1)
+        result = self.sample(seconds, strace=True)
+        result["watchdog_interval_s"] = 15.0
+        return result
+
+    # -- 5: burst --------------------------------------------------------------------------------
+    def burst(self) -> dict[str, Any]:
+        lines, seconds = self.s["burst_lines"], self.s["burst_seconds"]
+        log(f"burst: 8 ranks, {lines} lines in {seconds}s")
+        trigger, out = f"{WORK}/burst.go", f"{WORK}/burst.json"
+        self.box.run("rm", "-f", trigger, out)
+        self.reset(f"burst --lines {lines} --seconds {seconds} --trigger {trigger} --out {out}")
+        self.start()
+        invocation = self.wait_state("ready", timeout=60)["invocation_id"]
+        daemon = self.main_pid(WATCHER)
+        time.sleep(1)
+        baseline = median([self.proc(daemon)["rss_kib"] for _ in range(3)])
+        self.box.run("touch", trigger)
+        peak = baseline
+        while not self.box.read(out):
+            peak = max(peak, self.proc(daemon)["rss_kib"])
+            time.sleep(0.1)
+        times = json.loads(self.box.read(out) or "{}")
+        drained = journal_final = None
+        expected = -1
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            count = len(self.box.run("journalctl", f"_SYSTEMD_INVOCATION_ID={invocation}", "-o", "json",
+                                     check=False).stdout.splitlines())
+            now = self.now()
+            if count != expected:
+                expected, journal_final = count, now
+            status = self.status() or {}
+            peak = max(peak, self.proc(daemon)["rss_kib"])
+            if status.get("entries") == expected and drained is None:
+                drained = now
+            if drained is not None and now - journal_final > 1.0:
+                break
+            time.sleep(0.05)
+        time.sleep(3)
+        after = median([self.proc(daemon)["rss_kib"] for _ in range(3)])
+        status = self.status() or {}
+        return {"lines": times.get("lines"), "write_seconds": times["ended"] - times["began"],
+                "journal_entries": expected, "daemon_entries": status.get("entries"),
+                "lost": expected - int(status.get("entries", 0)),
+                "journal_done_after_s": journal_final - times["ended"] if journal_final else None,
+                "daemon_done_after_s": drained - times["ended"] if drained else None,
+                "rss_before_kib": baseline, "rss_peak_kib": peak, "rss_after_kib": after}
+
+
+def catchup_unit(n: int) -> str:
+    return f"bench-catchup-{n}.service"
+
+
+def at(entry: dict[str, Any]) -> float:
+    return int(entry["__REALTIME_TIMESTAMP"]) / 1e6
+
+
+def parse_strace(text: str) -> dict[str, int]:
+    calls = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) >= 5 and parts[-1] in ("poll", "ppoll", "select", "pselect6", "epoll_wait", "epoll_pwait",
+                                             "sendmsg", "recvmsg"):
+            calls[parts[-1]] = int(parts[3])
+    return calls
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="bench/run.py", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small N, one repetition (the CI smoke run)")
+    parser.add_argument("--out", type=Path, help="write results.json and performance.md here instead of "
+                        "bench/ and docs/")
+    parser.add_argument("--only", help="comma-separated parts: catchup,scale,profile,follow,action,idle,burst")
+    args = parser.parse_args()
+    settings = PROFILES["quick" if args.quick else "full"]
+    parts = set((args.only or "catchup,scale,profile,follow,action,idle,burst").split(","))
+    box = BenchSandbox()
+    box.boot()
+    results: dict[str, Any] = {"mode": "quick" if args.quick else "full", "settings": settings,
+                               "machine": {"cores": os.cpu_count(), "python": platform.python_version(),
+                                           "kernel": platform.release()},
+                               "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
+    try:
+        bench = Bench(box, settings)
+        bench.install()
+        if parts & {"catchup", "scale", "profile"}:
+            results["journal"] = bench.write_journals()
+        if "catchup" in parts:
+            results["catchup"] = bench.catchup()
+        if "scale" in parts:
+            results["scale"] = bench.scale()
+        if "profile" in parts and settings["profile"]:
+            results["profile"] = bench.profile()
+        if "follow" in parts:
+            results["follow"] = bench.follow()
+        if "action" in parts:
+            results["action_idle"] = bench.action(busy=False)
+            results["action_busy"] = bench.action(busy=True)
+        if "idle" in parts:
+            results["idle_rate"] = bench.idle_rate()
+            results["idle_silent_ready"] = bench.idle_silent(starting=False)
+            results["idle_silent_starting"] = bench.idle_silent(starting=True)
+        if "burst" in parts:
+            results["burst"] = bench.burst()
+    finally:
+        box.shutdown()
+    out_dir = args.out
+    json_path = (out_dir / "results.json") if out_dir else HERE / "results.json"
+    doc_path = (out_dir / "performance.md") if out_dir else REPO / "docs" / "performance.md"
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    json_path.write_text(json.dumps(results, indent=1, default=str) + "\n")
+    doc_path.write_text(report.markdown(results))
+    log(f"wrote {json_path} and {doc_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,47 @@
+"""The bench (bench/run.py, docs/performance.md) in its quick mode, so the harness cannot rot.
+
+Small N, one repetition, a few seconds per part. It asserts only that every row was produced:
+never a time (the machine is shared; timings are for `make bench` to report, not for CI to judge).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from sandbox import REPO
+
+READERS = {"a_raw_reader", "b_journalctl_grep", "c_fail2ban_regex", "d_phasewatch_replay"}
+
+
+def test_quick_bench_produces_every_row(tmp_path: Path) -> None:
+    result = subprocess.run([sys.executable, str(REPO / "bench" / "run.py"), "--quick", "--out", str(tmp_path)],
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-4000:]
+    r = json.loads((tmp_path / "results.json").read_text())
+
+    catchup = r["catchup"]
+    assert set(catchup["median"]) == READERS
+    assert catchup["found"]["a_raw_reader"]["entries"] == catchup["entries"] > 0
+    assert catchup["found"]["b_journalctl_grep"]["marker_lines"] > 0
+    assert "matched" in catchup["found"]["c_fail2ban_regex"]["lines"]
+    assert catchup["found"]["d_phasewatch_replay"]["invocations"] == r["settings"]["invocations"]
+    assert set(r["scale"]) == {str(n) for n in r["settings"]["scale"]}
+    for row in r["scale"].values():
+        assert row["max_rss_kib"]["d_phasewatch_replay"][0] > 0
+
+    assert r["follow"]["lines"] == r["settings"]["follow_lines"]
+    for key in ("action_idle", "action_busy"):
+        assert len(r[key]["runs"]) == r["settings"]["action_reps"]
+    for key in ("idle_rate", "idle_silent_ready", "idle_silent_starting"):
+        assert r[key]["daemon_rss_max_kib"] > 0 and r[key]["thread_wakeups"]
+    assert r["burst"]["journal_entries"] > r["burst"]["lines"] > 0
+    assert r["burst"]["daemon_entries"] is not None
+
+    doc = (tmp_path / "performance.md").read_text()
+    for heading in ("## Targets", "## 1. Catch-up", "## 2. Follow latency", "## 3. Action latency",
+                    "## 4. Idle cost", "## 5. Burst", "## 6. Scale", "## Reproduce"):
+        assert heading in doc
+    assert doc.count("| 1 | replay ≥") == 3
