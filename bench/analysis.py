@@ -5,5 +5,5 @@ TEXT = """
 
     make bench            # = bash scripts/bench.sh: apt fail2ban + strace, py-spy in .venv, then bench/run.py
 
-`bench/run.py --quick --out DIR` is the short version CI runs (`tests/e2e/test_bench_smoke.py`).
+`bench/run.py --quick --out DIR` is the short version CI runs (`tests/e2e/test_e2e_bench_smoke.py`).
 """

@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 packages=(libsystemd-dev pkg-config gcc python3-dev python3-venv systemd-journal-remote polkitd dbus iproute2 util-linux
           prometheus curl  # prometheus: promtool and the e2e Prometheus; curl: queries inside the sandbox
-          fail2ban strace)  # the bench's smoke test (tests/e2e/test_bench_smoke.py): row (c), wake-up counts
+          fail2ban strace)  # the bench's smoke test (tests/e2e/test_e2e_bench_smoke.py): row (c), wake-up counts
 missing=()
 for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ "${#missing[@]}" -gt 0 ]; then
