@@ -117,8 +117,9 @@ def markdown(r: dict[str, Any]) -> str:
     f = r.get("follow")
     if f:
         summary.append(f"| 2 | line → daemon status, p99 < 100 ms | p50 {ms(f['status_p50'])}, p99 "
-                       f"{ms(f['status_p99'])} ({f['lines']} lines) | bare `_Reader` sees it: p50 "
-                       f"{ms(f['reader_p50'])}, p99 {ms(f['reader_p99'])} | {verdict(f['status_p99'] < 0.1)} |")
+                       f"{ms(f['status_p99'])} ({f['lines']} lines) | a bare `_Reader` waiting on the journal fd: "
+                       f"p50 {ms(f.get('waiting_reader_p50'))}, p99 {ms(f.get('waiting_reader_p99'))} (polling the "
+                       f"file: p99 {ms(f['reader_p99'])}) | {verdict(f['status_p99'] < 0.1)} |")
     for key, label in (("action_idle", "idle-waiting"), ("action_busy", "100 lines/s")):
         a = r.get(key)
         if a:
@@ -198,7 +199,10 @@ def markdown(r: dict[str, Any]) -> str:
                 "", "| | p50 | p99 | max |", "|---|---:|---:|---:|",
                 f"| daemon's status shows the line | {ms(f['status_p50'])} | {ms(f['status_p99'])} | "
                 f"{ms(f['status_max'])} |",
-                f"| bare reader sees the entry (journald's part) | {ms(f['reader_p50'])} | {ms(f['reader_p99'])} | |",
+                f"| bare reader polling the file every 0.5 ms sees the entry | {ms(f['reader_p50'])} | "
+                f"{ms(f['reader_p99'])} | |",
+                f"| bare reader waiting on the journal fd (like `journalctl -f`) wakes with it | "
+                f"{ms(f.get('waiting_reader_p50'))} | {ms(f.get('waiting_reader_p99'))} | |",
                 "", f"Lines never seen in the status within 5 s: {f['missed_status']}.", ""]
     if r.get("action_idle"):
         out += ["## 3. Action latency", "", "`bench/writer.py deadline`: 8 ranks enter `cuda_graph_capture` "

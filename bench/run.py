@@ -221,10 +221,12 @@ class Bench:
         samples = json.loads(text)
         status = [s["status"] for s in samples if s["status"] is not None]
         reader = [s["reader"] for s in samples if s["reader"] is not None]
+        waiting = [s["waiting_reader"] for s in samples if s.get("waiting_reader") is not None]
         return {"lines": len(samples), "missed_status": len(samples) - len(status),
                 "status_p50": percentile(status, 50), "status_p99": percentile(status, 99),
                 "status_max": max(status, default=float("nan")),
-                "reader_p50": percentile(reader, 50), "reader_p99": percentile(reader, 99)}
+                "reader_p50": percentile(reader, 50), "reader_p99": percentile(reader, 99),
+                "waiting_reader_p50": percentile(waiting, 50), "waiting_reader_p99": percentile(waiting, 99)}
 
     # -- 3: action latency -----------------------------------------------------------------------
     def action(self, busy: bool) -> dict[str, Any]:

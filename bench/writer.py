@@ -161,13 +161,32 @@ def catchup(entries: int) -> None:
 
 def paced(lines: int, interval: float, status: str, out: str) -> None:
     """Write `lines` lines one at a time; after each, wait until the daemon's status and a bare reader show it."""
+    import threading
+
     from systemd import _reader
 
     invocation = os.environ["INVOCATION_ID"]
-    reader = _reader._Reader()
-    reader.add_match(f"_SYSTEMD_INVOCATION_ID={invocation}")
-    reader.seek_tail()
-    reader._previous()
+
+    def open_reader():  # type: ignore[no-untyped-def]
+        reader = _reader._Reader()
+        reader.add_match(f"_SYSTEMD_INVOCATION_ID={invocation}")
+        reader.seek_tail()
+        reader._previous()
+        return reader
+
+    reader = open_reader()
+    # A second reference: a bare reader that sleeps until the journal's fd says something changed
+    # (what `journalctl -f` and the daemon do), instead of polling the file.
+    woken: list[float] = []
+
+    def wait_like_a_follower() -> None:
+        follower = open_reader()
+        while True:
+            follower.wait(-1)
+            while follower._next():
+                woken.append(time.time())
+
+    threading.Thread(target=wait_like_a_follower, daemon=True).start()
     texts = [t for texts in startup_lines().values() for t in texts
              if t.endswith("\n") and t.count("\n") == 1 and t.strip()]
     rng = random.Random(5)
@@ -201,8 +220,12 @@ def paced(lines: int, interval: float, status: str, out: str) -> None:
                 except (OSError, ValueError):
                     last_stat = None
             time.sleep(0.0005)
+        deadline = time.time() + 2.0
+        while len(woken) <= index and time.time() < deadline:
+            time.sleep(0.0005)
+        woke = woken[index] - written if len(woken) > index else None
         results.append({"text": text[:60], "reader": None if seen_reader is None else seen_reader - written,
-                        "status": None if seen_status is None else seen_status - written})
+                        "waiting_reader": woke, "status": None if seen_status is None else seen_status - written})
     with open(out + ".tmp", "w", encoding="utf-8") as handle:
         json.dump(results, handle)
     os.replace(out + ".tmp", out)

@@ -170,24 +170,39 @@ def _epoch(date: str, time: str, ms: str | None) -> float | None:
     return value
 
 
+_DAY_EPOCH: dict[str, int | None] = {}
+
+
 def _epoch_of(date: str, time: str, ms: str | None) -> float | None:
-    try:
-        year, month, day = (int(x) for x in date.split("-"))
-        hour, minute, second = (int(x) for x in time.split(":"))
-        value = float(calendar.timegm((year, month, day, hour, minute, second, 0, 0, 0)))
-    except (ValueError, OverflowError):
+    # timegm is linear in hour, minute and second: the day's start is computed once per date.
+    day: int | None
+    if date in _DAY_EPOCH:
+        day = _DAY_EPOCH[date]
+    else:
+        try:
+            year, month, mday = (int(x) for x in date.split("-"))
+            day = calendar.timegm((year, month, mday, 0, 0, 0, 0, 0, 0))
+        except (ValueError, OverflowError):
+            day = None
+        if len(_DAY_EPOCH) < 4096:
+            _DAY_EPOCH[date] = day
+    if day is None:
         return None
-    return value + (float(ms) if ms else 0.0)
+    try:
+        hour, minute, second = (int(x) for x in time.split(":"))
+    except ValueError:
+        return None
+    return float(day + (hour * 60 + minute) * 60 + second) + (float(ms) if ms else 0.0)
 
 
 def find_prefixes(segment: str) -> list[Prefix]:
     found: list[Prefix] = []
     if "[" in segment:
         for match in PREFIX_RE.finditer(segment):
-            if match.group("date"):
-                found.append(Prefix(match.start(), match.end(), canonical_rank(match.group("tags") or ""),
-                                    _epoch(match.group("date"), match.group("time"), match.group("ms")),
-                                    date=match.group("date")))
+            date, time, ms, tags = match.group("date", "time", "ms", "tags")
+            if date:
+                found.append(Prefix(match.start(), match.end(), canonical_rank(tags or ""), _epoch(date, time, ms),
+                                    date=date))
             elif match.group("stime"):
                 found.append(Prefix(match.start(), match.end(), canonical_rank(match.group("stags")), None,
                                     time_only=match.group("stime")))

@@ -16,6 +16,7 @@ from typing import Mapping
 from .records import FINAL_PHASES, MAIN, UNIT_PHASES, Event, EventKind, Phase, Progress
 
 MAX_INVOCATIONS = 16
+_UNIT_PHASES = tuple(UNIT_PHASES)  # a tuple: membership by identity, not Enum's Python-level __hash__
 PROOF_OF_LIFE_RULES = frozenset({"decode_batch", "prefill_batch"})
 MAX_FATAL_TEXTS = 200
 
@@ -403,7 +404,7 @@ class Tracker:
             return []
         if event.phase is None:
             return []
-        if event.phase in UNIT_PHASES:
+        if event.phase in _UNIT_PHASES:
             return self._unit_phase(inv, event.phase, ts, event.rule)
         return self._rank_phase(inv, rank, event.phase, kind is not EventKind.PHASE_END, ts, event.rule,
                                 hint=kind is EventKind.PHASE_HINT)
@@ -454,7 +455,7 @@ class Tracker:
 
     def _rank_phase(self, inv: _Invocation, rank: _Rank, phase: Phase, begin: bool, ts: float | None,
                     rule: str | None, hint: bool = False) -> list[Transition]:
-        if rank.phase in UNIT_PHASES:
+        if rank.phase in _UNIT_PHASES:
             return []
         resolved = self._resolve(rank, phase, begin, hint)
         if resolved is None or (hint and resolved is rank.phase):
