@@ -38,6 +38,12 @@ READ_BATCH = 1000
 SCAN_INTERVAL = 1.0  # how often the unit's cgroup is read while it starts
 DEATH_GRACE = 0.5  # a rank death is confirmed only if the unit is not being torn down meanwhile
 REBUILD_MARGIN = 5.0  # read from this long before the unit's start
+# journald tells a follower about new entries only when its post-change timer fires (250 ms, coalesced;
+# here a bare reader waiting on the fd woke 0.25-0.5 s after the write, docs/performance.md). While a
+# start-up is talking, the loop also looks for entries every JOURNAL_POLL; a look that finds nothing
+# costs one _next() and goes back to sleep. Quiet for TALKING: only the fd, deadlines and the watchdog.
+JOURNAL_POLL = 0.05
+TALKING = 2.0
 
 
 class Unit(Protocol):
@@ -88,6 +94,8 @@ class Daemon:
         self.health_probe = health_probe or BackgroundProbe()
         self.last_probe = -math.inf
         self.last_status: dict[str, object] = {}
+        self.last_entries_at = -math.inf  # when the journal last gave entries (wall clock)
+        self.starting = False  # the current start-up has not reached ready (from the last _timeout)
         self.exporter = exporter  # metrics and /status (None: none)
         self.history = history  # past start-ups: learned limits, ETA (None: none)
         self.recorded: set[str] = set()
@@ -132,6 +140,10 @@ class Daemon:
     def step(self, max_wait: float | None = None) -> None:
         now = self.clock.wall()
         timeout = self._timeout(now)
+        polling = (max_wait is None and self.starting and now - self.last_entries_at < TALKING
+                   and timeout > JOURNAL_POLL)
+        if polling:
+            timeout = JOURNAL_POLL
         if max_wait is not None:
             timeout = min(timeout, max_wait)
         poller = select.poll()
@@ -146,9 +158,13 @@ class Daemon:
             logger.info("[%s] journal changed (rotation, vacuum or journald restart): reopening at the cursor",
                         self.config.unit)
             self.follower.reopen()
+        read_any = False
         for _ in range(10):  # bounded, so the watchdog is fed during a flood
             if not self._read_journal():
                 break
+            read_any = True
+        if polling and not readable and not read_any:
+            return  # only looked for entries journald had not announced: nothing else is due yet
         now = self.clock.wall()
         if self.health_probe.fileno() in readable:
             self._probe_result()
@@ -164,6 +180,7 @@ class Daemon:
     def _timeout(self, now: float) -> float:
         candidates = [math.inf]
         inv = self.pipeline.snapshot().current
+        self.starting = inv is not None and inv.state is UnitState.STARTING
         if inv is not None:
             candidates.append(policy.next_deadline(inv, now, self.pipeline.config) - now + 0.05)
             if inv.state is UnitState.STARTING:
@@ -227,6 +244,7 @@ class Daemon:
         if not records:
             return False
         now = self.clock.wall()
+        self.last_entries_at = now
         counts = self.entries_by_invocation
         for record in records:
             self.pipeline.feed(record, now)
