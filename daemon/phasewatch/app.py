@@ -282,7 +282,10 @@ class Daemon:
         if inv is None or inv.state is not UnitState.STARTING or now - self.last_scan < SCAN_INTERVAL:
             return
         self.last_scan = now
-        self.facts = self._read_facts() or self.facts
+        known = self.facts
+        if known is None or not known.control_group or known.invocation_id != inv.invocation_id:
+            # D-Bus only until this start-up's cgroup is known (a dozen calls a time): then the file alone.
+            self.facts = self._read_facts() or self.facts
         if self.facts is None or not self.facts.control_group:
             return
         if self.facts.invocation_id is not None and self.facts.invocation_id != inv.invocation_id:
