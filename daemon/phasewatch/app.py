@@ -416,7 +416,9 @@ class Daemon:
 
     def _publish(self) -> None:
         if self.exporter is not None:
-            self.exporter.publish(self.pipeline, self.memory, self.clock.wall())
+            inv = self.pipeline.snapshot().current
+            reasons = {p.value: item.reason for p, item in self._learned(inv).limits.items()} if inv else {}
+            self.exporter.publish(self.pipeline, self.memory, self.clock.wall(), self.eta, reasons)
 
     # -- telling systemd -----------------------------------------------------------------------
     def _status(self) -> None:

@@ -121,6 +121,9 @@ class Published:
     restarts: Mapping[str, int] = field(default_factory=dict)  # reason (verdict kind) -> count
     phase_durations: Mapping[str, Histogram] = field(default_factory=dict)
     startup_durations: Histogram = Histogram(STARTUP_BUCKETS)
+    judged_with: Config | None = None  # the limits in force (learned ones with `adaptive`)
+    limit_reasons: Mapping[str, str] = field(default_factory=dict)  # phase -> why that limit
+    eta: float | None = None  # seconds to ready, from past start-ups
 
 
 @dataclass(frozen=True)
@@ -175,19 +178,22 @@ class Exporter:
             probes = self._probes
             self._probes = Probes(probes.seconds.observe(max(seconds, 0.0)), probes.failures + (0 if ok else 1))
 
-    def publish(self, pipeline: Pipeline, memory: Memory, now: float) -> None:
+    def publish(self, pipeline: Pipeline, memory: Memory, now: float, eta: float | None = None,
+                limit_reasons: Mapping[str, str] | None = None) -> None:
         """After each loop step: observe what completed, then replace the published reference."""
         snapshot = pipeline.snapshot()
         self._observe(snapshot)
         current = snapshot.current
         judgement = pipeline.judge(now, Snapshot((current,)))[0] if current is not None else None
         self._published = self._freeze(Published(now, current, judgement, BudgetView.of(memory, now, self.config),
-                                                 self._server, pipeline.entries))
+                                                 self._server, pipeline.entries, judged_with=pipeline.config,
+                                                 limit_reasons=dict(limit_reasons or {}), eta=eta))
 
     def _freeze(self, published: Published) -> Published:
         return Published(published.now, published.invocation, published.judgement, published.budget,
                          published.server, published.entries, self._lines_lost, dict(self._verdicts),
-                         dict(self._restarts), dict(self._phase_durations), self._startup_durations)
+                         dict(self._restarts), dict(self._phase_durations), self._startup_durations,
+                         published.judged_with, published.limit_reasons, published.eta)
 
     def _observe(self, snapshot: Snapshot) -> None:
         for inv in snapshot.invocations:
@@ -227,13 +233,18 @@ class Exporter:
         """The `/status` document: render.status_document over the published judgement, aged to now."""
         published = self._published
         budget = published.budget.document() if published.budget is not None else None
-        return status_document(published.judgement, self.clock.wall(), self.config, budget,
-                               {"published_at": iso(published.now)})
+        config = published.judged_with or self.config
+        limits = {phase.value: {"deadline_seconds": config.limits(phase).deadline,
+                                "stall_seconds": config.limits(phase).stall,
+                                "why": published.limit_reasons.get(phase.value, "configured")} for phase in Phase}
+        return status_document(published.judgement, self.clock.wall(), config, budget,
+                               {"published_at": iso(published.now), "eta_seconds": published.eta,
+                                "limits": limits})
 
     def collect(self) -> Iterator[Metric]:
         with self._probe_lock:
             probes = self._probes
-        yield from families(self._published, probes, self.clock.wall(), self.config)
+        yield from families(self._published, probes, self.clock.wall(), self._published.judged_with or self.config)
 
 
 class _Collector:
@@ -322,12 +333,20 @@ def families(published: Published, probes: Probes, now: float, config: Config) -
                      "absent: no limit)", ["phase"])
     stall = gauge("phasewatch_phase_stall_seconds", "Longest a rank may stay silent in the phase (config; "
                   "absent: no limit)", ["phase"])
+    learned = gauge("phasewatch_phase_deadline_learned", "1 when the phase's limits in force were learned from "
+                    "past start-ups (adaptive), 0 when configured", ["phase"])
     for phase in Phase:
         limits = config.limits(phase)
         if limits.deadline is not None:
             deadline.add_metric([unit, phase.value], limits.deadline)
         if limits.stall is not None:
             stall.add_metric([unit, phase.value], limits.stall)
+        why = published.limit_reasons.get(phase.value, "configured")
+        learned.add_metric([unit, phase.value], 1.0 if why.startswith("learned") else 0.0)
+    eta = gauge("phasewatch_startup_eta_seconds", "Estimated seconds until the current start-up is ready, from "
+                "past start-ups (absent: no history, or not starting)", [])
+    if published.eta is not None:
+        eta.add_metric([unit], published.eta)
 
     state = gauge("phasewatch_unit_state", "1 for the state of the current start-up (starting, ready, serving, "
                   "stopping, stopped, failed), 0 for the others", ["state"])
