@@ -157,7 +157,7 @@ def markdown(r: dict[str, Any]) -> str:
                for v in sc.values()]
         own = [x for _, _, x, _ in per]
         slope, intercept, worst = linear_fit([(float(e), t) for e, t, _, _ in per])
-        linear = worst <= 0.1
+        linear = worst <= 0.15  # medians of 3 on a shared machine
         flat = max(own) <= 1.25 * min(own)
         summary.append(f"| 6 | replay time linear in N, memory not growing with N | t = {intercept:.2f} s + "
                        f"{slope * 1e6:.1f} µs × N (every point within {worst * 100:.0f} % of the line); max RSS "
