@@ -278,3 +278,29 @@ def test_report_command_table_json_and_plot(tmp_path: Path, records: list[Startu
     assert table[0].split()[:4] == ["STARTED", "(UTC)", "TOOK", "OUTCOME"]
     assert len(table) == 1 + 3
     assert main(["report", "other.service", "--state-dir", str(tmp_path)]) == 66
+
+
+def test_limits_in_force_and_eta_are_exported(history: History, records: list[StartupRecord]) -> None:
+    from prometheus_client import CollectorRegistry
+
+    from phasewatch.clock import FakeClock
+    from phasewatch.metrics import Exporter
+    from phasewatch.respond import Memory
+
+    config = learned(history, records[0].fingerprint)
+    pipeline = run(90, Faults(hang={3: "draft_cuda_graph_capture"}), config)
+    registry = CollectorRegistry()
+    now = BASE + 90 * 10_000 + 1000
+    exporter = Exporter(CONFIG, registry, FakeClock(wall=now))
+    reasons = {"weight_load": "learned: 1.5 x p95 9m7s of 6 start-ups, within 0.25-2 x configured"}
+    exporter.publish(pipeline, Memory(), now, eta=321.0, limit_reasons=reasons)
+    sample = registry.get_sample_value
+    assert sample("phasewatch_startup_eta_seconds", {"unit": UNIT}) == 321.0
+    assert sample("phasewatch_phase_deadline_learned", {"unit": UNIT, "phase": "weight_load"}) == 1.0
+    assert sample("phasewatch_phase_deadline_learned", {"unit": UNIT, "phase": "dist_init"}) == 0.0
+    assert sample("phasewatch_phase_deadline_seconds", {"unit": UNIT, "phase": "weight_load"}) == \
+        config.limits(Phase.WEIGHT_LOAD).deadline
+    status = exporter.status()
+    assert status["eta_seconds"] == 321.0
+    assert status["limits"]["weight_load"]["why"] == reasons["weight_load"]
+    assert status["limits"]["weight_load"]["deadline_seconds"] == config.limits(Phase.WEIGHT_LOAD).deadline
