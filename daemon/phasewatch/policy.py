@@ -89,7 +89,7 @@ def evaluate(inv: InvocationView, now: float, config: Config, profile: Profile |
                                     f"{unit}: {inv.health_failures} health probes failed in a row "
                                     f"(last: {inv.health_error}); the server is not answering", now,
                                     inv.health_episode))
-    if inv.state not in START_UP_STATES:
+    if inv.state not in START_UP_STATES or node_done(inv):
         return verdicts
     for rank in inv.scheduler_ranks:
         if rank.died_at is not None:
@@ -246,6 +246,17 @@ def _telling_line(fatal: FatalView, cause: str | None, profile: Profile) -> str:
     return (exception or fatal.texts[0]).strip()
 
 
+def node_done(inv: InvocationView) -> bool:
+    """A node with node_rank >= 1 of a multi-node server has no HTTP server and prints no "fired up":
+    its start-up is done when every local rank has finished its last CUDA graph capture."""
+    server = inv.server
+    if server is None or server.nnodes <= 1 or server.node_rank == 0:
+        return False
+    ranks = inv.scheduler_ranks
+    last = Phase.DRAFT_CUDA_GRAPH_CAPTURE if server.speculative else Phase.CUDA_GRAPH_CAPTURE
+    return bool(ranks) and all(r.seen and r.phase is last and r.phase_ended for r in ranks)
+
+
 def outcome(inv: InvocationView, verdicts: list[Verdict]) -> str:
     if any(v.kind == "crashed" for v in verdicts) or inv.state is UnitState.FAILED:
         return "crashed"
@@ -257,7 +268,7 @@ def outcome(inv: InvocationView, verdicts: list[Verdict]) -> str:
         return "ready"
     if any(v.kind in ("stalled", "straggler") for v in verdicts):
         return "stalled"
-    return "starting"
+    return "ready" if node_done(inv) else "starting"
 
 
 def next_deadline(inv: InvocationView, now: float, config: Config) -> float:
@@ -266,7 +277,7 @@ def next_deadline(inv: InvocationView, now: float, config: Config) -> float:
         first_echo = min((f.ts for f in inv.fatals if f.ts is not None), default=now)
         if first_echo + ECHO_GRACE > now:
             return first_echo + ECHO_GRACE
-    if inv.state not in START_UP_STATES or inv.fatals:
+    if inv.state not in START_UP_STATES or inv.fatals or node_done(inv):
         return math.inf
     candidates: list[float] = []
     for rank in _evaluated_ranks(inv):

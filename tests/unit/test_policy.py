@@ -679,3 +679,27 @@ def test_outcome_stopped(journal: Journal) -> None:
 
 def test_outcomes_are_the_documented_ones() -> None:
     assert policy.OUTCOMES == ("starting", "ready", "serving", "stalled", "crashed", "stopped")
+
+
+def test_second_node_of_a_multi_node_server_is_ready_when_its_ranks_finished_capture() -> None:
+    """node_rank 1 has no HTTP server and no "fired up" line: its ranks' last capture ends it."""
+    pipeline = Pipeline(Config(unit=UNIT))
+    t = 1_800_000_000.0
+    lines = ["[2026-11-29 08:00:00] server_args=ServerArgs(model_path='m', tp_size=16, nnodes=2, node_rank=1, "
+             "speculative_algorithm=None)"]
+    for message in ("Init torch distributed begin.", "Init torch distributed ends. elapsed=1.00 s, mem usage=1 GB",
+                    "Load weight begin. avail mem=137.95 GB", "Load weight end. elapsed=5.00 s, type=X, avail mem=1 GB",
+                    "Memory pool end. avail mem=20.00 GB", "Capture cuda graph begin. This can take up to several "
+                    "minutes. avail mem=20.40 GB"):
+        lines += [f"[2026-11-29 08:00:01 TP{n}] {message}" for n in range(8, 16)]
+    lines += [f"[2026-11-29 08:00:09 TP{n}] Capture cuda graph end. Time elapsed: 8.00 s. mem usage=1.17 GB. "
+              "avail mem=19.21 GB." for n in range(8, 16)]
+    for n, line in enumerate(lines):
+        pipeline.feed(JournalRecord(line, t + n * 0.01, pid=100 + n % 9, invocation_id="inv"), None)
+    inv = pipeline.snapshot().current
+    assert inv is not None
+    assert [r.rank for r in inv.scheduler_ranks] == [f"TP{n}" for n in range(8, 16)]
+    later = t + 7200
+    assert policy.evaluate(inv, later, pipeline.config) == []
+    assert policy.outcome(inv, []) == "ready"
+    assert next_deadline(inv, t + 10, pipeline.config) == math.inf
