@@ -6,33 +6,19 @@ from __future__ import annotations
 
 import json
 import os
-import struct
 import subprocess
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import pytest
 from sglang_sim import Faults, build, journal_json
 
+from journal_dirs import export_bytes
 from phasewatch.cli import main
 
 UNIT = "sglang-kimi.service"
 JOURNAL_REMOTE = next((p for p in ("/lib/systemd/systemd-journal-remote", "/usr/lib/systemd/systemd-journal-remote")
                        if os.path.exists(p)), None)
-
-
-def export_bytes(entries: Iterable[dict[str, Any]]) -> bytes:
-    """Journal export format; fields holding control characters use the binary-safe form."""
-    out = bytearray()
-    for entry in entries:
-        for key, value in entry.items():
-            raw = bytes(value) if isinstance(value, list) else str(value).encode()
-            if any(b < 32 and b != 9 for b in raw):
-                out += key.encode() + b"\n" + struct.pack("<Q", len(raw)) + raw + b"\n"
-            else:
-                out += key.encode() + b"=" + raw + b"\n"
-        out += b"\n"
-    return bytes(out)
 
 
 @pytest.fixture(scope="module")

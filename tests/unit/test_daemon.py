@@ -3,17 +3,16 @@ a fake clock. (The real thing runs in tests/e2e.)"""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fakes import ScriptedJournal
 from phasewatch.actions import RecordingAlerter, RecordingNotifier, RecordingUnit, UnitFacts
 from phasewatch.app import Daemon
 from phasewatch.clock import FakeClock
 from phasewatch.config import DEFAULT_LIMITS, Config, PhaseLimits
-from phasewatch.follow import APPEND
 from phasewatch.pipeline import Pipeline
 from phasewatch.procs import ProcessTable
 from phasewatch.records import JournalRecord, Phase
@@ -22,38 +21,6 @@ from phasewatch.state import StateStore
 UNIT = "sglang-kimi.service"
 INV = "0123456789abcdef0123456789abcdef"
 T0 = 1_800_000_000.0
-
-
-class ScriptedJournal:
-    """Stands in for JournalFollower: entries are pushed by the test; the fd is a real pipe."""
-
-    def __init__(self) -> None:
-        self.pending: list[JournalRecord] = []
-        self.cursor: str | None = None
-        self._read, self._write = os.pipe()
-
-    def push(self, *records: JournalRecord) -> None:
-        self.pending.extend(records)
-        os.write(self._write, b"!")
-
-    def read(self, limit: int = 1000) -> list[JournalRecord]:
-        out, self.pending = self.pending[:limit], self.pending[limit:]
-        if out:
-            self.cursor = f"c{len(out)}"
-        return out
-
-    def fileno(self) -> int:
-        return self._read
-
-    def wait_result(self) -> int:
-        os.read(self._read, 1024)
-        return APPEND
-
-    def seek_realtime(self, seconds: float) -> None: ...
-
-    def seek_tail(self) -> None: ...
-
-    def reopen(self) -> None: ...
 
 
 def line(text: str, at: float, pid: int = 100) -> JournalRecord:

@@ -41,12 +41,12 @@ from test_policy import (
     weight_load,
 )
 
+from fakes import ScriptedJournal
 from phasewatch import __version__, policy
 from phasewatch.actions import RecordingAlerter, RecordingNotifier, RecordingUnit, UnitFacts
 from phasewatch.app import Daemon
 from phasewatch.clock import FakeClock
 from phasewatch.config import DEFAULT_LIMITS, VERDICT_KINDS, Config, PhaseLimits, RestartBudget
-from phasewatch.follow import APPEND
 from phasewatch.metrics import PHASE_BUCKETS, Exporter, parse_listen, serve
 from phasewatch.procs import ProcessTable
 from phasewatch.records import MAIN, PHASE_NAMES, JournalRecord, Phase
@@ -54,36 +54,6 @@ from phasewatch.respond import Budget, BudgetState, Memory
 from phasewatch.state import StateStore
 
 RANKS = (MAIN, *TP8)
-
-
-class ScriptedJournal:
-    """Stands in for JournalFollower (as in test_daemon): entries pushed by the test, a real pipe's fd."""
-
-    def __init__(self) -> None:
-        self.pending: list[JournalRecord] = []
-        self.cursor: str | None = None
-        self._read, self._write = os.pipe()
-
-    def push(self, *records: JournalRecord) -> None:
-        self.pending.extend(records)
-        os.write(self._write, b"!")
-
-    def read(self, limit: int = 1000) -> list[JournalRecord]:
-        out, self.pending = self.pending[:limit], self.pending[limit:]
-        return out
-
-    def fileno(self) -> int:
-        return self._read
-
-    def wait_result(self) -> int:
-        os.read(self._read, 1024)
-        return APPEND
-
-    def seek_realtime(self, seconds: float) -> None: ...
-
-    def seek_tail(self) -> None: ...
-
-    def reopen(self) -> None: ...
 
 
 class Fixture:
