@@ -12,12 +12,12 @@ TARGETS = {"a": 0.5, "b": 1.0, "c": 4.0}
 FRAME_RE = re.compile(r"^(?P<func>.*?) \((?P<file>[^():]+?)(?::\d+)?\)$")
 # The pipeline's stages, as py-spy names their entry points (function, file suffix).
 STAGES = [
-    ("read: journal (follow.JournalFollower.read)", "read", "phasewatch/follow.py"),
-    ("split: lines (LineSplitter.feed)", "feed", "phasewatch/lines.py"),
-    ("parse: events (EventMapper.map_line)", "map_line", "phasewatch/events.py"),
-    ("track: tracker (Tracker.apply)", "apply", "phasewatch/tracker.py"),
-    ("judge + render (Pipeline.judge, render.to_json)", "judge", "phasewatch/pipeline.py"),
-    ("imports and config (before the first entry)", "<module>", "phasewatch/cli.py"),
+    ("read: journal (follow.JournalFollower.read)", "JournalFollower.read", "phasewatch/follow.py"),
+    ("split: lines (LineSplitter.feed, .flush)", "LineSplitter.feed", "phasewatch/lines.py"),
+    ("parse: events (EventMapper.map_line)", "EventMapper.map_line", "phasewatch/events.py"),
+    ("track: tracker (Tracker.apply)", "Tracker.apply", "phasewatch/tracker.py"),
+    ("the rest of the loop (Pipeline.feed, read_unit)", "Pipeline.feed", "phasewatch/pipeline.py"),
+    ("judge + render (Pipeline.judge, render.to_json)", "Pipeline.judge", "phasewatch/pipeline.py"),
 ]
 
 
@@ -38,12 +38,15 @@ def summarize_profile(raw: str) -> dict[str, Any]:
         func, file = names[-1]
         leaf[f"{func} ({short(file)})"] += count
         for label, want_func, want_file in STAGES:
-            if any(f == want_func and fl.endswith(want_file) for f, fl in names):
+            if any(f.endswith(want_func) and fl.endswith(want_file) for f, fl in names):
                 stage[label] += count
                 break
+        else:
+            stage["imports, config, start-up"] += count
     return {"samples": total,
             "self": [(name, count / total) for name, count in leaf.most_common(15)] if total else [],
-            "stages": [(label, stage[label] / total) for label, _, _ in STAGES] if total else []}
+            "stages": [(label, stage[label] / total) for label in [*(x[0] for x in STAGES),
+                                                                     "imports, config, start-up"]] if total else []}
 
 
 def short(path: str) -> str:

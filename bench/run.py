@@ -205,7 +205,7 @@ class Bench:
         unit = catchup_unit(self.s["n"])
         log("profile: py-spy over replay")
         raw = f"{WORK}/profile.txt"
-        self.box.run(spy, "record", "--format", "raw", "--rate", "250", "--nonblocking", "-o", raw, "--",
+        self.box.run(spy, "record", "--format", "raw", "--rate", "250", "-o", raw, "--",
                      f"{VENV}/bin/python", "-m", "phasewatch", "replay", "--unit", unit, "--json", timeout=1800)
         return report.summarize_profile(self.box.read(raw) or "")
 

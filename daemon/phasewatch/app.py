@@ -139,7 +139,7 @@ class Daemon:
 
     def step(self, max_wait: float | None = None) -> None:
         now = self.clock.wall()
-        timeout = self._timeout(now)
+        timeout = full = self._timeout(now)
         polling = (max_wait is None and self.starting and now - self.last_entries_at < TALKING
                    and timeout > JOURNAL_POLL)
         if polling:
@@ -163,8 +163,10 @@ class Daemon:
             if not self._read_journal():
                 break
             read_any = True
-        if polling and not readable and not read_any:
-            return  # only looked for entries journald had not announced: nothing else is due yet
+        if polling and not readable and not read_any and self.clock.wall() < now + full - 0.05:
+            # Only looked for entries journald had not announced, and no deadline passed meanwhile
+            # (next_deadline() forgets a deadline once it is past: it must be judged in this step).
+            return
         now = self.clock.wall()
         if self.health_probe.fileno() in readable:
             self._probe_result()
