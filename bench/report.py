@@ -202,8 +202,9 @@ def markdown(r: dict[str, Any]) -> str:
         out += [f"| `{name}` | {share * 100:.1f} % |" for name, share in p["self"]]
         out.append("")
     if f:
-        out += ["## 2. Follow latency", "", f"`bench/writer.py paced`: {f['lines']} lines (a start-up's lines, "
-                "then Decode lines) written one at a time, 15–45 ms apart, by the watched unit; for each, the "
+        out += ["## 2. Follow latency", "", f"`bench/writer.py paced`: {f['lines']} lines (a start-up's lines in "
+                "random order, without the ready line so that it stays a start-up, then TP0 Decode lines) written "
+                "one at a time, 15–45 ms apart, by the watched unit; for each, the "
                 "writer polls (every 0.5 ms) the daemon's status file until its `entries` count includes the "
                 "line, and, as the reference, a bare `_Reader` on its own invocation until the entry is there.",
                 "", "| | p50 | p99 | max |", "|---|---:|---:|---:|",

@@ -188,7 +188,8 @@ def paced(lines: int, interval: float, status: str, out: str) -> None:
 
     threading.Thread(target=wait_like_a_follower, daemon=True).start()
     texts = [t for texts in startup_lines().values() for t in texts
-             if t.endswith("\n") and t.count("\n") == 1 and t.strip()]
+             if t.endswith("\n") and t.count("\n") == 1 and t.strip() and "fired up" not in t]
+    # (not the ready line: the start-up stays a start-up, whose lines are the ones that must be seen fast)
     rng = random.Random(5)
     texts = rng.sample(texts, min(len(texts), lines))
     texts += [decode_line(0, n) + "\n" for n in range(lines - len(texts))]
