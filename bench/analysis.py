@@ -41,7 +41,11 @@ journald-server.c). A bare reader waiting on the journal's fd (what `journalctl 
 the daemon did) woke 0.25–0.5 s after the write, the reference row above, while the entry was in
 the file within a millisecond (polling row). So the daemon now also looks for entries every 50 ms
 while a start-up is talking (an entry within the last 2 s, state `starting`). A look that finds
-nothing costs a `poll` and a `_next()` and goes back to sleep. The first line after more than 2 s of silence
+nothing costs a `poll` and a `_next()` and goes back to sleep. Now half of the start-up's lines show
+in the status within about 25 ms, but the p99 is still about 0.43 s: a few lines still waited for
+journald's notification. The cause was not found in this session (candidates: steps where the
+1 s cgroup scan or the watchdog was due sooner than 50 ms, which skip the short look), so target 2
+is missed by about 4 times at p99 and met at p50. The first line after more than 2 s of silence
 still waits for journald (up to about 0.5 s): that is within "react within a second", not within
 100 ms. After `ready` the daemon keeps journald's cadence, so that 100 lines/s of `Decode batch`
 cost 4 loop steps a second, not 20 (target 4).
@@ -64,8 +68,9 @@ the journal, or cgroup events). The target is missed by that.
 
 **5. Burst.** Nothing was lost and there was no backlog: the daemon had every entry as soon as
 journald had written them (it reads up to 10,000 entries per loop step). RSS grows during the
-burst and stays there: the sd-journal mapping of the new entries, and Python's allocator keeping the
-arenas it used. It does not grow from one burst to the next.
+burst (about +18 MB) and falls back to within about 6 MB of where it was, not all the way: the
+sd-journal mapping of the new entries, and Python's allocator keeping some arenas it used. Missed
+by that margin (the check allows 10 %).
 
 ## Reproduce
 

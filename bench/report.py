@@ -101,7 +101,8 @@ def markdown(r: dict[str, Any]) -> str:
            f"Python {r['machine']['python']}, kernel {r['machine']['kernel']}, inside the real-systemd harness "
            "of `tests/e2e/sandbox.py` (systemd 252 as PID 1 of its own namespaces, journald with "
            "`RateLimitBurst=0`, the journal on a tmpfs). Mode: " + r["mode"] + ". Raw numbers: `bench/results.json`.",
-           "", "Every timing is a median of several runs and is given as a ratio against a reference measured "
+           "", *([f"Note: {r['notes']}.", ""] if r.get("notes") else []),
+           "Every timing is a median of several runs and is given as a ratio against a reference measured "
            "in the same run (the machine is shared and noisy). The tests never assert on time: CI runs "
            "`bench/run.py --quick` only to see that every row is still produced (`tests/e2e/test_e2e_bench_smoke.py`).",
            ""]
@@ -111,7 +112,7 @@ def markdown(r: dict[str, Any]) -> str:
         m = c["median"]
         d = m["d_phasewatch_replay"]
         for letter, key, what in (("a", "a_raw_reader", "the raw reader (a)"),
-                                  ("b", "b_journalctl_grep", "journalctl | grep (b)"),
+                                  ("b", "b_journalctl_grep", "journalctl \\| grep (b)"),
                                   ("c", "c_fail2ban_regex", "fail2ban-regex (c)")):
             if key in m:
                 ratio = m[key] / d
