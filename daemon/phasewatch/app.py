@@ -185,7 +185,7 @@ class Daemon:
         self.starting = inv is not None and inv.state is UnitState.STARTING
         if inv is not None:
             candidates.append(policy.next_deadline(inv, now, self.pipeline.config) - now + 0.05)
-            if inv.state is UnitState.STARTING:
+            if self._scanning(inv):
                 candidates.append(self.last_scan + SCAN_INTERVAL - now)
         if self.retry_at is not None:
             candidates.append(self.retry_at - now)
@@ -279,9 +279,17 @@ class Daemon:
             self.memory = reset_budget(self.memory)
 
     # -- rank processes ----------------------------------------------------------------------
+    def _scanning(self, inv: InvocationView | None) -> bool:
+        """Rank processes are looked for while the unit starts, until every rank server_args promised
+        has its pidfd (ranks do not respawn within a start-up)."""
+        if inv is None or inv.state is not UnitState.STARTING:
+            return False
+        expected = inv.server.expected_ranks() if inv.server is not None else ()
+        return not expected or not self.rank_watch.watching(expected)
+
     def _scan_processes(self, now: float) -> None:
         inv = self.pipeline.snapshot().current
-        if inv is None or inv.state is not UnitState.STARTING or now - self.last_scan < SCAN_INTERVAL:
+        if inv is None or not self._scanning(inv) or now - self.last_scan < SCAN_INTERVAL:
             return
         self.last_scan = now
         known = self.facts

@@ -471,7 +471,10 @@ class MetricsServer:
 
     def __init__(self, httpd: _Server) -> None:
         self._httpd = httpd
-        self._thread = threading.Thread(target=httpd.serve_forever, name="phasewatch-metrics", daemon=True)
+        # serve_forever wakes every poll_interval only to notice shutdown(); close() wakes it with a
+        # connection instead, so an idle daemon does not tick twice a second here.
+        self._thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 3600},
+                                        name="phasewatch-metrics", daemon=True)
         self._thread.start()
 
     @property
@@ -480,7 +483,17 @@ class MetricsServer:
         return str(host), int(port)
 
     def close(self) -> None:
-        self._httpd.shutdown()
+        stopper = threading.Thread(target=self._httpd.shutdown, daemon=True)
+        stopper.start()
+        host, port = self.address
+        while stopper.is_alive():
+            try:
+                with socket.create_connection((host if host not in ("0.0.0.0", "::") else "127.0.0.1", port),
+                                              timeout=1):
+                    pass
+            except OSError:
+                pass
+            stopper.join(timeout=0.05)
         self._httpd.server_close()
         self._thread.join(timeout=5)
 

@@ -17,6 +17,7 @@ from .tracker import FatalView, InvocationView, RankView, UnitState
 
 OUTCOMES = ("starting", "ready", "serving", "stalled", "crashed", "stopped")
 START_UP_STATES = (UnitState.STARTING,)
+PER_REQUEST_RULES = frozenset({"uncaught_exception", "logged_traceback", "cuda_error"})
 # How long a parent's "Received sigquit" waits for the failing child's own lines (or the unit's
 # failure) before it is reported as the crash by itself.
 ECHO_GRACE = 3.0
@@ -198,8 +199,10 @@ def crashed_verdict(inv: InvocationView, now: float, config: Config, profile: Pr
     if not inv.fatals and not failed:
         return None
     if inv.state in (UnitState.READY, UnitState.SERVING) and not failed and not any(
-            not f.echo and f.rank not in (None, MAIN) for f in inv.fatals):
-        return None  # after ready only a scheduler's death or the unit's failure is a crash
+            not f.echo and f.rank not in (None, MAIN) and f.rule not in PER_REQUEST_RULES for f in inv.fatals):
+        # After ready only a scheduler's death or the unit's failure is a crash: a bare traceback is
+        # usually one request's error (uvicorn's "Exception in ASGI application"), not the server's.
+        return None
     if failed and not inv.fatals and _stalled_before_it_stopped(inv, config, profile):
         return None  # it failed because the stall was acted on (wait-ready in ExecStartPost=, a restart)
     if not failed and all(f.echo for f in inv.fatals):

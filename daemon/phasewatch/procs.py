@@ -89,6 +89,11 @@ class RankWatch:
             self._known[process.rank] = process.pid
             self._by_fd[fd] = process
 
+    def watching(self, ranks: tuple[str, ...]) -> bool:
+        """Every one of `ranks` has a live process watched."""
+        alive = {process.rank for process in self._by_fd.values()}
+        return all(rank in alive for rank in ranks)
+
     def fds(self) -> list[int]:
         return list(self._by_fd)
 

@@ -703,3 +703,16 @@ def test_second_node_of_a_multi_node_server_is_ready_when_its_ranks_finished_cap
     assert policy.evaluate(inv, later, pipeline.config) == []
     assert policy.outcome(inv, []) == "ready"
     assert next_deadline(inv, t + 10, pipeline.config) == math.inf
+
+
+def test_a_request_error_after_ready_is_not_a_crash(journal: Journal) -> None:
+    """uvicorn logs one request's traceback; the server goes on serving."""
+    up_to_ready(journal)
+    journal.raw("TP0", "Exception in ASGI application")
+    journal.raw("TP0", "Traceback (most recent call last):")
+    journal.raw("TP0", '  File "/usr/lib/python3/dist-packages/uvicorn/protocols/http/h11_impl.py", line 1, in run')
+    journal.raw("TP0", "ValueError: prompt is too long")
+    assert [v.kind for v in journal.verdicts()] == []
+    assert journal.outcome() in ("ready", "serving")
+    journal.log("TP0", "Scheduler hit an exception: Traceback (most recent call last):")
+    assert [(v.kind, v.rank) for v in journal.verdicts()] == [("crashed", "TP0")]
