@@ -53,6 +53,7 @@ class Rule:
     scope: str = "any"
     cause: str | None = None
     echo: bool = False
+    harmless: bool = False  # the record and the traceback under it are one request's error
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,7 @@ def _compile(spec: Mapping[str, Any], key: str) -> re.Pattern[str]:
 def parse_rule(spec: Mapping[str, Any], key: str) -> Rule:
     if not isinstance(spec, Mapping):
         raise ProfileError(key, f"expected a mapping with id, match and event, got {type(spec).__name__}")
-    unknown = set(spec) - {"id", "match", "event", "phase", "scope", "cause", "echo", "flags"}
+    unknown = set(spec) - {"id", "match", "event", "phase", "scope", "cause", "echo", "flags", "harmless"}
     if unknown:
         raise ProfileError(f"{key}.{sorted(unknown)[0]}", "unknown key")
     rule_id = spec.get("id")
@@ -132,7 +133,10 @@ def parse_rule(spec: Mapping[str, Any], key: str) -> Rule:
     echo = spec.get("echo", False)
     if not isinstance(echo, bool):
         raise ProfileError(f"{key}.echo", f"expected true or false, got {echo!r}")
-    return Rule(rule_id, _compile(spec, key), event, phase, scope, cause, echo)
+    harmless = spec.get("harmless", False)
+    if not isinstance(harmless, bool):
+        raise ProfileError(f"{key}.harmless", f"expected true or false, got {harmless!r}")
+    return Rule(rule_id, _compile(spec, key), event, phase, scope, cause, echo, harmless)
 
 
 def parse_profile(document: Mapping[str, Any], origin: str) -> Profile:
@@ -243,6 +247,7 @@ class EventMapper:
         self._tagged_invocations: set[str | None] = set()
         self._tp0_pids: set[tuple[str | None, int | None]] = set()
         self._record_ranks: dict[int, str | None] = {}
+        self._harmless: set[int] = set()  # records whose traceback is not fatal
         self._line_rules = tuple(r for r in profile.rules if r.event != "progress")
         # Which rules a message matches, remembered by its digit-masked text ("Decode batch, #token:
         # 00000, ..."): exact for the rules that cannot tell one digit from another (checked once,
@@ -281,9 +286,16 @@ class EventMapper:
         message = line.message
         record_id = line.record_id
         continuation = line.kind is LineKind.CONTINUATION
+        harmless = continuation and record_id in self._harmless
         for rule in self._matching(message):
             if continuation and rule.event not in ("fatal", "phase_hint"):
                 continue
+            if harmless and rule.event == "fatal":
+                continue  # the traceback of one request's error: the server goes on
+            if rule.harmless and not continuation:
+                if len(self._harmless) > 1024:
+                    self._harmless.clear()
+                self._harmless.add(record_id)
             rule_rank = self._rule_rank(line, rule, rank)
             if rule.event == "server_args":
                 events.append(Event(EventKind.SERVER_ARGS, line.ts, rank=MAIN, rule=rule.id, text=message,

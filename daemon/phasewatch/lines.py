@@ -73,8 +73,9 @@ MAX_PENDING_CHARS = 4 * 1024 * 1024
 
 def opens_block(message: str) -> bool:
     """OPENS_BLOCK_RE.search(message), without the regex for the lines that end in neither ':' nor
-    a Traceback: its `:\\s*$` is a ':' before trailing white space, and the other two need their words."""
-    if message.rstrip().endswith(":"):
+    a Traceback: its `:\\s*$` is a ':' before trailing white space, and the other two need their words.
+    uvicorn's "Exception in ASGI application" also opens one: the request's traceback follows."""
+    if message.rstrip().endswith((":", "Exception in ASGI application")):
         return True
     if "Traceback" not in message and "hit an exception" not in message:
         return False
@@ -358,6 +359,6 @@ class LineSplitter:
         self._next_record += 1
         stream.open_record = self._next_record
         stream.open_rank = self._inherited_rank(record, stream)
-        stream.block_open = "Traceback" in message and opens_block(message)
+        stream.block_open = ("Traceback" in message or "ASGI" in message) and opens_block(message)
         out.append(Line(text=segment, message=message, kind=LineKind.RECORD, rank=stream.open_rank, ts=ts,
                         pid=record.pid, invocation_id=record.invocation_id, record_id=self._next_record))

@@ -716,3 +716,16 @@ def test_a_request_error_after_ready_is_not_a_crash(journal: Journal) -> None:
     assert journal.outcome() in ("ready", "serving")
     journal.log("TP0", "Scheduler hit an exception: Traceback (most recent call last):")
     assert [(v.kind, v.rank) for v in journal.verdicts()] == [("crashed", "TP0")]
+
+
+def test_an_asgi_request_error_during_warmup_is_not_a_crash(journal: Journal) -> None:
+    """uvicorn's per-request traceback, even before ready, is one request's error."""
+    up_to_draft_capture(journal)
+    journal.log(MAIN, 'INFO:     127.0.0.1:51532 - "GET /model_info HTTP/1.1" 200 OK')
+    journal.log(MAIN, "ERROR:    Exception in ASGI application")
+    for line in ("Traceback (most recent call last):",
+                 '  File "/usr/lib/python3/dist-packages/uvicorn/protocols/http/h11_impl.py", line 1, in run',
+                 "ValueError: The input (262401 tokens) is longer than the model's context length."):
+        journal.raw(MAIN, line)
+    assert [v.kind for v in journal.verdicts()] == []
+    assert journal.outcome() == "starting"
