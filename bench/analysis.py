@@ -64,7 +64,8 @@ cgroup for new rank processes
 (`SCAN_INTERVAL`, app.py) until every rank `server_args` promised has a watched process (the bench's
 writer prints no `server_args=`, so here it never stops). It used to read the unit's
 properties over D-Bus at every scan (about 19 D-Bus messages a second, each a context
-switch). It now does so only until the start-up's cgroup is known. The 1 s scan itself is not a deadline: removing it would need a trigger (a new `_PID` in
+switch). It now does so only until the start-up's cgroup is known. The 1 s scan itself is not a
+deadline: removing it would need a trigger (a new `_PID` in
 the journal, or cgroup events). The target is missed by that.
 
 **5. Burst.** Nothing was lost and there was no backlog: the daemon had every entry as soon as
