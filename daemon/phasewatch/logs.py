@@ -295,6 +295,9 @@ def show_logs(config: Config, follower: JournalFollower, start: StartPoint, keep
             if records:
                 now = clock()
                 for record in records:
+                    if (since is None and start.invocation_id is not None and record.invocation_id is not None
+                            and record.invocation_id != start.invocation_id and not follow):
+                        continue  # the tail of the start-up before this one, read from the margin
                     emit(regroup.add(tagger.feed(record, now)))
                 continue
             if not follow:
