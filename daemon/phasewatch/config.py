@@ -226,37 +226,21 @@ def parse_config(text: str, path: str | None = None) -> Config:
         raise fail("engine", str(exc).split(": ", 1)[1], lines.get("engine")) from None
 
     phases = dict(DEFAULT_LIMITS)
-    phases_doc = document.get("phases", {}) or {}
-    if not isinstance(phases_doc, dict):
-        raise fail("phases", "expected a mapping of phase names", lines.get("phases"))
-    phase_lines: dict[str, int] = phases_doc.get("__lines__", {})
-    for name, spec in phases_doc.items():
-        if name == "__lines__":
-            continue
+    for name, spec, at in _entries(document.get("phases", {}) or {}, "phases", lines.get("phases"),
+                                   "a mapping of phase names", fail):
         if name not in PHASE_NAMES:
-            raise fail(f"phases.{name}", f"unknown phase (known: {', '.join(PHASE_NAMES)})", phase_lines.get(name))
-        if not isinstance(spec, dict):
-            raise fail(f"phases.{name}", "expected a mapping with deadline and/or stall", phase_lines.get(name))
-        spec_lines: dict[str, int] = spec.get("__lines__", {})
+            raise fail(f"phases.{name}", f"unknown phase (known: {', '.join(PHASE_NAMES)})", at)
         current = phases[Phase(name)]
         values = {"deadline": current.deadline, "stall": current.stall}
-        for key, raw in spec.items():
-            if key == "__lines__":
-                continue
+        for key, raw, key_at in _entries(spec, f"phases.{name}", at, "a mapping with deadline and/or stall", fail):
             if key not in values:
-                raise fail(f"phases.{name}.{key}", "unknown setting (known: deadline, stall)", spec_lines.get(key))
-            try:
-                values[key] = parse_duration(raw)
-            except ValueError as exc:
-                raise fail(f"phases.{name}.{key}", str(exc), spec_lines.get(key)) from None
+                raise fail(f"phases.{name}.{key}", "unknown setting (known: deadline, stall)", key_at)
+            values[key] = _duration(raw, f"phases.{name}.{key}", key_at, fail)
         phases[Phase(name)] = PhaseLimits(values["deadline"], values["stall"])
 
     rank_skew = DEFAULT_RANK_SKEW
     if "rank_skew" in document:
-        try:
-            parsed = parse_duration(document["rank_skew"])
-        except ValueError as exc:
-            raise fail("rank_skew", str(exc), lines.get("rank_skew")) from None
+        parsed = _duration(document["rank_skew"], "rank_skew", lines.get("rank_skew"), fail)
         rank_skew = parsed if parsed is not None else float("inf")
 
     patterns = document.get("patterns", []) or []
@@ -274,60 +258,36 @@ def parse_config(text: str, path: str | None = None) -> Config:
             line = item_lines.get(field_name) or min(item_lines.values(), default=None)
         raise ConfigError(exc.key, str(exc).split(": ", 1)[1], path, line or lines.get("patterns")) from None
     actions = dict(DEFAULT_ACTIONS)
-    actions_doc = document.get("actions", {}) or {}
-    if not isinstance(actions_doc, dict):
-        raise fail("actions", "expected a mapping of verdict kinds to action lists", lines.get("actions"))
-    action_lines: dict[str, int] = actions_doc.get("__lines__", {})
-    for kind, listed in actions_doc.items():
-        if kind == "__lines__":
-            continue
+    for kind, listed, at in _entries(document.get("actions", {}) or {}, "actions", lines.get("actions"),
+                                     "a mapping of verdict kinds to action lists", fail):
         if kind not in VERDICT_KINDS:
-            raise fail(f"actions.{kind}", f"unknown verdict kind (known: {', '.join(VERDICT_KINDS)})",
-                       action_lines.get(kind))
+            raise fail(f"actions.{kind}", f"unknown verdict kind (known: {', '.join(VERDICT_KINDS)})", at)
         if not isinstance(listed, list) or any(a not in ACTION_NAMES for a in listed):
-            raise fail(f"actions.{kind}", f"expected a list of {', '.join(ACTION_NAMES)}, got {listed!r}",
-                       action_lines.get(kind))
+            raise fail(f"actions.{kind}", f"expected a list of {', '.join(ACTION_NAMES)}, got {listed!r}", at)
         actions[kind] = tuple(listed)
 
     budget = RestartBudget()
-    budget_doc = document.get("restart_budget", {}) or {}
-    if not isinstance(budget_doc, dict):
-        raise fail("restart_budget", "expected a mapping with max, window, backoff", lines.get("restart_budget"))
-    budget_lines: dict[str, int] = budget_doc.get("__lines__", {})
     settings: dict[str, Any] = {"max": budget.max, "window": budget.window, "backoff": budget.backoff}
-    for key, raw in budget_doc.items():
-        if key == "__lines__":
-            continue
-        line = budget_lines.get(key)
+    for key, raw, at in _entries(document.get("restart_budget", {}) or {}, "restart_budget",
+                                 lines.get("restart_budget"), "a mapping with max, window, backoff", fail):
         if key == "max":
-            if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
-                raise fail("restart_budget.max", f"expected a whole number >= 0, got {raw!r}", line)
-            settings["max"] = raw
+            settings["max"] = _whole(raw, 0, "restart_budget.max", at, fail)
         elif key in ("window", "backoff"):
-            try:
-                parsed_value = parse_duration(raw)
-            except ValueError as exc:
-                raise fail(f"restart_budget.{key}", str(exc), line) from None
-            settings[key] = parsed_value or 0.0
+            settings[key] = _duration(raw, f"restart_budget.{key}", at, fail) or 0.0
         else:
-            raise fail(f"restart_budget.{key}", "unknown setting (known: max, window, backoff)", line)
+            raise fail(f"restart_budget.{key}", "unknown setting (known: max, window, backoff)", at)
     budget = RestartBudget(settings["max"], settings["window"], settings["backoff"])
 
     dry_run = document.get("dry_run", False)
     if not isinstance(dry_run, bool):
         raise fail("dry_run", f"expected true or false, got {dry_run!r}", lines.get("dry_run"))
     listen = "127.0.0.1:9877"
-    metrics_doc = document.get("metrics", {}) or {}
-    if not isinstance(metrics_doc, dict):
-        raise fail("metrics", "expected a mapping with listen", lines.get("metrics"))
-    for key, raw in metrics_doc.items():
-        if key == "__lines__":
-            continue
-        line = metrics_doc.get("__lines__", {}).get(key)
+    for key, raw, at in _entries(document.get("metrics", {}) or {}, "metrics", lines.get("metrics"),
+                                 "a mapping with listen", fail):
         if key != "listen":
-            raise fail(f"metrics.{key}", "unknown setting (known: listen)", line)
+            raise fail(f"metrics.{key}", "unknown setting (known: listen)", at)
         if not isinstance(raw, str) or not LISTEN_RE.match(raw):
-            raise fail("metrics.listen", f"expected HOST:PORT like 127.0.0.1:9877, got {raw!r}", line)
+            raise fail("metrics.listen", f"expected HOST:PORT like 127.0.0.1:9877, got {raw!r}", at)
         listen = raw
     health = _health(document.get("health", {}) or {}, lines.get("health"), fail)
     adaptive = _adaptive(document.get("adaptive", {}) or {}, lines.get("adaptive"), fail)
@@ -336,48 +296,61 @@ def parse_config(text: str, path: str | None = None) -> Config:
                   adaptive=adaptive)
 
 
-def _adaptive(doc: Any, line: int | None, fail: Callable[[str, str, int | None], ConfigError]) -> Adaptive:
+Fail = Callable[[str, str, "int | None"], ConfigError]
+
+
+def _entries(section: Any, key: str, line: int | None, expected: str, fail: Fail) -> list[tuple[str, Any, int | None]]:
+    """A mapping section's (name, value, line), or an error naming it."""
+    if not isinstance(section, dict):
+        raise fail(key, f"expected {expected}", line)
+    lines: dict[str, int] = section.get("__lines__", {})
+    return [(str(name), value, lines.get(name)) for name, value in section.items() if name != "__lines__"]
+
+
+def _whole(raw: Any, minimum: int, key: str, line: int | None, fail: Fail) -> int:
+    if isinstance(raw, bool) or not isinstance(raw, int) or raw < minimum:
+        raise fail(key, f"expected a whole number >= {minimum}, got {raw!r}", line)
+    return raw
+
+
+def _duration(raw: Any, key: str, line: int | None, fail: Fail) -> float | None:
+    try:
+        return parse_duration(raw)
+    except ValueError as exc:
+        raise fail(key, str(exc), line) from None
+
+
+def _adaptive(doc: Any, line: int | None, fail: Fail) -> Adaptive:
     if isinstance(doc, bool):
         return Adaptive(enabled=doc)
-    if not isinstance(doc, dict):
-        raise fail("adaptive", "expected true, false, or a mapping with enabled, k, min_samples, floor, ceiling",
-                   line)
-    key_lines: dict[str, int] = doc.get("__lines__", {})
     values: dict[str, Any] = {}
-    for key, raw in doc.items():
-        if key == "__lines__":
-            continue
-        at = key_lines.get(key)
+    floor_at: int | None = None
+    for key, raw, at in _entries(doc, "adaptive", line,
+                                 "true, false, or a mapping with enabled, k, min_samples, floor, ceiling", fail):
         if key == "enabled":
             if not isinstance(raw, bool):
                 raise fail("adaptive.enabled", f"expected true or false, got {raw!r}", at)
         elif key == "min_samples":
-            if isinstance(raw, bool) or not isinstance(raw, int) or raw < 1:
-                raise fail("adaptive.min_samples", f"expected a whole number >= 1, got {raw!r}", at)
+            raw = _whole(raw, 1, "adaptive.min_samples", at, fail)
         elif key in ("k", "floor", "ceiling"):
             if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not raw > 0:
                 raise fail(f"adaptive.{key}", f"expected a positive number, got {raw!r}", at)
             raw = float(raw)
         else:
             raise fail(f"adaptive.{key}", "unknown setting (known: enabled, k, min_samples, floor, ceiling)", at)
+        if key == "floor":
+            floor_at = at
         values[key] = raw
     result = Adaptive(**values)
     if result.floor > result.ceiling:
-        raise fail("adaptive.floor", f"floor {result.floor:g} is above ceiling {result.ceiling:g}",
-                   key_lines.get("floor"))
+        raise fail("adaptive.floor", f"floor {result.floor:g} is above ceiling {result.ceiling:g}", floor_at)
     return result
 
 
-def _health(doc: Any, line: int | None, fail: Callable[[str, str, int | None], ConfigError]) -> HealthCheck:
-    if not isinstance(doc, dict):
-        raise fail("health", "expected a mapping with url, interval, timeout, failures, enabled", line)
+def _health(doc: Any, line: int | None, fail: Fail) -> HealthCheck:
     known = ("url", "interval", "timeout", "failures", "enabled")
-    key_lines: dict[str, int] = doc.get("__lines__", {})
     values: dict[str, Any] = {}
-    for key, raw in doc.items():
-        if key == "__lines__":
-            continue
-        at = key_lines.get(key)
+    for key, raw, at in _entries(doc, "health", line, f"a mapping with {', '.join(known)}", fail):
         if key not in known:
             raise fail(f"health.{key}", f"unknown setting (known: {', '.join(known)})", at)
         if key == "url":
@@ -385,17 +358,12 @@ def _health(doc: Any, line: int | None, fail: Callable[[str, str, int | None], C
                 raise fail("health.url", f"expected an http:// or https:// URL, got {raw!r}", at)
             values["url"] = raw
         elif key in ("interval", "timeout"):
-            try:
-                parsed = parse_duration(raw)
-            except ValueError as exc:
-                raise fail(f"health.{key}", str(exc), at) from None
+            parsed = _duration(raw, f"health.{key}", at, fail)
             if parsed is None:
                 raise fail(f"health.{key}", "expected a duration, got none", at)
             values[key] = parsed
         elif key == "failures":
-            if isinstance(raw, bool) or not isinstance(raw, int) or raw < 1:
-                raise fail("health.failures", f"expected a whole number >= 1, got {raw!r}", at)
-            values["failures"] = raw
+            values["failures"] = _whole(raw, 1, "health.failures", at, fail)
         else:
             if not isinstance(raw, bool):
                 raise fail("health.enabled", f"expected true or false, got {raw!r}", at)
