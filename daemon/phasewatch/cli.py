@@ -22,6 +22,7 @@ from .journal_source import JournalUnavailable, UnitRecords
 from .pipeline import Pipeline
 from .records import JournalRecord
 from .render import to_json, to_table
+from .ruletally import RuleTally
 
 EX_OK, EX_USAGE, EX_DATAERR, EX_NOINPUT, EX_UNAVAILABLE, EX_CONFIG = 0, 64, 65, 66, 69, 78
 
@@ -60,15 +61,24 @@ def cmd_replay(args: argparse.Namespace) -> int:
         named = next((r.extra.get("_SYSTEMD_UNIT") or r.unit for r in records
                       if r.extra.get("_SYSTEMD_UNIT") or r.unit), None)
         config = Config(unit=named) if named else config
-    pipeline = Pipeline(config)
+    tally = RuleTally() if args.rules else None
+    pipeline = Pipeline(config, tally)
     pipeline.feed_all(records, now=None)
     snapshot = pipeline.snapshot()
     last_line = max((inv.last_ts for inv in snapshot.invocations if inv.last_ts is not None), default=None)
     if last_line is None and snapshot.invocations:
         # A log without a single time stamp: judged as if every line was written at time 0.
-        pipeline = Pipeline(config)
+        tally = RuleTally() if args.rules else None
+        pipeline = Pipeline(config, tally)
         pipeline.feed_all(records, now=0.0)
         snapshot = pipeline.snapshot()
+    if tally is not None:
+        if args.json:
+            json.dump(tally.to_json(pipeline.profile), sys.stdout, indent=2, ensure_ascii=False)
+            sys.stdout.write("\n")
+        else:
+            sys.stdout.write(tally.to_table(pipeline.profile))
+        return EX_OK
     now = _parse_when(args.now, last_line) if args.now else (last_line or 0.0)
     judgements = pipeline.judge(now, snapshot)
     if args.json:
@@ -164,6 +174,8 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--since", help="with --unit: start at this time (ISO)")
     replay.add_argument("--config", help="phasewatch YAML config (limits, patterns)")
     replay.add_argument("--json", action="store_true", help="print the JSON document")
+    replay.add_argument("--rules", action="store_true",
+                        help="print how many lines each rule of the profile matched, and the lines none matched")
     replay.add_argument("--now", help="judge at this time: +DURATION after the last line, or an ISO time")
     replay.set_defaults(func=cmd_replay)
     run = sub.add_parser("run", help="the daemon: follow the unit's journal and act on stalls")

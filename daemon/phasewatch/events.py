@@ -279,10 +279,11 @@ class EventMapper:
         rank = self._rank(line)
         events: list[Event] = []
         if line.kind is LineKind.PROGRESS and line.progress is not None:
-            phase = next((r.phase for r in self.profile.rules
-                          if r.event == "progress" and r.pattern.search(line.progress.desc)), None)
-            return [Event(EventKind.PROGRESS, line.ts, rank=rank, phase=phase, progress=line.progress,
-                          text=line.text, invocation_id=line.invocation_id, pid=line.pid)]
+            bar = next((r for r in self.profile.rules
+                        if r.event == "progress" and r.pattern.search(line.progress.desc)), None)
+            return [Event(EventKind.PROGRESS, line.ts, rank=rank, phase=bar.phase if bar else None,
+                          rule=bar.id if bar else None, progress=line.progress, text=line.text,
+                          invocation_id=line.invocation_id, pid=line.pid)]
         message = line.message
         record_id = line.record_id
         continuation = line.kind is LineKind.CONTINUATION
