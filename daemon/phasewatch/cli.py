@@ -127,7 +127,7 @@ def cmd_check_config(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from .history import History
+    from .history import History, HistoryUnreadable
     from .report import to_json as report_json
     from .report import to_svg, to_table
 
@@ -141,7 +141,11 @@ def cmd_report(args: argparse.Namespace) -> int:
         print(f"phasewatch: no history for {unit} in {state_dir} (phasewatch run records start-ups there)",
               file=sys.stderr)
         return EX_NOINPUT
-    history = History(path)
+    try:
+        history = History(path, read_only=True)  # report changes nothing on disk, even a broken file
+    except HistoryUnreadable as exc:
+        print(f"phasewatch: {exc}", file=sys.stderr)
+        return EX_DATAERR
     records = history.startups(unit, last=args.last)
     if args.plot:
         Path(args.plot).write_text(to_svg(records, f"{unit}: the last {len(records)} start-up(s)"))
