@@ -127,6 +127,8 @@ def cmd_check_config(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    import sqlite3
+
     from .history import History, HistoryUnreadable
     from .report import to_json as report_json
     from .report import to_svg, to_table
@@ -146,7 +148,11 @@ def cmd_report(args: argparse.Namespace) -> int:
     except HistoryUnreadable as exc:
         print(f"phasewatch: {exc}", file=sys.stderr)
         return EX_DATAERR
-    records = history.startups(unit, last=args.last)
+    try:
+        records = history.startups(unit, last=args.last)
+    except sqlite3.Error as exc:
+        print(f"phasewatch: {path}: cannot read the history: {exc}", file=sys.stderr)
+        return EX_DATAERR
     if args.plot:
         Path(args.plot).write_text(to_svg(records, f"{unit}: the last {len(records)} start-up(s)"))
     if args.json:

@@ -314,18 +314,22 @@ class History:
         return list(reversed(out))
 
     def durations(self, unit: str, fingerprint: str, phase: str, outcome: str = "ready") -> list[float]:
-        rows = self._db.execute(
-            "SELECT p.duration FROM phases p JOIN startups s ON s.id = p.startup WHERE s.unit = ? AND "
-            "s.fingerprint = ? AND p.phase = ? AND s.outcome IN (?, 'serving')", (unit, fingerprint, phase, outcome))
-        return self._seconds(rows.fetchall(), "duration", phase)
+        return self._seconds("SELECT p.duration FROM phases p JOIN startups s ON s.id = p.startup WHERE s.unit = ? "
+                             "AND s.fingerprint = ? AND p.phase = ? AND s.outcome IN (?, 'serving')",
+                             (unit, fingerprint, phase, outcome), "duration", phase)
 
     def silences(self, unit: str, fingerprint: str, phase: str) -> list[float]:
-        rows = self._db.execute(
-            "SELECT p.max_silence FROM phases p JOIN startups s ON s.id = p.startup WHERE s.unit = ? AND "
-            "s.fingerprint = ? AND p.phase = ? AND s.outcome IN ('ready', 'serving')", (unit, fingerprint, phase))
-        return self._seconds(rows.fetchall(), "max_silence", phase)
+        return self._seconds("SELECT p.max_silence FROM phases p JOIN startups s ON s.id = p.startup WHERE "
+                             "s.unit = ? AND s.fingerprint = ? AND p.phase = ? AND s.outcome IN ('ready', 'serving')",
+                             (unit, fingerprint, phase), "max_silence", phase)
 
-    def _seconds(self, rows: Sequence[tuple[Any, ...]], column: str, phase: str) -> list[float]:
+    def _seconds(self, query: str, args: tuple[str, ...], column: str, phase: str) -> list[float]:
+        """Valid durations only; none (judged with the configured limits) when the file cannot be read."""
+        try:
+            rows = self._db.execute(query, args).fetchall()
+        except sqlite3.Error as exc:
+            logger.warning("history %s: cannot read %s of %s: %s", self.path, column, phase, exc)
+            return []
         values = [_seconds(r[0]) for r in rows]
         bad = values.count(None)
         if bad:
