@@ -202,10 +202,12 @@ class History:
         return db
 
     def _open_read_only(self) -> sqlite3.Connection:
-        """For `report`: never creates, writes or renames anything. Without write access to the
-        directory a WAL database opens only as immutable (what the last checkpoint holds)."""
+        """For `report`: never creates, writes or renames anything. Without a write-ahead log beside
+        it (no daemon has it open) the file is complete and is read as immutable, which creates no
+        -wal/-shm; with one, read-only through the log (immutable as a fallback: the last checkpoint)."""
         errors = []
-        for options in ("mode=ro", "immutable=1"):
+        live = Path(f"{self.path}-wal").exists()
+        for options in ("mode=ro", "immutable=1") if live else ("immutable=1",):
             try:
                 db = sqlite3.connect(f"{self.path.resolve().as_uri()}?{options}", uri=True, isolation_level=None,
                                      timeout=5)
