@@ -28,7 +28,7 @@ from .probe import BackgroundProbe, default_url
 from .procs import ProcessTable, RankProcess, RankWatch
 from .records import MAIN, Event, EventKind, Phase
 from .render import current_phase
-from .respond import Action, BudgetState, Memory, Response, reset_budget, respond
+from .respond import PRIORITY, Action, BudgetState, Memory, Response, reset_budget, respond
 from .state import Saved, StateStore
 from .tracker import InvocationView, Snapshot, UnitState
 
@@ -101,6 +101,9 @@ class Daemon:
         self.recorded: set[str] = set()
         self.learned: dict[str, Learned] = {}  # by fingerprint
         self.eta: float | None = None
+        self.degraded: dict[str, str] = {}  # "history"/"state" -> why it is kept in memory only
+        self.degraded_alerted: set[str] = set()  # alerted once per run
+        self.status_unwritable = False
 
     # -- start-up ----------------------------------------------------------------------------
     def start(self) -> None:
@@ -120,6 +123,7 @@ class Daemon:
         self.watched_invocation = self._current_id()
         self._judge_and_act()
         self._save()
+        self._check_host()
         self.notifier.send("READY=1")
         self._status()
         self._publish()
@@ -389,6 +393,7 @@ class Daemon:
                 self.learned.pop(record.fingerprint, None)
         except sqlite3.Error as exc:
             logger.error("[%s] cannot write history: %s", self.config.unit, exc)
+        self._check_host()
 
     def _unhandled(self, verdict: policy.Verdict) -> bool:
         wanted = self.config.actions.get(verdict.kind, ("alert",))
@@ -421,8 +426,32 @@ class Daemon:
     def _save(self) -> None:
         try:
             self.store.save(Saved(self.memory, self.follower.cursor, self.watched_invocation))
-        except OSError as exc:
-            logger.error("[%s] cannot write state: %s", self.config.unit, exc)
+        except OSError:
+            pass  # the store says why in `degraded`: logged and alerted once, below
+        self._check_host()
+
+    # -- a failing host: the state directory full, read-only or unwritable --------------------------
+    def _check_host(self) -> None:
+        """Keeps going with history and state in memory; says so once per change, alerts once per run."""
+        degraded = {what: why for what, why in (("history", self.history.degraded if self.history else None),
+                                                ("state", self.store.degraded)) if why is not None}
+        if degraded == self.degraded:
+            return
+        for what in self.degraded.keys() - degraded.keys():
+            logger.info("[%s] %s is written to the state directory again", self.config.unit, what)
+        for what, why in degraded.items():
+            if self.degraded.get(what) is not None:
+                continue
+            logger.error("[%s] %s kept in memory only: %s", self.config.unit, what, why)
+            if what in self.degraded_alerted:
+                continue
+            self.degraded_alerted.add(what)
+            self.alerter.alert(Action(
+                "alert", f"{self.config.unit}: phasewatch cannot write its {what} ({why}); it keeps watching and "
+                f"acting with it in memory only", "state_degraded", PRIORITY["state_degraded"], cause=what))
+        self.degraded = degraded
+        if self.exporter is not None:
+            self.exporter.set_degraded(degraded)
 
     def _publish(self) -> None:
         if self.exporter is not None:
@@ -435,6 +464,8 @@ class Daemon:
         now = self.clock.wall()
         inv = self.pipeline.snapshot().current
         parts = [f"STATUS={status_line(inv, now, self.pipeline.config, self.eta)}"]
+        if self.degraded:
+            parts[0] += f" ({' and '.join(sorted(self.degraded))} in memory only: state directory not writable)"
         self._write_status(inv)
         if self.watchdog_interval is not None:
             parts.append("WATCHDOG=1")
@@ -456,8 +487,11 @@ class Daemon:
             self.last_status = status
             try:
                 self.store.write_status(status)
+                self.status_unwritable = False
             except OSError as exc:
-                logger.error("[%s] cannot write status: %s", self.config.unit, exc)
+                if not self.status_unwritable:
+                    logger.error("[%s] cannot write status: %s", self.config.unit, exc)
+                self.status_unwritable = True
 
 
 def _ready_time(inv: InvocationView) -> float | None:

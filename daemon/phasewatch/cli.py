@@ -137,7 +137,9 @@ def cmd_check_config(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from .history import History
+    import sqlite3
+
+    from .history import History, HistoryUnreadable
     from .report import to_json as report_json
     from .report import to_svg, to_table
 
@@ -151,8 +153,16 @@ def cmd_report(args: argparse.Namespace) -> int:
         print(f"phasewatch: no history for {unit} in {state_dir} (phasewatch run records start-ups there)",
               file=sys.stderr)
         return EX_NOINPUT
-    history = History(path)
-    records = history.startups(unit, last=args.last)
+    try:
+        history = History(path, read_only=True)  # report changes nothing on disk, even a broken file
+    except HistoryUnreadable as exc:
+        print(f"phasewatch: {exc}", file=sys.stderr)
+        return EX_DATAERR
+    try:
+        records = history.startups(unit, last=args.last)
+    except sqlite3.Error as exc:
+        print(f"phasewatch: {path}: cannot read the history: {exc}", file=sys.stderr)
+        return EX_DATAERR
     if args.plot:
         Path(args.plot).write_text(to_svg(records, f"{unit}: the last {len(records)} start-up(s)"))
     if args.json:

@@ -57,6 +57,7 @@ PROBE_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 3
 RANK_PHASES = tuple(p for p in Phase if p not in UNIT_PHASES)
 TIMED_PHASES = (*RANK_PHASES, Phase.HTTP_SERVER_START, Phase.WARMUP)
 LIVE_STATES = (UnitState.STARTING, UnitState.READY, UnitState.SERVING)
+DEGRADABLE = ("history", "state")  # what the daemon keeps in its state directory
 
 
 @dataclass(frozen=True)
@@ -124,6 +125,7 @@ class Published:
     judged_with: Config | None = None  # the limits in force (learned ones with `adaptive`)
     limit_reasons: Mapping[str, str] = field(default_factory=dict)  # phase -> why that limit
     eta: float | None = None  # seconds to ready, from past start-ups
+    degraded: Mapping[str, str] = field(default_factory=dict)  # "history"/"state" -> why kept in memory only
 
 
 @dataclass(frozen=True)
@@ -152,6 +154,7 @@ class Exporter:
         self._lines_lost = 0
         self._server: ServerInfo | None = None
         self._known: frozenset[str] = frozenset()
+        self._degraded: dict[str, str] = {}
         # read by the server threads
         self._published = self._freeze(Published())
         self._probes = Probes()
@@ -171,6 +174,10 @@ class Exporter:
     def restarted(self, reason: str) -> None:
         """phasewatch restarted the unit (the D-Bus call succeeded) because of a `reason` verdict."""
         self._restarts[reason] = self._restarts.get(reason, 0) + 1
+
+    def set_degraded(self, degraded: Mapping[str, str]) -> None:
+        """What of the state directory is kept in memory only ("history", "state"), and why."""
+        self._degraded = dict(degraded)
 
     def observe_probe(self, seconds: float, ok: bool) -> None:
         """One health probe after ready took `seconds` (any thread)."""
@@ -193,7 +200,7 @@ class Exporter:
         return Published(published.now, published.invocation, published.judgement, published.budget,
                          published.server, published.entries, self._lines_lost, dict(self._verdicts),
                          dict(self._restarts), dict(self._phase_durations), self._startup_durations,
-                         published.judged_with, published.limit_reasons, published.eta)
+                         published.judged_with, published.limit_reasons, published.eta, dict(self._degraded))
 
     def _observe(self, snapshot: Snapshot) -> None:
         for inv in snapshot.invocations:
@@ -239,7 +246,7 @@ class Exporter:
                                 "why": published.limit_reasons.get(phase.value, "configured")} for phase in Phase}
         return status_document(published.judgement, self.clock.wall(), config, budget,
                                {"published_at": iso(published.now), "eta_seconds": published.eta,
-                                "limits": limits})
+                                "limits": limits, "degraded": dict(published.degraded)})
 
     def collect(self) -> Iterator[Metric]:
         with self._probe_lock:
@@ -379,6 +386,11 @@ def families(published: Published, probes: Probes, now: float, config: Config) -
     if budget is not None:
         remaining.add_metric([unit], float(budget.remaining))
         gave_up.add_metric([unit], 1.0 if budget.state == BudgetState.GAVE_UP.value else 0.0)
+
+    degraded = gauge("phasewatch_state_degraded", "1 when the state directory cannot keep it (full, read-only "
+                     "or unwritable): history or state kept in memory only, lost when phasewatch restarts", ["what"])
+    for what in DEGRADABLE:
+        degraded.add_metric([unit, what], 1.0 if what in published.degraded else 0.0)
 
     counter("phasewatch_journal_entries", "Journal entries of the unit read", []).add_metric(
         [unit], float(published.entries))
