@@ -427,7 +427,7 @@ def _text(server: ServerInfo | None, name: str) -> str:
 # MAX_CONNECTIONS are served at once; more are closed at once (counted as `busy`).
 READ_TIMEOUT = 5.0
 CONNECTION_DEADLINE = 15.0
-MAX_CONNECTIONS = 8
+MAX_CONNECTIONS = 16
 CONNECTION_REASONS = ("reset", "timeout", "busy", "error")
 
 

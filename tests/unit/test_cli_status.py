@@ -17,8 +17,7 @@ from sglang_sim import Faults, build, journal_json
 
 from journal_dirs import write_journal
 from phasewatch.cli import main
-from phasewatch.config import Config
-from phasewatch.config import load_config
+from phasewatch.config import Config, load_config
 from phasewatch.status import ForeignDaemon, ask_daemon, exit_status, render_table, status_url, watch
 
 UNIT = "sglang-kimi.service"
