@@ -45,12 +45,12 @@ class ForeignDaemon(Exception):
 
 
 def daemon_invocation(unit: str) -> str | None:
-    """The InvocationID of systemd's phasewatch@UNIT while it runs; None when it does not, or when
-    systemd cannot be asked (a daemon started by hand is then checked by its document only)."""
+    """The InvocationID of systemd's phasewatch@UNIT.service while it runs; None when it does not, or
+    when systemd cannot be asked (a daemon started by hand is then checked by its document only)."""
     from .actions import SystemdUnit, UnitError
 
     try:
-        facts = SystemdUnit(f"phasewatch@{unit}").facts()
+        facts = SystemdUnit(f"phasewatch@{unit}.service").facts()
     except UnitError:
         return None
     return facts.invocation_id if facts.active_state in LIVE_STATES else None
@@ -78,8 +78,8 @@ def ask_daemon(config: Config, timeout: float = DAEMON_TIMEOUT, transport: httpx
     claimed = document["daemon"].get("invocation_id")
     expected = expected_invocation(config.unit)
     if expected is not None and claimed != expected:
-        raise ForeignDaemon(f"{url} names daemon invocation {shown(claimed)}, but phasewatch@{config.unit} runs as "
-                            f"invocation {expected}")
+        raise ForeignDaemon(f"{url} names daemon invocation {shown(claimed)}, but "
+                            f"phasewatch@{config.unit}.service runs as invocation {expected}")
     document.setdefault("source", "daemon")
     return document
 
