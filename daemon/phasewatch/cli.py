@@ -236,19 +236,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = args.func(args)
         return code
     except ConfigError as exc:
-        print(f"phasewatch: config error: {exc}", file=sys.stderr)
+        print(terminal_safe(f"phasewatch: config error: {exc}"), file=sys.stderr)
         return EX_CONFIG
     except InputError as exc:
-        print(f"phasewatch: {args.source}: {exc}", file=sys.stderr)
+        print(terminal_safe(f"phasewatch: {args.source}: {exc}"), file=sys.stderr)
         return EX_DATAERR
     except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
-        print(f"phasewatch: {exc.filename}: {exc.strerror}", file=sys.stderr)
+        print(terminal_safe(f"phasewatch: {exc.filename}: {exc.strerror}"), file=sys.stderr)
         return EX_NOINPUT
     except (JournalUnavailable, JournalError, UnitError) as exc:
-        print(f"phasewatch: {exc}", file=sys.stderr)
+        print(terminal_safe(f"phasewatch: {exc}"), file=sys.stderr)
         return EX_UNAVAILABLE
     except ValueError as exc:
-        print(f"phasewatch: {exc}", file=sys.stderr)
+        print(terminal_safe(f"phasewatch: {exc}"), file=sys.stderr)
         return EX_USAGE
 
 

@@ -36,7 +36,8 @@ DURATION_RE = re.compile(r"^(?:(\d+(?:\.\d+)?)d)?(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:
 class ConfigError(ValueError):
     def __init__(self, key: str, message: str, path: str | None = None, line: int | None = None) -> None:
         where = ", ".join(part for part in (f"file: {path}" if path else "", f"line {line}" if line else "") if part)
-        super().__init__(f"{key}: {message}" + (f" ({where})" if where else ""))
+        shown_key = key if len(key) <= 2 * SHOWN_CHARS else key[:2 * SHOWN_CHARS] + "...(cut)"
+        super().__init__(f"{shown_key}: {message}" + (f" ({where})" if where else ""))
         self.key, self.path, self.line = key, path, line
 
 

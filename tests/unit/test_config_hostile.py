@@ -140,3 +140,7 @@ def test_error_messages_cut_long_values() -> None:
         parse_config(text, FILE)
     assert len(str(info.value)) < SHOWN_CHARS + 200
     assert "...(cut)" in str(info.value) or "..." in str(info.value)
+    text = "? " + "x" * 100_000 + "\n: 1\n"  # an explicit key: YAML caps only implicit ones
+    with pytest.raises(ConfigError) as info:
+        parse_config(text, FILE)
+    assert len(str(info.value)) < 600 and info.value.key == "x" * 100_000

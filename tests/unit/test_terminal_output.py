@@ -105,3 +105,12 @@ def test_timestamp_past_9999_clamped(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert clock_text(1e20, utc=True) == "9999-12-31 23:59:59"
     assert TaggedLine(1e20, "TP0", "launch", "x", 1).format(utc=True).startswith("9999-12-31 23:59:59 TP0")
     assert TaggedLine(-1e20, "TP0", "launch", "x", 1).format().startswith("19")
+
+
+def test_control_characters_escaped_in_config_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text('"\\e]0;owned\\a\\x9b2J": 1\n')  # YAML escapes: ESC, BEL, C1 CSI in a key
+    assert main(["check-config", str(bad)]) == 78
+    err = capsys.readouterr().err
+    assert_inert(err)
+    assert err.startswith("phasewatch: config error: \\x1b]0;owned\\x07\\x9b2J: unknown setting")
