@@ -11,8 +11,9 @@ import json
 import os
 import re
 import sys
+from dataclasses import replace
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Iterator, Sequence
 
 from .actions import UnitError
 from .config import Config, ConfigError, load_config, parse_duration
@@ -21,7 +22,7 @@ from .formats import InputError, parse_source
 from .journal_source import JournalUnavailable, UnitRecords
 from .pipeline import Pipeline
 from .records import JournalRecord
-from .render import to_json, to_table
+from .render import clamp_ts, json_text, terminal_safe, to_json, to_table, ts_in_range
 from .ruletally import RuleTally
 
 EX_OK, EX_USAGE, EX_DATAERR, EX_NOINPUT, EX_UNAVAILABLE, EX_CONFIG = 0, 64, 65, 66, 69, 78
@@ -44,6 +45,33 @@ def _records_from_file(source: str) -> tuple[list[JournalRecord], list[str]]:
     return list(parsed.records), list(parsed.warnings)
 
 
+class TimeClamp:
+    """Journal times outside 1970..9999 (a forged or corrupt __REALTIME_TIMESTAMP) clamped into
+    that range before the pipeline sees them, and counted for one warning. Iterable again, like
+    the records it wraps (replay may feed them twice)."""
+
+    def __init__(self, records: Iterable[JournalRecord]) -> None:
+        self._records = records
+        self._clamped_records = 0
+        self._clamped_stamps = 0
+
+    def __iter__(self) -> Iterator[JournalRecord]:
+        self._clamped_records = 0
+        for record in self._records:
+            if record.realtime is not None and not ts_in_range(record.realtime):
+                self._clamped_records += 1
+                record = replace(record, realtime=clamp_ts(record.realtime))
+            yield record
+
+    def saw(self, stamps: Iterable[float | None]) -> None:
+        """Times from line prefixes (year 0001 is before 1970): counted here, shown clamped."""
+        self._clamped_stamps += sum(1 for ts in stamps if ts is not None and not ts_in_range(ts))
+
+    @property
+    def count(self) -> int:
+        return self._clamped_records + self._clamped_stamps
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
     config = load_config(args.config) if args.config else Config(unit=args.unit or Config.unit)
     if args.unit and not args.config:
@@ -56,7 +84,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     else:
         records, warnings = _records_from_file(args.source)
     for warning in warnings:
-        print(f"phasewatch: warning: {warning}", file=sys.stderr)
+        print(f"phasewatch: warning: {terminal_safe(warning)}", file=sys.stderr)
+    records = clamped = TimeClamp(records)
     if not args.config and not args.unit:
         named = next((r.extra.get("_SYSTEMD_UNIT") or r.unit for r in records
                       if r.extra.get("_SYSTEMD_UNIT") or r.unit), None)
@@ -74,16 +103,18 @@ def cmd_replay(args: argparse.Namespace) -> int:
         snapshot = pipeline.snapshot()
     if tally is not None:
         if args.json:
-            json.dump(tally.to_json(pipeline.profile), sys.stdout, indent=2, ensure_ascii=False)
-            sys.stdout.write("\n")
+            sys.stdout.write(json_text(tally.to_json(pipeline.profile)) + "\n")
         else:
-            sys.stdout.write(tally.to_table(pipeline.profile))
+            sys.stdout.writelines(terminal_safe(line) + "\n" for line in tally.to_table(pipeline.profile).splitlines())
         return EX_OK
     now = _parse_when(args.now, last_line) if args.now else (last_line or 0.0)
     judgements = pipeline.judge(now, snapshot)
+    clamped.saw(ts for inv in snapshot.invocations for ts in (inv.started_at, inv.last_ts))
+    if clamped.count:
+        print(f"phasewatch: warning: {clamped.count} time stamp(s) outside years 1970..9999 clamped into that range",
+              file=sys.stderr)
     if args.json:
-        json.dump(to_json(judgements, now), sys.stdout, indent=2, ensure_ascii=False)
-        sys.stdout.write("\n")
+        sys.stdout.write(json_text(to_json(judgements, now)) + "\n")
     else:
         sys.stdout.write(to_table(judgements, now))
     return EX_OK
@@ -226,19 +257,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = args.func(args)
         return code
     except ConfigError as exc:
-        print(f"phasewatch: config error: {exc}", file=sys.stderr)
+        print(terminal_safe(f"phasewatch: config error: {exc}"), file=sys.stderr)
         return EX_CONFIG
     except InputError as exc:
-        print(f"phasewatch: {args.source}: {exc}", file=sys.stderr)
+        print(terminal_safe(f"phasewatch: {args.source}: {exc}"), file=sys.stderr)
         return EX_DATAERR
     except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
-        print(f"phasewatch: {exc.filename}: {exc.strerror}", file=sys.stderr)
+        print(terminal_safe(f"phasewatch: {exc.filename}: {exc.strerror}"), file=sys.stderr)
         return EX_NOINPUT
     except (JournalUnavailable, JournalError, UnitError) as exc:
-        print(f"phasewatch: {exc}", file=sys.stderr)
+        print(terminal_safe(f"phasewatch: {exc}"), file=sys.stderr)
         return EX_UNAVAILABLE
     except ValueError as exc:
-        print(f"phasewatch: {exc}", file=sys.stderr)
+        print(terminal_safe(f"phasewatch: {exc}"), file=sys.stderr)
         return EX_USAGE
 
 

@@ -16,7 +16,9 @@ import bisect
 import json
 import logging
 import math
+import os
 import socket
+import sys
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -246,12 +248,18 @@ class Exporter:
                                 "why": published.limit_reasons.get(phase.value, "configured")} for phase in Phase}
         return status_document(published.judgement, self.clock.wall(), config, budget,
                                {"published_at": iso(published.now), "eta_seconds": published.eta,
-                                "limits": limits, "degraded": dict(published.degraded)})
+                                "limits": limits, "degraded": dict(published.degraded),
+                                "daemon": daemon_identity()})
 
     def collect(self) -> Iterator[Metric]:
         with self._probe_lock:
             probes = self._probes
         yield from families(self._published, probes, self.clock.wall(), self._published.judged_with or self.config)
+
+
+def daemon_identity() -> dict[str, Any]:
+    """Who serves this /status: `phasewatch status` checks it against systemd's phasewatch@UNIT."""
+    return {"invocation_id": os.environ.get("INVOCATION_ID") or None, "pid": os.getpid()}
 
 
 class _Collector:
@@ -427,17 +435,89 @@ def _text(server: ServerInfo | None, name: str) -> str:
 # -- the HTTP server ---------------------------------------------------------------------------------
 
 
+# A scrape or a `phasewatch status` takes milliseconds; a client that has not sent its request within
+# READ_TIMEOUT of a read, or is not done within CONNECTION_DEADLINE, is cut off. At most
+# MAX_CONNECTIONS are served at once; more are closed at once (counted as `busy`).
+READ_TIMEOUT = 5.0
+CONNECTION_DEADLINE = 15.0
+MAX_CONNECTIONS = 16
+CONNECTION_REASONS = ("reset", "timeout", "busy", "error")
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
     def __init__(self, address: tuple[str, int], family: socket.AddressFamily, exporter: Exporter) -> None:
         self.address_family = family
         self.exporter = exporter
+        self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self._counts_lock = threading.Lock()
+        self.connection_errors: dict[str, int] = {}
         super().__init__(address, _Handler)
+
+    def count(self, reason: str) -> None:
+        with self._counts_lock:
+            self.connection_errors = {**self.connection_errors, reason: self.connection_errors.get(reason, 0) + 1}
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.slots.acquire(blocking=False):
+            self.count("busy")
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)  # a thread, which releases the slot
+        except BaseException:
+            self.slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        deadline = threading.Timer(CONNECTION_DEADLINE, _cut_off, (request,))
+        deadline.daemon = True
+        deadline.start()
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            deadline.cancel()
+            self.slots.release()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away is a counter, not a traceback in the journal."""
+        error = sys.exc_info()[1]
+        if isinstance(error, TimeoutError):
+            self.count("timeout")
+        elif isinstance(error, OSError):  # reset, broken pipe, cut off at the deadline
+            self.count("reset")
+        else:
+            self.count("error")
+            logger.error("metrics: a request failed: %s", error, exc_info=logger.isEnabledFor(logging.DEBUG))
+
+
+def _cut_off(request: socket.socket) -> None:
+    try:
+        request.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+
+
+class _ServerCollector:
+    """`phasewatch_http_connection_errors_total{reason}`: the listener's own troubles."""
+
+    def __init__(self, httpd: _Server) -> None:
+        self.httpd = httpd
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily("phasewatch_http_connection_errors", "Connections to /metrics and /status "
+                                     "that ended badly: reset by the client, timed out, refused as busy (more than "
+                                     f"{MAX_CONNECTIONS} at once), or failed", labels=["unit", "reason"])
+        counts = self.httpd.connection_errors
+        for reason in CONNECTION_REASONS:
+            family.add_metric([self.httpd.exporter.config.unit, reason], counts.get(reason, 0))
+        yield family
 
 
 class _Handler(BaseHTTPRequestHandler):
     server_version = f"phasewatch/{__version__}"
+    timeout = READ_TIMEOUT  # per read; http.server sets it on the connection
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
         exporter = self.server.exporter if isinstance(self.server, _Server) else None
@@ -477,12 +557,19 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - http.server's signature
         logger.debug("metrics: " + format, *args)
 
+    def log_error(self, format: str, *args: Any) -> None:  # noqa: A002
+        if args and isinstance(args[-1], TimeoutError) and isinstance(self.server, _Server):
+            self.server.count("timeout")  # http.server caught it: the client sent nothing in time
+        self.log_message(format, *args)
+
 
 class MetricsServer:
     """The listener thread; `close()` stops it (tests, and the daemon on exit)."""
 
     def __init__(self, httpd: _Server) -> None:
         self._httpd = httpd
+        self._collector = _ServerCollector(httpd)
+        httpd.exporter.registry.register(self._collector)
         # serve_forever wakes every poll_interval only to notice shutdown(); close() wakes it with a
         # connection instead, so an idle daemon does not tick twice a second here.
         self._thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 3600},
@@ -508,6 +595,7 @@ class MetricsServer:
             stopper.join(timeout=0.05)
         self._httpd.server_close()
         self._thread.join(timeout=5)
+        self._httpd.exporter.registry.unregister(self._collector)
 
 
 def parse_listen(listen: str) -> tuple[str, int]:
