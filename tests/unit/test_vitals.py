@@ -279,3 +279,13 @@ def test_daemon_samples_the_cgroup_and_a_loading_rank_is_not_stalled(tmp_path: P
     assert tp0 is not None and tp0.text() == "faulting in 400 pages/s"
     status = StateStore(tmp_path, UNIT).status_path.read_text()
     assert '"TP0": "faulting in 400 pages/s"' in status and '"TP1": "no sign of life"' in status
+
+
+def test_status_table_lists_the_signs_of_life() -> None:
+    from phasewatch.status import render_table
+
+    vitals = compare(BEFORE, after(5, rank(TP0_PID, "TP0", rchar=10_000 + 6_000_000_000),
+                                   rank(TP1_PID, "TP1", cpu=500 + 490), process(201, TP1_PID, "nvcc")))
+    text = render_table({"unit": UNIT, "invocation": {"outcome": "starting", "phase": "weight_load", "ranks": {}},
+                         "vitals": document(vitals, T0 + 6)})
+    assert "signs of life (sampled 1s ago):\n  TP0: reading 1.2 GB/s\n  TP1: compiling: 1 nvcc\n" in text
