@@ -3,8 +3,9 @@
 What each file needs (phasewatch runs as its own user, the server as another):
 - /proc/PID/stat (comm, ppid, minflt, majflt, utime, stime): readable by any user;
 - /proc/PID/cmdline (the rank's title): readable by any user;
-- /proc/PID/io (rchar, read_bytes): ptrace read access, i.e. the same user or CAP_SYS_PTRACE;
-  without it the sample says None and only page faults and compilers tell progress;
+- /proc/PID/io (rchar, read_bytes): mode 0400 of the process's owner, then a ptrace check: the
+  same user, or CAP_DAC_READ_SEARCH and CAP_SYS_PTRACE; without it the sample says None and only
+  page faults and compilers tell progress (docs/operations.md);
 - cgroup v2 io.stat and memory.stat of the unit: readable by any user, absent on cgroup v1.
 """
 

@@ -56,7 +56,7 @@ class ProcessSample:
     minflt: int
     majflt: int
     cpu_ticks: int  # utime + stime, in clock ticks
-    rchar: int | None = None  # /proc/PID/io: None where not permitted (another user, no CAP_SYS_PTRACE)
+    rchar: int | None = None  # /proc/PID/io: None where not permitted (another user's)
     read_bytes: int | None = None
 
     @property

@@ -4,7 +4,8 @@ Every rank goes silent early in weight loading for three times the stall window.
 page-cached file (read() and mmap page touches) is progress: no verdict, the start-up reaches ready.
 Only spinning the CPU is not: stalled within the stall window (plus a sampling period and a margin).
 phasewatch runs as its static user, the server as root: /proc/PID/io is not readable to it, so the
-page faults carry the first case (docs/operations.md); with CAP_SYS_PTRACE the bytes read show too.
+page faults carry the first case (docs/operations.md); with the drop-in granting
+CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH the bytes read show too.
 """
 
 from __future__ import annotations
@@ -53,7 +54,13 @@ def _silent_stream_reaches_ready(scenario: Scenario, texts: tuple[str, ...], met
         seen.extend(vitals.values())
         return any(all(t in v for t in texts) for v in vitals.values())
 
-    scenario.box.wait_for(streaming, 60, f"a rank shown {' and '.join(texts)}")
+    try:
+        scenario.box.wait_for(streaming, 60, f"a rank shown {' and '.join(texts)}")
+    except AssertionError:
+        pid = scenario.box.show(WATCHER, "MainPID")["MainPID"]
+        caps = scenario.box.run("grep", "^Cap", f"/proc/{pid}/status", check=False).stdout
+        raise AssertionError(f"shown: {sorted(set(seen))}; watcher {pid}: {caps}; "
+                             f"{scenario.watcher_log()[-1500:]}") from None
     document = json.loads(_get(scenario, "/status"))
     assert any(all(t in r["text"] for t in texts) for r in document["vitals"]["ranks"].values()), document["vitals"]
     assert f'{metric}{{rank="TP3",unit="{UNIT}"}}' in _get(scenario, "/metrics")
@@ -70,10 +77,12 @@ def test_silent_ranks_streaming_a_page_cached_file_are_not_stalled_and_reach_rea
     _silent_stream_reaches_ready(scenario, ("faulting in",), "phasewatch_rank_page_faults_total")
 
 
-def test_with_cap_sys_ptrace_the_bytes_read_show_too(scenario: Scenario) -> None:
-    # docs/operations.md: the capability counts only in the host's user namespace (no PrivateUsers=).
-    scenario.box.write(PTRACE_DROPIN, "[Service]\nPrivateUsers=no\nCapabilityBoundingSet=CAP_SYS_PTRACE\n"
-                                      "AmbientCapabilities=CAP_SYS_PTRACE\n")
+def test_with_the_ptrace_drop_in_the_bytes_read_show_too(scenario: Scenario) -> None:
+    # docs/operations.md: /proc/PID/io is mode 0400 of the process's owner, and then a ptrace check;
+    # the capabilities count only in the host's user namespace (no PrivateUsers=).
+    caps = "CAP_SYS_PTRACE CAP_DAC_READ_SEARCH"
+    scenario.box.write(PTRACE_DROPIN, f"[Service]\nPrivateUsers=no\nCapabilityBoundingSet={caps}\n"
+                                      f"AmbientCapabilities={caps}\n")
     scenario.box.systemctl("daemon-reload")
     try:
         _silent_stream_reaches_ready(scenario, ("reading", "MB/s", "faulting in"), "phasewatch_rank_intake_bytes_total")
