@@ -289,3 +289,54 @@ def test_status_table_lists_the_signs_of_life() -> None:
     text = render_table({"unit": UNIT, "invocation": {"outcome": "starting", "phase": "weight_load", "ranks": {}},
                          "vitals": document(vitals, T0 + 6)})
     assert "signs of life (sampled 1s ago):\n  TP0: reading 1.2 GB/s\n  TP1: compiling: 1 nvcc\n" in text
+
+
+class _BrokenSampler(ProcSampler):
+    def sample(self, control_group: str, now: float) -> Sample:
+        raise OSError(5, "Input/output error")
+
+
+def test_a_failing_sample_is_logged_and_the_loop_goes_on_and_sampling_ends_with_the_start_up(
+        tmp_path: Path) -> None:
+    clock = FakeClock(wall=T0)
+    journal = ScriptedJournal()
+    unit = RecordingUnit(UnitFacts("activating", "start", INV, control_group=f"/system.slice/{UNIT}", started_at=T0))
+    alerter = RecordingAlerter(UNIT)
+    config = Config(unit=UNIT, phases=STALL_LIMITS, actions={"stalled": ("alert",)})
+    app = Daemon(config, follower=journal, unit=unit, alerter=alerter,  # type: ignore[arg-type]
+                 notifier=RecordingNotifier(), store=StateStore(tmp_path, UNIT), clock=clock,
+                 sampler=_BrokenSampler(ProcessTable(str(tmp_path / "proc"), (str(tmp_path / "cg"),))))
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(T0))
+    journal.push(JournalRecord(f"[{stamp} TP0] Load weight begin. avail mem=137.95 GB", T0, pid=101,
+                               invocation_id=INV))
+    app.start()
+    for _ in range(7):
+        clock.jump(5)
+        app.step(max_wait=0)
+    assert app.vitals is None
+    assert [a["PHASEWATCH_RANK"] for a in alerter.sent] == ["TP0"]  # judged on its log lines, as before
+
+
+def test_signs_of_life_are_dropped_once_the_start_up_is_over(tmp_path: Path) -> None:
+    group = tmp_path / "cg" / "system.slice" / UNIT
+    group.mkdir(parents=True)
+    (group / "cgroup.procs").write_text("101\n")
+    _proc(tmp_path, 101, b"sglang::scheduler_TP0\0", "python3", 1, 10, None)
+    clock = FakeClock(wall=T0)
+    journal = ScriptedJournal()
+    unit = RecordingUnit(UnitFacts("activating", "start", INV, control_group=f"/system.slice/{UNIT}", started_at=T0))
+    app = Daemon(Config(unit=UNIT), follower=journal, unit=unit, alerter=RecordingAlerter(UNIT),  # type: ignore[arg-type]
+                 notifier=RecordingNotifier(), store=StateStore(tmp_path, UNIT), clock=clock,
+                 processes=ProcessTable(proc=str(tmp_path / "proc"), cgroup_roots=(str(tmp_path / "cg"),)))
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(T0))
+    journal.push(JournalRecord(f"[{stamp} TP0] Load weight begin. avail mem=137.95 GB", T0, pid=101,
+                               invocation_id=INV))
+    app.start()
+    clock.jump(5)
+    app.step(max_wait=0)
+    assert app.vitals is not None and '"vitals"' in StateStore(tmp_path, UNIT).status_path.read_text()
+    journal.push(JournalRecord(f"[{stamp}] The server is fired up and ready to roll!", T0 + 6, pid=100,
+                               invocation_id=INV))
+    clock.jump(5)
+    app.step(max_wait=0)
+    assert app.vitals is None and '"vitals"' not in StateStore(tmp_path, UNIT).status_path.read_text()
