@@ -26,11 +26,13 @@ from .metrics import Exporter
 from .pipeline import Pipeline
 from .probe import BackgroundProbe, default_url
 from .procs import ProcessTable, RankProcess, RankWatch
+from .procstat import ProcSampler
 from .records import MAIN, Event, EventKind, Phase
 from .render import current_phase
 from .respond import PRIORITY, Action, BudgetState, Memory, Response, reset_budget, respond
 from .state import Saved, StateStore
 from .tracker import InvocationView, Snapshot, UnitState
+from .vitals import Sample, Vitals, compare, progress_events
 
 logger = logging.getLogger(__name__)
 
@@ -70,7 +72,8 @@ class Daemon:
     def __init__(self, config: Config, *, follower: JournalFollower, unit: Unit, alerter: Alerter, notifier: Notify,
                  store: StateStore, clock: Clock, processes: ProcessTable | None = None,
                  watchdog_interval: float | None = None, health_probe: BackgroundProbe | None = None,
-                 exporter: Exporter | None = None, history: History | None = None) -> None:
+                 exporter: Exporter | None = None, history: History | None = None,
+                 sampler: ProcSampler | None = None) -> None:
         self.config = config
         self.follower = follower
         self.unit = unit
@@ -104,6 +107,10 @@ class Daemon:
         self.degraded: dict[str, str] = {}  # "history"/"state" -> why it is kept in memory only
         self.degraded_alerted: set[str] = set()  # alerted once per run
         self.status_unwritable = False
+        self.sampler = sampler or ProcSampler(self.processes)  # signs of life beyond log lines
+        self.vitals_sample: Sample | None = None
+        self.vitals: Vitals | None = None
+        self.last_vitals = -math.inf
 
     # -- start-up ----------------------------------------------------------------------------
     def start(self) -> None:
@@ -178,6 +185,7 @@ class Daemon:
             self.pending_deaths.append(_PendingDeath(process, now))
         self._probe_if_due(now)
         self._scan_processes(now)
+        self._sample_vitals(now)
         self._confirm_deaths(now)
         self._judge_and_act()
         self._status()
@@ -191,6 +199,8 @@ class Daemon:
             candidates.append(policy.next_deadline(inv, now, self.pipeline.config) - now + 0.05)
             if self._scanning(inv):
                 candidates.append(self.last_scan + SCAN_INTERVAL - now)
+            if self._sampling(inv):
+                candidates.append(self.last_vitals + self.config.vitals.period - now)
         if self.retry_at is not None:
             candidates.append(self.retry_at - now)
         if self.pending_deaths:
@@ -276,6 +286,7 @@ class Daemon:
         self.rank_watch.forget()
         self.pending_deaths.clear()
         self.last_scan = -math.inf
+        self.vitals_sample, self.vitals, self.last_vitals = None, None, -math.inf
         logger.info("[%s] new start-up %s", self.config.unit, current.invocation_id)
         if previous is not None and previous.invocation_id not in self.memory.restarted \
                 and not previous.restart_scheduled:
@@ -305,6 +316,36 @@ class Daemon:
         if self.facts.invocation_id is not None and self.facts.invocation_id != inv.invocation_id:
             return  # the journal has not caught up with the new start yet
         self.rank_watch.update(self.processes.ranks(self.facts.control_group))
+
+    # -- signs of life beyond log lines ------------------------------------------------------------
+    def _sampling(self, inv: InvocationView | None) -> bool:
+        """While the unit starts and its cgroup is known: every `vitals.period`."""
+        return (self.config.vitals.enabled and inv is not None and inv.state is UnitState.STARTING
+                and self.facts is not None and bool(self.facts.control_group)
+                and self.facts.invocation_id in (None, inv.invocation_id))
+
+    def _sample_vitals(self, now: float) -> None:
+        inv = self.pipeline.snapshot().current
+        if not self._sampling(inv):
+            if self.vitals is not None and (inv is None or inv.state is not UnitState.STARTING):
+                self.vitals_sample, self.vitals = None, None
+                if self.exporter is not None:
+                    self.exporter.saw_vitals(None)
+            return
+        if inv is None or self.facts is None or now - self.last_vitals < self.config.vitals.period - 0.05:
+            return
+        self.last_vitals = now
+        try:
+            sample = self.sampler.sample(self.facts.control_group or "", now)
+        except OSError as exc:  # a cgroup or /proc oddity: no sign of life this time, the loop goes on
+            logger.warning("[%s] cannot sample the unit's processes: %s", self.config.unit, exc)
+            return
+        self.vitals = compare(self.vitals_sample, sample)
+        self.vitals_sample = sample
+        for event in progress_events(self.vitals, inv.invocation_id):
+            self.pipeline.tracker.apply(event, now)
+        if self.exporter is not None:
+            self.exporter.saw_vitals(self.vitals)
 
     def _confirm_deaths(self, now: float) -> None:
         due = [d for d in self.pending_deaths if now >= d.seen_at + DEATH_GRACE]
@@ -481,6 +522,8 @@ class Daemon:
                            "phase": current_phase(inv), "ranks": {r.rank: r.phase.value for r in inv.ranks},
                            "entries": self.entries_by_invocation.get(inv.invocation_id, 0),
                            "lines_lost": inv.lines_lost})
+            if self.vitals is not None:
+                status["vitals"] = {r.rank: r.text() for r in self.vitals.ranks}
         status["budget"] = self.memory.budget.state.value
         status["restarted"] = sorted(self.memory.restarted)
         if status != self.last_status:

@@ -152,6 +152,15 @@ class HealthCheck:
 
 
 @dataclass(frozen=True)
+class VitalsSampling:
+    """While a start-up runs: sample the rank processes every `period` for signs of life that are not
+    log lines (data intake, compilers; vitals.py). They end a silence, never a phase's deadline."""
+
+    period: float = 5.0
+    enabled: bool = True
+
+
+@dataclass(frozen=True)
 class Adaptive:
     """Limits learned from past start-ups (learn.py): deadline = clamp(k x p95, floor x configured,
     ceiling x configured) once a phase has `min_samples` past durations."""
@@ -177,6 +186,7 @@ class Config:
     metrics_listen: str = "127.0.0.1:9877"
     health: HealthCheck = HealthCheck()
     adaptive: Adaptive = Adaptive()
+    vitals: VitalsSampling = VitalsSampling()
 
     def limits(self, phase: Phase) -> PhaseLimits:
         return self.phases.get(phase, PhaseLimits(None, None))
@@ -333,7 +343,7 @@ def _strip_lines(value: Any) -> Any:
 
 
 TOP_KEYS = ("unit", "engine", "profile_path", "phases", "rank_skew", "patterns", "actions", "restart_budget",
-            "dry_run", "metrics", "health", "adaptive")
+            "dry_run", "metrics", "health", "adaptive", "vitals")
 LISTEN_RE = re.compile(r"^(?:\[[0-9a-fA-F:]+\]|[\w.-]+):(\d{1,5})$")
 
 
@@ -447,9 +457,10 @@ def parse_config(text: str, path: str | None = None) -> Config:
         listen = raw
     health = _health(document.get("health", {}) or {}, lines.get("health"), fail)
     adaptive = _adaptive(document.get("adaptive", {}) or {}, lines.get("adaptive"), fail)
+    vitals = _vitals(document.get("vitals", {}) or {}, lines.get("vitals"), fail)
     return Config(unit=unit, engine=engine, phases=phases, rank_skew=rank_skew, profile=profile, source=path,
                   actions=actions, restart_budget=budget, dry_run=dry_run, metrics_listen=listen, health=health,
-                  adaptive=adaptive)
+                  adaptive=adaptive, vitals=vitals)
 
 
 Fail = Callable[[str, str, "int | None"], ConfigError]
@@ -537,3 +548,20 @@ def _profile_file(raw: Any, line: int | None, config_path: str | None, fail: Fai
         return parse_profile(document, raw)
     except ProfileError as exc:
         raise fail("profile_path", f"{raw}: {str(exc)[:200]}", line) from None
+
+
+def _vitals(doc: Any, line: int | None, fail: Fail) -> VitalsSampling:
+    values: dict[str, Any] = {}
+    for key, raw, at in _entries(doc, "vitals", line, "a mapping with period, enabled", fail):
+        if key == "period":
+            parsed = _duration(raw, "vitals.period", at, fail)
+            if parsed is None or parsed < 0.5:
+                raise fail("vitals.period", f"expected a duration of at least 0.5s, got {shown(raw)}", at)
+            values["period"] = parsed
+        elif key == "enabled":
+            if not isinstance(raw, bool):
+                raise fail("vitals.enabled", f"expected true or false, got {shown(raw)}", at)
+            values["enabled"] = raw
+        else:
+            raise fail(f"vitals.{key}", "unknown setting (known: period, enabled)", at)
+    return VitalsSampling(**values)

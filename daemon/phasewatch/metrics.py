@@ -45,6 +45,8 @@ from .records import MAIN, PHASE_NAMES, UNIT_PHASES, Phase
 from .render import iso, status_document
 from .respond import BudgetState, Memory
 from .tracker import InvocationView, ServerInfo, Snapshot, UnitState
+from .vitals import Vitals
+from .vitals import document as vitals_document
 
 logger = logging.getLogger(__name__)
 
@@ -161,6 +163,7 @@ class Exporter:
         self._published = self._freeze(Published())
         self._probes = Probes()
         self._probe_lock = threading.Lock()
+        self._vitals: Vitals | None = None  # replaced whole by the daemon, read by the server threads
         self.registry.register(_Collector(self))
 
     # -- fed by the daemon (main thread) -------------------------------------------------------
@@ -172,6 +175,10 @@ class Exporter:
             self._verdict_keys[verdict.key] = verdict.invocation_id
             label = (verdict.kind, verdict.phase or "")
             self._verdicts[label] = self._verdicts.get(label, 0) + 1
+
+    def saw_vitals(self, vitals: Vitals | None) -> None:
+        """The latest signs of life of the ranks (None: not sampling, the start-up is over)."""
+        self._vitals = vitals
 
     def restarted(self, reason: str) -> None:
         """phasewatch restarted the unit (the D-Bus call succeeded) because of a `reason` verdict."""
@@ -246,15 +253,19 @@ class Exporter:
         limits = {phase.value: {"deadline_seconds": config.limits(phase).deadline,
                                 "stall_seconds": config.limits(phase).stall,
                                 "why": published.limit_reasons.get(phase.value, "configured")} for phase in Phase}
-        return status_document(published.judgement, self.clock.wall(), config, budget,
-                               {"published_at": iso(published.now), "eta_seconds": published.eta,
-                                "limits": limits, "degraded": dict(published.degraded),
-                                "daemon": daemon_identity()})
+        now = self.clock.wall()
+        document = status_document(published.judgement, now, config, budget,
+                                   {"published_at": iso(published.now), "eta_seconds": published.eta,
+                                    "limits": limits, "degraded": dict(published.degraded),
+                                    "daemon": daemon_identity()})
+        document["vitals"] = vitals_document(self._vitals, now)
+        return document
 
     def collect(self) -> Iterator[Metric]:
         with self._probe_lock:
             probes = self._probes
         yield from families(self._published, probes, self.clock.wall(), self._published.judged_with or self.config)
+        yield from vitals_families(self._vitals, self.config.unit)
 
 
 def daemon_identity() -> dict[str, Any]:
@@ -271,7 +282,8 @@ class _Collector:
 
     def describe(self) -> Iterator[Metric]:
         """The names, for the registry's duplicate check (no values)."""
-        for family in families(Published(), Probes(), 0.0, self.exporter.config):
+        for family in [*families(Published(), Probes(), 0.0, self.exporter.config),
+                       *vitals_families(None, self.exporter.config.unit)]:
             family.samples = []
             yield family
 
@@ -426,6 +438,26 @@ def families(published: Published, probes: Probes, now: float, config: Config) -
                          "speculative": "" if server is None else (server.speculative or "none")})
     out.append(info)
     return out
+
+
+def vitals_families(vitals: Vitals | None, unit: str) -> list[Metric]:
+    """Signs of life beyond log lines, per rank of the current start-up (while it starts). Pure."""
+    intake = CounterMetricFamily("phasewatch_rank_intake_bytes", "Bytes the rank's process has read so far (the "
+                                 "larger of rchar and read_bytes of /proc/PID/io; absent where not permitted)",
+                                 labels=["unit", "rank"])
+    faults = CounterMetricFamily("phasewatch_rank_page_faults", "Page faults (minor and major) of the rank's "
+                                 "process so far", labels=["unit", "rank"])
+    compilers = GaugeMetricFamily("phasewatch_rank_compilers", "Compiler processes (nvcc, ptxas, cicc, c++...) "
+                                  "running under the rank at the last sample", labels=["unit", "rank"])
+    alive = GaugeMetricFamily("phasewatch_rank_progress", "1 when the last sample showed the rank taking in data "
+                              "or compiling (a sign of life without a log line), 0 when not", labels=["unit", "rank"])
+    for rank in vitals.ranks if vitals is not None else ():
+        if rank.intake_bytes is not None:
+            intake.add_metric([unit, rank.rank], float(rank.intake_bytes))
+        faults.add_metric([unit, rank.rank], float(rank.faults))
+        compilers.add_metric([unit, rank.rank], float(sum(n for _, n in rank.compilers)))
+        alive.add_metric([unit, rank.rank], 1.0 if rank.alive else 0.0)
+    return [intake, faults, compilers, alive]
 
 
 def _text(server: ServerInfo | None, name: str) -> str:

@@ -213,6 +213,18 @@ def header(document: dict[str, Any], listen: str | None = None) -> list[str]:
     return lines
 
 
+def _vitals_lines(document: dict[str, Any]) -> list[str]:
+    """Signs of life beyond log lines (the daemon's /proc samples): `TP3: reading 1.2 GB/s`."""
+    vitals = document.get("vitals")
+    if not isinstance(vitals, dict) or not vitals.get("ranks"):
+        return []
+    out = ["", f"signs of life (sampled {_duration(vitals.get('sampled_seconds_ago'))} ago):"]
+    out.extend(f"  {label}: {rank.get('text')}" for label, rank in vitals["ranks"].items() if isinstance(rank, dict))
+    if vitals.get("unit"):
+        out.append(f"  unit: {vitals['unit']}")
+    return out
+
+
 def render_table(document: dict[str, Any], listen: str | None = None) -> str:
     out = header(document, listen)
     inv = document.get("invocation")
@@ -229,6 +241,7 @@ def render_table(document: dict[str, Any], listen: str | None = None) -> str:
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
         out.append("")
         out.extend("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows)
+        out.extend(_vitals_lines(document))
         out.append("")
         out.append("verdicts:" if verdicts else "verdicts: none")
         out.extend(f"  {v.get('kind')}: {v.get('message')}" for v in verdicts)
