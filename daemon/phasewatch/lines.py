@@ -40,9 +40,10 @@ TAG_ORDER = ("DP", "PP", "ATTN_CP", "MOE_DP", "TP", "EP")
 
 # tqdm: "desc: 12%|##   | 3/23 [00:01<00:09, 2.44it/s]" and SGLang's shard bar
 # "desc:  50% Completed | 15/30 [00:24<00:24,  1.63s/it]". The closing bracket may be missing
-# when journald cut the frame.
+# when journald cut the frame. Possessive white space: a backtracking `^\s*` tried the description
+# from every space of a line of spaces (quadratic).
 TQDM_RE = re.compile(
-    r"^\s*(?:(?P<desc>[^\r\n]*?):\s+)?(?P<pct>\d{1,3})%(?:\|[^|\r\n]*\|| Completed \|)"
+    r"^\s*+(?:(?P<desc>[^\r\n]*?):\s++)?(?P<pct>\d{1,3})%(?:\|[^|\r\n]*\|| Completed \|)"
     r"\s*(?P<n>\d+)/(?P<total>\d+)(?P<tail> \[[^\]\r\n]*\]?)?"
 )
 BS_RE = re.compile(r"\bbs=(\d+)")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 import itertools
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Mapping
 
 from .lines import MAX_NUMBER_DIGITS, bounded_int
@@ -169,6 +170,17 @@ class ServerInfo:
 
 
 @dataclass(frozen=True)
+class PhaseIndex:
+    """Per phase: the earliest exit of a scheduler, the latest activity of any rank in it, how many
+    schedulers are in it, and how many of those have not finished it."""
+
+    first_exit: dict[Phase, float]
+    activity: dict[Phase, float]
+    schedulers: dict[Phase, int]
+    unfinished: dict[Phase, int]
+
+
+@dataclass(frozen=True)
 class InvocationView:
     invocation_id: str
     started_at: float | None
@@ -190,22 +202,57 @@ class InvocationView:
     proof_of_life: float | None = None  # the last batch line after ready
     phase_silence: Mapping[Phase, float] = field(default_factory=dict)  # longest quiet spell per phase
 
+    # Judging asks these for every rank: each is computed once per view, in one pass over the ranks
+    # (judging stays linear in ranks). The view is immutable, so the cached values stay true.
     def rank(self, label: str) -> RankView | None:
-        return next((r for r in self.ranks if r.rank == label), None)
+        return self._by_label.get(label)
 
-    @property
+    @cached_property
+    def _by_label(self) -> dict[str, RankView]:
+        by_label: dict[str, RankView] = {}
+        for r in self.ranks:
+            by_label.setdefault(r.rank, r)
+        return by_label
+
+    @cached_property
     def scheduler_ranks(self) -> tuple[RankView, ...]:
         return tuple(r for r in self.ranks if r.rank != MAIN)
 
     def first_exit(self, phase: Phase) -> float | None:
         """When the first rank left `phase` (finished it, or moved on)."""
-        ends = [s.end for r in self.scheduler_ranks for s in r.spans if s.phase is phase and s.end is not None]
-        return min(ends) if ends else None
+        return self._phases.first_exit.get(phase)
 
     def phase_activity(self, phase: Phase) -> float | None:
         """Latest sign of life of any rank now in `phase`: ranks in a collective move together."""
-        times = [r.last_activity for r in self.ranks if r.phase is phase and r.last_activity is not None]
-        return max(times) if times else None
+        return self._phases.activity.get(phase)
+
+    def schedulers_in(self, phase: Phase) -> int:
+        """How many scheduler ranks are in `phase` now."""
+        return self._phases.schedulers.get(phase, 0)
+
+    def unfinished_in(self, phase: Phase) -> int:
+        """How many scheduler ranks are in `phase` now and have not finished it."""
+        return self._phases.unfinished.get(phase, 0)
+
+    @cached_property
+    def _phases(self) -> PhaseIndex:
+        index = PhaseIndex({}, {}, {}, {})
+        for r in self.ranks:
+            if r.last_activity is not None:
+                latest = index.activity.get(r.phase)
+                if latest is None or r.last_activity > latest:
+                    index.activity[r.phase] = r.last_activity
+            if r.rank == MAIN:
+                continue
+            index.schedulers[r.phase] = index.schedulers.get(r.phase, 0) + 1
+            if not r.phase_ended:
+                index.unfinished[r.phase] = index.unfinished.get(r.phase, 0) + 1
+            for s in r.spans:
+                if s.end is not None:
+                    first = index.first_exit.get(s.phase)
+                    if first is None or s.end < first:
+                        index.first_exit[s.phase] = s.end
+        return index
 
 
 @dataclass(frozen=True)
