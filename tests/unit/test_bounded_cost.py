@@ -18,13 +18,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fakes import ScriptedJournal
+from phasewatch import tracker
+from phasewatch.actions import RecordingAlerter, RecordingNotifier, RecordingUnit, UnitFacts
+from phasewatch.app import Daemon
 from phasewatch.cli import EX_CONFIG, main
+from phasewatch.clock import FakeClock
 from phasewatch.config import Config
 from phasewatch.events import MAX_PATTERN_REPEAT, load_builtin_profile, pattern_view
 from phasewatch.formats import parse_source
 from phasewatch.lines import _RANK_MEMO, MAX_STREAMS, RANK_MEMO_KEY_CHARS, LineSplitter, canonical_rank, parse_progress
 from phasewatch.pipeline import Pipeline
+from phasewatch.procs import ProcessTable
 from phasewatch.records import JournalRecord
+from phasewatch.state import StateStore
 from phasewatch.tracker import MAX_EXPECTED_RANKS, ServerInfo
 
 INV = "0123456789abcdef0123456789abcdef"
@@ -321,3 +328,51 @@ def test_replay_json_of_a_hostile_journal_is_a_document(tmp_path: Path, capsys: 
                              for m in [" " * 30_000 + "%", "Socket " * 20_000, "{bad"]) + "\n{bad json\n", "utf-8")
     assert main(["replay", "--json", str(log)]) == 0
     assert json.loads(capsys.readouterr().out)["invocations"]
+
+
+# --- what the tracker keeps per start-up --------------------------------------------------------
+
+def test_ranks_past_the_maximum_are_counted_not_tracked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tracker, "MAX_RANKS", 100)
+    pipeline = _ranks(150)
+    inv = pipeline.snapshot().current
+    assert inv is not None and len(inv.ranks) == 100 and inv.ranks_ignored == 50
+
+
+def test_a_flood_of_fatal_lines_keeps_a_bounded_amount() -> None:
+    pipeline = Pipeline(Config(unit="sglang.service"))
+    pipeline.feed(JournalRecord("[2026-11-29 08:00:00 TP0] Scheduler hit an exception: Traceback (most recent "
+                                "call last):", T0, pid=100, invocation_id=INV), T0)
+    for n in range(5000):  # one record's traceback: 5000 lines that each read as fatal
+        pipeline.feed(JournalRecord(f"RuntimeError: {n}" + "x" * 1000, T0, pid=100, invocation_id=INV), T0)
+    for n in range(3000):  # then 3000 fatal records of their own
+        pipeline.feed(JournalRecord(f"[2026-11-29 08:00:01 TP1] Scheduler hit an exception {n}", T0, pid=101,
+                                    invocation_id=INV), T0)
+    inv = pipeline.snapshot().current
+    assert inv is not None
+    assert len(inv.fatals) <= tracker.MAX_FATALS
+    assert all(len(f.texts) <= tracker.MAX_FATAL_TEXTS for f in inv.fatals)
+    assert inv.fatals[0].rank == "TP0"  # the first decides the culprit, as before
+    [judgement] = pipeline.judge(T0 + 10)
+    assert judgement.outcome == "crashed"
+
+
+def test_daemon_idle_step_with_10000_ranks_is_linear(tmp_path: Path) -> None:
+    def step_with(n: int) -> float:
+        clock = FakeClock(wall=T0)
+        journal = ScriptedJournal()
+        unit = RecordingUnit(UnitFacts("activating", "start", INV, control_group=None, started_at=T0))
+        store = tmp_path / str(n)
+        store.mkdir()
+        app = Daemon(Config(unit="sglang.service"), follower=journal, unit=unit,  # type: ignore[arg-type]
+                     alerter=RecordingAlerter("sglang.service"), notifier=RecordingNotifier(),
+                     store=StateStore(store, "sglang.service"), clock=clock,
+                     processes=ProcessTable(proc=str(store / "proc"), cgroup_roots=(str(store / "cg"),)))
+        journal.push(*(JournalRecord(f"[2026-11-29 08:00:00 TP{i}] Load weight begin.", T0, pid=1000 + i,
+                                     invocation_id=INV) for i in range(n)))
+        app.start()
+        clock.jump(5)
+        return cost(lambda: app.step(max_wait=0), repeats=1)
+    small, big = step_with(1000), step_with(10_000)
+    assert big < 5, f"one idle step with 10,000 ranks took {big:.1f} s (was 48.7 s)"
+    assert big / max(small, 1e-3) < 30
