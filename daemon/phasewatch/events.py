@@ -398,6 +398,8 @@ class EventMapper:
         if (rule.scope == "rank" and rank in (None, MAIN) and line.has_prefix
                 and line.invocation_id not in self._tagged_invocations):
             # A one-GPU server: the scheduler prints no tag, and only a scheduler prints this line.
+            if len(self._tp0_pids) >= MEMO_ENTRIES:
+                self._tp0_pids.clear()  # thousands of single-GPU schedulers: forged, or long gone
             self._tp0_pids.add((line.invocation_id, line.pid))
             return "TP0"
         return rank
