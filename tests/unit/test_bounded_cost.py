@@ -301,6 +301,7 @@ def test_held_fragments_are_bounded_in_total() -> None:
 
 # --- the property ------------------------------------------------------------------------------
 
+PROPERTY_CONFIG = Config(unit="sglang.service")
 SHAPES = [" ", " %", "Socket ", "a", "a.", "TCPStore ", "9", "[", "[2026-11-29 08:00:00 TP1", ": ", "\t", "x:",
           "Aa.", "in init_cuda_graphs ", "NCCL operation ", "Capture ", "INFO: ", "[rank1]:", "Rank 1", "1/", "|",
           "\x1b[", "\x1b]", "Traceback ", "/speculative/a_", '"POST /v1/', "server_args=", " TP1", "bs=1 "]
@@ -315,11 +316,18 @@ def test_time_per_byte_stays_flat_for_adversarial_lines(units: list[str], tail: 
     def line(size: int) -> str:
         return unit * (size // len(unit)) + tail
 
-    def one_step(text: str) -> None:
-        pipeline = Pipeline(Config(unit="sglang.service"))
-        pipeline.feed(JournalRecord(text, T0, pid=100, invocation_id=INV), T0)
-        pipeline.judge(T0 + 1)
-    assert growth(line, one_step) < MAX_GROWTH, f"{unit!r} * n + {tail!r}"
+    def one_step(text: str) -> float:
+        """Seconds one line takes through every stage (the pipeline's set-up not counted)."""
+        best = float("inf")
+        for _ in range(5):
+            pipeline = Pipeline(PROPERTY_CONFIG)
+            start = time.perf_counter()
+            pipeline.feed(JournalRecord(text, T0, pid=100, invocation_id=INV), T0)
+            pipeline.judge(T0 + 1)
+            best = min(best, time.perf_counter() - start)
+        return best
+    ratio = one_step(line(64 * 1024)) / max(one_step(line(8 * 1024)), 1e-4)
+    assert ratio < MAX_GROWTH, f"{unit!r} * n + {tail!r}: 8x the bytes cost {ratio:.1f}x"
 
 
 def test_replay_json_of_a_hostile_journal_is_a_document(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
