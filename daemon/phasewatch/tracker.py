@@ -337,6 +337,9 @@ class _Invocation:
     phase_seen: dict[Phase, float] = field(default_factory=dict)
     phase_silence: dict[Phase, float] = field(default_factory=dict)
     fatal_chars: int = 0
+    layout: int = 0  # bumped when a rank appears or changes phase
+    owners: dict[frozenset[Phase] | None, _Rank | None] = field(default_factory=dict)  # bar owner per family
+    owners_layout: int = -1  # the layout `owners` was found in
     ranks_ignored: int = 0  # events of ranks past MAX_RANKS
 
     def view(self) -> InvocationView:
@@ -518,6 +521,7 @@ class Tracker:
             phase = inv.unit_phase if inv.unit_phase is not None and label == MAIN else Phase.LAUNCH
             rank = inv.ranks[label] = _Rank(label, phase, since, [PhaseSpan(phase, since, None)],
                                             last_activity=since)
+            inv.layout += 1
             if bar is not None:
                 inv.unowned_bar = None
                 self._adopted.extend(self._progress(inv, replace(bar, rank=label),
@@ -557,6 +561,7 @@ class Tracker:
             return []
         source = rank.phase
         rank.move_to(resolved, ts)
+        inv.layout += 1
         if not begin:
             rank.end_phase(ts)  # an end line without its begin (2024 logs, windows of a log)
         return [Transition(inv.invocation_id, rank.rank, source.value, resolved.value, ts, rule)]
@@ -580,15 +585,21 @@ class Tracker:
 
     @staticmethod
     def _bar_owner(inv: _Invocation, hint: Phase | None) -> _Rank | None:
-        """An unprefixed bar: SGLang draws it on TP-group rank 0 of the ranks in that phase."""
+        """An unprefixed bar: SGLang draws it on TP-group rank 0 of the ranks in that phase.
+        The answer holds until a rank appears or changes phase: a bar's every frame costs O(1)."""
         family = _family(hint)
+        if inv.owners_layout != inv.layout:
+            inv.owners.clear()
+            inv.owners_layout = inv.layout
+        if family in inv.owners:
+            return inv.owners[family]
         schedulers = [r for r in inv.ranks.values() if r.rank != MAIN and r.phase not in UNIT_PHASES]
         candidates = [r for r in schedulers if family is None or r.phase in family]
         candidates = candidates or [r for r in schedulers if _tp_index(r.rank) in (0, None)]
-        if not candidates:
-            return None
-        candidates.sort(key=lambda r: (_tp_index(r.rank) not in (0, None), rank_sort_key(r.rank)))
-        return candidates[0]
+        owner = min(candidates, key=lambda r: (_tp_index(r.rank) not in (0, None), rank_sort_key(r.rank)),
+                    default=None)
+        inv.owners[family] = owner
+        return owner
 
     # -- unit (main process and PID 1) ---------------------------------------------------------
     def _unit_phase(self, inv: _Invocation, phase: Phase, ts: float | None, rule: str | None) -> list[Transition]:
@@ -601,6 +612,7 @@ class Tracker:
         inv.unit_phase = phase
         self._rank(inv, MAIN, ts)
         out: list[Transition] = []
+        inv.layout += 1
         for rank in inv.ranks.values():
             source = rank.phase
             rank.move_to(phase, ts)

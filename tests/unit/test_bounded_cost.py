@@ -390,3 +390,33 @@ def test_daemon_idle_step_with_10000_ranks_is_linear(tmp_path: Path) -> None:
     small, big = step_with(1000), step_with(10_000)
     assert big < 5, f"one idle step with 10,000 ranks took {big:.1f} s (was 48.7 s)"
     assert big / max(small, 1e-3) < 30
+
+
+def test_unclaimed_bar_frames_with_4000_ranks_cost_linear() -> None:
+    def frames_with(n: int) -> float:
+        pipeline = _ranks(n)
+        start = time.perf_counter()
+        for i in range(n):  # one frame per rank, from a PID that never printed a tag
+            pipeline.feed(JournalRecord(f"Loading safetensors checkpoint shards:  50% Completed | {i % 30}/30 "
+                                        "[00:24<00:24,  1.63s/it]", T0, pid=99, invocation_id=INV), T0)
+        return time.perf_counter() - start
+    small, big = frames_with(500), frames_with(4000)
+    assert big < 5  # was 37 s: the owner was looked for among all ranks at every frame
+    assert big / max(small, 1e-3) < 24
+
+
+def test_an_unclaimed_bar_still_goes_to_tp0_of_the_ranks_in_its_phase() -> None:
+    pipeline = _ranks(4)
+    pipeline.feed(JournalRecord("[2026-11-29 08:00:01 TP2] Capture cuda graph begin.", T0, pid=1002,
+                                invocation_id=INV), T0)
+    for n in (1, 2):
+        pipeline.feed(JournalRecord(f"Loading safetensors checkpoint shards:  50% Completed | {n}/30 [00:24<00:24]",
+                                    T0 + n, pid=99, invocation_id=INV), T0)
+    inv = pipeline.snapshot().current
+    assert inv is not None
+    owners = [r.rank for r in inv.scheduler_ranks if r.progress is not None]
+    assert owners == ["TP0"]
+    pipeline.feed(JournalRecord("Capturing batches (bs=1 avail_mem=1.00 GB):  50%|#####     | 1/2 [00:01<00:01]",
+                                T0 + 3, pid=99, invocation_id=INV), T0)
+    inv = pipeline.snapshot().current
+    assert inv is not None and (tp2 := inv.rank("TP2")) is not None and tp2.progress is not None
