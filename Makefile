@@ -113,7 +113,8 @@ uninstall:
 	rm -rf $(DESTDIR)$(DOCDIR) $(DESTDIR)$(DATADIR)
 
 # The Debian package, built with dpkg-buildpackage from a copy of the checkout's files (tracked and
-# new, not ignored: no venv, caches nor earlier builds) in build/deb, then copied to dist/.
+# new, not ignored: no venv, caches nor earlier builds) in build/deb, then copied to dist/. With
+# Debian's own python3 and tools only: whatever python3 comes first in PATH (a venv, pyenv) is not it.
 deb: deb-deps
 	@changelog="$$(sed -n '1s/^phasewatch (\([^)]*\)).*/\1/p' debian/changelog)"; \
 	if [ "$$changelog" != "$(VERSION)" ]; then \
@@ -128,7 +129,8 @@ deb: deb-deps
 		tar -cf - --exclude=./.venv --exclude=./build --exclude=./dist --exclude=__pycache__ --exclude='*.egg-info' . \
 			| tar -xf - -C build/deb/phasewatch-$(VERSION); \
 	fi
-	cd build/deb/phasewatch-$(VERSION) && dpkg-buildpackage -b -us -uc
+	cd build/deb/phasewatch-$(VERSION) && \
+		env -u PYTHONPATH -u PYTHONHOME -u VIRTUAL_ENV PATH=/usr/sbin:/usr/bin:/sbin:/bin dpkg-buildpackage -b -us -uc
 	cp build/deb/phasewatch_$(VERSION)_all.deb $(DEB)
 	@echo "built $(DEB)"
 
