@@ -48,6 +48,9 @@ class PackageSandbox(Sandbox):
 
     def _stage_files(self) -> None:
         super()._stage_files()
+        # journald's own rate limit (10,000 lines per 30 s, scaled by free space), not lifted host-wide:
+        # the package's way is the server unit's LogRateLimitBurst=.
+        (self.stage / "journald.conf").write_text("[Journal]\nStorage=persistent\nSystemMaxUse=512M\n")
         (self.stage / "overlay").mkdir()
         # The simulator runs with Debian's python3 from the stage (stdlib only): nothing inside the
         # sandbox needs the checkout nor its venv.
@@ -197,3 +200,28 @@ def test_installed_package_restarts_a_hung_start_up_on_debians_python(box: Packa
     # The catalog explains the alert (journalctl -x).
     explained = box.run("journalctl", "-x", "--no-pager", f"MESSAGE_ID={STALLED_ID}").stdout
     assert "The limits are per phase" in explained
+
+
+FLOOD_LINES = 80_000  # past journald's default burst here (10,000 x its free-space factor, 3 at 512M)
+
+
+def kept_lines(box: PackageSandbox, name: str, *properties: str) -> int:
+    box.run("systemd-run", "--wait", "--quiet", f"--unit={name}", *properties, "/usr/bin/python3", "-c",
+            f"import sys\nfor i in range({FLOOD_LINES}): sys.stdout.write(f'flood {{i}}\\n')\n", timeout=120)
+    def count() -> int:
+        out = box.run("journalctl", "--quiet", "-o", "cat", f"_SYSTEMD_UNIT={name}.service", check=False).stdout
+        return sum(1 for line in out.splitlines() if line.startswith("flood "))
+    # journald may still be writing when the unit has exited: done when the count stops growing.
+    counts = [-1]
+    box.wait_for(lambda: counts.append(count()) or counts[-1] == counts[-2] > 0, 60, "the flood in the journal",
+                 interval=1.0)
+    return counts[-1]
+
+
+def test_per_unit_finite_log_rate_burst_keeps_every_line_where_zero_does_not(box: PackageSandbox) -> None:
+    # units/sglang-kimi.service and units/sglang-log-rate.conf: a large finite burst for the server
+    # unit alone. LogRateLimitBurst=0 is not exported to journald at all (the global limit stays).
+    zero = kept_lines(box, "flood-zero", "-p", "LogRateLimitIntervalSec=30s", "-p", "LogRateLimitBurst=0")
+    finite = kept_lines(box, "flood-finite", "-p", "LogRateLimitIntervalSec=30s", "-p", "LogRateLimitBurst=100000")
+    assert zero < FLOOD_LINES // 2
+    assert finite == FLOOD_LINES
