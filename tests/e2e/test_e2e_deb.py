@@ -202,6 +202,27 @@ def test_installed_package_restarts_a_hung_start_up_on_debians_python(box: Packa
     assert "The limits are per phase" in explained
 
 
+
+def test_upgrade_keeps_the_operators_rule_and_config_and_restarts_the_running_instance(
+        box: PackageSandbox, deb: Path) -> None:
+    rule = "/etc/polkit-1/rules.d/50-phasewatch.rules"
+    shipped = box.read("/usr/share/phasewatch/polkit/50-phasewatch.rules")
+    assert shipped is not None
+    edited_rule = shipped.replace('["sglang-kimi.service"]', '["sglang-kimi.service", "sglang-draft.service"]')
+    box.write(rule, edited_rule)
+    config = json.dumps({"unit": UNIT, "metrics": {"listen": "127.0.0.1:9877"}}, indent=1)
+    box.write(CONFIG, config)
+    box.systemctl("restart", WATCHER)
+    before = box.show(WATCHER, "MainPID")["MainPID"]
+    # The same version again takes the upgrade path of the maintainer scripts (configure <old version>).
+    box.run("env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y", "--reinstall",
+            f"{box.stage}/{deb.name}", timeout=300)
+    assert box.read(rule) == edited_rule
+    assert box.read(CONFIG) == config
+    after = box.show(WATCHER, "MainPID", "ActiveState")
+    assert after["ActiveState"] == "active" and after["MainPID"] not in ("0", before)
+
+
 FLOOD_LINES = 80_000  # past journald's default burst here (10,000 x its free-space factor, 3 at 512M)
 
 
