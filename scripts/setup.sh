@@ -6,7 +6,12 @@ cd "$(dirname "$0")/.."
 
 packages=(libsystemd-dev pkg-config gcc python3-dev python3-venv systemd-journal-remote polkitd dbus iproute2 util-linux
           prometheus curl  # prometheus: promtool and the e2e Prometheus; curl: queries inside the sandbox
-          fail2ban strace)  # the bench's smoke test (tests/e2e/test_e2e_bench_smoke.py): row (c), wake-up counts
+          fail2ban strace  # the bench's smoke test (tests/e2e/test_e2e_bench_smoke.py): row (c), wake-up counts
+          # the Debian package (make deb, tests/e2e/test_e2e_deb.py): Debian's own runtime packages,
+          # which the .deb depends on and is tested with, and the tools that build it
+          python3-systemd python3-pystemd python3-httpx python3-prometheus-client python3-yaml
+          python3-pytest python3-hypothesis
+          dpkg-dev debhelper dh-python pybuild-plugin-pyproject python3-all python3-setuptools)
 missing=()
 for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ "${#missing[@]}" -gt 0 ]; then

@@ -75,6 +75,8 @@ def can_boot() -> str | None:
 
 
 class Sandbox:
+    inner_script = INNER  # run as PID 1 of the namespaces until it execs systemd (a subclass may change it)
+
     def __init__(self) -> None:
         self.stage = Path(tempfile.mkdtemp(prefix="phasewatch-e2e-", dir="/var/tmp"))
         self.process: subprocess.Popen[bytes] | None = None
@@ -84,7 +86,7 @@ class Sandbox:
     def boot(self, timeout: float = 90.0) -> None:
         self._stage_files()
         script = self.stage / "inner.sh"
-        script.write_text(INNER)
+        script.write_text(self.inner_script)
         script.chmod(0o755)
         with open(self.stage / "boot.log", "wb") as log:
             self.process = subprocess.Popen(

@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
+import tomllib
 from pathlib import Path
+
+import pytest
 
 from phasewatch.cli import EX_CONFIG
 from phasewatch.config import load_config
@@ -69,3 +74,85 @@ def test_sysusers_user_matches_the_unit_and_reads_the_journal() -> None:
              if line and not line.startswith("#")]
     assert lines[0][:2] == ["u", "phasewatch"]
     assert ["m", "phasewatch", "systemd-journal"] in lines
+
+
+def test_example_server_lifts_the_log_rate_limit_for_itself_with_a_finite_burst() -> None:
+    # A unit's LogRateLimitBurst=0 is never passed to journald (the global limit stays): finite and
+    # large, for the server unit only (tests/e2e/test_e2e_deb.py measures both).
+    for path in (UNITS / "sglang-kimi.service", UNITS / "sglang-log-rate.conf"):
+        settings = unit_settings(path)
+        assert settings["LogRateLimitIntervalSec"] == ["30s"], path
+        [burst] = settings["LogRateLimitBurst"]
+        assert int(burst) >= 100_000, path
+    assert "[Service]" in (UNITS / "sglang-log-rate.conf").read_text().splitlines()
+    assert not (UNITS / "journald.conf.d").exists()
+
+
+def test_tmpfiles_state_directory_belongs_to_the_sysusers_user() -> None:
+    [entry] = [line.split() for line in (UNITS / "tmpfiles.d" / "phasewatch.conf").read_text().splitlines()
+               if line and not line.startswith("#")]
+    assert entry == ["d", "/var/lib/phasewatch", "0700", "phasewatch", "phasewatch", "-"]
+    assert unit_settings(UNITS / "phasewatch@.service")["StateDirectory"] == ["phasewatch"]
+
+
+def make_install_files(stage: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["make", "-s", "-C", str(REPO), "install-files", f"DESTDIR={stage}"],
+                          capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_make_install_keeps_the_operators_polkit_rule_and_config(tmp_path: Path) -> None:
+    rule = tmp_path / "etc" / "polkit-1" / "rules.d" / "50-phasewatch.rules"
+    config = tmp_path / "etc" / "phasewatch" / "sglang-kimi.service.yaml"
+    first = make_install_files(tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert rule.read_text() == (UNITS / "polkit" / "50-phasewatch.rules").read_text()
+    edited = rule.read_text().replace('["sglang-kimi.service"]', '["sglang-kimi.service", "sglang-draft.service"]')
+    rule.write_text(edited)
+    config.write_text("unit: sglang-kimi.service\n")
+    again = make_install_files(tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert rule.read_text() == edited
+    assert config.read_text() == "unit: sglang-kimi.service\n"
+    assert "kept" in again.stdout and "50-phasewatch.rules" in again.stdout
+    # The shipped rule stays available beside it, and nothing host-wide for journald is installed.
+    shipped = tmp_path / "usr" / "local" / "share" / "phasewatch" / "polkit" / "50-phasewatch.rules"
+    assert shipped.read_text() == (UNITS / "polkit" / "50-phasewatch.rules").read_text()
+    assert not (tmp_path / "etc" / "systemd").exists()
+    unit = (tmp_path / "usr" / "local" / "lib" / "systemd" / "system" / "phasewatch@.service").read_text()
+    assert "ExecStart=/usr/local/bin/phasewatch run" in unit
+
+
+def pyproject_floors() -> dict[str, str]:
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    floors = {}
+    for requirement in project["dependencies"]:
+        name, _, floor = requirement.partition(">=")
+        floors[name.strip().lower()] = floor.strip()
+    return floors
+
+
+def test_debian_package_depends_on_the_floors_of_pyproject() -> None:
+    debian_names = {"systemd-python": "python3-systemd", "pystemd": "python3-pystemd", "httpx": "python3-httpx",
+                    "prometheus-client": "python3-prometheus-client", "pyyaml": "python3-yaml"}
+    control = (REPO / "debian" / "control").read_text()
+    package = control[control.index("Package: phasewatch"):]
+    depends = dict(re.findall(r"(python3-[a-z-]+) \(>= ([^)]+)\)", package))
+    assert depends == {debian_names[name]: floor for name, floor in pyproject_floors().items()}
+    assert "polkitd" in package
+    # Debian 12's versions (the e2e test installs the .deb on them).
+    assert pyproject_floors() == {"systemd-python": "235", "pystemd": "0.11", "httpx": "0.23",
+                                  "pyyaml": "6.0", "prometheus-client": "0.16"}
+
+
+def test_debian_changelog_names_the_version_of_pyproject() -> None:
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    first = (REPO / "debian" / "changelog").read_text().splitlines()[0]
+    assert first.startswith(f"phasewatch ({version}) ")
+
+
+def test_license_is_the_apache_license_pyproject_names() -> None:
+    text = (REPO / "LICENSE").read_text()
+    assert "Apache License" in text and "Version 2.0, January 2004" in text
+    assert "END OF TERMS AND CONDITIONS" in text
+    assert tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["license"] == {"text": "Apache-2.0"}

@@ -1,0 +1,248 @@
+"""The Debian package, installed into a throwaway systemd: `make deb`, then `apt-get install ./…deb`
+inside a sandbox whose /usr, /etc and /var/{lib,cache,log} are overlays on a tmpfs (the host's files
+are the lower layer and are never written), then the operator's steps from the README, and the
+hung start-up restarted by the packaged daemon on Debian's python3 and python3-* packages, no venv.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from e2e_env import UNIT, WATCHER
+from sandbox import INNER, REPO, Sandbox
+
+# The host's system directories as read-only lower layers; every write (dpkg's database, the user
+# systemd-sysusers adds, the package's files) lands in a tmpfs that lives as long as the namespace.
+OVERLAYS = ("/usr", "/etc", "/var/lib", "/var/cache", "/var/log")
+OVERLAY_MOUNTS = r"""
+mount -t tmpfs -o mode=700 tmpfs "$stage/overlay"
+for dir in """ + " ".join(OVERLAYS) + r"""; do
+  layer="$stage/overlay/$(echo "$dir" | tr / _)"
+  mkdir -p "$layer/upper" "$layer/work"
+  mount -t overlay overlay -o "lowerdir=$dir,upperdir=$layer/upper,workdir=$layer/work" "$dir"
+done
+"""
+# Sandbox's recipe with the overlays first, and no staged passwd, group nor polkit rules: the
+# package's postinst makes the user, the test copies the rule as an operator would.
+PACKAGE_INNER = (INNER.replace('mount -t tmpfs -o mode=755 tmpfs /run\n',
+                               'mount -t tmpfs -o mode=755 tmpfs /run\n' + OVERLAY_MOUNTS)
+                 .replace('mount --bind "$stage/passwd" /etc/passwd\n', "")
+                 .replace('mount --bind "$stage/group" /etc/group\n', "")
+                 .replace('mount --bind "$stage/polkit" /etc/polkit-1/rules.d\n', ""))
+assert PACKAGE_INNER.count("mount -t overlay") == 1 and "/etc/passwd" not in PACKAGE_INNER
+
+STATE = "/var/lib/phasewatch"
+CONFIG = f"/etc/phasewatch/{UNIT}.yaml"
+STALLED_ID = "8d4c3f6b2a1e4e0f9b7d5c3a1f2e4d60"  # the catalog entry of "stalled"
+
+
+class PackageSandbox(Sandbox):
+    inner_script = PACKAGE_INNER
+    host_status_before = ""  # the host's own dpkg status of phasewatch, before the sandbox installed it
+
+    def _stage_files(self) -> None:
+        super()._stage_files()
+        # journald's own rate limit (10,000 lines per 30 s, scaled by free space), not lifted host-wide:
+        # the package's way is the server unit's LogRateLimitBurst=.
+        (self.stage / "journald.conf").write_text("[Journal]\nStorage=persistent\nSystemMaxUse=512M\n")
+        (self.stage / "overlay").mkdir()
+        # The simulator runs with Debian's python3 from the stage (stdlib only): nothing inside the
+        # sandbox needs the checkout nor its venv.
+        shutil.copy(REPO / "tools" / "sglang_sim.py", self.stage / "sglang_sim.py")
+
+
+def version() -> str:
+    for line in (REPO / "pyproject.toml").read_text().splitlines():
+        if line.startswith("version = "):
+            return line.split('"')[1]
+    raise AssertionError("no version in pyproject.toml")
+
+
+@pytest.fixture(scope="module")
+def deb() -> Path:
+    """`make deb` from this checkout (it apt-installs its build dependencies, which include the
+    runtime python3-* packages, and runs the unit and golden tests on them)."""
+    built = subprocess.run(["make", "-C", str(REPO), "deb"], capture_output=True, text=True, timeout=900)
+    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    path = REPO / "dist" / f"phasewatch_{version()}_all.deb"
+    assert path.is_file()
+    return path
+
+
+@pytest.fixture(scope="module")
+def box(deb: Path) -> Iterator[PackageSandbox]:
+    sandbox = PackageSandbox()
+    sandbox.host_status_before = host_package_status()
+    try:
+        sandbox.boot()
+        shutil.copy(deb, sandbox.stage / deb.name)
+        sandbox.run("env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y",
+                    f"{sandbox.stage}/{deb.name}", timeout=300)
+        yield sandbox
+    finally:
+        sandbox.shutdown()
+
+
+def host_package_status() -> str:
+    return subprocess.run(["dpkg-query", "-W", "-f", "${Status} ${Version}", "phasewatch"],
+                          capture_output=True, text=True).stdout
+
+
+def test_the_host_does_not_see_the_installation(box: PackageSandbox) -> None:
+    assert box.run("dpkg-query", "-W", "-f", "${Status}", "phasewatch").stdout == "install ok installed"
+    assert box.run("test", "-e", "/usr/share/phasewatch/polkit/50-phasewatch.rules", check=False).returncode == 0
+    assert host_package_status() == box.host_status_before
+    if not box.host_status_before:
+        assert not Path("/usr/share/phasewatch/polkit/50-phasewatch.rules").exists()
+
+
+def test_package_lays_out_the_files_and_the_user(box: PackageSandbox) -> None:
+    files = set(box.run("dpkg-query", "-L", "phasewatch").stdout.split())
+    for path in ("/usr/bin/phasewatch", "/lib/systemd/system/phasewatch@.service",
+                 "/usr/lib/sysusers.d/phasewatch.conf", "/usr/lib/tmpfiles.d/phasewatch.conf",
+                 "/usr/lib/systemd/catalog/phasewatch.catalog", "/usr/share/phasewatch/polkit/50-phasewatch.rules",
+                 "/usr/share/phasewatch/prometheus/phasewatch-rules.yml", CONFIG,
+                 "/usr/lib/python3/dist-packages/phasewatch/__init__.py", "/usr/share/doc/phasewatch/copyright"):
+        assert path in files, path
+    # The polkit rule is a template: the package never puts a live rule in /etc (an edited one is
+    # the operator's, never replaced by an upgrade).
+    assert not any(path.startswith("/etc/polkit-1") for path in files)
+    assert box.run("dpkg-query", "-W", "-f", "${Conffiles}", "phasewatch").stdout.split()[0] == CONFIG
+    # postinst: the user (in systemd-journal), its state directory, the catalog, the unit loaded.
+    assert "systemd-journal" in box.run("id", "-nG", "phasewatch").stdout.split()
+    assert box.run("stat", "-c", "%U %a", STATE).stdout.split() == ["phasewatch", "700"]
+    assert STALLED_ID in box.run("journalctl", "--list-catalog").stdout
+    unit = box.show(WATCHER, "FragmentPath", "ExecStart", "UnitFileState")
+    assert unit["FragmentPath"] == "/lib/systemd/system/phasewatch@.service"
+    assert "path=/usr/bin/phasewatch" in unit["ExecStart"]
+    assert unit["UnitFileState"] == "disabled"  # the package enables nothing
+    # The command runs on Debian's interpreter, from dist-packages.
+    assert box.run("head", "-1", "/usr/bin/phasewatch").stdout.strip() == "#!/usr/bin/python3"
+    where = box.run("/usr/bin/python3", "-c", "import phasewatch; print(phasewatch.__file__)").stdout.strip()
+    assert where == "/usr/lib/python3/dist-packages/phasewatch/__init__.py"
+
+
+def sim_unit(stage: Path) -> str:
+    return f"""[Unit]
+Description=simulated SGLang Kimi-K2.5 INT4, TP=8, EAGLE-3 (phasewatch e2e, packaged)
+
+[Service]
+Type=simple
+EnvironmentFile=/run/sglang-sim.env
+ExecStart=/usr/bin/python3 {stage}/sglang_sim.py run --port 30000 $SIM_ARGS
+KillMode=control-group
+TimeoutStopSec=5s
+LogRateLimitIntervalSec=30s
+LogRateLimitBurst=100000
+"""
+
+
+def status(box: PackageSandbox) -> dict[str, Any] | None:
+    text = box.read(f"{STATE}/{UNIT}.status.json")
+    try:
+        return json.loads(text) if text else None
+    except json.JSONDecodeError:
+        return None  # being replaced
+
+
+def test_installed_package_restarts_a_hung_start_up_on_debians_python(box: PackageSandbox) -> None:
+    # The operator's steps (README): the polkit rule from its template, one config file, enable.
+    box.run("cp", "/usr/share/phasewatch/polkit/50-phasewatch.rules", "/etc/polkit-1/rules.d/")
+    config = {"unit": UNIT, "rank_skew": "5m", "restart_budget": {"max": 3, "window": "6h", "backoff": "1s"},
+              "metrics": {"listen": "127.0.0.1:9877"},
+              "phases": {"draft_cuda_graph_capture": {"deadline": "6s"}}}
+    box.write(CONFIG, json.dumps(config, indent=1))
+    box.run("/usr/bin/phasewatch", "check-config", CONFIG)
+    box.write("/etc/systemd/system/sglang-kimi.service", sim_unit(box.stage))
+    box.write("/run/sglang-sim.env", "SIM_ARGS=--scale 0.01 --hang TP3:draft_cuda_graph_capture\n")
+    box.systemctl("daemon-reload")
+    box.systemctl("enable", "--now", WATCHER)
+    box.systemctl("start", UNIT)
+    box.write("/run/sglang-sim.env", "SIM_ARGS=--scale 0.01\n")  # the next start-up is a healthy one
+
+    # The daemon: Debian's interpreter, Debian's packages, nothing of a venv or of this checkout.
+    pid = box.show(WATCHER, "MainPID")["MainPID"]
+    assert pid != "0"
+    exe = box.run("readlink", f"/proc/{pid}/exe").stdout.strip()
+    assert exe.startswith("/usr/bin/python3"), exe
+    cmdline = box.run("cat", f"/proc/{pid}/cmdline").stdout.split("\0")
+    assert cmdline[:3] == ["/usr/bin/python3", "/usr/bin/phasewatch", "run"], cmdline
+    environ = box.run("cat", f"/proc/{pid}/environ").stdout.split("\0")
+    assert not [v for v in environ if v.startswith(("PYTHONPATH=", "PYTHONHOME=", "VIRTUAL_ENV="))]
+    mapped = {line.split()[-1] for line in box.run("cat", f"/proc/{pid}/maps").stdout.splitlines()
+              if len(line.split()) >= 6 and line.split()[-1].startswith("/")}
+    assert not [path for path in mapped if ".venv" in path or path.startswith(str(REPO))], mapped
+    # Compiled modules of python3-systemd (journal) and python3-pystemd (D-Bus) from dist-packages.
+    assert [p for p in mapped if p.startswith("/usr/lib/python3/dist-packages/systemd/")], mapped
+
+    done = box.wait_for(lambda: (s := status(box)) and len(s["restarted"]) == 1 and s, 90, "phasewatch's restart")
+    first = done["restarted"][0]
+    alerts = box.wait_for(lambda: [e for e in box.journal(f"PHASEWATCH_UNIT={UNIT}", f"MESSAGE_ID={STALLED_ID}")],
+                          10, "the alert")
+    [alert] = alerts
+    assert (alert["PHASEWATCH_VERDICT"], alert["PHASEWATCH_RANK"], alert["PHASEWATCH_PHASE"]) == (
+        "stalled", "TP3", "draft_cuda_graph_capture")
+    assert alert["PHASEWATCH_INVOCATION"] == first
+    assert "restarting (1 of 3 in 6h)" in alert["MESSAGE"]
+    assert alert["_SYSTEMD_UNIT"] == WATCHER
+    # pystemd 0.11 now in the map too: the restart went over D-Bus.
+    mapped = box.run("cat", f"/proc/{pid}/maps").stdout
+    assert "/usr/lib/python3/dist-packages/pystemd/" in mapped
+    # The restarted start-up is a healthy one, and the daemon sees it through.
+    ready = box.wait_for(lambda: (s := status(box)) and s.get("state") == "ready" and s, 90, "the ready state")
+    assert ready["invocation_id"] != first
+    # The catalog explains the alert (journalctl -x).
+    explained = box.run("journalctl", "-x", "--no-pager", f"MESSAGE_ID={STALLED_ID}").stdout
+    assert "The limits are per phase" in explained
+
+
+
+def test_upgrade_keeps_the_operators_rule_and_config_and_restarts_the_running_instance(
+        box: PackageSandbox, deb: Path) -> None:
+    rule = "/etc/polkit-1/rules.d/50-phasewatch.rules"
+    shipped = box.read("/usr/share/phasewatch/polkit/50-phasewatch.rules")
+    assert shipped is not None
+    edited_rule = shipped.replace('["sglang-kimi.service"]', '["sglang-kimi.service", "sglang-draft.service"]')
+    box.write(rule, edited_rule)
+    config = json.dumps({"unit": UNIT, "metrics": {"listen": "127.0.0.1:9877"}}, indent=1)
+    box.write(CONFIG, config)
+    box.systemctl("restart", WATCHER)
+    before = box.show(WATCHER, "MainPID")["MainPID"]
+    # The same version again takes the upgrade path of the maintainer scripts (configure <old version>).
+    box.run("env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y", "--reinstall",
+            f"{box.stage}/{deb.name}", timeout=300)
+    assert box.read(rule) == edited_rule
+    assert box.read(CONFIG) == config
+    after = box.show(WATCHER, "MainPID", "ActiveState")
+    assert after["ActiveState"] == "active" and after["MainPID"] not in ("0", before)
+
+
+FLOOD_LINES = 80_000  # past journald's default burst here (10,000 x its free-space factor, 3 at 512M)
+
+
+def kept_lines(box: PackageSandbox, name: str, *properties: str) -> int:
+    box.run("systemd-run", "--wait", "--quiet", f"--unit={name}", *properties, "/usr/bin/python3", "-c",
+            f"import sys\nfor i in range({FLOOD_LINES}): sys.stdout.write(f'flood {{i}}\\n')\n", timeout=120)
+    def count() -> int:
+        out = box.run("journalctl", "--quiet", "-o", "cat", f"_SYSTEMD_UNIT={name}.service", check=False).stdout
+        return sum(1 for line in out.splitlines() if line.startswith("flood "))
+    # journald may still be writing when the unit has exited: done when the count stops growing.
+    counts = [-1]
+    box.wait_for(lambda: counts.append(count()) or counts[-1] == counts[-2] > 0, 60, "the flood in the journal",
+                 interval=1.0)
+    return counts[-1]
+
+
+def test_per_unit_finite_log_rate_burst_keeps_every_line_where_zero_does_not(box: PackageSandbox) -> None:
+    # units/sglang-kimi.service and units/sglang-log-rate.conf: a large finite burst for the server
+    # unit alone. LogRateLimitBurst=0 is not exported to journald at all (the global limit stays).
+    zero = kept_lines(box, "flood-zero", "-p", "LogRateLimitIntervalSec=30s", "-p", "LogRateLimitBurst=0")
+    finite = kept_lines(box, "flood-finite", "-p", "LogRateLimitIntervalSec=30s", "-p", "LogRateLimitBurst=100000")
+    assert zero < FLOOD_LINES // 2
+    assert finite == FLOOD_LINES
