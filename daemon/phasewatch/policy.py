@@ -81,7 +81,7 @@ def evaluate(inv: InvocationView, now: float, config: Config, profile: Profile |
     if inv.lines_lost:
         verdicts.append(Verdict("lines_lost", inv.invocation_id, None, None, "journald_rate_limit",
                                 f"{unit}: journald dropped {inv.lines_lost} line(s) of this start-up; phases and "
-                                "progress may be missing (raise RateLimitBurst= in journald.conf)", now))
+                                "progress may be missing (raise LogRateLimitBurst= in the unit)", now))
     crash = crashed_verdict(inv, now, config, profile)
     if crash is not None:
         return [*verdicts, crash]
