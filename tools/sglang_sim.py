@@ -291,7 +291,7 @@ def journal_json(plan: Plan, base: float = 1796025600.0, unit: str = "sglang-kim
             fields["_LINE_BREAK"] = line_break
         return entry(t, fields)
 
-    yield entry(0.0, {"_PID": "1", "UNIT": unit, "MESSAGE_ID": MID_STARTED, "INVOCATION_ID": invocation,
+    yield entry(0.0, {"_PID": "1", "_UID": "0", "UNIT": unit, "MESSAGE_ID": MID_STARTED, "INVOCATION_ID": invocation,
                       "JOB_TYPE": "start", "JOB_RESULT": "done", "MESSAGE": f"Started {unit} - SGLang Kimi-K2.5."})
     partial: dict[int, tuple[float, str]] = {}
     for emit in plan.emits:
@@ -307,10 +307,10 @@ def journal_json(plan: Plan, base: float = 1796025600.0, unit: str = "sglang-kim
         since, held = partial.pop(emit.writer, (emit.t, ""))
         yield stream(emit.t, emit.writer, held + text, None)
     if plan.crash_at is not None:
-        yield entry(plan.crash_at + 0.1, {"_PID": "1", "UNIT": unit, "MESSAGE_ID": MID_MAIN_EXITED,
+        yield entry(plan.crash_at + 0.1, {"_PID": "1", "_UID": "0", "UNIT": unit, "MESSAGE_ID": MID_MAIN_EXITED,
                                           "INVOCATION_ID": invocation, "EXIT_CODE": "killed", "EXIT_STATUS": "9",
                                           "MESSAGE": f"{unit}: Main process exited, code=killed, status=9/KILL"})
-        yield entry(plan.crash_at + 0.2, {"_PID": "1", "UNIT": unit, "MESSAGE_ID": MID_FAILED,
+        yield entry(plan.crash_at + 0.2, {"_PID": "1", "_UID": "0", "UNIT": unit, "MESSAGE_ID": MID_FAILED,
                                           "INVOCATION_ID": invocation, "UNIT_RESULT": "signal",
                                           "MESSAGE": f"{unit}: Failed with result 'signal'."})
 

@@ -1,7 +1,9 @@
 """Edge: follow one unit's journal entries live, with systemd-python's low-level reader.
 
-Matches `_SYSTEMD_UNIT=<unit>` (its processes), `UNIT=<unit>` + `_PID=1` (PID 1 about it) and
-`OBJECT_SYSTEMD_UNIT=<unit>` (journald's suppression notices). Data threshold 0: whole fields.
+Matches `_SYSTEMD_UNIT=<unit>` (its processes), `UNIT=<unit>` + `_PID=1` + `_UID=0` (PID 1 about
+it) and `OBJECT_SYSTEMD_UNIT=<unit>` (journald's suppression notices; any local user can send that
+field too, so such entries pass `trust.rejection` or are dropped and counted in `rejected`).
+Data threshold 0: whole fields.
 The fd is for poll(); `wait_result()` after it is readable tells APPEND or INVALIDATE (rotation,
 vacuum, journald restart), on which the caller calls `reopen()`: the reader is reopened at the
 last cursor read, so nothing is lost or read twice.
@@ -12,11 +14,15 @@ from __future__ import annotations
 from typing import Any
 
 from .records import JournalRecord, record_from_fields
+from .trust import TRUSTED_FIELDS, rejection
 
 NOP, APPEND, INVALIDATE = 0, 1, 2
+# Rejected entries read past in one `read`, per entry returned: a flood of forged entries costs a
+# bounded step, and an empty answer still means "caught up" unless more than that was forged.
+REJECTED_SLACK = 16
 _LIFECYCLE_FIELDS = ("MESSAGE", "MESSAGE_ID", "UNIT", "OBJECT_SYSTEMD_UNIT", "N_DROPPED", "INVOCATION_ID",
                      "_SYSTEMD_INVOCATION_ID", "UNIT_RESULT", "JOB_TYPE", "JOB_RESULT", "EXIT_CODE", "EXIT_STATUS",
-                     "_PID", "_SYSTEMD_UNIT", "N_RESTARTS", "SYSLOG_IDENTIFIER", "_COMM")
+                     "N_RESTARTS", "SYSLOG_IDENTIFIER", "_COMM", *TRUSTED_FIELDS)
 
 
 class JournalError(RuntimeError):
@@ -28,6 +34,7 @@ class JournalFollower:
         self.unit = unit
         self.directory = directory
         self.cursor: str | None = None
+        self.rejected: dict[str, int] = {}  # reason -> entries that claimed the unit untrusted (trust.py)
         self._unit_bytes = unit.encode()
         self._reader: Any = None
         self.open()
@@ -46,6 +53,7 @@ class JournalFollower:
         reader.add_disjunction()
         reader.add_match(f"UNIT={self.unit}")
         reader.add_match("_PID=1")
+        reader.add_match("_UID=0")
         reader.add_disjunction()
         reader.add_match(f"OBJECT_SYSTEMD_UNIT={self.unit}")
         self._reader = reader
@@ -92,15 +100,20 @@ class JournalFollower:
         return result
 
     def read(self, limit: int = 1000) -> list[JournalRecord]:
-        """Up to `limit` new entries (an empty list: caught up)."""
+        """Up to `limit` new entries the unit's own (an empty list: caught up). Entries `trust.rejection`
+        refuses are read past, counted in `rejected`, and not returned."""
         out: list[JournalRecord] = []
         reader = self._reader
         get, next_entry, realtime = reader._get, reader._next, reader._get_realtime
         unit_bytes, unit_text = self._unit_bytes, self.unit
         append = out.append
-        for _ in range(limit):
+        read_any = False
+        for _ in range(limit * REJECTED_SLACK):
+            if len(out) >= limit:
+                break
             if not next_entry():
                 break
+            read_any = True
             try:
                 unit = get("_SYSTEMD_UNIT")
             except KeyError:
@@ -138,7 +151,12 @@ class JournalFollower:
                     except KeyError:
                         pass
                 fields["__REALTIME_TIMESTAMP"] = realtime()
-                append(record_from_fields(fields))
-        if out:
+                record = record_from_fields(fields)
+                reason = rejection(record, unit_text)
+                if reason is None:
+                    append(record)
+                else:
+                    self.rejected[reason] = self.rejected.get(reason, 0) + 1
+        if read_any:
             self.cursor = reader._get_cursor()  # the last entry read: where a reopen goes on
         return out
