@@ -14,6 +14,7 @@ class ScriptedJournal:
     def __init__(self) -> None:
         self.pending: list[JournalRecord] = []
         self.cursor: str | None = None
+        self.rejected: dict[str, int] = {}
         self._read, self._write = os.pipe()
 
     def push(self, *records: JournalRecord) -> None:

@@ -428,6 +428,7 @@ class Daemon:
         if self.exporter is not None:
             inv = self.pipeline.snapshot().current
             reasons = {p.value: item.reason for p, item in self._learned(inv).limits.items()} if inv else {}
+            self.exporter.saw_rejected(self.follower.rejected)
             self.exporter.publish(self.pipeline, self.memory, self.clock.wall(), self.eta, reasons)
 
     # -- telling systemd -----------------------------------------------------------------------
@@ -452,6 +453,7 @@ class Daemon:
                            "lines_lost": inv.lines_lost})
         status["budget"] = self.memory.budget.state.value
         status["restarted"] = sorted(self.memory.restarted)
+        status["entries_rejected"] = dict(self.follower.rejected)
         if status != self.last_status:
             self.last_status = status
             try:
