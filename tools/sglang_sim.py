@@ -385,9 +385,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         sys.stdout.flush()
 
 
-def run(plan: Plan, port: int, faults: Faults | None = None) -> int:
+def run(plan: Plan, port: int, faults: Faults | None = None, hostile: bool = False) -> int:
     start = time.time()
     base = start
+    if hostile:
+        for text in hostile_lines(stamp(base, 0.0)):
+            sys.stderr.write(text + "\n")
+        sys.stderr.flush()
     children: list[subprocess.Popen[bytes]] = []
     script = os.path.abspath(__file__)
     plan_file = os.environ.get("SGLANG_SIM_PLAN_FILE")
@@ -422,6 +426,21 @@ def run(plan: Plan, port: int, faults: Faults | None = None) -> int:
     for child in children:
         child.wait()
     return 0
+
+
+def hostile_lines(when: str) -> list[str]:
+    """Lines a log reader must survive, as the server's own output: numbers past Python's 4300-digit
+    `int()` limit where a rank tag, a `gpu_id`, a batch size and a tqdm count go, and text that makes
+    a backtracking pattern quadratic (spaces before a `%`, "Socket " repeated)."""
+    huge = "9" * 5000
+    return [
+        f"[{when} TP{huge}] Load weight begin. avail mem=137.95 GB",
+        f"[gpu_id={huge}] Load weight begin. avail mem=137.95 GB",
+        f"[{when} TP0] Capturing batches (bs={huge} avail_mem=1.00 GB):  50%|#####     | {huge}/{huge} "
+        "[00:01<00:01,  1.00it/s]",
+        " " * 30000 + "%",
+        "Socket " * 20000,
+    ]
 
 
 def _play_main(lines: list[Emit], start: float, base: float, port: int) -> None:
@@ -473,6 +492,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--slow-load", type=float, default=1.0, metavar="FACTOR")
     parser.add_argument("--health-fail-after", type=float, metavar="SECONDS")
     parser.add_argument("--decode-every", type=float, metavar="SECONDS")
+    parser.add_argument("--hostile", action="store_true",
+                        help="first print lines with 5000-digit numbers and quadratic-regex bait (run mode)")
     args = parser.parse_args(argv)
     faults = _faults_from(args)
     plan = build(args.scale, faults)
@@ -489,7 +510,7 @@ def main(argv: list[str] | None = None) -> int:
                                                    "health_fail_after": faults.health_fail_after,
                                                    "decode_every": faults.decode_every}}, handle)
     os.environ["SGLANG_SIM_PLAN_FILE"] = plan_path
-    return run(plan, args.port, faults)
+    return run(plan, args.port, faults, args.hostile)
 
 
 if __name__ == "__main__":
