@@ -12,6 +12,7 @@ from typing import Any, Iterable, Mapping
 
 import yaml
 
+from .lines import rank_number
 from .records import (
     MAIN,
     MID_DEACTIVATED,
@@ -326,9 +327,9 @@ class EventMapper:
             self._tagged_invocations.add(line.invocation_id)
             return line.rank
         c10d = C10D_RANK_RE.match(line.message)
-        if c10d:
+        if c10d and (number := rank_number(c10d.group(1))) is not None:
             # torch's "[rank3]:" is the global rank; with TP only it is the TP rank.
-            return f"TP{int(c10d.group(1))}"
+            return f"TP{number}"
         if line.kind is LineKind.CONTINUATION and line.record_id in self._record_ranks:
             return self._record_ranks[line.record_id]
         if line.rank is not None:

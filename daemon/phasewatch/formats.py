@@ -11,6 +11,7 @@ from datetime import datetime, timezone
 from functools import lru_cache
 from itertools import islice
 
+from .lines import bounded_int
 from .records import (
     MID_DEACTIVATED,
     MID_FAILED,
@@ -315,7 +316,7 @@ def _systemd_fields(message: str) -> tuple[str | None, str | None, dict[str, str
 
 def _short_record(match: re.Match[str], realtime: float | None) -> JournalRecord:
     message, ident = match.group("msg") or "", match.group("ident")
-    pid = int(match.group("pid")) if match.group("pid") else None
+    pid = bounded_int(match.group("pid")) if match.group("pid") else None
     extra = {"SYSLOG_IDENTIFIER": ident}
     if _BLOB_RE.fullmatch(message):
         return JournalRecord(message=None, realtime=realtime, pid=pid, extra=extra)
@@ -325,7 +326,7 @@ def _short_record(match: re.Match[str], realtime: float | None) -> JournalRecord
                              extra={**extra, **more})
     if ident == "systemd-journald" and (suppressed := _SUPPRESSED_RE.fullmatch(message)):
         return JournalRecord(message=message, realtime=realtime, pid=pid, message_id=MID_SUPPRESSED,
-                             object_unit=suppressed["unit"], n_dropped=int(suppressed["n"]), extra=extra)
+                             object_unit=suppressed["unit"], n_dropped=bounded_int(suppressed["n"]), extra=extra)
     return JournalRecord(message=message, realtime=realtime, pid=pid, extra=extra)
 
 

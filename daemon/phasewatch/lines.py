@@ -67,6 +67,28 @@ WRAPPER_RE = re.compile(
 
 _UNKNOWN = object()
 
+# Numbers read from content are believed only this long: Python refuses to convert more than 4300
+# digits (a ValueError out of a step), and no rank, count or batch size needs more than a few.
+MAX_NUMBER_DIGITS = 18
+MAX_RANK_DIGITS = 6
+
+
+def bounded_int(digits: str, max_digits: int = MAX_NUMBER_DIGITS) -> int | None:
+    """The whole number `digits` (a regex's \\d+ group), or None when it has more than `max_digits`
+    significant digits (leading zeros do not count)."""
+    significant = digits.lstrip("0")
+    if len(significant) > max_digits:
+        return None
+    try:
+        return int(significant or "0")
+    except ValueError:
+        return None
+
+
+def rank_number(digits: str) -> int | None:
+    """A rank number from a tag: at most MAX_RANK_DIGITS digits, else None (not a rank we believe)."""
+    return bounded_int(digits, MAX_RANK_DIGITS)
+
 # A held fragment longer than this is released as a line of its own: memory stays bounded.
 MAX_PENDING_CHARS = 4 * 1024 * 1024
 
@@ -113,6 +135,8 @@ def _tail_start(raw: bytes | str) -> int:
 
 
 _RANK_MEMO: dict[str, str | None] = {}
+RANK_MEMO_ENTRIES = 1024
+RANK_MEMO_KEY_CHARS = 256  # tag texts longer than this are rare and not remembered (memo under 1 MB)
 
 
 def canonical_rank(tags: str) -> str | None:
@@ -120,9 +144,10 @@ def canonical_rank(tags: str) -> str | None:
     known = _RANK_MEMO.get(tags, _UNKNOWN)
     if known is not _UNKNOWN:
         return known  # type: ignore[return-value]
-    found = {name: num for name, num in TAG_RE.findall(tags)}
-    label = " ".join(f"{name}{int(found[name])}" for name in TAG_ORDER if name in found) if found else None
-    if len(_RANK_MEMO) < 1024:
+    found = {name: number for name, digits in TAG_RE.findall(tags)
+             if (number := rank_number(digits)) is not None}
+    label = " ".join(f"{name}{found[name]}" for name in TAG_ORDER if name in found) if found else None
+    if len(_RANK_MEMO) < RANK_MEMO_ENTRIES and len(tags) <= RANK_MEMO_KEY_CHARS:
         _RANK_MEMO[tags] = label
     return label
 
@@ -134,15 +159,19 @@ def parse_progress(segment: str) -> tuple[Progress, int] | None:
     match = TQDM_RE.match(segment)
     if match is None:
         return None
+    n, total = bounded_int(match.group("n")), bounded_int(match.group("total"))
+    percent = bounded_int(match.group("pct"))
+    if n is None or total is None or percent is None:
+        return None  # counts no bar draws: not a progress bar
     desc = (match.group("desc") or "").strip()
     bs = BS_RE.search(desc)
     avail = AVAIL_RE.search(desc)
     progress = Progress(
         desc=desc,
-        n=int(match.group("n")),
-        total=int(match.group("total")),
-        percent=int(match.group("pct")),
-        bs=int(bs.group(1)) if bs else None,
+        n=n,
+        total=total,
+        percent=percent,
+        bs=bounded_int(bs.group(1)) if bs else None,
         avail_mem_gb=float(avail.group(1)) if avail else None,
     )
     return progress, match.end()
@@ -208,11 +237,13 @@ def find_prefixes(segment: str) -> list[Prefix]:
                 found.append(Prefix(match.start(), match.end(), canonical_rank(match.group("stags")), None,
                                     time_only=match.group("stime")))
             else:
-                found.append(Prefix(match.start(), match.end(), f"TP{int(match.group('gpu'))}", None))
+                gpu = rank_number(match.group("gpu"))
+                found.append(Prefix(match.start(), match.end(), None if gpu is None else f"TP{gpu}", None))
     if not found:
         legacy = LEGACY_RANK_RE.match(segment)
         if legacy:
-            found.append(Prefix(0, legacy.end(), f"TP{int(legacy.group('n'))}", None))
+            number = rank_number(legacy.group("n"))
+            found.append(Prefix(0, legacy.end(), None if number is None else f"TP{number}", None))
     return found
 
 

@@ -5,6 +5,7 @@ JournalRecord -> LineSplitter -> EventMapper -> Tracker -> (snapshot) -> policy.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -14,6 +15,11 @@ from .events import EventMapper, is_lifecycle_record, lifecycle_event
 from .lines import LineSplitter
 from .records import Event, EventKind, JournalRecord, Line
 from .tracker import InvocationView, Snapshot, Tracker, Transition
+
+logger = logging.getLogger(__name__)
+# Quarantined records logged one by one, at most; past it only counted (a flood of bad lines must
+# not become a flood of warnings).
+QUARANTINE_LOG_LIMIT = 20
 
 
 @dataclass(frozen=True)
@@ -31,9 +37,27 @@ class Pipeline:
         self.mapper = EventMapper(self.profile)
         self.tracker = Tracker()
         self.entries = 0
+        self.quarantined = 0  # records that raised in a stage: skipped, the rest goes on
 
     def feed(self, record: JournalRecord, now: float | None) -> list[Transition]:
+        """A record through every stage. Never raises on content: a record a stage cannot take is
+        quarantined (counted, logged once with its cursor) and the next one is read."""
         self.entries += 1
+        try:
+            return self._feed(record, now)
+        except Exception as exc:  # noqa: BLE001 - one hostile line must not stop the watchdog
+            self._quarantine(record.cursor, exc)
+            return []
+
+    def _quarantine(self, cursor: str | None, exc: Exception) -> None:
+        self.quarantined += 1
+        if self.quarantined <= QUARANTINE_LOG_LIMIT:
+            logger.warning("[%s] journal entry %s quarantined (%s: %.200s); going on", self.config.unit,
+                           cursor or f"#{self.entries}", type(exc).__name__, str(exc))
+        elif self.quarantined == QUARANTINE_LOG_LIMIT + 1:
+            logger.warning("[%s] more entries quarantined: counting them only", self.config.unit)
+
+    def _feed(self, record: JournalRecord, now: float | None) -> list[Transition]:
         if is_lifecycle_record(record):
             event = lifecycle_event(record)
             return self.tracker.apply(event, now) if event is not None else []
@@ -53,7 +77,11 @@ class Pipeline:
         return out
 
     def flush(self, now: float | None) -> list[Transition]:
-        return self._lines(self.splitter.flush(), now)
+        try:
+            return self._lines(self.splitter.flush(), now)
+        except Exception as exc:  # noqa: BLE001 - as in feed()
+            self._quarantine(None, exc)
+            return []
 
     def _lines(self, lines: list[Line], now: float | None) -> list[Transition]:
         out: list[Transition] = []

@@ -13,12 +13,18 @@ import itertools
 from dataclasses import dataclass, field, replace
 from typing import Mapping
 
+from .lines import MAX_NUMBER_DIGITS, bounded_int
 from .records import FINAL_PHASES, MAIN, UNIT_PHASES, Event, EventKind, Phase, Progress
 
 MAX_INVOCATIONS = 16
 _UNIT_PHASES = tuple(UNIT_PHASES)  # a tuple: membership by identity, not Enum's Python-level __hash__
 PROOF_OF_LIFE_RULES = frozenset({"decode_batch", "prefill_batch"})
 MAX_FATAL_TEXTS = 200
+# Scheduler ranks one node is expected to run, at most. The largest SGLang deployments run 8-16 GPUs
+# per node (a few hundred ranks over all nodes). `server_args` asking for more (tp_size=1000000000)
+# is an anomaly: no silent rank is expected (only ranks the journal shows are judged), and nothing
+# is allocated per claimed rank.
+MAX_EXPECTED_RANKS = 1024
 
 
 class UnitState(enum.Enum):
@@ -99,8 +105,11 @@ class ServerInfo:
     @staticmethod
     def from_args(args: Mapping[str, str]) -> ServerInfo:
         def number(key: str, default: int) -> int:
+            text = args.get(key)
+            if text is None or len(text) > MAX_NUMBER_DIGITS:
+                return default  # Python's int() refuses past 4300 digits; no size needs 19
             try:
-                return max(int(args.get(key, default)), 0)
+                return max(int(text), 0)
             except ValueError:
                 return default
 
@@ -118,8 +127,25 @@ class ServerInfo:
             cuda_graph_bs=args.get("cuda_graph_bs"),
         )
 
+    @property
+    def expected_rank_count(self) -> int:
+        """How many scheduler ranks `expected_ranks()` names (computed without naming them)."""
+        if self.dp > 1 and not self.dp_attention:
+            return self.dp * self.tp
+        slots = self.pp * self.tp
+        per_node = max(slots // self.nnodes, 1)
+        return max(min(per_node, slots - self.node_rank * per_node), 0)
+
+    @property
+    def plausible(self) -> bool:
+        """False when the arguments ask for more than MAX_EXPECTED_RANKS ranks on this node."""
+        return self.expected_rank_count <= MAX_EXPECTED_RANKS
+
     def expected_ranks(self) -> tuple[str, ...]:
-        """Scheduler rank labels this node should print, in SGLang's tag order."""
+        """Scheduler rank labels this node should print, in SGLang's tag order; none when the
+        arguments are implausible (more than MAX_EXPECTED_RANKS)."""
+        if not self.plausible:
+            return ()
         def label(dp: int | None, pp: int | None, tp: int) -> str:
             tags = []
             if dp is not None:
@@ -281,8 +307,13 @@ class _Invocation:
 def rank_sort_key(label: str) -> tuple[int, tuple[int, ...], str]:
     if label == MAIN:
         return (0, (), label)
-    numbers = tuple(int("".join(ch for ch in part if ch.isdigit()) or 0) for part in label.split())
+    numbers = tuple(_label_number(part) for part in label.split())
     return (1, numbers, label)
+
+
+def _label_number(part: str) -> int:
+    number = bounded_int("".join(ch for ch in part if ch.isdigit()))
+    return number if number is not None else 10 ** 18  # a label from content with a huge number: last
 
 
 def _family(phase: Phase | None) -> frozenset[Phase] | None:
@@ -296,7 +327,7 @@ def _family(phase: Phase | None) -> frozenset[Phase] | None:
 def _tp_index(label: str) -> int | None:
     for part in label.split():
         if part.startswith("TP") and part[2:].isdigit():
-            return int(part[2:])
+            return bounded_int(part[2:])
     return None
 
 
