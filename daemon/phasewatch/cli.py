@@ -71,6 +71,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
         snapshot = pipeline.snapshot()
     now = _parse_when(args.now, last_line) if args.now else (last_line or 0.0)
     judgements = pipeline.judge(now, snapshot)
+    if isinstance(records, UnitRecords) and records.rejected:
+        counts = ", ".join(f"{count} {reason}" for reason, count in sorted(records.rejected.items()))
+        print(f"phasewatch: warning: ignored entries that claim {args.unit} without journald's trusted fields "
+              f"({counts}); see the threat model in docs/operations.md", file=sys.stderr)
     if args.json:
         json.dump(to_json(judgements, now), sys.stdout, indent=2, ensure_ascii=False)
         sys.stdout.write("\n")

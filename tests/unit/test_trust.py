@@ -184,8 +184,10 @@ def test_an_all_forged_batch_does_not_end_the_read_early(tmp_path: Path) -> None
 def test_replay_unit_takes_no_forged_entry(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     directory = write_journal(tmp_path / "j", healthy_with_forgeries())
     assert main(["replay", "--json", "--unit", UNIT, "--directory", str(directory), "--now", "+20m"]) == 0
-    document = json.loads(capsys.readouterr().out)
-    [inv] = document["invocations"]
+    out, err = capsys.readouterr()
+    [inv] = json.loads(out)["invocations"]
+    assert f"ignored entries that claim {UNIT} without journald's trusted fields (2 lifecycle_not_from_pid1, " \
+           "2 line_not_from_unit, 1 suppression_not_from_journald)" in err
     assert inv["invocation_id"] == INVOCATION
     assert "TP9" not in inv["ranks"]
     assert inv["lines_lost"] == 0
