@@ -224,3 +224,21 @@ def test_rejected_entries_are_a_metric() -> None:
     assert registry.get_sample_value("phasewatch_entries_rejected_total", {**labels, "reason": LINE_NOT_FROM_UNIT}) == 3
     assert registry.get_sample_value("phasewatch_entries_rejected_total",
                                      {**labels, "reason": SUPPRESSION_NOT_FROM_JOURNALD}) == 1
+
+
+def test_status_from_the_journal_takes_no_forged_entry(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    directory = write_journal(tmp_path / "j", healthy_with_forgeries())
+    main(["status", UNIT, "--directory", str(directory), "--json"])
+    inv = json.loads(capsys.readouterr().out)["invocation"]
+    assert inv["invocation_id"] == INVOCATION
+    assert set(inv["ranks"]) == {"main", *(f"TP{n}" for n in range(8))}
+    assert (inv["lines_lost"], inv["unit_state"]) == (0, "starting")
+
+
+def test_logs_show_no_forged_entry(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    directory = write_journal(tmp_path / "j", healthy_with_forgeries())
+    assert main(["logs", UNIT, "--directory", str(directory)]) == 0
+    out = capsys.readouterr().out
+    assert "Load weight begin" in out
+    assert sum(f"Started {UNIT}" in line for line in out.splitlines()) == 1  # PID 1's, not the forged one
+    assert not any(forged in out for forged in ("TP9", "fired up", "Suppressed", "Stopping"))
