@@ -15,6 +15,7 @@ class ScriptedJournal:
         self.pending: list[JournalRecord] = []
         self.cursor: str | None = None
         self.rejected: dict[str, int] = {}
+        self.behind = False
         self._read, self._write = os.pipe()
 
     def push(self, *records: JournalRecord) -> None:

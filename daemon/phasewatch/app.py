@@ -146,6 +146,8 @@ class Daemon:
             timeout = JOURNAL_POLL
         if max_wait is not None:
             timeout = min(timeout, max_wait)
+        if self.follower.behind:
+            timeout = 0.0  # the journal holds more than the last reads took (a flood of forged entries)
         poller = select.poll()
         journal_fd = self.follower.fileno()
         poller.register(journal_fd, select.POLLIN)
@@ -244,7 +246,7 @@ class Daemon:
     def _read_journal(self) -> bool:
         records = self.follower.read(READ_BATCH)
         if not records:
-            return False
+            return self.follower.behind  # only forged entries in that read: more to come
         now = self.clock.wall()
         self.last_entries_at = now
         counts = self.entries_by_invocation

@@ -221,7 +221,7 @@ class CurrentStartup:
         out: list[Transition] = []
         while True:
             records = self.follower.read(READ_BATCH)
-            if not records:
+            if not records and not self.follower.behind:
                 return out
             for record in records:
                 if self.skip_pid is not None and record.pid == self.skip_pid:

@@ -17,8 +17,8 @@ from .records import JournalRecord, record_from_fields
 from .trust import TRUSTED_FIELDS, rejection
 
 NOP, APPEND, INVALIDATE = 0, 1, 2
-# Rejected entries read past in one `read`, per entry returned: a flood of forged entries costs a
-# bounded step, and an empty answer still means "caught up" unless more than that was forged.
+# Entries looked at in one `read`, per entry it may return: a flood of forged entries costs a
+# bounded step; past it the read stops with `behind` set, and the caller reads on.
 REJECTED_SLACK = 16
 _LIFECYCLE_FIELDS = ("MESSAGE", "MESSAGE_ID", "UNIT", "OBJECT_SYSTEMD_UNIT", "N_DROPPED", "INVOCATION_ID",
                      "_SYSTEMD_INVOCATION_ID", "UNIT_RESULT", "JOB_TYPE", "JOB_RESULT", "EXIT_CODE", "EXIT_STATUS",
@@ -35,6 +35,7 @@ class JournalFollower:
         self.directory = directory
         self.cursor: str | None = None
         self.rejected: dict[str, int] = {}  # reason -> entries that claimed the unit untrusted (trust.py)
+        self.behind = False  # the last read stopped on its bound of rejected entries, not at the end
         self._unit_bytes = unit.encode()
         self._reader: Any = None
         self.open()
@@ -100,18 +101,21 @@ class JournalFollower:
         return result
 
     def read(self, limit: int = 1000) -> list[JournalRecord]:
-        """Up to `limit` new entries the unit's own (an empty list: caught up). Entries `trust.rejection`
-        refuses are read past, counted in `rejected`, and not returned."""
+        """Up to `limit` new entries the unit's own (an empty list with `behind` false: caught up).
+        Entries `trust.rejection` refuses are read past, counted in `rejected`, and not returned; at
+        most `limit * REJECTED_SLACK` entries are looked at, and `behind` says when that bound ended it."""
         out: list[JournalRecord] = []
         reader = self._reader
         get, next_entry, realtime = reader._get, reader._next, reader._get_realtime
         unit_bytes, unit_text = self._unit_bytes, self.unit
         append = out.append
         read_any = False
+        self.behind = True
         for _ in range(limit * REJECTED_SLACK):
             if len(out) >= limit:
                 break
             if not next_entry():
+                self.behind = False
                 break
             read_any = True
             try:

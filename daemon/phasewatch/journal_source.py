@@ -34,7 +34,7 @@ def read_unit(unit: str, directory: str | None = None, since: float | None = Non
             follower.seek_realtime(since)
         else:
             follower.seek_head()
-        while batch := follower.read(BATCH):
+        while (batch := follower.read(BATCH)) or follower.behind:
             yield from batch
     finally:
         follower.close()

@@ -18,7 +18,10 @@ import pytest
 from prometheus_client import CollectorRegistry
 from sglang_sim import Faults, build, journal_json
 
+from fakes import ScriptedJournal
 from journal_dirs import write_journal
+from phasewatch.actions import RecordingAlerter, RecordingNotifier, RecordingUnit, UnitFacts
+from phasewatch.app import Daemon
 from phasewatch.cli import main
 from phasewatch.clock import FakeClock
 from phasewatch.config import Config, parse_config
@@ -26,6 +29,7 @@ from phasewatch.current import CurrentStartup, find_start
 from phasewatch.follow import JournalFollower
 from phasewatch.metrics import Exporter
 from phasewatch.pipeline import Pipeline
+from phasewatch.procs import ProcessTable
 from phasewatch.records import (
     MID_STARTED,
     MID_STOPPING,
@@ -34,6 +38,7 @@ from phasewatch.records import (
     record_from_fields,
 )
 from phasewatch.respond import Memory
+from phasewatch.state import StateStore
 from phasewatch.trust import (
     LIFECYCLE_NOT_FROM_PID1,
     LINE_NOT_FROM_UNIT,
@@ -181,6 +186,23 @@ def test_an_all_forged_batch_does_not_end_the_read_early(tmp_path: Path) -> None
     assert follower.rejected == {LINE_NOT_FROM_UNIT: 50}
 
 
+def test_a_flood_of_forged_entries_is_read_past_in_bounded_reads_that_say_so(tmp_path: Path) -> None:
+    forged = [phantom_rank(BASE + i / 1000) for i in range(50)]
+    genuine = list(journal_json(build(), base=BASE + 1, unit=UNIT))[:5]
+    directory = write_journal(tmp_path / "j", forged + genuine)
+    follower = JournalFollower(UNIT, str(directory))
+    try:
+        follower.seek_head()
+        assert follower.read(2) == [] and follower.behind  # 32 entries looked at, all forged: not the end
+        records = []
+        while (batch := follower.read(2)) or follower.behind:
+            records += batch
+    finally:
+        follower.close()
+    assert len(records) == 5 and not follower.behind
+    assert follower.rejected == {LINE_NOT_FROM_UNIT: 50}
+
+
 def test_replay_unit_takes_no_forged_entry(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     directory = write_journal(tmp_path / "j", healthy_with_forgeries())
     assert main(["replay", "--json", "--unit", UNIT, "--directory", str(directory), "--now", "+20m"]) == 0
@@ -242,3 +264,37 @@ def test_logs_show_no_forged_entry(tmp_path: Path, capsys: pytest.CaptureFixture
     assert "Load weight begin" in out
     assert sum(f"Started {UNIT}" in line for line in out.splitlines()) == 1  # PID 1's, not the forged one
     assert not any(forged in out for forged in ("TP9", "fired up", "Suppressed", "Stopping"))
+
+
+class FloodedJournal(ScriptedJournal):
+    """Its next `empty_reads` reads look only at forged entries: empty, with `behind` set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.empty_reads = 0
+
+    def read(self, limit: int = 1000) -> list[JournalRecord]:
+        if self.empty_reads:
+            self.empty_reads -= 1
+            self.behind = True
+            self.rejected = {LINE_NOT_FROM_UNIT: self.rejected.get(LINE_NOT_FROM_UNIT, 0) + limit * 16}
+            return []
+        self.behind = False
+        return super().read(limit)
+
+
+def test_daemon_reads_on_past_a_flood_of_forged_entries(tmp_path: Path) -> None:
+    clock = FakeClock(wall=BASE)
+    journal = FloodedJournal()
+    unit = RecordingUnit(UnitFacts("activating", "start", INVOCATION, control_group=None, started_at=BASE))
+    app = Daemon(Config(unit=UNIT), follower=journal, unit=unit,  # type: ignore[arg-type]
+                 alerter=RecordingAlerter(UNIT), notifier=RecordingNotifier(), store=StateStore(tmp_path, UNIT),
+                 clock=clock, processes=ProcessTable(proc=str(tmp_path / "proc"), cgroup_roots=(str(tmp_path / "cg"),)))
+    app.start()
+    journal.empty_reads = 12  # more than one step reads (10): the next step must not wait for the journal
+    journal.push(*(JournalRecord(f"[2026-11-29 08:00:00 TP{n}] Load weight begin. avail mem=137.95 GB", BASE,
+                                 pid=100 + n, invocation_id=INVOCATION) for n in range(8)))
+    app.step(max_wait=0)
+    app.step(max_wait=0)
+    current = app.pipeline.snapshot().current
+    assert current is not None and {r.rank for r in current.ranks} >= {f"TP{n}" for n in range(8)}
