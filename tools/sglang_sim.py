@@ -385,13 +385,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         sys.stdout.flush()
 
 
-def run(plan: Plan, port: int, faults: Faults | None = None, hostile: bool = False) -> int:
+def run(plan: Plan, port: int, faults: Faults | None = None, hostile: int = 0) -> int:
     start = time.time()
     base = start
-    if hostile:
-        for text in hostile_lines(stamp(base, 0.0)):
-            sys.stderr.write(text + "\n")
-        sys.stderr.flush()
+    for text in hostile_lines(stamp(base, 0.0)) * hostile:
+        sys.stderr.write(text + "\n")
+    sys.stderr.flush()
     children: list[subprocess.Popen[bytes]] = []
     script = os.path.abspath(__file__)
     plan_file = os.environ.get("SGLANG_SIM_PLAN_FILE")
@@ -492,8 +491,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--slow-load", type=float, default=1.0, metavar="FACTOR")
     parser.add_argument("--health-fail-after", type=float, metavar="SECONDS")
     parser.add_argument("--decode-every", type=float, metavar="SECONDS")
-    parser.add_argument("--hostile", action="store_true",
-                        help="first print lines with 5000-digit numbers and quadratic-regex bait (run mode)")
+    parser.add_argument("--hostile", type=int, nargs="?", const=1, default=0, metavar="TIMES",
+                        help="first print lines with 5000-digit numbers and quadratic-regex bait, TIMES times "
+                        "(run mode)")
     args = parser.parse_args(argv)
     faults = _faults_from(args)
     plan = build(args.scale, faults)

@@ -1,10 +1,12 @@
 """phasewatch against a hostile journal, in the throwaway systemd (see sandbox.py).
 
 The server itself prints lines built to break a log reader (5000-digit numbers, quadratic-regex
-bait) while TP3 hangs, and an unprivileged user (uid 65534) forges entries in the unit's name with
-`logger --journald`: a "Started" with a new invocation, a phantom TP9 line, a "Suppressed 123456
-messages" notice and a "fired up and ready". phasewatch must not restart itself, must still catch
-the real hang and restart the unit once, and must take none of the forgeries as the unit's own.
+bait; tools/sglang_sim.py --hostile) while TP3 hangs, and an unprivileged user (uid 65534) forges
+entries in the unit's name with `logger --journald`: a "Started" with a new invocation, a phantom
+TP9 line, a "Suppressed 123456 messages" notice and a "fired up and ready". phasewatch must not
+restart itself, must still catch the real hang and restart the unit once, and must take none of
+the forgeries as the unit's own. The hostile-content half needs branch `content` (issue 9, points
+2 and 3): bounded numbers and linear patterns.
 """
 
 from __future__ import annotations
@@ -13,8 +15,9 @@ import time
 from typing import Any
 
 from e2e_env import UNIT, WATCHER, Scenario
-from test_e2e_daemon import restarts_by_phasewatch
+from test_e2e_daemon import at, restarts_by_phasewatch
 
+DEADLINE = 6.0
 FORGED_INVOCATION = "ffffffffffffffffffffffffffffffff"
 METRICS = "http://127.0.0.1:9877"
 STARTED = "39f53479d3a045ac8e11786248231fbf"
@@ -54,19 +57,21 @@ def test_forged_entries_neither_blind_nor_fool_phasewatch(scenario: Scenario) ->
 
 
 def test_forged_entries_and_hostile_lines_neither_blind_nor_kill_phasewatch(scenario: Scenario) -> None:
-    hang_caught_despite_forgeries(scenario, "--hostile")
+    # Eight times over: a reader that takes seconds per bait line falls far behind the hang's deadline
+    # (or past its own WatchdogSec=) on any machine; one that is linear does not notice.
+    hang_caught_despite_forgeries(scenario, "--hostile 8")
 
 
 def hang_caught_despite_forgeries(s: Scenario, sim_args: str) -> None:
     s.configure(f"--scale 0.01 {sim_args} --hang TP3:draft_cuda_graph_capture",
-                phases={"draft_cuda_graph_capture": {"deadline": "6s"}})
+                phases={"draft_cuda_graph_capture": {"deadline": f"{DEADLINE:.0f}s"}})
     s.start()
     watcher_pid = s.box.show(WATCHER, "MainPID")["MainPID"]
     s.sim("--scale 0.01")  # the next start-up is a healthy one
     [started] = s.box.wait_for(s.invocations, 30, "PID 1's Started entry")
     real = started["INVOCATION_ID"]
-    s.box.wait_for(lambda: [e for e in s.lines("Capture draft cuda graph begin") if "TP3]" in e["MESSAGE"]], 60,
-                   "TP3 entering the phase it hangs in")
+    [begin] = s.box.wait_for(lambda: [e for e in s.lines("Capture draft cuda graph begin") if "TP3]" in e["MESSAGE"]],
+                             60, "TP3 entering the phase it hangs in")
     forge_all(s)
     assert any(e.get("_UID") == "65534" for e in s.box.journal(f"OBJECT_SYSTEMD_UNIT={UNIT}"))
 
@@ -77,11 +82,14 @@ def hang_caught_despite_forgeries(s: Scenario, sim_args: str) -> None:
     alerts = s.box.wait_for(s.alerts, 10, "the alert")
     assert [(a["PHASEWATCH_VERDICT"], a["PHASEWATCH_RANK"], a["PHASEWATCH_INVOCATION"]) for a in alerts] == [
         ("stalled", "TP3", real)]
+    # In time: neither the forgeries nor the cost of the hostile lines delayed the verdict.
+    assert at(alerts[0]) - at(begin) <= DEADLINE + 2
+    assert at(restart) - at(begin) <= DEADLINE + 2
 
     status = s.wait_state("ready", timeout=90)
     assert status["invocation_id"] not in (real, FORGED_INVOCATION)
     assert "TP9" not in status["ranks"]
-    assert status["restarted"] == [real]
+    assert status["restarted"] == [real], s.watcher_log()
     assert len(restarts_by_phasewatch(s)) == 1
     assert len(s.invocations()) == 2
     rejected = status["entries_rejected"]
