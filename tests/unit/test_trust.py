@@ -298,3 +298,15 @@ def test_daemon_reads_on_past_a_flood_of_forged_entries(tmp_path: Path) -> None:
     app.step(max_wait=0)
     current = app.pipeline.snapshot().current
     assert current is not None and {r.rank for r in current.ranks} >= {f"TP{n}" for n in range(8)}
+
+
+def test_the_servers_own_forged_started_is_only_a_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The server's processes are trusted for lines, not for lifecycle: its own entry claiming a
+    new start-up stays a line of the current one."""
+    entries = healthy_with_forgeries()
+    own = {**forged_started(BASE + 31), "_UID": "1000", "_PID": "300", "_SYSTEMD_UNIT": UNIT,
+           "_SYSTEMD_INVOCATION_ID": INVOCATION}
+    directory = write_journal(tmp_path / "j", sorted([*entries, own], key=lambda e: int(e["__REALTIME_TIMESTAMP"])))
+    assert main(["replay", "--json", "--unit", UNIT, "--directory", str(directory), "--now", "+20m"]) == 0
+    [inv] = json.loads(capsys.readouterr().out)["invocations"]
+    assert inv["invocation_id"] == INVOCATION
