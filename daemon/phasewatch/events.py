@@ -34,6 +34,20 @@ from .records import (
 
 RULE_EVENTS = ("phase_begin", "phase_end", "phase_hint", "progress", "fatal", "activity", "server_args")
 SCOPES = ("rank", "main", "any")
+# A rule's pattern: at most this long, and no {m,n} above MAX_PATTERN_REPEAT (a{4294967296} makes
+# re.compile raise; a{100000} compiles to a program that size). Patterns see a line through
+# pattern_view(): at most PATTERN_VIEW_CHARS from each end.
+MAX_PATTERN_CHARS = 1000
+MAX_PATTERN_REPEAT = 1000
+PATTERN_VIEW_CHARS = 32 * 1024
+
+
+def pattern_view(text: str) -> str:
+    """What patterns see of a line: all of it up to 2 x PATTERN_VIEW_CHARS, else its first and last
+    PATTERN_VIEW_CHARS joined by a newline (a rejoined megabyte line costs no more than 64 KB)."""
+    if len(text) <= 2 * PATTERN_VIEW_CHARS:
+        return text
+    return text[:PATTERN_VIEW_CHARS] + "\n" + text[-PATTERN_VIEW_CHARS:]
 C10D_RANK_RE = re.compile(r"^\[rank(\d+)\]:")
 
 
@@ -99,10 +113,47 @@ def _compile(spec: Mapping[str, Any], key: str) -> re.Pattern[str]:
         raise ProfileError(f"{key}.flags", f"expected '' or 'i', got {flag_text!r}")
     if "i" in flag_text:
         flags |= re.IGNORECASE
+    shown = repr(pattern) if len(pattern) <= 80 else repr(pattern[:80]) + "..."
+    if len(pattern) > MAX_PATTERN_CHARS:
+        raise ProfileError(f"{key}.match", f"regular expression {shown} is longer than {MAX_PATTERN_CHARS} "
+                                           "characters")
     try:
-        return re.compile(pattern, flags)
+        compiled = re.compile(pattern, flags)
     except re.error as exc:
-        raise ProfileError(f"{key}.match", f"invalid regular expression {pattern!r}: {exc}") from None
+        raise ProfileError(f"{key}.match", f"invalid regular expression {shown}: {exc}") from None
+    except (OverflowError, RecursionError, MemoryError, ValueError) as exc:
+        # a{4294967296}; thousands of nested groups
+        raise ProfileError(f"{key}.match", f"regular expression {shown} cannot be compiled: "
+                                           f"{str(exc) or type(exc).__name__}") from None
+    repeat = _largest_repeat(compiled)
+    if repeat > MAX_PATTERN_REPEAT:
+        raise ProfileError(f"{key}.match", f"regular expression {shown} repeats something {repeat} times "
+                                           f"(at most {MAX_PATTERN_REPEAT})")
+    return compiled
+
+
+def _largest_repeat(pattern: re.Pattern[str]) -> int:
+    """The largest bounded count in a {m,n} of `pattern` (walked without recursion: deep nesting is
+    fine here)."""
+    try:
+        from re import _parser  # type: ignore[attr-defined]
+
+        tree = _parser.parse(pattern.pattern, pattern.flags)
+    except Exception:  # noqa: BLE001 - re.compile took it; its private parser's doubts are not ours
+        return 0
+    repeats = (_parser.MAX_REPEAT, _parser.MIN_REPEAT, _parser.POSSESSIVE_REPEAT)
+    largest = 0
+    stack: list[Any] = [tree]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, _parser.SubPattern):
+            stack.extend(item.data)
+        elif isinstance(item, (list, tuple)):
+            if len(item) == 2 and item[0] in repeats:
+                low, high = item[1][0], item[1][1]
+                largest = max(largest, low, 0 if high == _parser.MAXREPEAT else high)
+            stack.extend(x for x in item if isinstance(x, (list, tuple, _parser.SubPattern)))
+    return largest
 
 
 def parse_rule(spec: Mapping[str, Any], key: str) -> Rule:
@@ -280,11 +331,12 @@ class EventMapper:
         rank = self._rank(line)
         events: list[Event] = []
         if line.kind is LineKind.PROGRESS and line.progress is not None:
+            desc = pattern_view(line.progress.desc)
             phase = next((r.phase for r in self.profile.rules
-                          if r.event == "progress" and r.pattern.search(line.progress.desc)), None)
+                          if r.event == "progress" and r.pattern.search(desc)), None)
             return [Event(EventKind.PROGRESS, line.ts, rank=rank, phase=phase, progress=line.progress,
                           text=line.text, invocation_id=line.invocation_id, pid=line.pid)]
-        message = line.message
+        message = pattern_view(line.message)
         record_id = line.record_id
         continuation = line.kind is LineKind.CONTINUATION
         harmless = continuation and record_id in self._harmless
@@ -346,6 +398,8 @@ class EventMapper:
         if (rule.scope == "rank" and rank in (None, MAIN) and line.has_prefix
                 and line.invocation_id not in self._tagged_invocations):
             # A one-GPU server: the scheduler prints no tag, and only a scheduler prints this line.
+            if len(self._tp0_pids) >= MEMO_ENTRIES:
+                self._tp0_pids.clear()  # thousands of single-GPU schedulers: forged, or long gone
             self._tp0_pids.add((line.invocation_id, line.pid))
             return "TP0"
         return rank

@@ -38,6 +38,7 @@ class ParsedSource:
 
 
 SAMPLE_LINES = 50
+MAX_BAD_REASONS = 100  # bad lines are counted; only the first reasons are kept (the first is shown)
 NOT_TEXT = "input is not a journal export, journalctl JSON/text, or a text log"
 
 _EXPORT_KEY_RE = re.compile(rb"[A-Z_][A-Z0-9_]*")
@@ -217,26 +218,35 @@ def _parse_json(text: str) -> ParsedSource:
     decoder = json.JSONDecoder()
     records: list[JournalRecord] = []
     bad: list[str] = []
+    bad_count = 0
     null_messages = 0
     with_message = 0
     pos, end = 0, len(text)
+    counted_to, line_number = 0, 1  # newlines are counted once, from where the last bad line was
     while True:
         while pos < end and text[pos] in " \t\r\n\x1e":
             pos += 1
         if pos >= end:
             break
+        # An object ends before the next line that could start one: decode only up to there (a
+        # JSONDecodeError counts the lines of all it was given, from its start: quadratic on the
+        # whole text when there are many bad lines).
+        found = _JSON_RESYNC_RE.search(text, pos)
+        stop = found.start() + 1 if found else end
         try:
-            obj, new_pos = decoder.raw_decode(text, pos)
+            obj, used = decoder.raw_decode(text[pos:stop])
             if not isinstance(obj, dict):
                 raise ValueError(f"a JSON {type(obj).__name__}, not an object")
         except (ValueError, RecursionError) as exc:
             reason = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc) or type(exc).__name__
-            line_number = text.count("\n", 0, pos) + 1
-            bad.append(f"line {line_number}: {reason}")
-            found = _JSON_RESYNC_RE.search(text, pos)
-            pos = found.start() + 1 if found else end
+            line_number += text.count("\n", counted_to, pos)
+            counted_to = pos
+            if len(bad) < MAX_BAD_REASONS:
+                bad.append(f"line {line_number}: {reason}")
+            bad_count += 1
+            pos = stop
             continue
-        pos = new_pos
+        pos += used
         if "MESSAGE" in obj:
             with_message += 1
             null_messages += obj["MESSAGE"] is None
@@ -247,7 +257,7 @@ def _parse_json(text: str) -> ParsedSource:
         raise InputError(f"input looks like journalctl JSON but no line parses as JSON ({bad[0]})")
     warnings: list[str] = []
     if bad:
-        warnings.append(f"{len(bad)} JSON lines could not be parsed (first: {bad[0]})")
+        warnings.append(f"{bad_count} JSON lines could not be parsed (first: {bad[0]})")
     if not with_message:
         warnings.append("no JSON object has a MESSAGE field: is this journalctl -o json output?")
     if null_messages:

@@ -40,9 +40,10 @@ TAG_ORDER = ("DP", "PP", "ATTN_CP", "MOE_DP", "TP", "EP")
 
 # tqdm: "desc: 12%|##   | 3/23 [00:01<00:09, 2.44it/s]" and SGLang's shard bar
 # "desc:  50% Completed | 15/30 [00:24<00:24,  1.63s/it]". The closing bracket may be missing
-# when journald cut the frame.
+# when journald cut the frame. Possessive white space: a backtracking `^\s*` tried the description
+# from every space of a line of spaces (quadratic).
 TQDM_RE = re.compile(
-    r"^\s*(?:(?P<desc>[^\r\n]*?):\s+)?(?P<pct>\d{1,3})%(?:\|[^|\r\n]*\|| Completed \|)"
+    r"^\s*+(?:(?P<desc>[^\r\n]*?):\s++)?(?P<pct>\d{1,3})%(?:\|[^|\r\n]*\|| Completed \|)"
     r"\s*(?P<n>\d+)/(?P<total>\d+)(?P<tail> \[[^\]\r\n]*\]?)?"
 )
 BS_RE = re.compile(r"\bbs=(\d+)")
@@ -91,6 +92,11 @@ def rank_number(digits: str) -> int | None:
 
 # A held fragment longer than this is released as a line of its own: memory stays bounded.
 MAX_PENDING_CHARS = 4 * 1024 * 1024
+# ... and so is one that would make all held fragments together longer than this.
+MAX_PENDING_TOTAL_CHARS = 32 * 1024 * 1024
+# Writers (invocation, PID) remembered; past it the one silent longest is forgotten (its held
+# fragment released as a line). A server has tens of processes; restarts bring new ones.
+MAX_STREAMS = 1024
 
 
 def opens_block(message: str) -> bool:
@@ -264,7 +270,8 @@ class LineSplitter:
     """Turns JournalRecords into Lines. One instance per source; state is per (invocation, PID)."""
 
     def __init__(self) -> None:
-        self._streams: dict[tuple[str | None, int | None], _Stream] = {}
+        self._streams: dict[tuple[str | None, int | None], _Stream] = {}  # least recently fed first
+        self._pending_chars = 0  # of all streams' held fragments
         self._next_record = 0
         self._last_ts: float | None = None
         self._last_date: str | None = None
@@ -275,31 +282,48 @@ class LineSplitter:
 
     def feed(self, record: JournalRecord) -> list[Line]:
         key = (record.invocation_id, record.pid)
-        stream = self._streams.get(key)
+        stream = self._streams.pop(key, None)
+        evicted: list[Line] = []
         if stream is None:
-            stream = self._streams[key] = _Stream()
+            stream = _Stream()
+            if len(self._streams) >= MAX_STREAMS:
+                evicted = self._forget(next(iter(self._streams)))
+        self._streams[key] = stream  # now the most recently fed
         raw = _join(stream.pending, record.message)
+        self._pending_chars -= len(stream.pending)
         stream.pending = ""
         if record.line_break in ("line-max", "pid-change") and record.pid is not None:
             # The entry is an unfinished line: hold its tail for the same PID's next entry. The tail
             # stays undecoded, so a character journald cut in two is decoded whole.
             cut = _tail_start(raw)
-            if len(raw) - cut <= MAX_PENDING_CHARS:
+            held = len(raw) - cut
+            if held <= MAX_PENDING_CHARS and self._pending_chars + held <= MAX_PENDING_TOTAL_CHARS:
                 raw, stream.pending = raw[:cut], raw[cut:]
                 stream.pending_ts = record.realtime
+                self._pending_chars += held
         text = decode(raw)
-        return self._lines(SEGMENT_SPLIT_RE.split(text) if "\r" in text or "\n" in text else (text,), record,
-                           stream)
+        lines = self._lines(SEGMENT_SPLIT_RE.split(text) if "\r" in text or "\n" in text else (text,), record,
+                            stream)
+        return evicted + lines if evicted else lines
+
+    def _release(self, key: tuple[str | None, int | None], stream: _Stream) -> list[Line]:
+        if not stream.pending:
+            return []
+        invocation_id, pid = key
+        held = JournalRecord(message=None, realtime=stream.pending_ts, pid=pid, invocation_id=invocation_id)
+        pending, stream.pending = stream.pending, ""
+        self._pending_chars -= len(pending)
+        return self._lines([decode(pending)], held, stream)
+
+    def _forget(self, key: tuple[str | None, int | None]) -> list[Line]:
+        """Drop a writer's bookkeeping; its held fragment comes out as a line."""
+        return self._release(key, self._streams.pop(key))
 
     def flush(self) -> list[Line]:
         """Release every held fragment (end of a replay)."""
         out: list[Line] = []
-        for (invocation_id, pid), stream in self._streams.items():
-            if stream.pending:
-                held = JournalRecord(message=None, realtime=stream.pending_ts, pid=pid,
-                                     invocation_id=invocation_id)
-                out.extend(self._lines([decode(stream.pending)], held, stream))
-                stream.pending = ""
+        for key, stream in self._streams.items():
+            out.extend(self._release(key, stream))
         return out
 
     def _lines(self, segments: Iterable[str], record: JournalRecord, stream: _Stream) -> list[Line]:

@@ -98,11 +98,12 @@ def evaluate(inv: InvocationView, now: float, config: Config, profile: Profile |
                                     f"{unit}: {rank.rank}'s process (pid {rank.died_pid}) exited in "
                                     f"{rank.phase.value} while the unit is starting", rank.died_at))
     dead = {v.rank for v in verdicts if v.kind == "rank_died"}
+    paces: PaceCache = {}
     for rank in _evaluated_ranks(inv):
         if rank.rank in dead:
             continue
         limits = config.limits(rank.phase)
-        verdict = _stalled(inv, rank, now, _deadline(inv, rank, now, limits), limits.stall, unit)
+        verdict = _stalled(inv, rank, now, _deadline(inv, rank, now, limits, paces), limits.stall, unit)
         if verdict is None:
             verdict = _straggler(inv, rank, now, config.rank_skew, unit)
         if verdict is not None:
@@ -114,29 +115,62 @@ def _others(inv: InvocationView, rank: RankView, now: float) -> str:
     first_exit = _straggler_base(inv, rank)
     if first_exit is not None:
         return f"; other ranks finished it {format_duration(now - first_exit)} ago"
-    peers = [r for r in inv.scheduler_ranks if r.rank != rank.rank and r.phase is rank.phase]
-    return f"; {len(peers)} other rank(s) in the same phase" if peers else ""
+    peers = inv.schedulers_in(rank.phase) - (rank.rank != MAIN)  # a scheduler does not count itself
+    return f"; {peers} other rank(s) in the same phase" if peers else ""
 
 
-def _deadline(inv: InvocationView, rank: RankView, now: float, limits: PhaseLimits) -> float | None:
+@dataclass(frozen=True)
+class _Pace:
+    """How the ranks that drew a bar in one phase progress: the latest end among those that
+    finished it, and the least and greatest fraction done among those still moving."""
+
+    last_end: float | None
+    least_done: float | None
+    most_done: float | None
+
+
+PaceCache = dict[tuple[Phase, float, float], _Pace]
+
+
+def _pace(inv: InvocationView, phase: Phase, now: float, stall: float) -> _Pace:
+    last_end: float | None = None
+    done: list[float] = []
+    for peer in inv.scheduler_ranks:
+        if peer.phase is not phase or phase not in peer.progress_totals:
+            continue  # only ranks that drew a bar in this phase say how it progresses
+        if peer.phase_ended:
+            end = peer.spans[-1].end if peer.spans else None
+            if end is not None and (last_end is None or end > last_end):
+                last_end = end
+        elif (peer.progress is not None and peer.progress_phase is phase and peer.progress.total
+              and peer.progress.n > 0 and peer.last_activity is not None and now - peer.last_activity <= stall):
+            done.append(peer.progress.n / peer.progress.total)
+    return _Pace(last_end, min(done) if done else None, max(done) if done else None)
+
+
+def _deadline(inv: InvocationView, rank: RankView, now: float, limits: PhaseLimits,
+              paces: PaceCache | None = None) -> float | None:
     """The deadline in force for this rank now: a learned one stretches to the phase's own pace
-    while its bar keeps moving (a slow disk is not a hang), never past the cap."""
+    while its bar keeps moving (a slow disk is not a hang), never past the cap. `paces` keeps each
+    phase's pace for the other ranks judged at the same `now` (judging stays linear in ranks)."""
     deadline = limits.deadline
     if deadline is None or limits.cap is None or rank.phase_start is None:
         return deadline
     stall = limits.stall if limits.stall is not None else deadline
+    key = (rank.phase, now, stall)
+    pace = paces.get(key) if paces is not None else None
+    if pace is None:
+        pace = _pace(inv, rank.phase, now, stall)
+        if paces is not None:
+            paces[key] = pace
     projections = []
     elapsed = now - rank.phase_start
-    for peer in inv.scheduler_ranks:
-        if peer.phase is not rank.phase or rank.phase not in peer.progress_totals:
-            continue  # only ranks that drew a bar in this phase say how it progresses
-        if peer.phase_ended:
-            end = peer.spans[-1].end if peer.spans else None
-            if end is not None:
-                projections.append((end - rank.phase_start) * 1.1)  # it finished: about as long here
-        elif (peer.progress is not None and peer.progress_phase is rank.phase and peer.progress.total
-              and peer.progress.n > 0 and peer.last_activity is not None and now - peer.last_activity <= stall):
-            projections.append(elapsed / (peer.progress.n / peer.progress.total) * 1.1)  # its own pace
+    if pace.last_end is not None:
+        projections.append((pace.last_end - rank.phase_start) * 1.1)  # it finished: about as long here
+    # its own pace: elapsed / done * 1.1, greatest at the least done (or, before the start, the most)
+    done = pace.least_done if elapsed >= 0 else pace.most_done
+    if done is not None:
+        projections.append(elapsed / done * 1.1)
     if not projections:
         return deadline
     projected = max(projections)
@@ -146,7 +180,7 @@ def _deadline(inv: InvocationView, rank: RankView, now: float, limits: PhaseLimi
 def _stalled(inv: InvocationView, rank: RankView, now: float, deadline: float | None, stall: float | None,
              unit: str) -> Verdict | None:
     phase = rank.phase.value
-    if rank.phase_ended and any(not r.phase_ended for r in inv.scheduler_ranks if r.phase is rank.phase):
+    if rank.phase_ended and inv.unfinished_in(rank.phase):
         return None  # finished, and waiting for a rank still in the phase: that rank is the one to name
     if deadline is not None and not rank.phase_ended and rank.phase_start is not None:
         spent = now - rank.phase_start
@@ -283,9 +317,10 @@ def next_deadline(inv: InvocationView, now: float, config: Config) -> float:
     if inv.state not in START_UP_STATES or inv.fatals or node_done(inv):
         return math.inf
     candidates: list[float] = []
+    paces: PaceCache = {}
     for rank in _evaluated_ranks(inv):
         limits = config.limits(rank.phase)
-        deadline = _deadline(inv, rank, now, limits)
+        deadline = _deadline(inv, rank, now, limits, paces)
         if deadline is not None and rank.phase_start is not None and not rank.phase_ended:
             candidates.append(rank.phase_start + deadline)
         quiet_since = _quiet_since(inv, rank)

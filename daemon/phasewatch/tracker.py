@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 import itertools
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Mapping
 
 from .lines import MAX_NUMBER_DIGITS, bounded_int
@@ -20,6 +21,11 @@ MAX_INVOCATIONS = 16
 _UNIT_PHASES = tuple(UNIT_PHASES)  # a tuple: membership by identity, not Enum's Python-level __hash__
 PROOF_OF_LIFE_RULES = frozenset({"decode_batch", "prefill_batch"})
 MAX_FATAL_TEXTS = 200
+# Per invocation: fatal records kept, and the text of their lines kept in all (a flood of tracebacks
+# costs no more); scheduler ranks tracked (past it a new rank's lines are counted, not tracked).
+MAX_FATALS = 1024
+MAX_FATAL_CHARS = 16 * 1024 * 1024
+MAX_RANKS = 16384
 # Scheduler ranks one node is expected to run, at most. The largest SGLang deployments run 8-16 GPUs
 # per node (a few hundred ranks over all nodes). `server_args` asking for more (tp_size=1000000000)
 # is an anomaly: no silent rank is expected (only ranks the journal shows are judged), and nothing
@@ -169,6 +175,17 @@ class ServerInfo:
 
 
 @dataclass(frozen=True)
+class PhaseIndex:
+    """Per phase: the earliest exit of a scheduler, the latest activity of any rank in it, how many
+    schedulers are in it, and how many of those have not finished it."""
+
+    first_exit: dict[Phase, float]
+    activity: dict[Phase, float]
+    schedulers: dict[Phase, int]
+    unfinished: dict[Phase, int]
+
+
+@dataclass(frozen=True)
 class InvocationView:
     invocation_id: str
     started_at: float | None
@@ -189,23 +206,59 @@ class InvocationView:
     health_error: str | None = None
     proof_of_life: float | None = None  # the last batch line after ready
     phase_silence: Mapping[Phase, float] = field(default_factory=dict)  # longest quiet spell per phase
+    ranks_ignored: int = 0  # events of ranks past MAX_RANKS (an anomaly)
 
+    # Judging asks these for every rank: each is computed once per view, in one pass over the ranks
+    # (judging stays linear in ranks). The view is immutable, so the cached values stay true.
     def rank(self, label: str) -> RankView | None:
-        return next((r for r in self.ranks if r.rank == label), None)
+        return self._by_label.get(label)
 
-    @property
+    @cached_property
+    def _by_label(self) -> dict[str, RankView]:
+        by_label: dict[str, RankView] = {}
+        for r in self.ranks:
+            by_label.setdefault(r.rank, r)
+        return by_label
+
+    @cached_property
     def scheduler_ranks(self) -> tuple[RankView, ...]:
         return tuple(r for r in self.ranks if r.rank != MAIN)
 
     def first_exit(self, phase: Phase) -> float | None:
         """When the first rank left `phase` (finished it, or moved on)."""
-        ends = [s.end for r in self.scheduler_ranks for s in r.spans if s.phase is phase and s.end is not None]
-        return min(ends) if ends else None
+        return self._phases.first_exit.get(phase)
 
     def phase_activity(self, phase: Phase) -> float | None:
         """Latest sign of life of any rank now in `phase`: ranks in a collective move together."""
-        times = [r.last_activity for r in self.ranks if r.phase is phase and r.last_activity is not None]
-        return max(times) if times else None
+        return self._phases.activity.get(phase)
+
+    def schedulers_in(self, phase: Phase) -> int:
+        """How many scheduler ranks are in `phase` now."""
+        return self._phases.schedulers.get(phase, 0)
+
+    def unfinished_in(self, phase: Phase) -> int:
+        """How many scheduler ranks are in `phase` now and have not finished it."""
+        return self._phases.unfinished.get(phase, 0)
+
+    @cached_property
+    def _phases(self) -> PhaseIndex:
+        index = PhaseIndex({}, {}, {}, {})
+        for r in self.ranks:
+            if r.last_activity is not None:
+                latest = index.activity.get(r.phase)
+                if latest is None or r.last_activity > latest:
+                    index.activity[r.phase] = r.last_activity
+            if r.rank == MAIN:
+                continue
+            index.schedulers[r.phase] = index.schedulers.get(r.phase, 0) + 1
+            if not r.phase_ended:
+                index.unfinished[r.phase] = index.unfinished.get(r.phase, 0) + 1
+            for s in r.spans:
+                if s.end is not None:
+                    first = index.first_exit.get(s.phase)
+                    if first is None or s.end < first:
+                        index.first_exit[s.phase] = s.end
+        return index
 
 
 @dataclass(frozen=True)
@@ -283,6 +336,8 @@ class _Invocation:
     proof_of_life: float | None = None
     phase_seen: dict[Phase, float] = field(default_factory=dict)
     phase_silence: dict[Phase, float] = field(default_factory=dict)
+    fatal_chars: int = 0
+    ranks_ignored: int = 0  # events of ranks past MAX_RANKS
 
     def view(self) -> InvocationView:
         ranks = [r.view() for r in self.ranks.values()]
@@ -301,7 +356,7 @@ class _Invocation:
                               tuple(self.fatals.values()), self.lines_lost, self.server, self.unit_result,
                               self.exit_status, self.restart_scheduled, self.stop_job, self.stopped_at,
                               self.before_stop, self.health_failures, self.health_episode, self.health_error,
-                              self.proof_of_life, dict(self.phase_silence))
+                              self.proof_of_life, dict(self.phase_silence), self.ranks_ignored)
 
 
 def rank_sort_key(label: str) -> tuple[int, tuple[int, ...], str]:
@@ -414,6 +469,9 @@ class Tracker:
                     event = replace(event, rank=MAIN)
                 self._fatal(inv, event, ts)
             return []
+        if event.rank is not None and event.rank not in inv.ranks and len(inv.ranks) >= MAX_RANKS:
+            inv.ranks_ignored += 1  # more ranks than any journal holds: an anomaly, not an allocation
+            return []
         if kind is EventKind.PROGRESS:
             return self._progress(inv, event, ts)
         if kind is EventKind.RANK_DIED:
@@ -430,7 +488,7 @@ class Tracker:
             return []
         if kind is EventKind.ACTIVITY:
             note = inv.fatals.get(event.record_id)
-            if note is not None and len(note.texts) < MAX_FATAL_TEXTS:
+            if note is not None and len(note.texts) < MAX_FATAL_TEXTS and self._keeps(inv, event.text):
                 inv.fatals[event.record_id] = replace(note, texts=note.texts + (event.text,))
             return []
         if event.phase is None:
@@ -582,14 +640,28 @@ class Tracker:
         return [] if inv.state is source else [
             Transition(inv.invocation_id, "unit", source.value, inv.state.value, ts, event.kind.value)]
 
+    @staticmethod
+    def _keeps(inv: _Invocation, text: str) -> bool:
+        """Whether a fatal record's next line is kept: within the invocation's budget of fatal text."""
+        if inv.fatal_chars + len(text) > MAX_FATAL_CHARS:
+            return False
+        inv.fatal_chars += len(text)
+        return True
+
     def _fatal(self, inv: _Invocation, event: Event, ts: float | None) -> None:
         existing = inv.fatals.get(event.record_id)
         if existing is not None and event.record_id:
             cause = existing.cause or event.cause
             echo = existing.echo and event.count == 0
+            texts = existing.texts
+            if len(texts) < MAX_FATAL_TEXTS and self._keeps(inv, event.text):
+                texts += (event.text,)
             inv.fatals[event.record_id] = FatalView(existing.rank or event.rank, existing.rule, cause, existing.ts,
-                                                    echo, existing.texts + (event.text,), existing.prefixed)
+                                                    echo, texts, existing.prefixed)
             return
+        if len(inv.fatals) >= MAX_FATALS:
+            return  # the first ones name the culprit; a flood of later ones only costs memory
+        inv.fatal_chars += len(event.text)
         key = event.record_id or -len(inv.fatals) - 1
         inv.fatals[key] = FatalView(event.rank, event.rule, event.cause, ts, event.count == 0, (event.text,),
                                     event.prefixed)
