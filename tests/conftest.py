@@ -1,4 +1,3 @@
-import os
 import sys
 from pathlib import Path
 
@@ -14,7 +13,5 @@ sys.path.insert(0, str(REPO / "tools"))  # the SGLang simulator lives outside th
 def corpus() -> Path:
     found = corpus_dir()
     if found is None:
-        if os.environ.get("CI"):
-            pytest.fail("the shared corpus (../shared/corpus/real) is missing in CI")
-        pytest.skip("../shared/corpus/real not found (set PHASEWATCH_CORPUS)")
+        pytest.fail("the corpus is missing: tests/golden/corpus (or $PHASEWATCH_CORPUS, which must exist)")
     return found

@@ -1,5 +1,5 @@
-"""Where the shared real-log corpus is: ../shared/corpus/real beside the checkout (CI lays shared/
-there), or $PHASEWATCH_CORPUS."""
+"""Where the real-log corpus is: $PHASEWATCH_CORPUS when set, else the copy inside the repository
+(tests/golden/corpus, so a bare clone runs the golden tests)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import os
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+IN_REPO = REPO / "tests" / "golden" / "corpus"
 
 
 def corpus_dir() -> Path | None:
-    """../shared/corpus/real beside the checkout (CI lays shared/ there), or $PHASEWATCH_CORPUS."""
+    """$PHASEWATCH_CORPUS when set (it must exist), else tests/golden/corpus."""
     override = os.environ.get("PHASEWATCH_CORPUS")
-    candidates = [Path(override)] if override else []
-    candidates.append(REPO.parent / "shared" / "corpus" / "real")
-    return next((c for c in candidates if c.is_dir()), None)
+    candidate = Path(override) if override else IN_REPO
+    return candidate if candidate.is_dir() else None

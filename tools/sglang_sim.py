@@ -12,6 +12,11 @@ their `\\r` frames. A start-up is a schedule of `Emit`s (time, writer, text), bu
     --slow-load 3                         weight loading 3 times slower, still progressing
     --health-fail-after 2                 after ready, /health stops answering 2 s later (it hangs)
     --decode-every 0.5                    after ready, TP0 logs a Decode batch line every 0.5 s
+    --silent-load 30:stream               early in weight loading every rank prints nothing for 30 real
+                                          seconds while streaming a page-cached file (read() and mmap
+                                          page touches), then goes on: silent but healthy
+    --silent-load 30:spin                 the same silence, but the ranks only spin the CPU (the classic
+                                          hang in a collective), then go on
 
 Two ways to play it:
     json   print it as `journalctl -o json --all` would (with PID 1's entries), for replay tests;
@@ -28,13 +33,14 @@ from __future__ import annotations
 import argparse
 import http.server
 import json
+import mmap
 import os
 import signal
 import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterator
 
 RANKS = 8
@@ -67,6 +73,14 @@ class Faults:
     slow_load: float = 1.0
     health_fail_after: float | None = None  # seconds after ready (real seconds, not scaled)
     decode_every: float | None = None
+    silent_load: str | None = None  # "SECONDS:stream" or "SECONDS:spin"
+
+
+@dataclass(frozen=True)
+class Silence:
+    at: float  # seconds after the unit started
+    seconds: float  # real seconds, whatever the scale
+    mode: str  # stream | spin
 
 
 @dataclass(frozen=True)
@@ -77,6 +91,7 @@ class Plan:
     hung: dict[int, float]  # rank -> time it stops writing
     ready_at: float | None  # "fired up" time; the HTTP server runs from uvicorn_at
     uvicorn_at: float | None
+    silence: Silence | None = None
 
 
 def _all_ranks(t: float, text: str, phase: str, spread: float) -> list[Emit]:
@@ -197,7 +212,68 @@ def build(scale: float = 1.0, faults: Faults | None = None) -> Plan:
     ready_at = t + 3.5 * s
     emits.append(Emit(ready_at, MAIN, "The server is fired up and ready to roll!", phase="ready"))
     emits.sort(key=lambda e: e.t)
-    return _apply_faults(emits, faults, s, uvicorn_at, ready_at)
+    silence = _silence(emits, faults, s)
+    if silence is not None:
+        emits = [replace(e, t=e.t + silence.seconds) if e.t > silence.at else e for e in emits]
+        uvicorn_at, ready_at = uvicorn_at + silence.seconds, ready_at + silence.seconds
+    return replace(_apply_faults(emits, faults, s, uvicorn_at, ready_at), silence=silence)
+
+
+def _silence(emits: list[Emit], faults: Faults, s: float) -> Silence | None:
+    """--silent-load: a gap in every writer's lines right after TP0's first loading bar frame."""
+    if faults.silent_load is None:
+        return None
+    seconds, _, mode = faults.silent_load.partition(":")
+    return Silence(_phase_start(emits, 0, "weight_load") + 0.6 * s, float(seconds), mode)
+
+
+SILENT_FILE = "/tmp/sglang-sim-weights.bin"
+SILENT_FILE_SIZE = 256 << 20
+
+
+def _make_weights_file() -> None:
+    """A 256 MiB file for --silent-load ...:stream, written once (then it is in the page cache)."""
+    try:
+        if os.path.getsize(SILENT_FILE) == SILENT_FILE_SIZE:
+            return
+    except OSError:
+        pass
+    block = bytes(range(256)) * 4096
+    with open(SILENT_FILE + ".part", "wb") as handle:
+        for _ in range(SILENT_FILE_SIZE // len(block)):
+            handle.write(block)
+    os.replace(SILENT_FILE + ".part", SILENT_FILE)
+
+
+def _silent_work(silence: Silence, start: float) -> None:
+    """Print nothing from `silence.at` for `silence.seconds`: stream the file, or only spin."""
+    delay = start + silence.at - time.time()
+    if delay > 0:
+        time.sleep(delay)
+    end = time.time() + silence.seconds
+    if silence.mode == "spin":
+        # A collective's busy-wait; at a 20 % duty cycle per rank, to spare a shared CI runner's cores.
+        while time.time() < end:
+            busy = time.time() + 0.02
+            while time.time() < busy:
+                pass
+            time.sleep(0.08)
+        return
+    chunk = 8 << 20
+    window = 32 << 20  # the kernel may map a whole large folio (up to MBs) per fault: touch many pages
+    buffer = bytearray(1 << 20)
+    offset = 0
+    with open(SILENT_FILE, "rb", buffering=0) as handle:
+        while time.time() < end:
+            handle.seek(offset % (SILENT_FILE_SIZE - chunk))
+            for _ in range(chunk // len(buffer)):
+                handle.readinto(buffer)  # read(): page cache -> our buffer, no page fault
+            touched = 0
+            with mmap.mmap(handle.fileno(), window, offset=offset, access=mmap.ACCESS_READ) as mapped:
+                for page in range(0, window, mmap.PAGESIZE):
+                    touched += mapped[page]  # a fresh mapping: each first touch is a (minor) page fault
+            offset = (offset + window) % SILENT_FILE_SIZE
+            time.sleep(0.1)
 
 
 def _phase_start(emits: list[Emit], rank: int, phase: str) -> float:
@@ -321,9 +397,13 @@ def _play(plan: Plan, writer: int, start: float, base: float, port: int, decode_
     """Write this process's lines at their times; die or hang where the plan says."""
     out = sys.stderr
     pid = os.getpid()
+    silence = plan.silence if writer != MAIN else None
     for emit in plan.emits:
         if emit.writer != writer:
             continue
+        if silence is not None and emit.t > silence.at:
+            _silent_work(silence, start)
+            silence = None
         delay = start + emit.t - time.time()
         if delay > 0:
             time.sleep(delay)
@@ -394,6 +474,8 @@ def run(plan: Plan, port: int, faults: Faults | None = None, hostile: int = 0) -
     children: list[subprocess.Popen[bytes]] = []
     script = os.path.abspath(__file__)
     plan_file = os.environ.get("SGLANG_SIM_PLAN_FILE")
+    if plan.silence is not None and plan.silence.mode == "stream":
+        _make_weights_file()
     for rank in range(RANKS):
         # SGLang's process titles: /proc/PID/cmdline starts with sglang::scheduler_TPn.
         args = [f"sglang::scheduler_TP{rank}", script, "_rank", str(rank), str(start), str(port)]
@@ -466,8 +548,17 @@ def _faults_from(args: argparse.Namespace) -> Faults:
             out[int(rank[2:])] = phase
         return out
 
+    silent = args.silent_load
+    if silent is not None:
+        seconds, _, mode = silent.partition(":")
+        try:
+            valid = float(seconds) > 0 and mode in ("stream", "spin")
+        except ValueError:
+            valid = False
+        if not valid:
+            raise SystemExit(f"--silent-load: expected SECONDS:stream or SECONDS:spin, got {silent!r}")
     return Faults(parse(args.hang, "hang"), parse(args.kill, "kill"), parse(args.exception, "exception"),
-                  parse(args.oom, "oom"), args.slow_load, args.health_fail_after, args.decode_every)
+                  parse(args.oom, "oom"), args.slow_load, args.health_fail_after, args.decode_every, silent)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -494,6 +585,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hostile", type=int, nargs="?", const=1, default=0, metavar="TIMES",
                         help="first print lines with 5000-digit numbers and quadratic-regex bait, TIMES times "
                         "(run mode)")
+    parser.add_argument("--silent-load", metavar="SECONDS:MODE")
     args = parser.parse_args(argv)
     faults = _faults_from(args)
     plan = build(args.scale, faults)
@@ -508,7 +600,8 @@ def main(argv: list[str] | None = None) -> int:
                                                    "exception": faults.exception, "oom": faults.oom,
                                                    "slow_load": faults.slow_load,
                                                    "health_fail_after": faults.health_fail_after,
-                                                   "decode_every": faults.decode_every}}, handle)
+                                                   "decode_every": faults.decode_every,
+                                                   "silent_load": faults.silent_load}}, handle)
     os.environ["SGLANG_SIM_PLAN_FILE"] = plan_path
     return run(plan, args.port, faults, args.hostile)
 

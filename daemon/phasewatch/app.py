@@ -26,11 +26,13 @@ from .metrics import Exporter
 from .pipeline import Pipeline
 from .probe import BackgroundProbe, default_url
 from .procs import ProcessTable, RankProcess, RankWatch
+from .procstat import ProcSampler
 from .records import MAIN, Event, EventKind, Phase
 from .render import current_phase
-from .respond import Action, BudgetState, Memory, Response, reset_budget, respond
+from .respond import PRIORITY, Action, BudgetState, Memory, Response, reset_budget, respond
 from .state import Saved, StateStore
 from .tracker import InvocationView, Snapshot, UnitState
+from .vitals import Sample, Vitals, compare, progress_events
 
 logger = logging.getLogger(__name__)
 
@@ -70,7 +72,8 @@ class Daemon:
     def __init__(self, config: Config, *, follower: JournalFollower, unit: Unit, alerter: Alerter, notifier: Notify,
                  store: StateStore, clock: Clock, processes: ProcessTable | None = None,
                  watchdog_interval: float | None = None, health_probe: BackgroundProbe | None = None,
-                 exporter: Exporter | None = None, history: History | None = None) -> None:
+                 exporter: Exporter | None = None, history: History | None = None,
+                 sampler: ProcSampler | None = None) -> None:
         self.config = config
         self.follower = follower
         self.unit = unit
@@ -101,6 +104,13 @@ class Daemon:
         self.recorded: set[str] = set()
         self.learned: dict[str, Learned] = {}  # by fingerprint
         self.eta: float | None = None
+        self.degraded: dict[str, str] = {}  # "history"/"state" -> why it is kept in memory only
+        self.degraded_alerted: set[str] = set()  # alerted once per run
+        self.status_unwritable = False
+        self.sampler = sampler or ProcSampler(self.processes)  # signs of life beyond log lines
+        self.vitals_sample: Sample | None = None
+        self.vitals: Vitals | None = None
+        self.last_vitals = -math.inf
 
     # -- start-up ----------------------------------------------------------------------------
     def start(self) -> None:
@@ -120,6 +130,7 @@ class Daemon:
         self.watched_invocation = self._current_id()
         self._judge_and_act()
         self._save()
+        self._check_host()
         self.notifier.send("READY=1")
         self._status()
         self._publish()
@@ -176,6 +187,7 @@ class Daemon:
             self.pending_deaths.append(_PendingDeath(process, now))
         self._probe_if_due(now)
         self._scan_processes(now)
+        self._sample_vitals(now)
         self._confirm_deaths(now)
         self._judge_and_act()
         self._status()
@@ -189,6 +201,8 @@ class Daemon:
             candidates.append(policy.next_deadline(inv, now, self.pipeline.config) - now + 0.05)
             if self._scanning(inv):
                 candidates.append(self.last_scan + SCAN_INTERVAL - now)
+            if self._sampling(inv):
+                candidates.append(self.last_vitals + self.config.vitals.period - now)
         if self.retry_at is not None:
             candidates.append(self.retry_at - now)
         if self.pending_deaths:
@@ -274,6 +288,7 @@ class Daemon:
         self.rank_watch.forget()
         self.pending_deaths.clear()
         self.last_scan = -math.inf
+        self.vitals_sample, self.vitals, self.last_vitals = None, None, -math.inf
         logger.info("[%s] new start-up %s", self.config.unit, current.invocation_id)
         if previous is not None and previous.invocation_id not in self.memory.restarted \
                 and not previous.restart_scheduled:
@@ -303,6 +318,36 @@ class Daemon:
         if self.facts.invocation_id is not None and self.facts.invocation_id != inv.invocation_id:
             return  # the journal has not caught up with the new start yet
         self.rank_watch.update(self.processes.ranks(self.facts.control_group))
+
+    # -- signs of life beyond log lines ------------------------------------------------------------
+    def _sampling(self, inv: InvocationView | None) -> bool:
+        """While the unit starts and its cgroup is known: every `vitals.period`."""
+        return (self.config.vitals.enabled and inv is not None and inv.state is UnitState.STARTING
+                and self.facts is not None and bool(self.facts.control_group)
+                and self.facts.invocation_id in (None, inv.invocation_id))
+
+    def _sample_vitals(self, now: float) -> None:
+        inv = self.pipeline.snapshot().current
+        if not self._sampling(inv):
+            if self.vitals is not None and (inv is None or inv.state is not UnitState.STARTING):
+                self.vitals_sample, self.vitals = None, None
+                if self.exporter is not None:
+                    self.exporter.saw_vitals(None)
+            return
+        if inv is None or self.facts is None or now - self.last_vitals < self.config.vitals.period - 0.05:
+            return
+        self.last_vitals = now
+        try:
+            sample = self.sampler.sample(self.facts.control_group or "", now)
+        except OSError as exc:  # a cgroup or /proc oddity: no sign of life this time, the loop goes on
+            logger.warning("[%s] cannot sample the unit's processes: %s", self.config.unit, exc)
+            return
+        self.vitals = compare(self.vitals_sample, sample)
+        self.vitals_sample = sample
+        for event in progress_events(self.vitals, inv.invocation_id):
+            self.pipeline.tracker.apply(event, now)
+        if self.exporter is not None:
+            self.exporter.saw_vitals(self.vitals)
 
     def _confirm_deaths(self, now: float) -> None:
         due = [d for d in self.pending_deaths if now >= d.seen_at + DEATH_GRACE]
@@ -391,6 +436,7 @@ class Daemon:
                 self.learned.pop(record.fingerprint, None)
         except sqlite3.Error as exc:
             logger.error("[%s] cannot write history: %s", self.config.unit, exc)
+        self._check_host()
 
     def _unhandled(self, verdict: policy.Verdict) -> bool:
         wanted = self.config.actions.get(verdict.kind, ("alert",))
@@ -423,8 +469,32 @@ class Daemon:
     def _save(self) -> None:
         try:
             self.store.save(Saved(self.memory, self.follower.cursor, self.watched_invocation))
-        except OSError as exc:
-            logger.error("[%s] cannot write state: %s", self.config.unit, exc)
+        except OSError:
+            pass  # the store says why in `degraded`: logged and alerted once, below
+        self._check_host()
+
+    # -- a failing host: the state directory full, read-only or unwritable --------------------------
+    def _check_host(self) -> None:
+        """Keeps going with history and state in memory; says so once per change, alerts once per run."""
+        degraded = {what: why for what, why in (("history", self.history.degraded if self.history else None),
+                                                ("state", self.store.degraded)) if why is not None}
+        if degraded == self.degraded:
+            return
+        for what in self.degraded.keys() - degraded.keys():
+            logger.info("[%s] %s is written to the state directory again", self.config.unit, what)
+        for what, why in degraded.items():
+            if self.degraded.get(what) is not None:
+                continue
+            logger.error("[%s] %s kept in memory only: %s", self.config.unit, what, why)
+            if what in self.degraded_alerted:
+                continue
+            self.degraded_alerted.add(what)
+            self.alerter.alert(Action(
+                "alert", f"{self.config.unit}: phasewatch cannot write its {what} ({why}); it keeps watching and "
+                f"acting with it in memory only", "state_degraded", PRIORITY["state_degraded"], cause=what))
+        self.degraded = degraded
+        if self.exporter is not None:
+            self.exporter.set_degraded(degraded)
 
     def _publish(self) -> None:
         if self.exporter is not None:
@@ -438,6 +508,8 @@ class Daemon:
         now = self.clock.wall()
         inv = self.pipeline.snapshot().current
         parts = [f"STATUS={status_line(inv, now, self.pipeline.config, self.eta)}"]
+        if self.degraded:
+            parts[0] += f" ({' and '.join(sorted(self.degraded))} in memory only: state directory not writable)"
         self._write_status(inv)
         if self.watchdog_interval is not None:
             parts.append("WATCHDOG=1")
@@ -453,6 +525,8 @@ class Daemon:
                            "phase": current_phase(inv), "ranks": {r.rank: r.phase.value for r in inv.ranks},
                            "entries": self.entries_by_invocation.get(inv.invocation_id, 0),
                            "lines_lost": inv.lines_lost})
+            if self.vitals is not None:
+                status["vitals"] = {r.rank: r.text() for r in self.vitals.ranks}
         status["budget"] = self.memory.budget.state.value
         status["restarted"] = sorted(self.memory.restarted)
         status["entries_rejected"] = dict(self.follower.rejected)
@@ -460,8 +534,11 @@ class Daemon:
             self.last_status = status
             try:
                 self.store.write_status(status)
+                self.status_unwritable = False
             except OSError as exc:
-                logger.error("[%s] cannot write status: %s", self.config.unit, exc)
+                if not self.status_unwritable:
+                    logger.error("[%s] cannot write status: %s", self.config.unit, exc)
+                self.status_unwritable = True
 
 
 def _ready_time(inv: InvocationView) -> float | None:

@@ -11,8 +11,9 @@ import json
 import os
 import re
 import sys
+from dataclasses import replace
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Iterator, Sequence
 
 from .actions import UnitError
 from .config import Config, ConfigError, load_config, parse_duration
@@ -21,7 +22,8 @@ from .formats import InputError, parse_source
 from .journal_source import JournalUnavailable, UnitRecords
 from .pipeline import Pipeline
 from .records import JournalRecord
-from .render import to_json, to_table
+from .render import clamp_ts, json_text, terminal_safe, to_json, to_table, ts_in_range
+from .ruletally import RuleTally
 
 EX_OK, EX_USAGE, EX_DATAERR, EX_NOINPUT, EX_UNAVAILABLE, EX_CONFIG = 0, 64, 65, 66, 69, 78
 
@@ -43,41 +45,82 @@ def _records_from_file(source: str) -> tuple[list[JournalRecord], list[str]]:
     return list(parsed.records), list(parsed.warnings)
 
 
+class TimeClamp:
+    """Journal times outside 1970..9999 (a forged or corrupt __REALTIME_TIMESTAMP) clamped into
+    that range before the pipeline sees them, and counted for one warning. Iterable again, like
+    the records it wraps (replay may feed them twice)."""
+
+    def __init__(self, records: Iterable[JournalRecord]) -> None:
+        self._records = records
+        self._clamped_records = 0
+        self._clamped_stamps = 0
+
+    def __iter__(self) -> Iterator[JournalRecord]:
+        self._clamped_records = 0
+        for record in self._records:
+            if record.realtime is not None and not ts_in_range(record.realtime):
+                self._clamped_records += 1
+                record = replace(record, realtime=clamp_ts(record.realtime))
+            yield record
+
+    def saw(self, stamps: Iterable[float | None]) -> None:
+        """Times from line prefixes (year 0001 is before 1970): counted here, shown clamped."""
+        self._clamped_stamps += sum(1 for ts in stamps if ts is not None and not ts_in_range(ts))
+
+    @property
+    def count(self) -> int:
+        return self._clamped_records + self._clamped_stamps
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
     config = load_config(args.config) if args.config else Config(unit=args.unit or Config.unit)
     if args.unit and not args.config:
         config = Config(unit=args.unit)
     warnings: list[str] = []
     records: Iterable[JournalRecord]
+    unit_records: UnitRecords | None = None
     if args.unit:
         since = _parse_when(args.since, None) if args.since else None
-        records = UnitRecords(args.unit, args.directory, since)  # streamed: memory does not grow with it
+        records = unit_records = UnitRecords(args.unit, args.directory, since)  # streamed: memory does not grow
     else:
         records, warnings = _records_from_file(args.source)
     for warning in warnings:
-        print(f"phasewatch: warning: {warning}", file=sys.stderr)
+        print(f"phasewatch: warning: {terminal_safe(warning)}", file=sys.stderr)
+    records = clamped = TimeClamp(records)
     if not args.config and not args.unit:
         named = next((r.extra.get("_SYSTEMD_UNIT") or r.unit for r in records
                       if r.extra.get("_SYSTEMD_UNIT") or r.unit), None)
         config = Config(unit=named) if named else config
-    pipeline = Pipeline(config)
+    tally = RuleTally() if args.rules else None
+    pipeline = Pipeline(config, tally)
     pipeline.feed_all(records, now=None)
     snapshot = pipeline.snapshot()
     last_line = max((inv.last_ts for inv in snapshot.invocations if inv.last_ts is not None), default=None)
     if last_line is None and snapshot.invocations:
         # A log without a single time stamp: judged as if every line was written at time 0.
-        pipeline = Pipeline(config)
+        tally = RuleTally() if args.rules else None
+        pipeline = Pipeline(config, tally)
         pipeline.feed_all(records, now=0.0)
         snapshot = pipeline.snapshot()
+    if tally is not None:
+        if args.json:
+            sys.stdout.write(json_text(tally.to_json(pipeline.profile)) + "\n")
+        else:
+            sys.stdout.writelines(terminal_safe(line) + "\n" for line in tally.to_table(pipeline.profile).splitlines())
+        return EX_OK
     now = _parse_when(args.now, last_line) if args.now else (last_line or 0.0)
     judgements = pipeline.judge(now, snapshot)
-    if isinstance(records, UnitRecords) and records.rejected:
-        counts = ", ".join(f"{count} {reason}" for reason, count in sorted(records.rejected.items()))
-        print(f"phasewatch: warning: ignored entries that claim {args.unit} without journald's trusted fields "
+    if unit_records is not None and unit_records.rejected:
+        counts = ", ".join(f"{count} {reason}" for reason, count in sorted(unit_records.rejected.items()))
+        print(f"phasewatch: warning: ignored entries that claim {terminal_safe(args.unit)} without journald's "
+              "trusted fields "
               f"({counts}); see the threat model in docs/operations.md", file=sys.stderr)
+    clamped.saw(ts for inv in snapshot.invocations for ts in (inv.started_at, inv.last_ts))
+    if clamped.count:
+        print(f"phasewatch: warning: {clamped.count} time stamp(s) outside years 1970..9999 clamped into that range",
+              file=sys.stderr)
     if args.json:
-        json.dump(to_json(judgements, now), sys.stdout, indent=2, ensure_ascii=False)
-        sys.stdout.write("\n")
+        sys.stdout.write(json_text(to_json(judgements, now)) + "\n")
     else:
         sys.stdout.write(to_table(judgements, now))
     return EX_OK
@@ -131,7 +174,9 @@ def cmd_check_config(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from .history import History
+    import sqlite3
+
+    from .history import History, HistoryUnreadable
     from .report import to_json as report_json
     from .report import to_svg, to_table
 
@@ -145,8 +190,16 @@ def cmd_report(args: argparse.Namespace) -> int:
         print(f"phasewatch: no history for {unit} in {state_dir} (phasewatch run records start-ups there)",
               file=sys.stderr)
         return EX_NOINPUT
-    history = History(path)
-    records = history.startups(unit, last=args.last)
+    try:
+        history = History(path, read_only=True)  # report changes nothing on disk, even a broken file
+    except HistoryUnreadable as exc:
+        print(f"phasewatch: {exc}", file=sys.stderr)
+        return EX_DATAERR
+    try:
+        records = history.startups(unit, last=args.last)
+    except sqlite3.Error as exc:
+        print(f"phasewatch: {path}: cannot read the history: {exc}", file=sys.stderr)
+        return EX_DATAERR
     if args.plot:
         Path(args.plot).write_text(to_svg(records, f"{unit}: the last {len(records)} start-up(s)"))
     if args.json:
@@ -168,6 +221,8 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--since", help="with --unit: start at this time (ISO)")
     replay.add_argument("--config", help="phasewatch YAML config (limits, patterns)")
     replay.add_argument("--json", action="store_true", help="print the JSON document")
+    replay.add_argument("--rules", action="store_true",
+                        help="print how many lines each rule of the profile matched, and the lines none matched")
     replay.add_argument("--now", help="judge at this time: +DURATION after the last line, or an ISO time")
     replay.set_defaults(func=cmd_replay)
     run = sub.add_parser("run", help="the daemon: follow the unit's journal and act on stalls")
@@ -208,19 +263,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = args.func(args)
         return code
     except ConfigError as exc:
-        print(f"phasewatch: config error: {exc}", file=sys.stderr)
+        print(terminal_safe(f"phasewatch: config error: {exc}"), file=sys.stderr)
         return EX_CONFIG
     except InputError as exc:
-        print(f"phasewatch: {args.source}: {exc}", file=sys.stderr)
+        print(terminal_safe(f"phasewatch: {args.source}: {exc}"), file=sys.stderr)
         return EX_DATAERR
     except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
-        print(f"phasewatch: {exc.filename}: {exc.strerror}", file=sys.stderr)
+        print(terminal_safe(f"phasewatch: {exc.filename}: {exc.strerror}"), file=sys.stderr)
         return EX_NOINPUT
     except (JournalUnavailable, JournalError, UnitError) as exc:
-        print(f"phasewatch: {exc}", file=sys.stderr)
+        print(terminal_safe(f"phasewatch: {exc}"), file=sys.stderr)
         return EX_UNAVAILABLE
     except ValueError as exc:
-        print(f"phasewatch: {exc}", file=sys.stderr)
+        print(terminal_safe(f"phasewatch: {exc}"), file=sys.stderr)
         return EX_USAGE
 
 

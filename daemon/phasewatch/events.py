@@ -332,10 +332,11 @@ class EventMapper:
         events: list[Event] = []
         if line.kind is LineKind.PROGRESS and line.progress is not None:
             desc = pattern_view(line.progress.desc)
-            phase = next((r.phase for r in self.profile.rules
-                          if r.event == "progress" and r.pattern.search(desc)), None)
-            return [Event(EventKind.PROGRESS, line.ts, rank=rank, phase=phase, progress=line.progress,
-                          text=line.text, invocation_id=line.invocation_id, pid=line.pid)]
+            bar = next((r for r in self.profile.rules
+                        if r.event == "progress" and r.pattern.search(desc)), None)
+            return [Event(EventKind.PROGRESS, line.ts, rank=rank, phase=bar.phase if bar else None,
+                          rule=bar.id if bar else None, progress=line.progress, text=line.text,
+                          invocation_id=line.invocation_id, pid=line.pid)]
         message = pattern_view(line.message)
         record_id = line.record_id
         continuation = line.kind is LineKind.CONTINUATION

@@ -2,8 +2,10 @@
 
 `summarize()` (pure) turns a finished start-up into a `StartupRecord`; `History` keeps them in
 SQLite in the state directory (WAL, synchronous=FULL: a kill -9 mid-write loses at most the record
-being written, never the file), at most `KEEP` per unit. A file that is not a readable database is
-moved aside with a warning and a fresh one is started.
+being written, never the file), at most `KEEP` per unit. A file that is demonstrably corrupt (SQLite
+says it is not a database, or it fails the quick check) is moved aside with a warning and a fresh one
+is started; a host that cannot write (full, read-only, permissions) never gets a file moved: the
+history goes on in memory (`degraded`). Every value read back is checked; a bad one is dropped.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import sqlite3
 import statistics
@@ -25,6 +28,7 @@ from .tracker import InvocationView, ServerInfo
 
 logger = logging.getLogger(__name__)
 KEEP = 500  # start-ups kept per unit
+MAX_JSON = 4 << 20  # a spans or verdicts value longer than this is not ours
 
 
 @dataclass(frozen=True)
@@ -123,43 +127,145 @@ CREATE INDEX IF NOT EXISTS startups_by_unit ON startups(unit, fingerprint, start
 """
 
 
+class HistoryUnreadable(ValueError):
+    """A read-only open (`report`) found no readable history: nothing was changed on disk."""
+
+
+def _corrupt(exc: sqlite3.Error) -> bool:
+    """The file itself is bad (not a database, malformed), as opposed to the host failing to write it
+    (disk full, read-only, permissions, I/O): only the first may be moved aside."""
+    if isinstance(exc, _QuickCheckFailed):
+        return True
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code is not None and code & 0xFF in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
+
+
+class _QuickCheckFailed(sqlite3.DatabaseError):
+    pass
+
+
+def _check(db: sqlite3.Connection) -> None:
+    db.execute("SELECT count(*) FROM startups").fetchone()
+    if db.execute("PRAGMA quick_check").fetchone()[0] != "ok":
+        raise _QuickCheckFailed("quick_check failed")
+
+
 class History:
-    def __init__(self, path: str | Path) -> None:
+    """The history file, or, once the host cannot keep it (full, read-only or unwritable state
+    directory), a copy in memory for the rest of this run: `degraded` then says why."""
+
+    def __init__(self, path: str | Path, *, read_only: bool = False) -> None:
         self.path = Path(path)
-        self._db = self._open()
+        self.degraded: str | None = None
+        self._db = self._open_read_only() if read_only else self._open()
 
     def _open(self) -> sqlite3.Connection:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
             db = self._connect()
-            db.execute("SELECT count(*) FROM startups").fetchone()
-            if db.execute("PRAGMA quick_check").fetchone()[0] != "ok":
-                raise sqlite3.DatabaseError("quick_check failed")
+            _check(db)
             return db
-        except sqlite3.DatabaseError as exc:
-            aside = self.path.with_name(f"{self.path.name}.corrupt-{int(time.time())}")
-            logger.warning("history %s is unreadable (%s): moved to %s, starting a fresh one", self.path, exc,
-                           aside.name)
-            for suffix in ("", "-wal", "-shm"):
-                try:
-                    os.replace(f"{self.path}{suffix}", f"{aside}{suffix}")
-                except FileNotFoundError:
-                    pass
+        except OSError as exc:
+            return self._in_memory(f"cannot open {self.path}: {exc}")
+        except sqlite3.Error as exc:
+            if not _corrupt(exc):
+                return self._in_memory(f"cannot open {self.path}: {exc}")
+            cause = exc
+        self._move_aside(cause)
+        try:
             return self._connect()
+        except (OSError, sqlite3.Error) as exc:
+            return self._in_memory(f"cannot start a fresh {self.path}: {exc}")
+
+    def _move_aside(self, exc: sqlite3.Error) -> None:
+        aside = self.path.with_name(f"{self.path.name}.corrupt-{int(time.time())}")
+        logger.warning("history %s is unreadable (%s): moved to %s, starting a fresh one", self.path, exc,
+                       aside.name)
+        for suffix in ("", "-wal", "-shm"):
+            try:
+                os.replace(f"{self.path}{suffix}", f"{aside}{suffix}")
+            except FileNotFoundError:
+                pass
+            except OSError as error:
+                logger.warning("history: cannot move %s%s aside: %s", self.path, suffix, error)
 
     def _connect(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.path, isolation_level=None, timeout=5)
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=FULL")
-        db.execute("PRAGMA foreign_keys=ON")
-        db.executescript(SCHEMA)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=FULL")
+            db.execute("PRAGMA foreign_keys=ON")
+            db.executescript(SCHEMA)
+        except BaseException:
+            db.close()
+            raise
         return db
+
+    def _open_read_only(self) -> sqlite3.Connection:
+        """For `report`: never creates, writes or renames anything. Without a write-ahead log beside
+        it (no daemon has it open) the file is complete and is read as immutable, which creates no
+        -wal/-shm; with one, read-only through the log (immutable as a fallback: the last checkpoint)."""
+        errors = []
+        live = Path(f"{self.path}-wal").exists()
+        for options in ("mode=ro", "immutable=1") if live else ("immutable=1",):
+            try:
+                db = sqlite3.connect(f"{self.path.resolve().as_uri()}?{options}", uri=True, isolation_level=None,
+                                     timeout=5)
+            except sqlite3.Error as exc:
+                errors.append(str(exc))
+                continue
+            try:
+                _check(db)
+                return db
+            except sqlite3.Error as exc:
+                db.close()
+                errors.append(str(exc))
+                if _corrupt(exc):
+                    break
+        raise HistoryUnreadable(f"{self.path}: not a readable history ({'; '.join(errors)})")
+
+    def _in_memory(self, reason: str) -> sqlite3.Connection:
+        """Keep going in memory, starting from whatever of the file can still be read."""
+        self.degraded = reason
+        memory = sqlite3.connect(":memory:", isolation_level=None)
+        source = getattr(self, "_db", None)
+        copied = False
+        if source is not None:
+            try:
+                source.backup(memory)
+                copied = True
+            except sqlite3.Error:
+                pass
+            source.close()
+        if not copied and self.path.exists():
+            try:
+                reader = History(self.path, read_only=True)
+                reader._db.backup(memory)
+                reader.close()
+                copied = True
+            except (HistoryUnreadable, OSError, sqlite3.Error):
+                pass
+        memory.execute("PRAGMA foreign_keys=ON")
+        memory.executescript(SCHEMA)
+        logger.warning("history degraded: %s; start-ups are kept in memory until phasewatch restarts (%s)",
+                       reason, "past start-ups copied" if copied else "past start-ups not available")
+        return memory
 
     def close(self) -> None:
         self._db.close()
 
     def add(self, record: StartupRecord) -> bool:
-        """Store a start-up once (an invocation seen again is ignored); trim to KEEP per unit."""
+        """Store a start-up once (an invocation seen again is ignored); trim to KEEP per unit. A write
+        the host refuses moves the history to memory (once) and stores it there."""
+        try:
+            return self._insert(record)
+        except sqlite3.Error as exc:
+            if self.degraded is not None:
+                raise
+            self._db = self._in_memory(f"cannot write {self.path}: {exc}")
+            return self._insert(record)
+
+    def _insert(self, record: StartupRecord) -> bool:
         db = self._db
         db.execute("BEGIN IMMEDIATE")
         try:
@@ -180,10 +286,13 @@ class History:
             db.execute("COMMIT")
             return True
         except BaseException:
-            db.execute("ROLLBACK")
+            if db.in_transaction:  # SQLITE_FULL may have rolled back already
+                db.execute("ROLLBACK")
             raise
 
     def startups(self, unit: str, fingerprint: str | None = None, last: int | None = None) -> list[StartupRecord]:
+        """Past start-ups, oldest first; a row or value that is not what this version writes is dropped
+        with a warning."""
         query = "SELECT id, unit, invocation, fingerprint, started_at, ended_at, outcome, cause, spans, verdicts " \
                 "FROM startups WHERE unit = ?"
         args: list[Any] = [unit]
@@ -196,26 +305,128 @@ class History:
             args.append(last)
         out = []
         for row in self._db.execute(query, args).fetchall():
-            phases = tuple(PhaseRecord(*p) for p in self._db.execute(
+            phase_rows = self._db.execute(
                 "SELECT phase, duration, spread, progress_total, max_silence, slowest_rank FROM phases "
-                "WHERE startup = ?", (row[0],)).fetchall())
-            spans = {rank: [tuple(s) for s in items] for rank, items in json.loads(row[8]).items()}
-            verdicts = tuple(tuple(v) for v in json.loads(row[9]))
-            out.append(StartupRecord(row[1], row[2], row[3], row[4], row[5], row[6], row[7], phases,
-                                     spans, verdicts))
+                "WHERE startup = ?", (row[0],)).fetchall()
+            record = _startup_from_row(row, phase_rows)
+            if record is None:
+                logger.warning("history %s: start-up row %s has invalid values: ignored", self.path, row[0])
+            else:
+                out.append(record)
         return list(reversed(out))
 
     def durations(self, unit: str, fingerprint: str, phase: str, outcome: str = "ready") -> list[float]:
-        rows = self._db.execute(
-            "SELECT p.duration FROM phases p JOIN startups s ON s.id = p.startup WHERE s.unit = ? AND "
-            "s.fingerprint = ? AND p.phase = ? AND s.outcome IN (?, 'serving')", (unit, fingerprint, phase, outcome))
-        return [r[0] for r in rows.fetchall()]
+        return self._seconds("SELECT p.duration FROM phases p JOIN startups s ON s.id = p.startup WHERE s.unit = ? "
+                             "AND s.fingerprint = ? AND p.phase = ? AND s.outcome IN (?, 'serving')",
+                             (unit, fingerprint, phase, outcome), "duration", phase)
 
     def silences(self, unit: str, fingerprint: str, phase: str) -> list[float]:
-        rows = self._db.execute(
-            "SELECT p.max_silence FROM phases p JOIN startups s ON s.id = p.startup WHERE s.unit = ? AND "
-            "s.fingerprint = ? AND p.phase = ? AND s.outcome IN ('ready', 'serving')", (unit, fingerprint, phase))
-        return [r[0] for r in rows.fetchall()]
+        return self._seconds("SELECT p.max_silence FROM phases p JOIN startups s ON s.id = p.startup WHERE "
+                             "s.unit = ? AND s.fingerprint = ? AND p.phase = ? AND s.outcome IN ('ready', 'serving')",
+                             (unit, fingerprint, phase), "max_silence", phase)
+
+    def _seconds(self, query: str, args: tuple[str, ...], column: str, phase: str) -> list[float]:
+        """Valid durations only; none (judged with the configured limits) when the file cannot be read."""
+        try:
+            rows = self._db.execute(query, args).fetchall()
+        except sqlite3.Error as exc:
+            logger.warning("history %s: cannot read %s of %s: %s", self.path, column, phase, exc)
+            return []
+        values = [_seconds(r[0]) for r in rows]
+        bad = values.count(None)
+        if bad:
+            logger.warning("history %s: %d %s value(s) of %s are not durations: ignored", self.path, bad, column,
+                           phase)
+        return [v for v in values if v is not None]
+
+
+def _seconds(value: object) -> float | None:
+    """A finite, non-negative number of seconds, or None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        return None
+    return float(value)
+
+
+def _timestamp(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def _optional_text(value: object) -> bool:
+    return value is None or isinstance(value, str)
+
+
+def _phase_from_row(row: Sequence[Any]) -> PhaseRecord | None:
+    phase, duration, spread, total, silence, slowest = row
+    duration, spread, silence = _seconds(duration), _seconds(spread), _seconds(silence)
+    if phase not in PHASE_NAMES or duration is None or spread is None or silence is None:
+        return None
+    if total is not None and (isinstance(total, bool) or not isinstance(total, int) or total < 0):
+        total = None
+    return PhaseRecord(phase, duration, spread, total, silence, slowest if isinstance(slowest, str) else None)
+
+
+def _load_json(text: object) -> Any:
+    if not isinstance(text, str) or len(text) > MAX_JSON:
+        return None
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+
+
+def _spans(text: object) -> dict[str, list[tuple[str, float | None, float | None]]] | None:
+    document = _load_json(text)
+    if not isinstance(document, dict):
+        return None
+    out: dict[str, list[tuple[str, float | None, float | None]]] = {}
+    for rank, items in document.items():
+        if not isinstance(items, list):
+            return None
+        spans = []
+        for item in items:
+            if not (isinstance(item, list) and len(item) == 3 and item[0] in PHASE_NAMES):
+                return None
+            start, end = (None if v is None else _timestamp(v) for v in item[1:])
+            if (start is None) != (item[1] is None) or (end is None) != (item[2] is None):
+                return None
+            spans.append((item[0], start, end))
+        out[rank] = spans
+    return out
+
+
+def _verdicts(text: object) -> tuple[tuple[str, str | None, str | None, float], ...] | None:
+    document = _load_json(text)
+    if not isinstance(document, list):
+        return None
+    out = []
+    for item in document:
+        if not (isinstance(item, list) and len(item) == 4 and isinstance(item[0], str)
+                and _optional_text(item[1]) and _optional_text(item[2])):
+            return None
+        at = _timestamp(item[3])
+        if at is None:
+            return None
+        out.append((item[0], item[1], item[2], at))
+    return tuple(out)
+
+
+def _startup_from_row(row: Sequence[Any], phase_rows: Sequence[Sequence[Any]]) -> StartupRecord | None:
+    """A stored start-up, every value checked: None when a field it cannot do without is invalid; an
+    invalid phase, span list or verdict list is left out."""
+    _, unit, invocation, key, started, ended, outcome, cause, spans_text, verdicts_text = row
+    started_at, ended_at = _timestamp(started), _timestamp(ended)
+    if not all(isinstance(v, str) for v in (unit, invocation, key, outcome)) or not _optional_text(cause) \
+            or started_at is None or ended_at is None:
+        return None
+    phases = tuple(p for p in map(_phase_from_row, phase_rows) if p is not None)
+    spans = _spans(spans_text)
+    verdicts = _verdicts(verdicts_text)
+    if len(phases) < len(phase_rows) or spans is None or verdicts is None:
+        logger.warning("history: start-up %s has invalid phases, spans or verdicts: those left out", invocation)
+    return StartupRecord(unit, invocation, key, started_at, ended_at, outcome, cause, phases, spans or {},
+                         verdicts or ())
 
 
 def p95(values: Sequence[float]) -> float:

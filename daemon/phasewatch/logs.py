@@ -42,7 +42,7 @@ from .follow import JournalFollower
 from .lines import decode, strip_ansi
 from .pipeline import Pipeline
 from .records import MAIN, PHASE_NAMES, EventKind, JournalRecord, Line, LineKind
-from .render import current_phase
+from .render import clock_text, current_phase, terminal_safe
 from .tracker import InvocationView
 
 RANK_WIDTH = 7  # "systemd", "DP0 TP3"
@@ -61,13 +61,8 @@ class TaggedLine:
     continuation: bool = False
 
     def format(self, utc: bool = False) -> str:
-        if self.ts is None:
-            stamp = "-" * 19
-        elif utc:
-            stamp = dt.datetime.fromtimestamp(self.ts, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
-        else:
-            stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.ts))
-        return f"{stamp} {self.rank:<{RANK_WIDTH}} {self.phase:<{PHASE_WIDTH}} | {self.text}"
+        stamp = "-" * 19 if self.ts is None else clock_text(self.ts, utc)
+        return terminal_safe(f"{stamp} {self.rank:<{RANK_WIDTH}} {self.phase:<{PHASE_WIDTH}} | {self.text}")
 
 
 class LogTagger:

@@ -16,7 +16,9 @@ import bisect
 import json
 import logging
 import math
+import os
 import socket
+import sys
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -43,6 +45,8 @@ from .records import MAIN, PHASE_NAMES, UNIT_PHASES, Phase
 from .render import iso, status_document
 from .respond import BudgetState, Memory
 from .tracker import InvocationView, ServerInfo, Snapshot, UnitState
+from .vitals import Vitals
+from .vitals import document as vitals_document
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +61,7 @@ PROBE_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 3
 RANK_PHASES = tuple(p for p in Phase if p not in UNIT_PHASES)
 TIMED_PHASES = (*RANK_PHASES, Phase.HTTP_SERVER_START, Phase.WARMUP)
 LIVE_STATES = (UnitState.STARTING, UnitState.READY, UnitState.SERVING)
+DEGRADABLE = ("history", "state")  # what the daemon keeps in its state directory
 
 
 @dataclass(frozen=True)
@@ -125,6 +130,7 @@ class Published:
     limit_reasons: Mapping[str, str] = field(default_factory=dict)  # phase -> why that limit
     eta: float | None = None  # seconds to ready, from past start-ups
     rejected: Mapping[str, int] = field(default_factory=dict)  # reason -> untrusted entries ignored (trust.py)
+    degraded: Mapping[str, str] = field(default_factory=dict)  # "history"/"state" -> why kept in memory only
 
 
 @dataclass(frozen=True)
@@ -154,10 +160,12 @@ class Exporter:
         self._rejected: dict[str, int] = dict.fromkeys(trust.REASONS, 0)
         self._server: ServerInfo | None = None
         self._known: frozenset[str] = frozenset()
+        self._degraded: dict[str, str] = {}
         # read by the server threads
         self._published = self._freeze(Published())
         self._probes = Probes()
         self._probe_lock = threading.Lock()
+        self._vitals: Vitals | None = None  # replaced whole by the daemon, read by the server threads
         self.registry.register(_Collector(self))
 
     # -- fed by the daemon (main thread) -------------------------------------------------------
@@ -170,6 +178,10 @@ class Exporter:
             label = (verdict.kind, verdict.phase or "")
             self._verdicts[label] = self._verdicts.get(label, 0) + 1
 
+    def saw_vitals(self, vitals: Vitals | None) -> None:
+        """The latest signs of life of the ranks (None: not sampling, the start-up is over)."""
+        self._vitals = vitals
+
     def restarted(self, reason: str) -> None:
         """phasewatch restarted the unit (the D-Bus call succeeded) because of a `reason` verdict."""
         self._restarts[reason] = self._restarts.get(reason, 0) + 1
@@ -177,6 +189,10 @@ class Exporter:
     def saw_rejected(self, rejected: Mapping[str, int]) -> None:
         """The journal reader's running totals of entries that claimed the unit untrusted, by reason."""
         self._rejected.update(rejected)
+
+    def set_degraded(self, degraded: Mapping[str, str]) -> None:
+        """What of the state directory is kept in memory only ("history", "state"), and why."""
+        self._degraded = dict(degraded)
 
     def observe_probe(self, seconds: float, ok: bool) -> None:
         """One health probe after ready took `seconds` (any thread)."""
@@ -199,7 +215,8 @@ class Exporter:
         return Published(published.now, published.invocation, published.judgement, published.budget,
                          published.server, published.entries, self._lines_lost, dict(self._verdicts),
                          dict(self._restarts), dict(self._phase_durations), self._startup_durations,
-                         published.judged_with, published.limit_reasons, published.eta, dict(self._rejected))
+                         published.judged_with, published.limit_reasons, published.eta, dict(self._rejected),
+                         dict(self._degraded))
 
     def _observe(self, snapshot: Snapshot) -> None:
         for inv in snapshot.invocations:
@@ -243,14 +260,24 @@ class Exporter:
         limits = {phase.value: {"deadline_seconds": config.limits(phase).deadline,
                                 "stall_seconds": config.limits(phase).stall,
                                 "why": published.limit_reasons.get(phase.value, "configured")} for phase in Phase}
-        return status_document(published.judgement, self.clock.wall(), config, budget,
-                               {"published_at": iso(published.now), "eta_seconds": published.eta,
-                                "limits": limits})
+        now = self.clock.wall()
+        document = status_document(published.judgement, now, config, budget,
+                                   {"published_at": iso(published.now), "eta_seconds": published.eta,
+                                    "limits": limits, "degraded": dict(published.degraded),
+                                    "daemon": daemon_identity()})
+        document["vitals"] = vitals_document(self._vitals, now)
+        return document
 
     def collect(self) -> Iterator[Metric]:
         with self._probe_lock:
             probes = self._probes
         yield from families(self._published, probes, self.clock.wall(), self._published.judged_with or self.config)
+        yield from vitals_families(self._vitals, self.config.unit)
+
+
+def daemon_identity() -> dict[str, Any]:
+    """Who serves this /status: `phasewatch status` checks it against systemd's phasewatch@UNIT."""
+    return {"invocation_id": os.environ.get("INVOCATION_ID") or None, "pid": os.getpid()}
 
 
 class _Collector:
@@ -262,7 +289,8 @@ class _Collector:
 
     def describe(self) -> Iterator[Metric]:
         """The names, for the registry's duplicate check (no values)."""
-        for family in families(Published(), Probes(), 0.0, self.exporter.config):
+        for family in [*families(Published(), Probes(), 0.0, self.exporter.config),
+                       *vitals_families(None, self.exporter.config.unit)]:
             family.samples = []
             yield family
 
@@ -386,6 +414,11 @@ def families(published: Published, probes: Probes, now: float, config: Config) -
         remaining.add_metric([unit], float(budget.remaining))
         gave_up.add_metric([unit], 1.0 if budget.state == BudgetState.GAVE_UP.value else 0.0)
 
+    degraded = gauge("phasewatch_state_degraded", "1 when the state directory cannot keep it (full, read-only "
+                     "or unwritable): history or state kept in memory only, lost when phasewatch restarts", ["what"])
+    for what in DEGRADABLE:
+        degraded.add_metric([unit, what], 1.0 if what in published.degraded else 0.0)
+
     counter("phasewatch_journal_entries", "Journal entries of the unit read", []).add_metric(
         [unit], float(published.entries))
     counter("phasewatch_journal_lines_lost", "Lines journald dropped (rate limit) or elided", []).add_metric(
@@ -418,11 +451,40 @@ def families(published: Published, probes: Probes, now: float, config: Config) -
     return out
 
 
+def vitals_families(vitals: Vitals | None, unit: str) -> list[Metric]:
+    """Signs of life beyond log lines, per rank of the current start-up (while it starts). Pure."""
+    intake = CounterMetricFamily("phasewatch_rank_intake_bytes", "Bytes the rank's process has read so far (the "
+                                 "larger of rchar and read_bytes of /proc/PID/io; absent where not permitted)",
+                                 labels=["unit", "rank"])
+    faults = CounterMetricFamily("phasewatch_rank_page_faults", "Page faults (minor and major) of the rank's "
+                                 "process so far", labels=["unit", "rank"])
+    compilers = GaugeMetricFamily("phasewatch_rank_compilers", "Compiler processes (nvcc, ptxas, cicc, c++...) "
+                                  "running under the rank at the last sample", labels=["unit", "rank"])
+    alive = GaugeMetricFamily("phasewatch_rank_progress", "1 when the last sample showed the rank taking in data "
+                              "or compiling (a sign of life without a log line), 0 when not", labels=["unit", "rank"])
+    for rank in vitals.ranks if vitals is not None else ():
+        if rank.intake_bytes is not None:
+            intake.add_metric([unit, rank.rank], float(rank.intake_bytes))
+        faults.add_metric([unit, rank.rank], float(rank.faults))
+        compilers.add_metric([unit, rank.rank], float(sum(n for _, n in rank.compilers)))
+        alive.add_metric([unit, rank.rank], 1.0 if rank.alive else 0.0)
+    return [intake, faults, compilers, alive]
+
+
 def _text(server: ServerInfo | None, name: str) -> str:
     return "" if server is None else str(getattr(server, name))
 
 
 # -- the HTTP server ---------------------------------------------------------------------------------
+
+
+# A scrape or a `phasewatch status` takes milliseconds; a client that has not sent its request within
+# READ_TIMEOUT of a read, or is not done within CONNECTION_DEADLINE, is cut off. At most
+# MAX_CONNECTIONS are served at once; more are closed at once (counted as `busy`).
+READ_TIMEOUT = 5.0
+CONNECTION_DEADLINE = 15.0
+MAX_CONNECTIONS = 16
+CONNECTION_REASONS = ("reset", "timeout", "busy", "error")
 
 
 class _Server(ThreadingHTTPServer):
@@ -431,11 +493,74 @@ class _Server(ThreadingHTTPServer):
     def __init__(self, address: tuple[str, int], family: socket.AddressFamily, exporter: Exporter) -> None:
         self.address_family = family
         self.exporter = exporter
+        self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self._counts_lock = threading.Lock()
+        self.connection_errors: dict[str, int] = {}
         super().__init__(address, _Handler)
+
+    def count(self, reason: str) -> None:
+        with self._counts_lock:
+            self.connection_errors = {**self.connection_errors, reason: self.connection_errors.get(reason, 0) + 1}
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.slots.acquire(blocking=False):
+            self.count("busy")
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)  # a thread, which releases the slot
+        except BaseException:
+            self.slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        deadline = threading.Timer(CONNECTION_DEADLINE, _cut_off, (request,))
+        deadline.daemon = True
+        deadline.start()
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            deadline.cancel()
+            self.slots.release()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away is a counter, not a traceback in the journal."""
+        error = sys.exc_info()[1]
+        if isinstance(error, TimeoutError):
+            self.count("timeout")
+        elif isinstance(error, OSError):  # reset, broken pipe, cut off at the deadline
+            self.count("reset")
+        else:
+            self.count("error")
+            logger.error("metrics: a request failed: %s", error, exc_info=logger.isEnabledFor(logging.DEBUG))
+
+
+def _cut_off(request: socket.socket) -> None:
+    try:
+        request.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+
+
+class _ServerCollector:
+    """`phasewatch_http_connection_errors_total{reason}`: the listener's own troubles."""
+
+    def __init__(self, httpd: _Server) -> None:
+        self.httpd = httpd
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily("phasewatch_http_connection_errors", "Connections to /metrics and /status "
+                                     "that ended badly: reset by the client, timed out, refused as busy (more than "
+                                     f"{MAX_CONNECTIONS} at once), or failed", labels=["unit", "reason"])
+        counts = self.httpd.connection_errors
+        for reason in CONNECTION_REASONS:
+            family.add_metric([self.httpd.exporter.config.unit, reason], counts.get(reason, 0))
+        yield family
 
 
 class _Handler(BaseHTTPRequestHandler):
     server_version = f"phasewatch/{__version__}"
+    timeout = READ_TIMEOUT  # per read; http.server sets it on the connection
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
         exporter = self.server.exporter if isinstance(self.server, _Server) else None
@@ -475,12 +600,19 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - http.server's signature
         logger.debug("metrics: " + format, *args)
 
+    def log_error(self, format: str, *args: Any) -> None:  # noqa: A002
+        if args and isinstance(args[-1], TimeoutError) and isinstance(self.server, _Server):
+            self.server.count("timeout")  # http.server caught it: the client sent nothing in time
+        self.log_message(format, *args)
+
 
 class MetricsServer:
     """The listener thread; `close()` stops it (tests, and the daemon on exit)."""
 
     def __init__(self, httpd: _Server) -> None:
         self._httpd = httpd
+        self._collector = _ServerCollector(httpd)
+        httpd.exporter.registry.register(self._collector)
         # serve_forever wakes every poll_interval only to notice shutdown(); close() wakes it with a
         # connection instead, so an idle daemon does not tick twice a second here.
         self._thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 3600},
@@ -506,6 +638,7 @@ class MetricsServer:
             stopper.join(timeout=0.05)
         self._httpd.server_close()
         self._thread.join(timeout=5)
+        self._httpd.exporter.registry.unregister(self._collector)
 
 
 def parse_listen(listen: str) -> tuple[str, int]:

@@ -14,6 +14,7 @@ from .config import Config
 from .events import EventMapper, is_lifecycle_record, lifecycle_event
 from .lines import LineSplitter
 from .records import Event, EventKind, JournalRecord, Line
+from .ruletally import RuleTally
 from .tracker import InvocationView, Snapshot, Tracker, Transition
 
 logger = logging.getLogger(__name__)
@@ -30,8 +31,9 @@ class Judgement:
 
 
 class Pipeline:
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, tally: RuleTally | None = None) -> None:
         self.config = config
+        self.tally = tally  # replay --rules: which rule matched which line (an observer only)
         self.profile = config.engine_profile()
         self.splitter = LineSplitter()
         self.mapper = EventMapper(self.profile)
@@ -86,7 +88,10 @@ class Pipeline:
     def _lines(self, lines: list[Line], now: float | None) -> list[Transition]:
         out: list[Transition] = []
         for line in lines:
-            for event in self.mapper.map_line(line):
+            events = self.mapper.map_line(line)
+            if self.tally is not None:
+                self.tally.add(line, events)
+            for event in events:
                 out.extend(self.tracker.apply(event, now))
         return out
 

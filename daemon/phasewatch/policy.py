@@ -48,7 +48,10 @@ class Verdict:
 
 
 def _quiet_since(inv: InvocationView, rank: RankView) -> float | None:
-    times = [t for t in (rank.last_activity, rank.phase_start, inv.phase_activity(rank.phase)) if t is not None]
+    # A sign of life outside the log (data intake, a compiler: vitals.py) also ends a silence; it
+    # counts for its own rank only, and never moves the phase's deadline.
+    times = [t for t in (rank.last_activity, rank.phase_start, inv.phase_activity(rank.phase), rank.last_vital)
+             if t is not None]
     return max(times) if times else None
 
 

@@ -198,6 +198,7 @@ class EventKind(enum.Enum):
     RANK_DIED = "rank_died"  # from the process table, not from the journal
     PROBE_OK = "probe_ok"  # from the health probe after ready
     PROBE_FAILED = "probe_failed"
+    RANK_PROGRESS = "rank_progress"  # a sign of life from /proc (vitals.py): data taken in, a compiler ran
 
 
 @dataclass(frozen=True)

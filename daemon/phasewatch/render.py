@@ -1,8 +1,16 @@
-"""Presentation of judgements: the `replay --json` document and the per-rank timeline table."""
+"""Presentation of judgements: the `replay --json` document and the per-rank timeline table.
+
+Everything phasewatch writes to a terminal from log content goes through `terminal_safe` (text) or
+`json_text` (JSON): a line of the server's output cannot ring the bell, move the cursor, retitle
+the window or hide text with backspaces. Times outside years 1970..9999 are clamped, never raised.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
+import json
+import re
+import time
 from typing import Any
 
 from .config import Config, format_duration
@@ -10,11 +18,47 @@ from .pipeline import Judgement
 from .records import MAIN, PHASE_NAMES, Progress
 from .tracker import InvocationView, RankView
 
+# C0 controls except tab (ESC, BEL, backspace, CR, ...), DEL and C1 (CSI U+009B, OSC U+009D, ...).
+_CONTROL_RE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+_JSON_RAW_CONTROL_RE = re.compile(r"[\x7f-\x9f]")  # json.dumps(ensure_ascii=False) escapes only C0
+MAX_TS = 253402300799.999  # 9999-12-31T23:59:59.999Z
+
+
+def terminal_safe(text: str) -> str:
+    """`text` with every control character but tab written as `\\xNN`: one terminal line, inert."""
+    return _CONTROL_RE.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def json_text(document: Any) -> str:
+    """A JSON document for a terminal: UTF-8 as is, control characters (C0, DEL, C1) as \\u escapes."""
+    text = json.dumps(document, indent=2, ensure_ascii=False)
+    return _JSON_RAW_CONTROL_RE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+def ts_in_range(ts: float) -> bool:
+    return 0.0 <= ts <= MAX_TS
+
+
+def clamp_ts(ts: float) -> float:
+    """Into 1970-01-01 .. 9999-12-31 (NaN: 0): what datetime and localtime can show."""
+    return min(max(ts, 0.0), MAX_TS) if ts == ts else 0.0
+
 
 def iso(ts: float | None) -> str | None:
     if ts is None:
         return None
-    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    when = dt.datetime.fromtimestamp(clamp_ts(ts), dt.timezone.utc)
+    return when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def clock_text(ts: float, utc: bool = False, with_date: bool = True) -> str:
+    """`2026-11-30 08:05:01` (local time unless `utc`), of a clamped time."""
+    fmt = "%Y-%m-%d %H:%M:%S" if with_date else "%H:%M:%S"
+    clamped = clamp_ts(ts)
+    try:
+        return time.strftime(fmt, time.gmtime(clamped) if utc else time.localtime(clamped))
+    except (OverflowError, OSError, ValueError):  # local time past the platform's range near the ends
+        return time.strftime(fmt, time.gmtime(clamped))
 
 
 def current_phase(inv: InvocationView) -> str | None:
@@ -145,4 +189,4 @@ def to_table(judgements: list[Judgement], now: float) -> str:
             out.append("verdicts: none")
         out.append("")
     out.append("(durations: finished phases; '+' = still running at the judged time)")
-    return "\n".join(out) + "\n"
+    return "\n".join(terminal_safe(line) for line in out) + "\n"

@@ -6,7 +6,8 @@ works on any host with the unit, and on a journal directory copied from one).
 
 Exit status: 0 ready or serving; 1 starting (no verdict yet); 2 it will not become ready by itself
 (stalled, straggler, crashed, rank_died, unhealthy, or the start-up was stopped); 3 unknown unit,
-or no start-up of it in the journal.
+or no start-up of it in the journal; 4 something other than this unit's phasewatch daemon answers on
+`metrics.listen` (another unit's daemon, or a process that took the port first).
 """
 
 from __future__ import annotations
@@ -20,12 +21,12 @@ from typing import Any, Callable, TextIO
 
 import httpx
 
-from .config import Config, format_duration
+from .config import Config, format_duration, shown
 from .current import CurrentStartup, NoSuchUnit, StartPoint, find_start, resolve_config, unit_name, warn
 from .follow import JournalFollower
-from .render import status_document
+from .render import clock_text, json_text, status_document, terminal_safe
 
-EXIT_READY, EXIT_STARTING, EXIT_FAILING, EXIT_UNKNOWN = 0, 1, 2, 3
+EXIT_READY, EXIT_STARTING, EXIT_FAILING, EXIT_UNKNOWN, EXIT_FOREIGN = 0, 1, 2, 3, 4
 FAILING_VERDICTS = frozenset({"stalled", "straggler", "crashed", "rank_died", "unhealthy"})
 LIVE_STATES = frozenset({"activating", "active", "reloading"})
 DAEMON_TIMEOUT = 1.0
@@ -39,19 +40,46 @@ def status_url(listen: str) -> str:
     return f"http://{host}:{port}/status"
 
 
-def ask_daemon(config: Config, timeout: float = DAEMON_TIMEOUT,
-               transport: httpx.BaseTransport | None = None) -> dict[str, Any] | None:
-    """The daemon's `/status` document, if a daemon for this unit answers; else None."""
+class ForeignDaemon(Exception):
+    """Something answers on metrics.listen, but not as the phasewatch daemon of this unit."""
+
+
+def daemon_invocation(unit: str) -> str | None:
+    """The InvocationID of systemd's phasewatch@UNIT.service while it runs; None when it does not, or
+    when systemd cannot be asked (a daemon started by hand is then checked by its document only)."""
+    from .actions import SystemdUnit, UnitError
+
+    try:
+        facts = SystemdUnit(f"phasewatch@{unit}.service").facts()
+    except UnitError:
+        return None
+    return facts.invocation_id if facts.active_state in LIVE_STATES else None
+
+
+def ask_daemon(config: Config, timeout: float = DAEMON_TIMEOUT, transport: httpx.BaseTransport | None = None,
+               expected_invocation: Callable[[str], str | None] = daemon_invocation) -> dict[str, Any] | None:
+    """The daemon's `/status` document; None when nothing answers on metrics.listen. ForeignDaemon
+    when something answers that is not this unit's daemon (another unit's, or another process that
+    took the port first): its document is never shown as this unit's state."""
+    url = status_url(config.metrics_listen)
     try:
         with httpx.Client(trust_env=False, timeout=timeout, transport=transport) as client:
-            response = client.get(status_url(config.metrics_listen))
-        if response.status_code != 200:
-            return None
-        document = response.json()
-    except (httpx.HTTPError, ValueError):
+            response = client.get(url)
+    except httpx.HTTPError:
         return None
-    if not isinstance(document, dict) or document.get("unit") != config.unit:
-        return None  # another unit's daemon on that address, or not phasewatch at all
+    try:
+        document = response.json() if response.status_code == 200 else None
+    except ValueError:
+        document = None
+    if not isinstance(document, dict) or not isinstance(document.get("daemon"), dict):
+        raise ForeignDaemon(f"{url} answers (HTTP {response.status_code}), but not with a phasewatch /status")
+    if document.get("unit") != config.unit:
+        raise ForeignDaemon(f"{url} is the phasewatch daemon of {shown(document.get('unit'))}, not of {config.unit}")
+    claimed = document["daemon"].get("invocation_id")
+    expected = expected_invocation(config.unit)
+    if expected is not None and claimed != expected:
+        raise ForeignDaemon(f"{url} names daemon invocation {shown(claimed)}, but "
+                            f"phasewatch@{config.unit}.service runs as invocation {expected}")
     document.setdefault("source", "daemon")
     return document
 
@@ -85,7 +113,8 @@ class StatusSource:
             self.startup = CurrentStartup(self.config, self.follower, self.start, follow_restarts=True)
         self.startup.read(now)
         judgement = self.startup.judgement(now)
-        extra = {"source": "journal", "active_state": self.start.active_state if self.start else None}
+        extra = {"source": "journal", "active_state": self.start.active_state if self.start else None,
+                 "daemon": None}
         return status_document(judgement, now, self.config, None, extra)
 
     def close(self) -> None:
@@ -120,9 +149,7 @@ def _epoch(text: object) -> float | None:
 
 
 def local_time(ts: float | None, with_date: bool = True) -> str:
-    if ts is None:
-        return "?"
-    return time.strftime("%Y-%m-%d %H:%M:%S" if with_date else "%H:%M:%S", time.localtime(ts))
+    return "?" if ts is None else clock_text(ts, with_date=with_date)
 
 
 def _duration(seconds: object) -> str:
@@ -186,6 +213,18 @@ def header(document: dict[str, Any], listen: str | None = None) -> list[str]:
     return lines
 
 
+def _vitals_lines(document: dict[str, Any]) -> list[str]:
+    """Signs of life beyond log lines (the daemon's /proc samples): `TP3: reading 1.2 GB/s`."""
+    vitals = document.get("vitals")
+    if not isinstance(vitals, dict) or not vitals.get("ranks"):
+        return []
+    out = ["", f"signs of life (sampled {_duration(vitals.get('sampled_seconds_ago'))} ago):"]
+    out.extend(f"  {label}: {rank.get('text')}" for label, rank in vitals["ranks"].items() if isinstance(rank, dict))
+    if vitals.get("unit"):
+        out.append(f"  unit: {vitals['unit']}")
+    return out
+
+
 def render_table(document: dict[str, Any], listen: str | None = None) -> str:
     out = header(document, listen)
     inv = document.get("invocation")
@@ -202,6 +241,7 @@ def render_table(document: dict[str, Any], listen: str | None = None) -> str:
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
         out.append("")
         out.extend("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows)
+        out.extend(_vitals_lines(document))
         out.append("")
         out.append("verdicts:" if verdicts else "verdicts: none")
         out.extend(f"  {v.get('kind')}: {v.get('message')}" for v in verdicts)
@@ -210,7 +250,7 @@ def render_table(document: dict[str, Any], listen: str | None = None) -> str:
         out.append("restart budget: " + ", ".join(
             f"{k.removesuffix('_seconds')} {_duration(v)}" if k.endswith("_seconds") else f"{k} {v}"
             for k, v in budget.items()))
-    return "\n".join(out) + "\n"
+    return "\n".join(terminal_safe(line) for line in out) + "\n"
 
 
 # -- --watch ---------------------------------------------------------------------------------------
@@ -251,7 +291,8 @@ def watch(fetch: Callable[[], dict[str, Any]], out: TextIO, tty: bool, listen: s
                               ((document.get("invocation") or {}).get("ranks") or {}).items()}
                     for label, text in progress.items():
                         if last_progress.get(label) != text:
-                            out.write(f"{local_time(clock(), with_date=False)}  {label} {phases.get(label)} {text}\n")
+                            out.write(terminal_safe(f"{local_time(clock(), with_date=False)}  {label} "
+                                                    f"{phases.get(label)} {text}") + "\n")
                 last_block, last_progress = block, progress
             out.flush()
             sleep(interval)
@@ -276,10 +317,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             return watch(source.document, sys.stdout, sys.stdout.isatty(), listen)
         document = source.document()
         if args.json:
-            import json
-
-            json.dump(document, sys.stdout, indent=2, ensure_ascii=False)
-            sys.stdout.write("\n")
+            sys.stdout.write(json_text(document) + "\n")
         else:
             sys.stdout.write(render_table(document, listen))
         return exit_status(document)
@@ -287,13 +325,17 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"phasewatch: {config.unit}: no such unit (systemd does not know it, and the journal has "
               "nothing of it)", file=sys.stderr)
         return EXIT_UNKNOWN
+    except ForeignDaemon as exc:
+        print(f"phasewatch: {terminal_safe(str(exc))}: not showing it as {config.unit}'s state "
+              "(is another process on metrics.listen? check the config)", file=sys.stderr)
+        return EXIT_FOREIGN
     finally:
         source.close()
 
 
 def add_parser(sub: Any) -> None:
     status = sub.add_parser("status", help="the unit's current start-up, per rank (exit 0 ready, 1 starting, "
-                            "2 stalled/crashed/stopped, 3 unknown)")
+                            "2 stalled/crashed/stopped, 3 unknown, 4 a foreign daemon on metrics.listen)")
     status.add_argument("unit", nargs="?", metavar="UNIT", help="the server's unit (default: the config's unit)")
     status.add_argument("--config", help="phasewatch YAML config (default /etc/phasewatch/UNIT.yaml if readable)")
     status.add_argument("--json", action="store_true", help="print the /status JSON document")

@@ -78,6 +78,7 @@ class RankView:
     died_at: float | None = None  # its process vanished (seen in the unit's cgroup)
     died_pid: int | None = None
     progress_totals: Mapping[Phase, int] = field(default_factory=dict)  # the bar's total, per phase
+    last_vital: float | None = None  # last sign of life outside the log (vitals.py): data taken in, a compiler ran
 
 
 @dataclass(frozen=True)
@@ -338,6 +339,7 @@ class _Invocation:
     phase_silence: dict[Phase, float] = field(default_factory=dict)
     fatal_chars: int = 0
     ranks_ignored: int = 0  # events of ranks past MAX_RANKS
+    vitals: dict[str, float] = field(default_factory=dict)  # rank -> last RANK_PROGRESS
 
     def view(self) -> InvocationView:
         ranks = [r.view() for r in self.ranks.values()]
@@ -352,6 +354,8 @@ class _Invocation:
                                       (PhaseSpan(phase, start, None),), seen=False)
                              for label in expected if label not in seen)
         ranks.sort(key=lambda r: rank_sort_key(r.rank))
+        if self.vitals:
+            ranks = [replace(r, last_vital=self.vitals.get(r.rank)) for r in ranks]
         return InvocationView(self.invocation_id, self.started_at, self.last_ts, self.state, tuple(ranks),
                               tuple(self.fatals.values()), self.lines_lost, self.server, self.unit_result,
                               self.exit_status, self.restart_scheduled, self.stop_job, self.stopped_at,
@@ -421,6 +425,8 @@ class Tracker:
     def apply(self, event: Event, now: float | None) -> list[Transition]:
         """`now` dates events that carry no time; None (a replay) leaves them undated."""
         ts = event.ts if event.ts is not None else now
+        if event.kind is EventKind.RANK_PROGRESS:
+            return self._rank_progress(event, ts)
         if event.kind is EventKind.INVOCATION_START:
             if event.invocation_id is not None and event.invocation_id in self._invocations:
                 return []
@@ -440,6 +446,14 @@ class Tracker:
         self._adopted.clear()
         out.extend(moves)
         return out
+
+    def _rank_progress(self, event: Event, ts: float | None) -> list[Transition]:
+        """A sign of life from /proc: it dates the rank's last one, and nothing else (no line, no
+        phase, not the invocation's last line; a rank not yet seen in the log is not made seen)."""
+        inv = self._invocations.get(event.invocation_id or "")
+        if inv is not None and event.rank is not None and ts is not None and inv.state is UnitState.STARTING:
+            inv.vitals[event.rank] = max(ts, inv.vitals.get(event.rank, ts))
+        return []
 
     def _apply(self, inv: _Invocation, event: Event, ts: float | None) -> list[Transition]:
         kind = event.kind

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from e2e_env import UNIT, VENV, Scenario
+from e2e_env import UNIT, VENV, WATCHER, Scenario
 
 
 def test_logs_prints_whole_decoded_lines_where_journalctl_shows_blobs(scenario: Scenario) -> None:
@@ -39,3 +39,45 @@ def test_status_without_a_daemon_reads_the_journal(scenario: Scenario) -> None:
     assert document["source"] == "journal"
     assert document["invocation"]["outcome"] == "ready"
     assert set(document["invocation"]["ranks"]) == {"main", *(f"TP{n}" for n in range(8))}
+
+
+SQUATTER = """
+import http.server, json, sys
+body = json.dumps({"unit": sys.argv[1], "daemon": {"invocation_id": "0" * 32, "pid": 1}, "source": "daemon",
+                   "invocation": {"invocation_id": "forged", "outcome": "ready", "ranks": {}, "verdicts": []}}).encode()
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
+        self.wfile.write(body)
+http.server.HTTPServer(("127.0.0.1", 9877), Handler).serve_forever()
+"""
+
+
+def test_status_refuses_foreign_daemon(scenario: Scenario) -> None:
+    """A local user's process takes metrics.listen before the daemon: `status` says so (exit 4) instead
+    of showing its forged "ready"; once the daemon has the port, `status` shows the daemon's document."""
+    scenario.configure("--scale 0.01 --hang TP3:weight_load")
+    scenario.box.write("/run/squatter.py", SQUATTER)
+    scenario.box.run("systemd-run", "--unit=squatter", "-p", "User=nobody", f"{VENV}/bin/python", "/run/squatter.py",
+                     UNIT)
+    try:
+        scenario.box.wait_for(lambda: scenario.box.run("curl", "-sf", "http://127.0.0.1:9877/status",
+                                                       check=False).returncode == 0, 30, "the squatter")
+        scenario.start()
+        scenario.wait_state("starting", timeout=60)
+        invocation = scenario.box.show(WATCHER, "InvocationID")["InvocationID"]
+        foreign = scenario.box.run(f"{VENV}/bin/phasewatch", "status", UNIT, check=False)
+        assert (foreign.returncode, foreign.stdout) == (4, ""), foreign.stderr
+        assert (f"names daemon invocation '{'0' * 32}', but phasewatch@{UNIT}.service runs as invocation "
+                f"{invocation}") in foreign.stderr
+    finally:
+        scenario.box.systemctl("stop", "squatter", check=False)
+    scenario.box.systemctl("restart", WATCHER)  # now it gets the port
+    invocation = scenario.box.show(WATCHER, "InvocationID")["InvocationID"]
+    scenario.box.wait_for(lambda: scenario.box.run("curl", "-sf", "http://127.0.0.1:9877/status",
+                                                   check=False).returncode == 0, 30, "the daemon's listener")
+    ours = scenario.box.run(f"{VENV}/bin/phasewatch", "status", UNIT, "--json", check=False)
+    assert ours.returncode in (1, 2), ours.stderr
+    document = json.loads(ours.stdout)
+    assert (document["source"], document["daemon"]["invocation_id"]) == ("daemon", invocation)
+    assert document["invocation"]["invocation_id"] != "forged"

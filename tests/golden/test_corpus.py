@@ -1,5 +1,6 @@
-"""Golden samples: every real start-up log in ../shared/corpus/real replays, and is judged as
-tests/golden/expectations.yaml says; every difference from the case's own label is explained there."""
+"""Golden samples: every real start-up log in tests/golden/corpus (copied from the shared corpus)
+replays, and is judged as tests/golden/expectations.yaml says; every difference from the case's own
+label is explained there."""
 
 from __future__ import annotations
 
@@ -147,3 +148,11 @@ def test_sample_goes_into_the_history(corpus: Path, case: str, tmp_path: Path) -
     assert stored.outcome == expected.get("outcome", stored.outcome)
     for phase in stored.phases:
         assert phase.duration >= 0 and phase.spread >= 0 and phase.max_silence >= 0
+
+
+def test_corpus_is_inside_the_repository_with_labels_and_sources() -> None:
+    corpus = corpus_dir()
+    assert corpus is not None and len(CASES) >= 40, "a bare clone must carry the corpus (tests/golden/corpus)"
+    for case in CASES:
+        label = yaml.safe_load((corpus / f"{case}.yaml").read_text("utf-8"))
+        assert label["source"]["url"].startswith("https://github.com/"), case

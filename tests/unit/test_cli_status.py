@@ -6,6 +6,7 @@ from __future__ import annotations
 import http.server
 import io
 import json
+import socket
 import threading
 import time
 from pathlib import Path
@@ -16,10 +17,11 @@ from sglang_sim import Faults, build, journal_json
 
 from journal_dirs import write_journal
 from phasewatch.cli import main
-from phasewatch.config import Config
-from phasewatch.status import exit_status, render_table, status_url, watch
+from phasewatch.config import Config, load_config
+from phasewatch.status import ForeignDaemon, ask_daemon, exit_status, render_table, status_url, watch
 
 UNIT = "sglang-kimi.service"
+DAEMON_INVOCATION = "0f1e2d3c4b5a69788796a5b4c3d2e1f0"
 HOUR_AGO = time.time() - 3600
 
 
@@ -44,6 +46,7 @@ def document(outcome: str, verdicts: list[dict[str, Any]] | None = None, unit: s
                                 "avail_mem_gb": 20.1, "phase": phase}
     budget = {"state": "armed", "remaining": 3, "window_seconds": 21600.0}
     return {"unit": unit, "now": "2026-11-30T08:20:00.000Z", "restart_budget": budget,
+            "daemon": {"invocation_id": DAEMON_INVOCATION, "pid": 4242},
             "invocation": {"invocation_id": "5e1f3c9a0b7d4e21a6c8f00d1e2b3c4d", "outcome": outcome, "phase": phase,
                            "started_at": "2026-11-30T08:00:00.000Z", "last_line_at": "2026-11-30T08:19:58.000Z",
                            "judged_at": "2026-11-30T08:20:00.000Z", "unit_state": "starting", "lines_lost": 0,
@@ -130,17 +133,45 @@ def test_table_from_the_daemon(daemon: StubDaemon, tmp_path: Path, capsys: pytes
     assert "restart budget: state armed, remaining 3, window 6h" in lines
 
 
-def test_another_units_daemon_or_an_error_is_not_an_answer(daemon: StubDaemon, tmp_path: Path,
-                                                           capsys: pytest.CaptureFixture[str]) -> None:
-    daemon.body = json.dumps(document("ready", unit="other.service")).encode()
+def test_status_refuses_foreign_daemon(daemon: StubDaemon, tmp_path: Path,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """Whatever answers on metrics.listen must be this unit's phasewatch daemon; else exit 4 and say so."""
     port = daemon.server_address[1]
+    config = config_for(tmp_path, port)
+    daemon.body = json.dumps(document("ready", unit="other.service")).encode()
+    code, out, err = run(["status", "--config", config], capsys)
+    assert (code, out) == (4, "")
+    assert f"http://127.0.0.1:{port}/status is the phasewatch daemon of 'other.service', not of {UNIT}" in err
+    # a process that took the port first and serves something else (here: a lookalike without `daemon`)
+    impostor = document("ready")
+    del impostor["daemon"]
+    daemon.body = json.dumps(impostor).encode()
+    code, out, err = run(["status", "--config", config], capsys)
+    assert (code, out) == (4, "")
+    assert "answers (HTTP 200), but not with a phasewatch /status" in err
+    daemon.status, daemon.body = 500, b"oops"
+    assert run(["status", "--config", config], capsys)[0] == 4
+    assert daemon.asked == 3
+
+
+def test_status_checks_the_daemons_invocation_against_systemd(daemon: StubDaemon, tmp_path: Path) -> None:
+    daemon.body = json.dumps(document("ready")).encode()
+    config = load_config(config_for(tmp_path, daemon.server_address[1]))
+    found = ask_daemon(config, expected_invocation=lambda unit: DAEMON_INVOCATION)
+    assert found is not None and found["invocation"]["outcome"] == "ready"
+    with pytest.raises(ForeignDaemon, match=f"names daemon invocation '{DAEMON_INVOCATION}', but "
+                                            f"phasewatch@{UNIT}.service runs as invocation 1234"):
+        ask_daemon(config, expected_invocation=lambda unit: "1234")
+    assert ask_daemon(config, expected_invocation=lambda unit: None) is not None  # not run by systemd
+
+
+def test_nothing_listening_falls_back_to_the_journal(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
     code, out, _ = run(["status", "--config", config_for(tmp_path, port)], capsys)
-    assert daemon.asked == 1
-    # The local journal has no start-up of the unit: nothing to say.
     assert (code, out.splitlines()[0]) == (3, f"{UNIT}: no start-up in the journal")
     assert f"(no phasewatch daemon answered on 127.0.0.1:{port})" in out
-    daemon.status, daemon.body = 500, json.dumps(document("ready")).encode()
-    assert run(["status", "--config", config_for(tmp_path, port)], capsys)[0] == 3
 
 
 def test_status_url_asks_loopback_for_a_wildcard_listen_address() -> None:

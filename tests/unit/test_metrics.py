@@ -475,3 +475,23 @@ def test_promtool_accepts_the_exposition(stage: str) -> None:
     result = subprocess.run([tool, "check", "metrics"], input=exposition, capture_output=True, timeout=60)
     assert result.returncode == 0, result.stdout.decode() + result.stderr.decode()
     assert result.stdout.decode().strip() == "" and result.stderr.decode().strip() == ""
+
+
+def test_vitals_families_per_rank_while_sampled(m: Fixture) -> None:
+    from phasewatch.vitals import ProcessSample, Sample, compare
+
+    def tp(pid: int, label: str, faults: int, rchar: int | None) -> ProcessSample:
+        return ProcessSample(pid, 1, "python3", label, faults, 0, 0, rchar, 0 if rchar is not None else None)
+
+    before = Sample(1000.0, (tp(11, "TP0", 10, 100), tp(12, "TP1", 10, None)))
+    now = Sample(1005.0, (tp(11, "TP0", 10, 100 + 50_000_000), tp(12, "TP1", 5000, None)))
+    m.exporter.saw_vitals(compare(before, now))
+    assert m.value("phasewatch_rank_intake_bytes_total", rank="TP0") == 50_000_100
+    assert m.value("phasewatch_rank_intake_bytes_total", rank="TP1") is None  # /proc/PID/io not readable
+    assert m.value("phasewatch_rank_page_faults_total", rank="TP1") == 5000
+    assert m.value("phasewatch_rank_progress", rank="TP0") == 1 and m.value("phasewatch_rank_progress", rank="TP1") == 1
+    assert m.value("phasewatch_rank_compilers", rank="TP0") == 0
+    assert m.exporter.status()["vitals"]["ranks"]["TP0"]["text"] == "reading 10.0 MB/s"
+    m.exporter.saw_vitals(None)
+    assert m.value("phasewatch_rank_page_faults_total", rank="TP1") is None
+    assert m.exporter.status()["vitals"] is None

@@ -1,0 +1,342 @@
+"""Signs of life beyond log lines: the pure stage (vitals.compare) over recorded samples, the /proc
+reader over fixture trees, the stall window with progress events, and the daemon's wiring."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from fakes import ScriptedJournal
+from phasewatch import policy
+from phasewatch.actions import RecordingAlerter, RecordingNotifier, RecordingUnit, UnitFacts
+from phasewatch.app import Daemon
+from phasewatch.clock import FakeClock
+from phasewatch.config import DEFAULT_LIMITS, Config, PhaseLimits, VitalsSampling, parse_config
+from phasewatch.pipeline import Pipeline
+from phasewatch.procs import ProcessTable
+from phasewatch.procstat import ProcSampler, parse_io_stat, parse_stat
+from phasewatch.records import Event, EventKind, JournalRecord, Phase
+from phasewatch.state import StateStore
+from phasewatch.vitals import CgroupSample, ProcessSample, Sample, compare, document, progress_events
+
+T0 = 1_800_000_000.0
+INV = "0123456789abcdef0123456789abcdef"
+UNIT = "sglang-kimi.service"
+MAIN_PID, TP0_PID, TP1_PID = 100, 101, 102
+
+
+def rank(pid: int, label: str, *, minflt: int = 1000, majflt: int = 0, cpu: int = 500, rchar: int | None = 10_000,
+         read_bytes: int | None = 0, ppid: int = MAIN_PID) -> ProcessSample:
+    return ProcessSample(pid, ppid, "python3", label, minflt, majflt, cpu, rchar, read_bytes)
+
+
+def process(pid: int, ppid: int, comm: str, cpu: int = 0) -> ProcessSample:
+    return ProcessSample(pid, ppid, comm, None, 10, 0, cpu)
+
+
+MAIN = ProcessSample(MAIN_PID, 1, "python3", None, 5000, 3, 900, 1_000_000, 0)
+BEFORE = Sample(T0, (MAIN, rank(TP0_PID, "TP0"), rank(TP1_PID, "TP1")))
+
+
+def after(seconds: float, *processes: ProcessSample) -> Sample:
+    return Sample(T0 + seconds, (MAIN, *processes))
+
+
+# --- the pure stage ---------------------------------------------------------------------------------
+
+
+def test_reading_a_file_is_progress_and_says_how_fast() -> None:
+    now = after(5, rank(TP0_PID, "TP0", rchar=10_000 + 6_000_000_000), rank(TP1_PID, "TP1"))
+    vitals = compare(BEFORE, now)
+    tp0, tp1 = vitals.ranks
+    assert (tp0.rank, tp0.alive, tp0.progress) == ("TP0", True, ("reading",))
+    assert tp0.text() == "reading 1.2 GB/s"
+    assert tp0.intake_bytes == 6_000_010_000
+    assert not tp1.alive and tp1.text() == "no sign of life"
+
+
+def test_cpu_time_alone_is_not_progress() -> None:
+    # A rank spinning in an NCCL collective: a full core for 5 s, a few faults, a few KB from its sockets.
+    spinning = rank(TP0_PID, "TP0", cpu=500 + 500, minflt=1000 + 12, rchar=10_000 + 4096)
+    vitals = compare(BEFORE, after(5, spinning, rank(TP1_PID, "TP1")))
+    tp0 = vitals.rank("TP0")
+    assert tp0 is not None and not tp0.alive and tp0.progress == ()
+    assert tp0.cpu_share == 1.0
+    assert tp0.text() == "only CPU (100% of a core)"
+    assert progress_events(vitals, INV) == []
+
+
+def test_pages_faulted_in_through_mmap_are_progress_without_proc_pid_io() -> None:
+    # Another user's rank: /proc/PID/io is not readable, /proc/PID/stat is.
+    before = Sample(T0, (MAIN, rank(TP0_PID, "TP0", rchar=None, read_bytes=None)))
+    mapped = rank(TP0_PID, "TP0", minflt=1000 + 2500, rchar=None, read_bytes=None)
+    [tp0] = compare(before, after(5, mapped)).ranks
+    assert tp0.progress == ("faulting",) and tp0.text() == "faulting in 500 pages/s"
+    assert tp0.intake_bytes is None and tp0.read_rate is None
+
+
+def test_a_few_faults_are_noise_and_major_faults_from_storage_are_not() -> None:
+    few = compare(BEFORE, after(5, rank(TP0_PID, "TP0", minflt=1000 + 60))).ranks[0]
+    cold = compare(BEFORE, after(5, rank(TP0_PID, "TP0", minflt=1000, majflt=40))).ranks[0]
+    assert not few.alive
+    assert cold.progress == ("faulting",)
+
+
+def test_a_compiler_under_the_rank_is_progress() -> None:
+    # DeepGEMM-style JIT: the rank runs a shell, the shell nvcc, nvcc its stages.
+    now = after(5, rank(TP0_PID, "TP0"), rank(TP1_PID, "TP1"), process(200, TP0_PID, "sh"),
+                process(201, 200, "nvcc", 30), process(202, 200, "nvcc", 5), process(203, 200, "nvcc"),
+                process(204, 201, "ptxas", 40))
+    vitals = compare(BEFORE, now)
+    tp0 = vitals.rank("TP0")
+    assert tp0 is not None and tp0.progress == ("compiling",)
+    assert tp0.text() == "compiling: 3 nvcc, 1 ptxas"
+    assert tp0.compilers == (("nvcc", 3), ("ptxas", 1))
+    tp1 = vitals.rank("TP1")
+    assert tp1 is not None and not tp1.alive  # the compilers are TP0's, not TP1's
+    [event] = progress_events(vitals, INV)
+    assert (event.kind, event.rank, event.ts, event.invocation_id) == (EventKind.RANK_PROGRESS, "TP0", T0 + 5, INV)
+
+
+def test_a_compiler_that_used_no_cpu_since_the_last_sample_is_not_progress() -> None:
+    stuck = (process(201, TP0_PID, "cc1plus", 300),)
+    first = Sample(T0, (MAIN, rank(TP0_PID, "TP0"), *stuck))
+    still = compare(first, after(5, rank(TP0_PID, "TP0"), *stuck)).ranks[0]
+    working = compare(first, after(5, rank(TP0_PID, "TP0"), process(201, TP0_PID, "cc1plus", 420))).ranks[0]
+    assert not still.alive and still.text() == "compiling: 1 cc1plus"
+    assert working.progress == ("compiling",)
+
+
+def test_a_process_without_a_previous_sample_has_no_period_yet() -> None:
+    first = compare(None, BEFORE)
+    assert [r.alive for r in first.ranks] == [False, False] and first.ranks[0].text() == "first sample"
+    # TP1 restarted as a new pid that has read a lot since it began: not this period's intake.
+    reborn = compare(BEFORE, after(5, rank(TP0_PID, "TP0"), rank(999, "TP1", rchar=5_000_000_000)))
+    tp1 = reborn.rank("TP1")
+    assert tp1 is not None and tp1.pid == 999 and not tp1.alive and tp1.seconds == 0
+
+
+def test_a_reused_pid_is_not_compared_with_its_predecessor() -> None:
+    before = Sample(T0, (MAIN, process(TP0_PID, MAIN_PID, "sh")))
+    [tp0] = compare(before, after(5, rank(TP0_PID, "TP0", rchar=10**9))).ranks
+    assert not tp0.alive
+
+
+def test_a_forked_helper_keeps_the_title_but_is_not_a_second_rank() -> None:
+    helper = rank(300, "TP0", ppid=TP0_PID, rchar=10**10)
+    vitals = compare(Sample(T0, (MAIN, rank(TP0_PID, "TP0"), rank(300, "TP0", ppid=TP0_PID))),
+                     after(5, rank(TP0_PID, "TP0"), helper))
+    assert [(r.rank, r.pid) for r in vitals.ranks] == [("TP0", TP0_PID)]
+
+
+def test_the_unit_cgroup_rates_and_the_status_document() -> None:
+    before = replace(BEFORE, cgroup=CgroupSample(1_000, 50, 0))
+    now = replace(after(2, rank(TP0_PID, "TP0", rchar=10_000 + 3_000_000), rank(TP1_PID, "TP1")),
+                  cgroup=CgroupSample(1_000 + 400_000_000, 50 + 2_000, 0))
+    vitals = compare(before, now)
+    assert vitals.unit is not None and vitals.unit.text() == "reading 200.0 MB/s from storage; faulting in 1.0k pages/s"
+    doc = document(vitals, T0 + 3)
+    assert doc is not None and doc["sampled_seconds_ago"] == 1.0
+    assert doc["ranks"]["TP0"]["text"] == "reading 1.5 MB/s" and doc["ranks"]["TP0"]["progress"] == ["reading"]
+    assert doc["ranks"]["TP1"]["read_bytes_per_second"] == 0.0
+    assert document(None, T0) is None
+
+
+# --- the /proc reader (an edge, over fixture trees) -----------------------------------------------
+
+
+def test_parse_stat_survives_parentheses_and_spaces_in_the_command_name() -> None:
+    fields = "S 100 100 100 0 -1 4194304 4321 0 12 0 250 50 0 0 20 0 1 0 25372 3133440 415"
+    assert parse_stat(f"101 (a) b (c) {fields}") == ("a) b (c", 100, 4321, 12, 300)
+    assert parse_stat("garbage") is None
+    assert parse_stat("101 (x) S 1") is None
+
+
+def test_parse_io_stat_sums_rbytes_over_devices() -> None:
+    assert parse_io_stat("8:0 rbytes=100 wbytes=7 rios=1\n259:0 rbytes=23 wbytes=0\n") == 123
+    assert parse_io_stat("") is None
+
+
+def _proc(root: Path, pid: int, title: bytes, comm: str, ppid: int, minflt: int, io: str | None) -> None:
+    base = root / "proc" / str(pid)
+    base.mkdir(parents=True, exist_ok=True)
+    (base / "stat").write_text(f"{pid} ({comm}) S {ppid} 1 1 0 -1 0 {minflt} 0 3 0 70 30 0 0 20 0 1 0 1 1 1\n")
+    (base / "cmdline").write_bytes(title)
+    if io is not None:
+        (base / "io").write_text(io)
+
+
+def test_sampler_reads_ranks_children_io_where_permitted_and_a_v2_cgroup(tmp_path: Path) -> None:
+    group = tmp_path / "cg" / "system.slice" / UNIT
+    group.mkdir(parents=True)
+    (group / "cgroup.procs").write_text("100\n101\n102\n200\n")
+    (group / "io.stat").write_text("8:0 rbytes=4096 wbytes=0\n")
+    (group / "memory.stat").write_text("anon 1\nfile 2\npgfault 77\npgmajfault 5\n")
+    _proc(tmp_path, 100, b"python3\0-m\0sglang.launch_server\0", "python3", 1, 10, "rchar: 5\nread_bytes: 0\n")
+    _proc(tmp_path, 101, b"sglang::scheduler_TP0\0", "python3", 100, 2000, "rchar: 123456\nread_bytes: 4096\n")
+    _proc(tmp_path, 102, b"sglang::scheduler_TP1\0", "python3", 100, 3000, None)  # another user's: no io
+    _proc(tmp_path, 200, b"/usr/local/cuda/bin/nvcc\0", "nvcc", 101, 1, None)
+    sampler = ProcSampler(ProcessTable(str(tmp_path / "proc"), (str(tmp_path / "cg"),)), ticks=100)
+    sample = sampler.sample(f"/system.slice/{UNIT}", T0)
+    by_pid = {p.pid: p for p in sample.processes}
+    assert (by_pid[101].rank, by_pid[101].rchar, by_pid[101].read_bytes, by_pid[101].cpu_ticks) == ("TP0", 123456,
+                                                                                                   4096, 100)
+    assert (by_pid[102].rank, by_pid[102].rchar, by_pid[102].minflt) == ("TP1", None, 3000)
+    assert (by_pid[200].comm, by_pid[200].ppid, by_pid[200].rank) == ("nvcc", 101, None)
+    assert sample.cgroup == CgroupSample(4096, 77, 5)
+    (group / "io.stat").unlink()
+    (group / "memory.stat").unlink()  # cgroup v1, or v2 without those controllers
+    assert sampler.sample(f"/system.slice/{UNIT}", T0).cgroup is None
+    assert sampler.sample("/no/such.service", T0).processes == ()
+
+
+# --- the stall window: no log line and no progress signal ------------------------------------------
+
+STALL_LIMITS = {**DEFAULT_LIMITS, Phase.WEIGHT_LOAD: PhaseLimits(120, 30)}
+
+
+def _loading(pipeline: Pipeline) -> None:
+    for n in range(2):
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(T0))
+        pipeline.feed(JournalRecord(f"[{stamp} TP{n}] Load weight begin. avail mem=137.95 GB", T0, pid=101 + n,
+                                    invocation_id=INV), T0)
+
+
+def _alive(pipeline: Pipeline, rank_label: str, at: float) -> None:
+    pipeline.tracker.apply(Event(EventKind.RANK_PROGRESS, at, rank=rank_label, invocation_id=INV), at)
+
+
+def test_progress_signals_end_the_silence_per_rank_but_not_the_deadline() -> None:
+    config = Config(unit=UNIT, phases=STALL_LIMITS)
+    pipeline = Pipeline(config)
+    _loading(pipeline)
+    for t in range(5, 116, 5):  # TP0 takes in data all along, TP1 only spins
+        _alive(pipeline, "TP0", T0 + t)
+    inv = pipeline.snapshot().current
+    assert inv is not None
+    assert inv.last_ts == T0  # a sign of life is not a log line
+    silent = [(v.rank, v.cause) for v in policy.evaluate(inv, T0 + 31, config)]
+    assert silent == [("TP1", "no_progress")]
+    assert policy.next_deadline(inv, T0 + 100, config) == T0 + 120  # TP0's deadline, before its silence ends at 145
+    late = [(v.rank, v.cause) for v in policy.evaluate(inv, T0 + 121, config) if v.rank == "TP0"]
+    assert late == [("TP0", "deadline")]
+
+
+def test_a_progress_event_for_another_start_up_or_after_ready_changes_nothing() -> None:
+    pipeline = Pipeline(Config(unit=UNIT, phases=STALL_LIMITS))
+    _loading(pipeline)
+    pipeline.tracker.apply(Event(EventKind.RANK_PROGRESS, T0 + 20, rank="TP0", invocation_id="other"), T0 + 20)
+    inv = pipeline.snapshot().current
+    assert inv is not None and all(r.last_vital is None for r in inv.ranks)
+
+
+# --- config and the daemon's wiring -------------------------------------------------------------
+
+
+def test_vitals_config_period_and_errors() -> None:
+    assert parse_config("vitals:\n  period: 2s\n").vitals == VitalsSampling(2.0, True)
+    assert parse_config("unit: x.service\n").vitals == VitalsSampling(5.0, True)
+    for text, message in (("vitals:\n  period: 0.1s\n", "vitals.period: expected a duration of at least 0.5s"),
+                          ("vitals:\n  every: 2s\n", "vitals.every: unknown setting"),
+                          ("vitals:\n  enabled: maybe\n", "vitals.enabled: expected true or false")):
+        try:
+            parse_config(text, "x.yaml")
+        except ValueError as exc:
+            assert str(exc).startswith(message) and "line 2" in str(exc)
+        else:
+            raise AssertionError(text)
+
+
+def test_daemon_samples_the_cgroup_and_a_loading_rank_is_not_stalled(tmp_path: Path) -> None:
+    group = tmp_path / "cg" / "system.slice" / UNIT
+    group.mkdir(parents=True)
+    (group / "cgroup.procs").write_text("100\n101\n102\n")
+    clock = FakeClock(wall=T0)
+    journal = ScriptedJournal()
+    unit = RecordingUnit(UnitFacts("activating", "start", INV, control_group=f"/system.slice/{UNIT}", started_at=T0))
+    alerter = RecordingAlerter(UNIT)
+    config = Config(unit=UNIT, phases=STALL_LIMITS, actions={"stalled": ("alert",)},
+                    vitals=VitalsSampling(period=5.0))
+    app = Daemon(config, follower=journal, unit=unit, alerter=alerter,  # type: ignore[arg-type]
+                 notifier=RecordingNotifier(), store=StateStore(tmp_path, UNIT), clock=clock,
+                 processes=ProcessTable(proc=str(tmp_path / "proc"), cgroup_roots=(str(tmp_path / "cg"),)))
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(T0))
+    journal.push(*(JournalRecord(f"[{stamp} TP{n}] Load weight begin. avail mem=137.95 GB", T0, pid=101 + n,
+                                 invocation_id=INV) for n in range(2)))
+    app.start()
+    faults = 1000
+    for _ in range(12):  # 60 s, twice the stall window: TP0 faults pages in, TP1 does not
+        faults += 2000
+        _proc(tmp_path, 100, b"python3\0", "python3", 1, 10, None)
+        _proc(tmp_path, 101, b"sglang::scheduler_TP0\0", "python3", 100, faults, None)
+        _proc(tmp_path, 102, b"sglang::scheduler_TP1\0", "python3", 100, 1000, None)
+        clock.jump(5)
+        app.step(max_wait=0)
+    assert [(a["PHASEWATCH_VERDICT"], a["PHASEWATCH_RANK"]) for a in alerter.sent] == [("stalled", "TP1")]
+    assert app.vitals is not None
+    tp0 = app.vitals.rank("TP0")
+    assert tp0 is not None and tp0.text() == "faulting in 400 pages/s"
+    status = StateStore(tmp_path, UNIT).status_path.read_text()
+    assert '"TP0": "faulting in 400 pages/s"' in status and '"TP1": "no sign of life"' in status
+
+
+def test_status_table_lists_the_signs_of_life() -> None:
+    from phasewatch.status import render_table
+
+    vitals = compare(BEFORE, after(5, rank(TP0_PID, "TP0", rchar=10_000 + 6_000_000_000),
+                                   rank(TP1_PID, "TP1", cpu=500 + 490), process(201, TP1_PID, "nvcc")))
+    text = render_table({"unit": UNIT, "invocation": {"outcome": "starting", "phase": "weight_load", "ranks": {}},
+                         "vitals": document(vitals, T0 + 6)})
+    assert "signs of life (sampled 1s ago):\n  TP0: reading 1.2 GB/s\n  TP1: compiling: 1 nvcc\n" in text
+
+
+class _BrokenSampler(ProcSampler):
+    def sample(self, control_group: str, now: float) -> Sample:
+        raise OSError(5, "Input/output error")
+
+
+def test_a_failing_sample_is_logged_and_the_loop_goes_on_and_sampling_ends_with_the_start_up(
+        tmp_path: Path) -> None:
+    clock = FakeClock(wall=T0)
+    journal = ScriptedJournal()
+    unit = RecordingUnit(UnitFacts("activating", "start", INV, control_group=f"/system.slice/{UNIT}", started_at=T0))
+    alerter = RecordingAlerter(UNIT)
+    config = Config(unit=UNIT, phases=STALL_LIMITS, actions={"stalled": ("alert",)})
+    app = Daemon(config, follower=journal, unit=unit, alerter=alerter,  # type: ignore[arg-type]
+                 notifier=RecordingNotifier(), store=StateStore(tmp_path, UNIT), clock=clock,
+                 sampler=_BrokenSampler(ProcessTable(str(tmp_path / "proc"), (str(tmp_path / "cg"),))))
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(T0))
+    journal.push(JournalRecord(f"[{stamp} TP0] Load weight begin. avail mem=137.95 GB", T0, pid=101,
+                               invocation_id=INV))
+    app.start()
+    for _ in range(7):
+        clock.jump(5)
+        app.step(max_wait=0)
+    assert app.vitals is None
+    assert [a["PHASEWATCH_RANK"] for a in alerter.sent] == ["TP0"]  # judged on its log lines, as before
+
+
+def test_signs_of_life_are_dropped_once_the_start_up_is_over(tmp_path: Path) -> None:
+    group = tmp_path / "cg" / "system.slice" / UNIT
+    group.mkdir(parents=True)
+    (group / "cgroup.procs").write_text("101\n")
+    _proc(tmp_path, 101, b"sglang::scheduler_TP0\0", "python3", 1, 10, None)
+    clock = FakeClock(wall=T0)
+    journal = ScriptedJournal()
+    unit = RecordingUnit(UnitFacts("activating", "start", INV, control_group=f"/system.slice/{UNIT}", started_at=T0))
+    app = Daemon(Config(unit=UNIT), follower=journal, unit=unit, alerter=RecordingAlerter(UNIT),  # type: ignore[arg-type]
+                 notifier=RecordingNotifier(), store=StateStore(tmp_path, UNIT), clock=clock,
+                 processes=ProcessTable(proc=str(tmp_path / "proc"), cgroup_roots=(str(tmp_path / "cg"),)))
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(T0))
+    journal.push(JournalRecord(f"[{stamp} TP0] Load weight begin. avail mem=137.95 GB", T0, pid=101,
+                               invocation_id=INV))
+    app.start()
+    clock.jump(5)
+    app.step(max_wait=0)
+    assert app.vitals is not None and '"vitals"' in StateStore(tmp_path, UNIT).status_path.read_text()
+    journal.push(JournalRecord(f"[{stamp}] The server is fired up and ready to roll!", T0 + 6, pid=100,
+                               invocation_id=INV))
+    clock.jump(5)
+    app.step(max_wait=0)
+    assert app.vitals is None and '"vitals"' not in StateStore(tmp_path, UNIT).status_path.read_text()
