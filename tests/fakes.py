@@ -14,6 +14,8 @@ class ScriptedJournal:
     def __init__(self) -> None:
         self.pending: list[JournalRecord] = []
         self.cursor: str | None = None
+        self.rejected: dict[str, int] = {}
+        self.behind = False
         self._read, self._write = os.pipe()
 
     def push(self, *records: JournalRecord) -> None:

@@ -367,7 +367,7 @@ def journal_json(plan: Plan, base: float = 1796025600.0, unit: str = "sglang-kim
             fields["_LINE_BREAK"] = line_break
         return entry(t, fields)
 
-    yield entry(0.0, {"_PID": "1", "UNIT": unit, "MESSAGE_ID": MID_STARTED, "INVOCATION_ID": invocation,
+    yield entry(0.0, {"_PID": "1", "_UID": "0", "UNIT": unit, "MESSAGE_ID": MID_STARTED, "INVOCATION_ID": invocation,
                       "JOB_TYPE": "start", "JOB_RESULT": "done", "MESSAGE": f"Started {unit} - SGLang Kimi-K2.5."})
     partial: dict[int, tuple[float, str]] = {}
     for emit in plan.emits:
@@ -383,10 +383,10 @@ def journal_json(plan: Plan, base: float = 1796025600.0, unit: str = "sglang-kim
         since, held = partial.pop(emit.writer, (emit.t, ""))
         yield stream(emit.t, emit.writer, held + text, None)
     if plan.crash_at is not None:
-        yield entry(plan.crash_at + 0.1, {"_PID": "1", "UNIT": unit, "MESSAGE_ID": MID_MAIN_EXITED,
+        yield entry(plan.crash_at + 0.1, {"_PID": "1", "_UID": "0", "UNIT": unit, "MESSAGE_ID": MID_MAIN_EXITED,
                                           "INVOCATION_ID": invocation, "EXIT_CODE": "killed", "EXIT_STATUS": "9",
                                           "MESSAGE": f"{unit}: Main process exited, code=killed, status=9/KILL"})
-        yield entry(plan.crash_at + 0.2, {"_PID": "1", "UNIT": unit, "MESSAGE_ID": MID_FAILED,
+        yield entry(plan.crash_at + 0.2, {"_PID": "1", "_UID": "0", "UNIT": unit, "MESSAGE_ID": MID_FAILED,
                                           "INVOCATION_ID": invocation, "UNIT_RESULT": "signal",
                                           "MESSAGE": f"{unit}: Failed with result 'signal'."})
 
@@ -465,9 +465,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         sys.stdout.flush()
 
 
-def run(plan: Plan, port: int, faults: Faults | None = None) -> int:
+def run(plan: Plan, port: int, faults: Faults | None = None, hostile: int = 0) -> int:
     start = time.time()
     base = start
+    for text in hostile_lines(stamp(base, 0.0)) * hostile:
+        sys.stderr.write(text + "\n")
+    sys.stderr.flush()
     children: list[subprocess.Popen[bytes]] = []
     script = os.path.abspath(__file__)
     plan_file = os.environ.get("SGLANG_SIM_PLAN_FILE")
@@ -504,6 +507,21 @@ def run(plan: Plan, port: int, faults: Faults | None = None) -> int:
     for child in children:
         child.wait()
     return 0
+
+
+def hostile_lines(when: str) -> list[str]:
+    """Lines a log reader must survive, as the server's own output: numbers past Python's 4300-digit
+    `int()` limit where a rank tag, a `gpu_id`, a batch size and a tqdm count go, and text that makes
+    a backtracking pattern quadratic (spaces before a `%`, "Socket " repeated)."""
+    huge = "9" * 5000
+    return [
+        f"[{when} TP{huge}] Load weight begin. avail mem=137.95 GB",
+        f"[gpu_id={huge}] Load weight begin. avail mem=137.95 GB",
+        f"[{when} TP0] Capturing batches (bs={huge} avail_mem=1.00 GB):  50%|#####     | {huge}/{huge} "
+        "[00:01<00:01,  1.00it/s]",
+        " " * 30000 + "%",
+        "Socket " * 20000,
+    ]
 
 
 def _play_main(lines: list[Emit], start: float, base: float, port: int) -> None:
@@ -564,6 +582,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--slow-load", type=float, default=1.0, metavar="FACTOR")
     parser.add_argument("--health-fail-after", type=float, metavar="SECONDS")
     parser.add_argument("--decode-every", type=float, metavar="SECONDS")
+    parser.add_argument("--hostile", type=int, nargs="?", const=1, default=0, metavar="TIMES",
+                        help="first print lines with 5000-digit numbers and quadratic-regex bait, TIMES times "
+                        "(run mode)")
     parser.add_argument("--silent-load", metavar="SECONDS:MODE")
     args = parser.parse_args(argv)
     faults = _faults_from(args)
@@ -582,7 +603,7 @@ def main(argv: list[str] | None = None) -> int:
                                                    "decode_every": faults.decode_every,
                                                    "silent_load": faults.silent_load}}, handle)
     os.environ["SGLANG_SIM_PLAN_FILE"] = plan_path
-    return run(plan, args.port, faults)
+    return run(plan, args.port, faults, args.hostile)
 
 
 if __name__ == "__main__":

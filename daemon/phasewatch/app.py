@@ -157,6 +157,8 @@ class Daemon:
             timeout = JOURNAL_POLL
         if max_wait is not None:
             timeout = min(timeout, max_wait)
+        if self.follower.behind:
+            timeout = 0.0  # the journal holds more than the last reads took (a flood of forged entries)
         poller = select.poll()
         journal_fd = self.follower.fileno()
         poller.register(journal_fd, select.POLLIN)
@@ -258,7 +260,7 @@ class Daemon:
     def _read_journal(self) -> bool:
         records = self.follower.read(READ_BATCH)
         if not records:
-            return False
+            return self.follower.behind  # only forged entries in that read: more to come
         now = self.clock.wall()
         self.last_entries_at = now
         counts = self.entries_by_invocation
@@ -498,6 +500,7 @@ class Daemon:
         if self.exporter is not None:
             inv = self.pipeline.snapshot().current
             reasons = {p.value: item.reason for p, item in self._learned(inv).limits.items()} if inv else {}
+            self.exporter.saw_rejected(self.follower.rejected)
             self.exporter.publish(self.pipeline, self.memory, self.clock.wall(), self.eta, reasons)
 
     # -- telling systemd -----------------------------------------------------------------------
@@ -526,6 +529,7 @@ class Daemon:
                 status["vitals"] = {r.rank: r.text() for r in self.vitals.ranks}
         status["budget"] = self.memory.budget.state.value
         status["restarted"] = sorted(self.memory.restarted)
+        status["entries_rejected"] = dict(self.follower.rejected)
         if status != self.last_status:
             self.last_status = status
             try:

@@ -78,9 +78,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
         config = Config(unit=args.unit)
     warnings: list[str] = []
     records: Iterable[JournalRecord]
+    unit_records: UnitRecords | None = None
     if args.unit:
         since = _parse_when(args.since, None) if args.since else None
-        records = UnitRecords(args.unit, args.directory, since)  # streamed: memory does not grow with it
+        records = unit_records = UnitRecords(args.unit, args.directory, since)  # streamed: memory does not grow
     else:
         records, warnings = _records_from_file(args.source)
     for warning in warnings:
@@ -109,6 +110,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
         return EX_OK
     now = _parse_when(args.now, last_line) if args.now else (last_line or 0.0)
     judgements = pipeline.judge(now, snapshot)
+    if unit_records is not None and unit_records.rejected:
+        counts = ", ".join(f"{count} {reason}" for reason, count in sorted(unit_records.rejected.items()))
+        print(f"phasewatch: warning: ignored entries that claim {terminal_safe(args.unit)} without journald's "
+              "trusted fields "
+              f"({counts}); see the threat model in docs/operations.md", file=sys.stderr)
     clamped.saw(ts for inv in snapshot.invocations for ts in (inv.started_at, inv.last_ts))
     if clamped.count:
         print(f"phasewatch: warning: {clamped.count} time stamp(s) outside years 1970..9999 clamped into that range",

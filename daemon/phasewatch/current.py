@@ -30,13 +30,13 @@ from .records import (
     MID_MAIN_EXITED,
     MID_RESTART_SCHEDULED,
     MID_STARTED,
+    MID_STARTING,
     MID_STOPPED,
     MID_STOPPING,
     record_from_fields,
 )
 from .tracker import InvocationView, Snapshot, Transition
 
-MID_STARTING = "7d4958e842da4a758f6c1cdc7b36dcc5"  # PID 1: "Starting <unit>..." (the start job began)
 # PID 1's entries that belong to another start than the one a "Started" entry closes.
 _OTHER_LIFECYCLE = frozenset({MID_STARTED, MID_STOPPING, MID_STOPPED, MID_DEACTIVATED, MID_FAILED, MID_MAIN_EXITED,
                               MID_RESTART_SCHEDULED})
@@ -109,6 +109,7 @@ def journal_start(unit: str, directory: str | None = None, before: float | None 
     try:
         reader.add_match(f"UNIT={unit}")
         reader.add_match("_PID=1")
+        reader.add_match("_UID=0")  # trusted fields: no other sender can claim to be PID 1
         if before is None:
             reader.seek_tail()
         else:
@@ -220,7 +221,7 @@ class CurrentStartup:
         out: list[Transition] = []
         while True:
             records = self.follower.read(READ_BATCH)
-            if not records:
+            if not records and not self.follower.behind:
                 return out
             for record in records:
                 if self.skip_pid is not None and record.pid == self.skip_pid:

@@ -1,7 +1,9 @@
 """Edge: follow one unit's journal entries live, with systemd-python's low-level reader.
 
-Matches `_SYSTEMD_UNIT=<unit>` (its processes), `UNIT=<unit>` + `_PID=1` (PID 1 about it) and
-`OBJECT_SYSTEMD_UNIT=<unit>` (journald's suppression notices). Data threshold 0: whole fields.
+Matches `_SYSTEMD_UNIT=<unit>` (its processes), `UNIT=<unit>` + `_PID=1` + `_UID=0` (PID 1 about
+it) and `OBJECT_SYSTEMD_UNIT=<unit>` (journald's suppression notices; any local user can send that
+field too, so such entries pass `trust.rejection` or are dropped and counted in `rejected`).
+Data threshold 0: whole fields.
 The fd is for poll(); `wait_result()` after it is readable tells APPEND or INVALIDATE (rotation,
 vacuum, journald restart), on which the caller calls `reopen()`: the reader is reopened at the
 last cursor read, so nothing is lost or read twice.
@@ -12,11 +14,15 @@ from __future__ import annotations
 from typing import Any
 
 from .records import JournalRecord, record_from_fields
+from .trust import TRUSTED_FIELDS, rejection
 
 NOP, APPEND, INVALIDATE = 0, 1, 2
+# Entries looked at in one `read`, per entry it may return: a flood of forged entries costs a
+# bounded step; past it the read stops with `behind` set, and the caller reads on.
+REJECTED_SLACK = 16
 _LIFECYCLE_FIELDS = ("MESSAGE", "MESSAGE_ID", "UNIT", "OBJECT_SYSTEMD_UNIT", "N_DROPPED", "INVOCATION_ID",
                      "_SYSTEMD_INVOCATION_ID", "UNIT_RESULT", "JOB_TYPE", "JOB_RESULT", "EXIT_CODE", "EXIT_STATUS",
-                     "_PID", "_SYSTEMD_UNIT", "N_RESTARTS", "SYSLOG_IDENTIFIER", "_COMM")
+                     "N_RESTARTS", "SYSLOG_IDENTIFIER", "_COMM", *TRUSTED_FIELDS)
 
 
 class JournalError(RuntimeError):
@@ -28,6 +34,8 @@ class JournalFollower:
         self.unit = unit
         self.directory = directory
         self.cursor: str | None = None
+        self.rejected: dict[str, int] = {}  # reason -> entries that claimed the unit untrusted (trust.py)
+        self.behind = False  # the last read stopped on its bound of rejected entries, not at the end
         self._unit_bytes = unit.encode()
         self._reader: Any = None
         self.open()
@@ -46,6 +54,7 @@ class JournalFollower:
         reader.add_disjunction()
         reader.add_match(f"UNIT={self.unit}")
         reader.add_match("_PID=1")
+        reader.add_match("_UID=0")
         reader.add_disjunction()
         reader.add_match(f"OBJECT_SYSTEMD_UNIT={self.unit}")
         self._reader = reader
@@ -92,15 +101,23 @@ class JournalFollower:
         return result
 
     def read(self, limit: int = 1000) -> list[JournalRecord]:
-        """Up to `limit` new entries (an empty list: caught up)."""
+        """Up to `limit` new entries the unit's own (an empty list with `behind` false: caught up).
+        Entries `trust.rejection` refuses are read past, counted in `rejected`, and not returned; at
+        most `limit * REJECTED_SLACK` entries are looked at, and `behind` says when that bound ended it."""
         out: list[JournalRecord] = []
         reader = self._reader
         get, next_entry, realtime = reader._get, reader._next, reader._get_realtime
         unit_bytes, unit_text = self._unit_bytes, self.unit
         append = out.append
-        for _ in range(limit):
-            if not next_entry():
+        read_any = False
+        self.behind = True
+        for _ in range(limit * REJECTED_SLACK):
+            if len(out) >= limit:
                 break
+            if not next_entry():
+                self.behind = False
+                break
+            read_any = True
             try:
                 unit = get("_SYSTEMD_UNIT")
             except KeyError:
@@ -138,7 +155,12 @@ class JournalFollower:
                     except KeyError:
                         pass
                 fields["__REALTIME_TIMESTAMP"] = realtime()
-                append(record_from_fields(fields))
-        if out:
+                record = record_from_fields(fields)
+                reason = rejection(record, unit_text)
+                if reason is None:
+                    append(record)
+                else:
+                    self.rejected[reason] = self.rejected.get(reason, 0) + 1
+        if read_any:
             self.cursor = reader._get_cursor()  # the last entry read: where a reopen goes on
         return out

@@ -20,8 +20,10 @@ class JournalUnavailable(RuntimeError):
     """The journal could not be opened or read."""
 
 
-def read_unit(unit: str, directory: str | None = None, since: float | None = None) -> Iterator[JournalRecord]:
-    """Entries the unit's processes wrote, PID 1 wrote about it, and journald's notices about it."""
+def read_unit(unit: str, directory: str | None = None, since: float | None = None,
+              rejected: dict[str, int] | None = None) -> Iterator[JournalRecord]:
+    """Entries the unit's processes wrote, PID 1 wrote about it, and journald's notices about it.
+    Entries that only claim to be (trust.py) are left out and, with `rejected`, counted there by reason."""
     try:
         follower = JournalFollower(unit, directory)
     except JournalError as exc:
@@ -32,10 +34,13 @@ def read_unit(unit: str, directory: str | None = None, since: float | None = Non
             follower.seek_realtime(since)
         else:
             follower.seek_head()
-        while batch := follower.read(BATCH):
+        while (batch := follower.read(BATCH)) or follower.behind:
             yield from batch
     finally:
         follower.close()
+        if rejected is not None:
+            for reason, count in follower.rejected.items():
+                rejected[reason] = rejected.get(reason, 0) + count
 
 
 class UnitRecords:
@@ -44,6 +49,8 @@ class UnitRecords:
 
     def __init__(self, unit: str, directory: str | None = None, since: float | None = None) -> None:
         self.unit, self.directory, self.since = unit, directory, since
+        self.rejected: dict[str, int] = {}  # of the last whole pass
 
     def __iter__(self) -> Iterator[JournalRecord]:
-        return read_unit(self.unit, self.directory, self.since)
+        self.rejected = {}
+        return read_unit(self.unit, self.directory, self.since, self.rejected)

@@ -287,7 +287,7 @@ def show_logs(config: Config, follower: JournalFollower, start: StartPoint, keep
     try:
         while True:
             records = follower.read(1000)
-            if records:
+            if records or follower.behind:
                 now = clock()
                 for record in records:
                     if (since is None and start.invocation_id is not None and record.invocation_id is not None

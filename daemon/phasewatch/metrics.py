@@ -36,7 +36,7 @@ from prometheus_client.metrics_core import (
     Metric,
 )
 
-from . import __version__
+from . import __version__, trust
 from .clock import Clock, SystemClock
 from .config import VERDICT_KINDS, Config
 from .pipeline import Judgement, Pipeline
@@ -129,6 +129,7 @@ class Published:
     judged_with: Config | None = None  # the limits in force (learned ones with `adaptive`)
     limit_reasons: Mapping[str, str] = field(default_factory=dict)  # phase -> why that limit
     eta: float | None = None  # seconds to ready, from past start-ups
+    rejected: Mapping[str, int] = field(default_factory=dict)  # reason -> untrusted entries ignored (trust.py)
     degraded: Mapping[str, str] = field(default_factory=dict)  # "history"/"state" -> why kept in memory only
 
 
@@ -156,6 +157,7 @@ class Exporter:
         self._startups: dict[str, None] = {}
         self._lost: dict[str, int] = {}
         self._lines_lost = 0
+        self._rejected: dict[str, int] = dict.fromkeys(trust.REASONS, 0)
         self._server: ServerInfo | None = None
         self._known: frozenset[str] = frozenset()
         self._degraded: dict[str, str] = {}
@@ -184,6 +186,10 @@ class Exporter:
         """phasewatch restarted the unit (the D-Bus call succeeded) because of a `reason` verdict."""
         self._restarts[reason] = self._restarts.get(reason, 0) + 1
 
+    def saw_rejected(self, rejected: Mapping[str, int]) -> None:
+        """The journal reader's running totals of entries that claimed the unit untrusted, by reason."""
+        self._rejected.update(rejected)
+
     def set_degraded(self, degraded: Mapping[str, str]) -> None:
         """What of the state directory is kept in memory only ("history", "state"), and why."""
         self._degraded = dict(degraded)
@@ -209,7 +215,8 @@ class Exporter:
         return Published(published.now, published.invocation, published.judgement, published.budget,
                          published.server, published.entries, self._lines_lost, dict(self._verdicts),
                          dict(self._restarts), dict(self._phase_durations), self._startup_durations,
-                         published.judged_with, published.limit_reasons, published.eta, dict(self._degraded))
+                         published.judged_with, published.limit_reasons, published.eta, dict(self._rejected),
+                         dict(self._degraded))
 
     def _observe(self, snapshot: Snapshot) -> None:
         for inv in snapshot.invocations:
@@ -416,6 +423,10 @@ def families(published: Published, probes: Probes, now: float, config: Config) -
         [unit], float(published.entries))
     counter("phasewatch_journal_lines_lost", "Lines journald dropped (rate limit) or elided", []).add_metric(
         [unit], float(published.lines_lost))
+    rejected = counter("phasewatch_entries_rejected", "Journal entries that claimed the unit without the trusted "
+                       "fields that vouch for it, ignored", ["reason"])
+    for reason, count in published.rejected.items():
+        rejected.add_metric([unit, reason], float(count))
 
     durations = histogram("phasewatch_phase_duration_seconds", "Durations of completed phases: each rank's own "
                           "phases per rank, http_server_start and warmup once per start-up", ["phase"])

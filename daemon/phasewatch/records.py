@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 # MESSAGE_IDs that PID 1 and journald use for the unit's lifecycle (see docs/architecture.md).
+MID_STARTING = "7d4958e842da4a758f6c1cdc7b36dcc5"  # "Starting <unit>..." (the start job began)
 MID_STARTED = "39f53479d3a045ac8e11786248231fbf"
 MID_STOPPING = "de5b426a63be47a7b6ac3eaac82e2f6f"
 MID_STOPPED = "9d1aaa27d60140bd96365438aad20286"
@@ -97,7 +98,8 @@ def _int(value: object) -> int | None:
 
 
 _EXTRA_FIELDS = ("UNIT_RESULT", "JOB_TYPE", "JOB_RESULT", "EXIT_CODE", "EXIT_STATUS",
-                 "INVOCATION_ID", "_SYSTEMD_UNIT", "SYSLOG_IDENTIFIER", "_COMM", "N_RESTARTS")
+                 "INVOCATION_ID", "_SYSTEMD_UNIT", "SYSLOG_IDENTIFIER", "_COMM", "N_RESTARTS", "_UID",
+                 "_TRANSPORT")
 
 
 def record_from_fields(fields: Mapping[str, object]) -> JournalRecord:

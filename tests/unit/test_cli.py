@@ -103,7 +103,7 @@ def test_a_stalled_start_up_that_was_restarted_replays_as_stalled(tmp_path: Path
     entries = [json.loads(line) for line in STALL.read_text().splitlines()]
     last = max(int(e["__REALTIME_TIMESTAMP"]) for e in entries)
     invocation = "5e1f3c9a0b7d4e21a6c8f00d1e2b3c4d"
-    stop = {"_PID": "1", "UNIT": "sglang-kimi.service", "INVOCATION_ID": invocation}
+    stop = {"_PID": "1", "_UID": "0", "UNIT": "sglang-kimi.service", "INVOCATION_ID": invocation}
     entries.append({**stop, "__REALTIME_TIMESTAMP": str(last + 1_500_000_000), "JOB_TYPE": "stop",
                     "MESSAGE_ID": "de5b426a63be47a7b6ac3eaac82e2f6f", "MESSAGE": "Stopping sglang-kimi.service..."})
     entries.append({**stop, "__REALTIME_TIMESTAMP": str(last + 1_501_000_000), "JOB_TYPE": "restart",
@@ -121,7 +121,8 @@ def test_a_start_up_failed_by_wait_ready_after_a_stall_replays_as_stalled_not_cr
     """ExecStartPost=phasewatch wait-ready exits 1 on the stall; systemd then fails the unit."""
     entries = [json.loads(line) for line in STALL.read_text().splitlines()]
     last = max(int(e["__REALTIME_TIMESTAMP"]) for e in entries)
-    pid1 = {"_PID": "1", "UNIT": "sglang-kimi.service", "INVOCATION_ID": "5e1f3c9a0b7d4e21a6c8f00d1e2b3c4d"}
+    pid1 = {"_PID": "1", "_UID": "0", "UNIT": "sglang-kimi.service",
+            "INVOCATION_ID": "5e1f3c9a0b7d4e21a6c8f00d1e2b3c4d"}
     entries.append({**pid1, "__REALTIME_TIMESTAMP": str(last + 1_500_000_000), "UNIT_RESULT": "exit-code",
                     "MESSAGE_ID": "d9b373ed55a64feb8242e02dbe79a49c",
                     "MESSAGE": "sglang-kimi.service: Failed with result 'exit-code'."})

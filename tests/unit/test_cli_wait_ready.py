@@ -42,8 +42,8 @@ def text(entry: dict[str, Any]) -> str:
 
 
 def pid1(ts: float, message_id: str, text: str, invocation: str = INVOCATION, **more: str) -> dict[str, Any]:
-    return {"__REALTIME_TIMESTAMP": str(int(ts * 1e6)), "_PID": "1", "UNIT": UNIT, "MESSAGE_ID": message_id,
-            "INVOCATION_ID": invocation, "MESSAGE": text, **more}
+    return {"__REALTIME_TIMESTAMP": str(int(ts * 1e6)), "_PID": "1", "_UID": "0", "UNIT": UNIT,
+            "MESSAGE_ID": message_id, "INVOCATION_ID": invocation, "MESSAGE": text, **more}
 
 
 def waiter(directory: Path, clock: FakeClock, config: Config, timeout: float | None = None
