@@ -15,24 +15,24 @@ import sqlite3
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from . import policy
-from .actions import UnitError, UnitFacts
 from .clock import Clock
 from .config import Config, format_duration
-from .follow import INVALIDATE, JournalFollower
-from .history import History, fingerprint, summarize
-from .learn import LimitInForce, adapted, eta_seconds, limits_in_force, typical_durations
-from .metrics import Exporter
 from .pipeline import Pipeline
-from .probe import BackgroundProbe, default_url
-from .procs import ProcessTable, RankProcess, RankWatch
-from .procstat import ProcSampler
 from .records import MAIN, Event, EventKind, Phase
 from .render import current_phase
-from .respond import PRIORITY, Action, BudgetState, Memory, Response, reset_budget, respond
-from .state import Saved, StateStore
-from .tracker import InvocationView, Snapshot, UnitState
-from .vitals import Sample, Vitals, compare, progress_events
+from .sinks.actions import UnitError, UnitFacts
+from .sinks.history import History, fingerprint, summarize
+from .sinks.metrics import Exporter
+from .sinks.state import Saved, StateStore
+from .sources.follow import INVALIDATE, JournalFollower
+from .sources.probe import BackgroundProbe, default_url
+from .sources.procs import ProcessTable, RankProcess, RankWatch
+from .sources.procstat import ProcSampler
+from .stages import policy
+from .stages.learn import LimitInForce, adapted, eta_seconds, limits_in_force, typical_durations
+from .stages.respond import PRIORITY, Action, BudgetState, Memory, Response, reset_budget, respond
+from .stages.tracker import InvocationView, Snapshot, UnitState
+from .stages.vitals import Sample, Vitals, compare, progress_events
 
 logger = logging.getLogger(__name__)
 

@@ -15,15 +15,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
-from .actions import UnitError
 from .config import Config, ConfigError, load_config, parse_duration
-from .follow import JournalError
-from .formats import InputError, parse_source
-from .journal_source import JournalUnavailable, UnitRecords
 from .pipeline import Pipeline
 from .records import JournalRecord
 from .render import clamp_ts, json_text, terminal_safe, to_json, to_table, ts_in_range
-from .ruletally import RuleTally
+from .sinks.actions import UnitError
+from .sources.follow import JournalError
+from .sources.formats import InputError, parse_source
+from .sources.journal_source import JournalUnavailable, UnitRecords
+from .stages.ruletally import RuleTally
 
 EX_OK, EX_USAGE, EX_DATAERR, EX_NOINPUT, EX_UNAVAILABLE, EX_CONFIG = 0, 64, 65, 66, 69, 78
 
@@ -130,13 +130,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     import logging
     import signal
 
-    from .actions import JournalAlerter, Notifier, SystemdUnit
     from .app import Daemon, watchdog_interval_from_env
     from .clock import SystemClock
-    from .follow import JournalFollower
-    from .history import History
-    from .metrics import start_metrics
-    from .state import StateStore
+    from .sinks.actions import JournalAlerter, Notifier, SystemdUnit
+    from .sinks.history import History
+    from .sinks.metrics import start_metrics
+    from .sinks.state import StateStore
+    from .sources.follow import JournalFollower
 
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     config = load_config(args.config)
@@ -176,9 +176,9 @@ def cmd_check_config(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     import sqlite3
 
-    from .history import History, HistoryUnreadable
-    from .report import to_json as report_json
-    from .report import to_svg, to_table
+    from .commands.report import to_json as report_json
+    from .commands.report import to_svg, to_table
+    from .sinks.history import History, HistoryUnreadable
 
     config = load_config(args.config) if args.config else None
     unit = args.unit or (config.unit if config is not None else None)
@@ -241,7 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check-config", help="validate a config file")
     check.add_argument("config")
     check.set_defaults(func=cmd_check_config)
-    from . import logs, status, waitready  # status, logs, wait-ready: the operator's commands
+    from .commands import logs, status, waitready
 
     status.add_parser(sub)
     logs.add_parser(sub)

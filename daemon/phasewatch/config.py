@@ -18,8 +18,8 @@ from typing import Any, Callable, Mapping
 
 import yaml
 
-from .events import Profile, ProfileError, load_builtin_profile, parse_profile
 from .records import PHASE_NAMES, Phase
+from .stages.events import Profile, ProfileError, load_builtin_profile, parse_profile
 
 # What a config file may be: small, plain, shallow. Beyond these the loader refuses (exit 78) before
 # any value is built, so no file can cost more than reading its own bytes.

@@ -9,13 +9,13 @@ import logging
 from dataclasses import dataclass
 from typing import Iterable
 
-from . import policy
 from .config import Config
-from .events import EventMapper, is_lifecycle_record, lifecycle_event
-from .lines import LineSplitter
 from .records import Event, EventKind, JournalRecord, Line
-from .ruletally import RuleTally
-from .tracker import InvocationView, Snapshot, Tracker, Transition
+from .stages import policy
+from .stages.events import EventMapper, is_lifecycle_record, lifecycle_event
+from .stages.lines import LineSplitter
+from .stages.ruletally import RuleTally
+from .stages.tracker import InvocationView, Snapshot, Tracker, Transition
 
 logger = logging.getLogger(__name__)
 # Quarantined records logged one by one, at most; past it only counted (a flood of bad lines must

@@ -11,7 +11,7 @@ from typing import Iterable, Mapping
 import pytest
 
 from phasewatch.records import MAIN, Event, EventKind, Phase, Progress
-from phasewatch.tracker import (
+from phasewatch.stages.tracker import (
     InvocationView,
     PhaseSpan,
     RankView,

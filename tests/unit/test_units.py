@@ -12,7 +12,7 @@ import pytest
 
 from phasewatch.cli import EX_CONFIG
 from phasewatch.config import load_config
-from phasewatch.respond import MESSAGE_IDS
+from phasewatch.stages.respond import MESSAGE_IDS
 
 REPO = Path(__file__).resolve().parents[2]
 UNITS = REPO / "units"

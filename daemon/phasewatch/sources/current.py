@@ -20,11 +20,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from .actions import SystemdUnit, UnitError, UnitFacts
-from .config import Config, load_config
-from .follow import INVALIDATE, JournalError, JournalFollower
-from .pipeline import Judgement, Pipeline
-from .records import (
+from ..config import Config, load_config
+from ..pipeline import Judgement, Pipeline
+from ..records import (
     MID_DEACTIVATED,
     MID_FAILED,
     MID_MAIN_EXITED,
@@ -35,7 +33,9 @@ from .records import (
     MID_STOPPING,
     record_from_fields,
 )
-from .tracker import InvocationView, Snapshot, Transition
+from ..sinks.actions import SystemdUnit, UnitError, UnitFacts
+from ..stages.tracker import InvocationView, Snapshot, Transition
+from .follow import INVALIDATE, JournalError, JournalFollower
 
 # PID 1's entries that belong to another start than the one a "Started" entry closes.
 _OTHER_LIFECYCLE = frozenset({MID_STARTED, MID_STOPPING, MID_STOPPED, MID_DEACTIVATED, MID_FAILED, MID_MAIN_EXITED,

@@ -11,8 +11,7 @@ from datetime import datetime, timezone
 from functools import lru_cache
 from itertools import islice
 
-from .lines import bounded_int
-from .records import (
+from ..records import (
     MID_DEACTIVATED,
     MID_FAILED,
     MID_MAIN_EXITED,
@@ -24,6 +23,7 @@ from .records import (
     JournalRecord,
     record_from_fields,
 )
+from ..stages.lines import bounded_int
 
 
 class InputError(Exception):

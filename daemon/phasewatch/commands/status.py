@@ -21,10 +21,10 @@ from typing import Any, Callable, TextIO
 
 import httpx
 
-from .config import Config, format_duration, shown
-from .current import CurrentStartup, NoSuchUnit, StartPoint, find_start, resolve_config, unit_name, warn
-from .follow import JournalFollower
-from .render import clock_text, json_text, status_document, terminal_safe
+from ..config import Config, format_duration, shown
+from ..render import clock_text, json_text, status_document, terminal_safe
+from ..sources.current import CurrentStartup, NoSuchUnit, StartPoint, find_start, resolve_config, unit_name, warn
+from ..sources.follow import JournalFollower
 
 EXIT_READY, EXIT_STARTING, EXIT_FAILING, EXIT_UNKNOWN, EXIT_FOREIGN = 0, 1, 2, 3, 4
 FAILING_VERDICTS = frozenset({"stalled", "straggler", "crashed", "rank_died", "unhealthy"})
@@ -47,7 +47,7 @@ class ForeignDaemon(Exception):
 def daemon_invocation(unit: str) -> str | None:
     """The InvocationID of systemd's phasewatch@UNIT.service while it runs; None when it does not, or
     when systemd cannot be asked (a daemon started by hand is then checked by its document only)."""
-    from .actions import SystemdUnit, UnitError
+    from ..sinks.actions import SystemdUnit, UnitError
 
     try:
         facts = SystemdUnit(f"phasewatch@{unit}.service").facts()

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from . import __version__
-from .records import MAIN, PHASE_NAMES, Phase
-from .tracker import InvocationView, ServerInfo
+from .. import __version__
+from ..records import MAIN, PHASE_NAMES, Phase
+from ..stages.tracker import InvocationView, ServerInfo
 
 logger = logging.getLogger(__name__)
 KEEP = 500  # start-ups kept per unit

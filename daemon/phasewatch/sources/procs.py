@@ -22,7 +22,7 @@ def rank_from_title(cmdline: bytes) -> str | None:
     match = TITLE_RE.match(first)
     if match is None:
         return None
-    from .lines import canonical_rank
+    from ..stages.lines import canonical_rank
 
     return canonical_rank(match.group(1).replace("_", " ")) or "TP0"
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .records import JournalRecord, record_from_fields
-from .trust import TRUSTED_FIELDS, rejection
+from ..records import JournalRecord, record_from_fields
+from ..trust import TRUSTED_FIELDS, rejection
 
 NOP, APPEND, INVALIDATE = 0, 1, 2
 # Entries looked at in one `read`, per entry it may return: a flood of forged entries costs a

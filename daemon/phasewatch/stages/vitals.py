@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-from .records import Event, EventKind
+from ..records import Event, EventKind
 
 # The command names (comm, at most 15 characters) of the compilers a JIT start-up runs: CUDA's
 # driver and its stages, the host C/C++ compiler and its passes, the linkers and build drivers.

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .respond import Budget, BudgetState, Memory
+from ..stages.respond import Budget, BudgetState, Memory
 
 logger = logging.getLogger(__name__)
 KEEP_INVOCATIONS = 32

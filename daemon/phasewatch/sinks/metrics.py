@@ -36,17 +36,17 @@ from prometheus_client.metrics_core import (
     Metric,
 )
 
-from . import __version__, trust
-from .clock import Clock, SystemClock
-from .config import VERDICT_KINDS, Config
-from .pipeline import Judgement, Pipeline
-from .policy import Verdict
-from .records import MAIN, PHASE_NAMES, UNIT_PHASES, Phase
-from .render import iso, status_document
-from .respond import BudgetState, Memory
-from .tracker import InvocationView, ServerInfo, Snapshot, UnitState
-from .vitals import Vitals
-from .vitals import document as vitals_document
+from .. import __version__, trust
+from ..clock import Clock, SystemClock
+from ..config import VERDICT_KINDS, Config
+from ..pipeline import Judgement, Pipeline
+from ..records import MAIN, PHASE_NAMES, UNIT_PHASES, Phase
+from ..render import iso, status_document
+from ..stages.policy import Verdict
+from ..stages.respond import BudgetState, Memory
+from ..stages.tracker import InvocationView, ServerInfo, Snapshot, UnitState
+from ..stages.vitals import Vitals
+from ..stages.vitals import document as vitals_document
 
 logger = logging.getLogger(__name__)
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Mapping
 
+from ..records import FINAL_PHASES, MAIN, UNIT_PHASES, Event, EventKind, Phase, Progress
 from .lines import MAX_NUMBER_DIGITS, bounded_int
-from .records import FINAL_PHASES, MAIN, UNIT_PHASES, Event, EventKind, Phase, Progress
 
 MAX_INVOCATIONS = 16
 _UNIT_PHASES = tuple(UNIT_PHASES)  # a tuple: membership by identity, not Enum's Python-level __hash__

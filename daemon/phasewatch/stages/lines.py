@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 from typing import Iterable
 
-from .records import JournalRecord, Line, LineKind, Progress
+from ..records import JournalRecord, Line, LineKind, Progress
 
 ANSI_RE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
 SEGMENT_SPLIT_RE = re.compile(r"\r\n|\r|\n")

@@ -10,9 +10,9 @@ import math
 import re
 from dataclasses import dataclass
 
-from .config import Config, PhaseLimits, format_duration
+from ..config import Config, PhaseLimits, format_duration
+from ..records import MAIN, UNIT_PHASES, Phase
 from .events import Profile
-from .records import MAIN, UNIT_PHASES, Phase
 from .tracker import FatalView, InvocationView, RankView, UnitState
 
 OUTCOMES = ("starting", "ready", "serving", "stalled", "crashed", "stopped")

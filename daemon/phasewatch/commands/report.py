@@ -8,9 +8,9 @@ import datetime as dt
 from html import escape
 from typing import Any, Sequence
 
-from .config import format_duration
-from .history import StartupRecord
-from .records import PHASE_NAMES
+from ..config import format_duration
+from ..records import PHASE_NAMES
+from ..sinks.history import StartupRecord
 
 COLOURS = {
     "launch": "#c7c7c7", "dist_init": "#9467bd", "weight_load": "#1f77b4", "kv_cache_alloc": "#17becf",

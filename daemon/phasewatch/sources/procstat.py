@@ -14,8 +14,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from ..stages.vitals import CgroupSample, ProcessSample, Sample
 from .procs import CGROUP_ROOTS, ProcessTable, rank_from_title
-from .vitals import CgroupSample, ProcessSample, Sample
 
 MAX_PROCESSES = 4096  # a unit with more is sampled in part (pids in order), never for unbounded time
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from ..records import JournalRecord
 from .follow import JournalError, JournalFollower
-from .records import JournalRecord
 
 BATCH = 4096
 

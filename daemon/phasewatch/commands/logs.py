@@ -26,8 +26,11 @@ from collections import OrderedDict
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable, TextIO
 
-from .config import Config, parse_duration
-from .current import (
+from ..config import Config, parse_duration
+from ..pipeline import Pipeline
+from ..records import MAIN, PHASE_NAMES, EventKind, JournalRecord, Line, LineKind
+from ..render import clock_text, current_phase, terminal_safe
+from ..sources.current import (
     NoSuchUnit,
     StartPoint,
     find_start,
@@ -37,13 +40,10 @@ from .current import (
     wait_for_journal,
     warn,
 )
-from .events import is_lifecycle_record
-from .follow import JournalFollower
-from .lines import decode, strip_ansi
-from .pipeline import Pipeline
-from .records import MAIN, PHASE_NAMES, EventKind, JournalRecord, Line, LineKind
-from .render import clock_text, current_phase, terminal_safe
-from .tracker import InvocationView
+from ..sources.follow import JournalFollower
+from ..stages.events import is_lifecycle_record
+from ..stages.lines import decode, strip_ansi
+from ..stages.tracker import InvocationView
 
 RANK_WIDTH = 7  # "systemd", "DP0 TP3"
 PHASE_WIDTH = max(len(p) for p in PHASE_NAMES)
@@ -239,7 +239,7 @@ def normal_rank(text: str) -> str:
     """`tp3` -> `TP3`, `MAIN` -> `main`, `tp3 dp0` -> `DP0 TP3`."""
     if text.lower() == "main":
         return MAIN
-    from .lines import canonical_rank
+    from ..stages.lines import canonical_rank
 
     canonical = canonical_rank(" " + text.upper())
     if canonical is None:

@@ -28,14 +28,14 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, TextIO
 
-from . import policy
-from .clock import Clock, SystemClock
-from .config import Config, format_duration, parse_duration
-from .current import CurrentStartup, NoSuchUnit, find_start, resolve_config, unit_name, warn
-from .follow import JournalFollower
-from .records import MAIN, UNIT_PHASES, Phase
-from .render import current_phase
-from .tracker import InvocationView, Transition, UnitState, rank_sort_key
+from ..clock import Clock, SystemClock
+from ..config import Config, format_duration, parse_duration
+from ..records import MAIN, UNIT_PHASES, Phase
+from ..render import current_phase
+from ..sources.current import CurrentStartup, NoSuchUnit, find_start, resolve_config, unit_name, warn
+from ..sources.follow import JournalFollower
+from ..stages import policy
+from ..stages.tracker import InvocationView, Transition, UnitState, rank_sort_key
 
 EXIT_READY, EXIT_NOT_READY, EXIT_UNKNOWN = 0, 1, 3
 ENDING_VERDICTS = ("stalled", "straggler", "crashed", "rank_died")

@@ -12,8 +12,7 @@ from typing import Any, Iterable, Mapping
 
 import yaml
 
-from .lines import rank_number
-from .records import (
+from ..records import (
     MAIN,
     MID_DEACTIVATED,
     MID_FAILED,
@@ -31,6 +30,7 @@ from .records import (
     LineKind,
     Phase,
 )
+from .lines import rank_number
 
 RULE_EVENTS = ("phase_begin", "phase_end", "phase_hint", "progress", "fatal", "activity", "server_args")
 SCOPES = ("rank", "main", "any")

@@ -18,9 +18,9 @@ import statistics
 from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
-from .config import Adaptive, Config, PhaseLimits, format_duration
-from .history import p95
-from .records import FINAL_PHASES, MAIN, UNIT_PHASES, Phase
+from ..config import Adaptive, Config, PhaseLimits, format_duration
+from ..records import FINAL_PHASES, MAIN, UNIT_PHASES, Phase
+from ..sinks.history import p95
 from .tracker import InvocationView, RankView
 
 

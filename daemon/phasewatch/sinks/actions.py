@@ -13,7 +13,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .respond import Action, UnitStatus
+from ..stages.respond import Action, UnitStatus
 
 logger = logging.getLogger(__name__)
 
