@@ -17,10 +17,11 @@ from typing import Protocol
 
 from .clock import Clock
 from .config import Config, format_duration
+from .errors import UnitError
 from .pipeline import Pipeline
 from .records import MAIN, Event, EventKind, Phase
 from .render import current_phase
-from .sinks.actions import UnitError, UnitFacts
+from .sinks.actions import UnitFacts
 from .sinks.history import History, fingerprint, summarize
 from .sinks.metrics import Exporter
 from .sinks.state import Saved, StateStore

@@ -18,8 +18,9 @@ from typing import Any, Callable, Mapping
 
 import yaml
 
+from .errors import ConfigError, DurationError, ProfileError
 from .records import PHASE_NAMES, Phase
-from .stages.events import Profile, ProfileError, load_builtin_profile, parse_profile
+from .stages.events import Profile, load_builtin_profile, parse_profile
 
 # What a config file may be: small, plain, shallow. Beyond these the loader refuses (exit 78) before
 # any value is built, so no file can cost more than reading its own bytes.
@@ -33,12 +34,6 @@ PROFILE_NAME_RE = re.compile(r"[a-z][a-z0-9_-]{0,31}")
 DURATION_RE = re.compile(r"^(?:(\d+(?:\.\d+)?)d)?(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?$")
 
 
-class ConfigError(ValueError):
-    def __init__(self, key: str, message: str, path: str | None = None, line: int | None = None) -> None:
-        where = ", ".join(part for part in (f"file: {path}" if path else "", f"line {line}" if line else "") if part)
-        shown_key = key if len(key) <= 2 * SHOWN_CHARS else key[:2 * SHOWN_CHARS] + "...(cut)"
-        super().__init__(f"{shown_key}: {message}" + (f" ({where})" if where else ""))
-        self.key, self.path, self.line = key, path, line
 
 
 _SHORT_REPR = reprlib.Repr()
@@ -58,11 +53,11 @@ def parse_duration(value: object) -> float | None:
     if value is None or (isinstance(value, str) and value.strip().lower() in ("none", "off", "never")):
         return None
     if isinstance(value, bool):
-        raise ValueError(f"expected a duration like 90s, 20m or 1h30m, got {shown(value)}")
+        raise DurationError(f"expected a duration like 90s, 20m or 1h30m, got {shown(value)}")
     total: float | None = None
     if isinstance(value, (int, float)):
         if not value > 0:  # also NaN (YAML .nan), which no `spent > limit` would ever exceed
-            raise ValueError(f"expected a positive duration, got {shown(value)}")
+            raise DurationError(f"expected a positive duration, got {shown(value)}")
         total = float(value)
     elif isinstance(value, str) and len(value) <= 64:
         match = DURATION_RE.match(value.strip().replace(" ", ""))
@@ -71,9 +66,9 @@ def parse_duration(value: object) -> float | None:
             total = days * 86400 + hours * 3600 + minutes * 60 + seconds
             total = total if total > 0 else None
     if total is None:
-        raise ValueError(f"expected a duration like 90s, 20m or 1h30m, got {shown(value)}")
+        raise DurationError(f"expected a duration like 90s, 20m or 1h30m, got {shown(value)}")
     if not math.isfinite(total) or total > MAX_DURATION:
-        raise ValueError(f"expected a duration of at most 365d, got {shown(value)}")
+        raise DurationError(f"expected a duration of at most 365d, got {shown(value)}")
     return total
 
 

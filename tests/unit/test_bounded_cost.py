@@ -20,9 +20,10 @@ from hypothesis import strategies as st
 
 from fakes import ScriptedJournal
 from phasewatch.app import Daemon
-from phasewatch.cli import EX_CONFIG, main
+from phasewatch.cli import main
 from phasewatch.clock import FakeClock
 from phasewatch.config import Config
+from phasewatch.errors import EX_CONFIG
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import JournalRecord
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier, RecordingUnit, UnitFacts

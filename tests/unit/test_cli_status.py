@@ -17,8 +17,9 @@ from sglang_sim import Faults, build, journal_json
 
 from journal_dirs import write_journal
 from phasewatch.cli import main
-from phasewatch.commands.status import ForeignDaemon, ask_daemon, exit_status, render_table, status_url, watch
+from phasewatch.commands.status import ask_daemon, exit_status, render_table, status_url, watch
 from phasewatch.config import Config, load_config
+from phasewatch.errors import ForeignDaemon
 
 UNIT = "sglang-kimi.service"
 DAEMON_INVOCATION = "0f1e2d3c4b5a69788796a5b4c3d2e1f0"

@@ -14,9 +14,10 @@ import pytest
 from sglang_sim import build, journal_json
 
 from journal_dirs import write_journal
-from phasewatch.cli import EX_OK, main
+from phasewatch.cli import main
 from phasewatch.commands.logs import TaggedLine
 from phasewatch.commands.status import render_table
+from phasewatch.errors import EX_OK
 from phasewatch.render import MAX_TS, clock_text, iso, json_text, terminal_safe
 
 UNIT = "sglang-kimi.service"

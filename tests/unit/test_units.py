@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from phasewatch.cli import EX_CONFIG
 from phasewatch.config import load_config
+from phasewatch.errors import EX_CONFIG
 from phasewatch.stages.respond import MESSAGE_IDS
 
 REPO = Path(__file__).resolve().parents[2]

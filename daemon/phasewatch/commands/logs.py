@@ -27,19 +27,11 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable, TextIO
 
 from ..config import Config, parse_duration
+from ..errors import NoSuchUnit, UsageError
 from ..pipeline import Pipeline
 from ..records import MAIN, PHASE_NAMES, EventKind, JournalRecord, Line, LineKind
 from ..render import clock_text, current_phase, terminal_safe
-from ..sources.current import (
-    NoSuchUnit,
-    StartPoint,
-    find_start,
-    journal_start,
-    resolve_config,
-    unit_name,
-    wait_for_journal,
-    warn,
-)
+from ..sources.current import StartPoint, find_start, journal_start, resolve_config, unit_name, wait_for_journal, warn
 from ..sources.follow import JournalFollower
 from ..stages.events import is_lifecycle_record
 from ..stages.lines import decode, strip_ansi
@@ -243,7 +235,7 @@ def normal_rank(text: str) -> str:
 
     canonical = canonical_rank(" " + text.upper())
     if canonical is None:
-        raise ValueError(f"--rank: expected a rank like TP3, DP0 TP3 or main, got {text!r}")
+        raise UsageError(f"--rank: expected a rank like TP3, DP0 TP3 or main, got {text!r}")
     return canonical
 
 
@@ -258,7 +250,7 @@ def parse_since(text: str, now: float) -> float:
     try:
         when = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
-        raise ValueError(f"--since: expected an ISO time or a duration like 30m, got {text!r}") from None
+        raise UsageError(f"--since: expected an ISO time or a duration like 30m, got {text!r}") from None
     return when.timestamp()  # naive: local time
 
 
@@ -316,7 +308,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
     config = resolve_config(unit, args.config, warn)
     keep = LineFilter(normal_rank(args.rank) if args.rank else None, args.phase)
     if args.phase is not None and args.phase not in PHASE_NAMES:
-        raise ValueError(f"--phase: expected one of {', '.join(PHASE_NAMES)}, got {args.phase!r}")
+        raise UsageError(f"--phase: expected one of {', '.join(PHASE_NAMES)}, got {args.phase!r}")
     since = parse_since(args.since, time.time()) if args.since else None
     try:
         if since is not None:

@@ -22,8 +22,9 @@ from typing import Any, Callable, TextIO
 import httpx
 
 from ..config import Config, format_duration, shown
+from ..errors import ForeignDaemon, NoSuchUnit, UsageError
 from ..render import clock_text, json_text, status_document, terminal_safe
-from ..sources.current import CurrentStartup, NoSuchUnit, StartPoint, find_start, resolve_config, unit_name, warn
+from ..sources.current import CurrentStartup, StartPoint, find_start, resolve_config, unit_name, warn
 from ..sources.follow import JournalFollower
 
 EXIT_READY, EXIT_STARTING, EXIT_FAILING, EXIT_UNKNOWN, EXIT_FOREIGN = 0, 1, 2, 3, 4
@@ -40,14 +41,13 @@ def status_url(listen: str) -> str:
     return f"http://{host}:{port}/status"
 
 
-class ForeignDaemon(Exception):
-    """Something answers on metrics.listen, but not as the phasewatch daemon of this unit."""
 
 
 def daemon_invocation(unit: str) -> str | None:
     """The InvocationID of systemd's phasewatch@UNIT.service while it runs; None when it does not, or
     when systemd cannot be asked (a daemon started by hand is then checked by its document only)."""
-    from ..sinks.actions import SystemdUnit, UnitError
+    from ..errors import UnitError
+    from ..sinks.actions import SystemdUnit
 
     try:
         facts = SystemdUnit(f"phasewatch@{unit}.service").facts()
@@ -308,7 +308,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     unit = unit_name(args.unit) if args.unit else None
     config = resolve_config(unit, args.config, warn)
     if args.json and args.watch:
-        raise ValueError("--json and --watch do not go together (--json prints one document)")
+        raise UsageError("--json and --watch do not go together (--json prints one document)")
     source = StatusSource(config, args.directory)
     listen = None if args.directory else config.metrics_listen
     try:

@@ -30,9 +30,10 @@ from typing import Any, Callable, TextIO
 
 from ..clock import Clock, SystemClock
 from ..config import Config, format_duration, parse_duration
+from ..errors import NoSuchUnit, UsageError
 from ..records import MAIN, UNIT_PHASES, Phase
 from ..render import current_phase
-from ..sources.current import CurrentStartup, NoSuchUnit, find_start, resolve_config, unit_name, warn
+from ..sources.current import CurrentStartup, find_start, resolve_config, unit_name, warn
 from ..sources.follow import JournalFollower
 from ..stages import policy
 from ..stages.tracker import InvocationView, Transition, UnitState, rank_sort_key
@@ -210,7 +211,7 @@ def cmd_wait_ready(args: argparse.Namespace) -> int:
     try:
         timeout = parse_duration(args.timeout) if args.timeout else None
     except ValueError as exc:
-        raise ValueError(f"--timeout: {exc}") from None
+        raise UsageError(f"--timeout: {exc}") from None
     try:
         start = find_start(unit, args.directory)
     except NoSuchUnit:

@@ -10,16 +10,14 @@ Errors from D-Bus become `UnitError` (the daemon logs and alerts, never dies of 
 from __future__ import annotations
 
 import logging
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
+from ..errors import UnitError
 from ..stages.respond import Action, UnitStatus
 
 logger = logging.getLogger(__name__)
-
-
-class UnitError(RuntimeError):
-    """D-Bus refused or failed: the unit's state could not be read, or the restart was refused."""
 
 
 @dataclass(frozen=True)
@@ -42,19 +40,29 @@ class SystemdUnit:
 
     def _load(self) -> Any:
         if self._unit is None:
-            try:
+            with self._dbus(f"cannot reach systemd over D-Bus for {self.name}"):
                 if self._factory is not None:
                     self._unit = self._factory(self.name.encode())
                 else:
                     from pystemd.systemd1 import Unit  # pragma: systemd no cover
 
                     self._unit = Unit(self.name.encode(), _autoload=True)
-            except Exception as exc:  # pystemd raises its own D-Bus exception tree
-                raise UnitError(f"cannot reach systemd over D-Bus for {self.name}: {exc}") from None
         return self._unit
 
-    def facts(self) -> UnitFacts:
+    @contextmanager
+    def _dbus(self, failure: str) -> Iterator[None]:
+        """The one place a D-Bus failure becomes a `UnitError`: `failure` says what could not be
+        done; the connection is dropped so that the next call reconnects."""
         try:
+            yield
+        except UnitError:
+            raise
+        except Exception as exc:  # pystemd raises its own D-Bus exception tree
+            self._unit = None
+            raise UnitError(f"{failure}: {exc}") from None
+
+    def facts(self) -> UnitFacts:
+        with self._dbus(f"cannot read {self.name}'s state over D-Bus"):
             unit = self._load()
             raw_invocation = unit.Unit.InvocationID
             invocation = bytes(raw_invocation).hex() if raw_invocation else None
@@ -68,31 +76,16 @@ class SystemdUnit:
             return UnitFacts(active_state=_text(unit.Unit.ActiveState), sub_state=_text(unit.Unit.SubState),
                              invocation_id=invocation or None, job_pending=bool(job_id),
                              control_group=control_group, started_at=exit_ts / 1e6 if exit_ts else None)
-        except UnitError:
-            raise
-        except Exception as exc:
-            self._unit = None  # reconnect next time
-            raise UnitError(f"cannot read {self.name}'s state over D-Bus: {exc}") from None
 
     def load_state(self) -> str:
         """loaded, not-found, masked, error..."""
-        try:
+        with self._dbus(f"cannot read {self.name}'s state over D-Bus"):
             return _text(self._load().Unit.LoadState)
-        except UnitError:
-            raise
-        except Exception as exc:
-            self._unit = None
-            raise UnitError(f"cannot read {self.name}'s state over D-Bus: {exc}") from None
 
     def restart(self) -> str:
         """RestartUnit(unit, "replace"); returns the job path."""
-        try:
+        with self._dbus(f"systemd refused to restart {self.name}"):
             job = self._load().Unit.Restart(b"replace")
-        except UnitError:
-            raise
-        except Exception as exc:
-            self._unit = None
-            raise UnitError(f"systemd refused to restart {self.name}: {exc}") from None
         return _text(job)
 
 

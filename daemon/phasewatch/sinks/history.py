@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from .. import __version__
+from ..errors import HistoryUnreadable
 from ..records import MAIN, PHASE_NAMES, Phase
 from ..stages.tracker import InvocationView, ServerInfo
 
@@ -127,8 +128,6 @@ CREATE INDEX IF NOT EXISTS startups_by_unit ON startups(unit, fingerprint, start
 """
 
 
-class HistoryUnreadable(ValueError):
-    """A read-only open (`report`) found no readable history: nothing was changed on disk."""
 
 
 def _corrupt(exc: sqlite3.Error) -> bool:

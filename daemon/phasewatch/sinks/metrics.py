@@ -39,6 +39,7 @@ from prometheus_client.metrics_core import (
 from .. import __version__, trust
 from ..clock import Clock, SystemClock
 from ..config import VERDICT_KINDS, Config
+from ..errors import ListenError
 from ..pipeline import Judgement, Pipeline
 from ..records import MAIN, PHASE_NAMES, UNIT_PHASES, Phase
 from ..render import iso, status_document
@@ -645,7 +646,7 @@ def parse_listen(listen: str) -> tuple[str, int]:
     """`127.0.0.1:9877`, `[::1]:9877`, `localhost:9877` -> (host, port)."""
     host, _, port = listen.rpartition(":")
     if not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"expected HOST:PORT like 127.0.0.1:9877, got {listen!r}")
+        raise ListenError(f"expected HOST:PORT like 127.0.0.1:9877, got {listen!r}")
     return host.removeprefix("[").removesuffix("]"), int(port)
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..config import Config, load_config
+from ..errors import JournalError, NoSuchUnit, UnitError, UsageError
 from ..pipeline import Judgement, Pipeline
 from ..records import (
     MID_DEACTIVATED,
@@ -33,9 +34,9 @@ from ..records import (
     MID_STOPPING,
     record_from_fields,
 )
-from ..sinks.actions import SystemdUnit, UnitError, UnitFacts
+from ..sinks.actions import SystemdUnit, UnitFacts
 from ..stages.tracker import InvocationView, Snapshot, Transition
-from .follow import INVALIDATE, JournalError, JournalFollower
+from .follow import INVALIDATE, JournalFollower
 
 # PID 1's entries that belong to another start than the one a "Started" entry closes.
 _OTHER_LIFECYCLE = frozenset({MID_STARTED, MID_STOPPING, MID_STOPPED, MID_DEACTIVATED, MID_FAILED, MID_MAIN_EXITED,
@@ -46,8 +47,6 @@ READ_BATCH = 1000
 CONFIG_DIRS = ("/etc/phasewatch", "/run/phasewatch")
 
 
-class NoSuchUnit(LookupError):
-    """The unit is not loaded by systemd and the journal has nothing of it."""
 
 
 def unit_name(text: str) -> str:
@@ -69,7 +68,7 @@ def resolve_config(unit: str | None, path: str | None, warn: Callable[[str], Non
                 break
     if config is None:
         if unit is None:
-            raise ValueError("name the UNIT, or give --config")
+            raise UsageError("name the UNIT, or give --config")
         return Config(unit=unit)
     if unit is not None and unit != config.unit:
         if warn is not None:

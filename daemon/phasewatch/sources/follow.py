@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..errors import JournalError
 from ..records import JournalRecord, record_from_fields
 from ..trust import TRUSTED_FIELDS, rejection
 
@@ -25,8 +26,6 @@ _LIFECYCLE_FIELDS = ("MESSAGE", "MESSAGE_ID", "UNIT", "OBJECT_SYSTEMD_UNIT", "N_
                      "N_RESTARTS", "SYSLOG_IDENTIFIER", "_COMM", *TRUSTED_FIELDS)
 
 
-class JournalError(RuntimeError):
-    """The journal could not be opened or read."""
 
 
 class JournalFollower:

@@ -11,6 +11,7 @@ from datetime import datetime, timezone
 from functools import lru_cache
 from itertools import islice
 
+from ..errors import InputError
 from ..records import (
     MID_DEACTIVATED,
     MID_FAILED,
@@ -24,10 +25,6 @@ from ..records import (
     record_from_fields,
 )
 from ..stages.lines import bounded_int
-
-
-class InputError(Exception):
-    """The input cannot be read; the message is one human-readable line."""
 
 
 @dataclass(frozen=True)

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from ..errors import JournalError, JournalUnavailable
 from ..records import JournalRecord
-from .follow import JournalError, JournalFollower
+from .follow import JournalFollower
 
 BATCH = 4096
 
 
-class JournalUnavailable(RuntimeError):
-    """The journal could not be opened or read."""
 
 
 def read_unit(unit: str, directory: str | None = None, since: float | None = None,

@@ -12,6 +12,7 @@ from typing import Any, Iterable, Mapping
 
 import yaml
 
+from ..errors import ProfileError
 from ..records import (
     MAIN,
     MID_DEACTIVATED,
@@ -51,12 +52,6 @@ def pattern_view(text: str) -> str:
 C10D_RANK_RE = re.compile(r"^\[rank(\d+)\]:")
 
 
-class ProfileError(ValueError):
-    """A rule in a profile or in a config's `patterns:` is malformed. `key` names it."""
-
-    def __init__(self, key: str, message: str) -> None:
-        super().__init__(f"{key}: {message}")
-        self.key = key
 
 
 @dataclass(frozen=True)
