@@ -16,7 +16,8 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from .clock import Clock
-from .config import Config, format_duration
+from .config import Config
+from .durations import format_duration
 from .errors import UnitError
 from .pipeline import Pipeline
 from .records import MAIN, Event, EventKind, Phase
@@ -32,7 +33,7 @@ from .sources.procstat import ProcSampler
 from .stages import policy
 from .stages.learn import LimitInForce, adapted, eta_seconds, limits_in_force, typical_durations
 from .stages.respond import PRIORITY, Action, BudgetState, Memory, Response, reset_budget, respond
-from .stages.tracker import InvocationView, Snapshot, UnitState
+from .stages.snapshot import InvocationView, Snapshot, UnitState
 from .stages.vitals import Sample, Vitals, compare, progress_events
 
 logger = logging.getLogger(__name__)

@@ -15,7 +15,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
-from .config import Config, load_config, parse_duration
+from .config import Config, load_config
+from .durations import parse_duration
 from .errors import (
     EX_NOINPUT,
     EX_OK,
@@ -146,7 +147,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .clock import SystemClock
     from .sinks.actions import JournalAlerter, Notifier, SystemdUnit
     from .sinks.history import History
-    from .sinks.metrics import start_metrics
+    from .sinks.http import start_metrics
     from .sinks.state import StateStore
     from .sources.follow import JournalFollower
 

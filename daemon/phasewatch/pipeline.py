@@ -15,7 +15,8 @@ from .stages import policy
 from .stages.events import EventMapper, is_lifecycle_record, lifecycle_event
 from .stages.lines import LineSplitter
 from .stages.ruletally import RuleTally
-from .stages.tracker import InvocationView, Snapshot, Tracker, Transition
+from .stages.snapshot import InvocationView, Snapshot, Transition
+from .stages.tracker import Tracker
 
 logger = logging.getLogger(__name__)
 # Quarantined records logged one by one, at most; past it only counted (a flood of bad lines must

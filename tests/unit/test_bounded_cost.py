@@ -40,7 +40,7 @@ from phasewatch.stages.lines import (
     canonical_rank,
     parse_progress,
 )
-from phasewatch.stages.tracker import MAX_EXPECTED_RANKS, ServerInfo
+from phasewatch.stages.snapshot import MAX_EXPECTED_RANKS, ServerInfo
 
 INV = "0123456789abcdef0123456789abcdef"
 T0 = 1_800_000_000.0

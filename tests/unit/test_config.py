@@ -10,16 +10,8 @@ from pathlib import Path
 import pytest
 
 from phasewatch.cli import main
-from phasewatch.config import (
-    DEFAULT_LIMITS,
-    DEFAULT_RANK_SKEW,
-    Config,
-    PhaseLimits,
-    format_duration,
-    load_config,
-    parse_config,
-    parse_duration,
-)
+from phasewatch.config import DEFAULT_LIMITS, DEFAULT_RANK_SKEW, Config, PhaseLimits, load_config, parse_config
+from phasewatch.durations import format_duration, parse_duration
 from phasewatch.errors import EX_CONFIG, EX_OK, ConfigError
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import MAIN, JournalRecord, Phase

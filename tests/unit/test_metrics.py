@@ -48,7 +48,8 @@ from phasewatch.clock import FakeClock
 from phasewatch.config import DEFAULT_LIMITS, VERDICT_KINDS, Config, PhaseLimits, RestartBudget
 from phasewatch.records import MAIN, PHASE_NAMES, JournalRecord, Phase
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier, RecordingUnit, UnitFacts
-from phasewatch.sinks.metrics import PHASE_BUCKETS, Exporter, parse_listen, serve
+from phasewatch.sinks.http import parse_listen, serve
+from phasewatch.sinks.metrics import PHASE_BUCKETS, Exporter
 from phasewatch.sinks.state import StateStore
 from phasewatch.sources.procs import ProcessTable
 from phasewatch.stages import policy
@@ -425,7 +426,7 @@ def test_bind_failure_is_logged_and_the_daemon_runs_on(m: Fixture, caplog: pytes
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        with caplog.at_level(logging.ERROR, logger="phasewatch.sinks.metrics"):
+        with caplog.at_level(logging.ERROR, logger="phasewatch.sinks.http"):
             assert serve(f"127.0.0.1:{port}", m.exporter) is None
     assert f"cannot listen on 127.0.0.1:{port}" in caplog.text
     assert "running without /metrics and /status" in caplog.text

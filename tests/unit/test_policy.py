@@ -27,7 +27,7 @@ from phasewatch.records import (
 )
 from phasewatch.stages import policy
 from phasewatch.stages.policy import ECHO_GRACE, next_deadline
-from phasewatch.stages.tracker import InvocationView
+from phasewatch.stages.snapshot import InvocationView
 
 INV = "6f1c0c3a9a2b4e53a0f1d2c3b4a59687"
 T0 = 1771804502.0  # 2026-02-22 23:55:02 UTC

@@ -26,7 +26,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable, TextIO
 
-from ..config import Config, parse_duration
+from ..config import Config
+from ..durations import parse_duration
 from ..errors import NoSuchUnit, UsageError
 from ..pipeline import Pipeline
 from ..records import MAIN, PHASE_NAMES, EventKind, JournalRecord, Line, LineKind
@@ -35,7 +36,7 @@ from ..sources.current import StartPoint, find_start, journal_start, resolve_con
 from ..sources.follow import JournalFollower
 from ..stages.events import is_lifecycle_record
 from ..stages.lines import decode, strip_ansi
-from ..stages.tracker import InvocationView
+from ..stages.snapshot import InvocationView
 
 RANK_WIDTH = 7  # "systemd", "DP0 TP3"
 PHASE_WIDTH = max(len(p) for p in PHASE_NAMES)

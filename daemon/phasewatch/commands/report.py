@@ -8,7 +8,7 @@ import datetime as dt
 from html import escape
 from typing import Any, Sequence
 
-from ..config import format_duration
+from ..durations import format_duration
 from ..records import PHASE_NAMES
 from ..sinks.history import StartupRecord
 

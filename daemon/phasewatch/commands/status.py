@@ -21,7 +21,8 @@ from typing import Any, Callable, TextIO
 
 import httpx
 
-from ..config import Config, format_duration, shown
+from ..config import Config
+from ..durations import format_duration, shown
 from ..errors import ForeignDaemon, NoSuchUnit, UsageError
 from ..render import clock_text, json_text, status_document, terminal_safe
 from ..sources.current import CurrentStartup, StartPoint, find_start, resolve_config, unit_name, warn

@@ -29,14 +29,16 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, TextIO
 
 from ..clock import Clock, SystemClock
-from ..config import Config, format_duration, parse_duration
+from ..config import Config
+from ..durations import format_duration, parse_duration
 from ..errors import NoSuchUnit, UsageError
+from ..ranks import rank_sort_key
 from ..records import MAIN, UNIT_PHASES, Phase
 from ..render import current_phase
 from ..sources.current import CurrentStartup, find_start, resolve_config, unit_name, warn
 from ..sources.follow import JournalFollower
 from ..stages import policy
-from ..stages.tracker import InvocationView, Transition, UnitState, rank_sort_key
+from ..stages.snapshot import InvocationView, Transition, UnitState
 
 EXIT_READY, EXIT_NOT_READY, EXIT_UNKNOWN = 0, 1, 3
 ENDING_VERDICTS = ("stalled", "straggler", "crashed", "rank_died")

@@ -25,7 +25,7 @@ from typing import Any, Sequence
 from .. import __version__
 from ..errors import HistoryUnreadable
 from ..records import MAIN, PHASE_NAMES, Phase
-from ..stages.tracker import InvocationView, ServerInfo
+from ..stages.snapshot import InvocationView, ServerInfo
 
 logger = logging.getLogger(__name__)
 KEEP = 500  # start-ups kept per unit

@@ -35,7 +35,7 @@ from ..records import (
     record_from_fields,
 )
 from ..sinks.actions import SystemdUnit, UnitFacts
-from ..stages.tracker import InvocationView, Snapshot, Transition
+from ..stages.snapshot import InvocationView, Snapshot, Transition
 from .follow import INVALIDATE, JournalFollower
 
 # PID 1's entries that belong to another start than the one a "Started" entry closes.

@@ -18,10 +18,11 @@ import statistics
 from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
-from ..config import Adaptive, Config, PhaseLimits, format_duration
+from ..config import Adaptive, Config, PhaseLimits
+from ..durations import format_duration
 from ..records import FINAL_PHASES, MAIN, UNIT_PHASES, Phase
 from ..sinks.history import p95
-from .tracker import InvocationView, RankView
+from .snapshot import InvocationView, RankView
 
 
 @dataclass(frozen=True)

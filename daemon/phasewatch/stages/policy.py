@@ -10,10 +10,11 @@ import math
 import re
 from dataclasses import dataclass
 
-from ..config import Config, PhaseLimits, format_duration
+from ..config import Config, PhaseLimits
+from ..durations import format_duration
 from ..records import MAIN, UNIT_PHASES, Phase
 from .events import Profile
-from .tracker import FatalView, InvocationView, RankView, UnitState
+from .snapshot import FatalView, InvocationView, RankView, UnitState
 
 OUTCOMES = ("starting", "ready", "serving", "stalled", "crashed", "stopped")
 START_UP_STATES = (UnitState.STARTING,)

@@ -12,7 +12,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field, replace
 
-from ..config import Config, format_duration
+from ..config import Config
+from ..durations import format_duration
 from .policy import Verdict
 
 FAILURE_KINDS = frozenset({"stalled", "straggler", "rank_died", "crashed"})
