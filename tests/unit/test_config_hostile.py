@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from phasewatch.cli import main
-from phasewatch.config import MAX_DEPTH, load_config, parse_config
+from phasewatch.config import load_config, parse_config
+from phasewatch.config_file import MAX_DEPTH
 from phasewatch.durations import SHOWN_CHARS, parse_duration
 from phasewatch.errors import EX_CONFIG, ConfigError
 

@@ -16,7 +16,6 @@ import logging
 import math
 import os
 import sqlite3
-import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -426,10 +425,3 @@ def _startup_from_row(row: Sequence[Any], phase_rows: Sequence[Sequence[Any]]) -
         logger.warning("history: start-up %s has invalid phases, spans or verdicts: those left out", invocation)
     return StartupRecord(unit, invocation, key, started_at, ended_at, outcome, cause, phases, spans or {},
                          verdicts or ())
-
-
-def p95(values: Sequence[float]) -> float:
-    ordered = sorted(values)
-    if len(ordered) == 1:
-        return ordered[0]
-    return statistics.quantiles(ordered, n=20, method="inclusive")[-1]

@@ -21,7 +21,6 @@ from typing import Mapping, Sequence
 from ..config import Adaptive, Config, PhaseLimits
 from ..durations import format_duration
 from ..records import FINAL_PHASES, MAIN, UNIT_PHASES, Phase
-from ..sinks.history import p95
 from .snapshot import InvocationView, RankView
 
 
@@ -122,3 +121,10 @@ def eta_seconds(inv: InvocationView, now: float, typical: Mapping[Phase, float])
             left = max(typical[phase] - elapsed, 0.0)
         left_now = max(left_now, left)
     return remaining + left_now
+
+
+def p95(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    if len(ordered) == 1:
+        return ordered[0]
+    return statistics.quantiles(ordered, n=20, method="inclusive")[-1]
