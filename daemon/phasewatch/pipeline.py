@@ -96,8 +96,19 @@ class Pipeline:
                 out.extend(self.tracker.apply(event, now))
         return out
 
+    def use_limits(self, config: Config) -> None:
+        """Judge with these limits from now on (the ones learned for the current start-up)."""
+        self.config = config
+
+    def apply(self, event: Event, now: float | None) -> list[Transition]:
+        """An event that does not come from the journal (a rank's death, a probe, a sign of life)."""
+        return self.tracker.apply(event, now)
+
     def snapshot(self) -> Snapshot:
         return self.tracker.snapshot()
+
+    def current(self) -> InvocationView | None:
+        return self.tracker.snapshot().current
 
     def judge(self, now: float, snapshot: Snapshot | None = None) -> list[Judgement]:
         judgements = []

@@ -14,9 +14,9 @@ MAX_CLASS_LINES = 250
 # Modules that do I/O or run things in the background: never imported by a pure stage.
 IO_MODULES = {"systemd", "pystemd", "httpx", "sqlite3", "socket", "threading", "subprocess", "select", "http",
               "signal", "os", "io", "shutil", "selectors", "asyncio", "urllib", "multiprocessing", "prometheus_client"}
-# Debt (issue 10, not yet split): the daemon's loop and the tracker still exceed the limits. Each may
+# Debt (issue 10, not yet split): the metrics exporter module and the Tracker class exceed the limits. Each may
 # shrink, none may grow; a module or class not listed here must stay within the limits.
-OVERSIZE = {"app": 590, "app.Daemon": 475, "sinks.metrics": 469, "stages.tracker.Tracker": 298}
+OVERSIZE = {"sinks.metrics": 469, "stages.tracker.Tracker": 298}
 UPPER_LAYERS = {"pipeline", "render", "app", "cli", "sources", "sinks", "commands"}
 
 
