@@ -49,7 +49,8 @@ from phasewatch.config import DEFAULT_LIMITS, VERDICT_KINDS, Config, PhaseLimits
 from phasewatch.records import MAIN, PHASE_NAMES, JournalRecord, Phase
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier, RecordingUnit, UnitFacts
 from phasewatch.sinks.http import parse_listen, serve
-from phasewatch.sinks.metrics import PHASE_BUCKETS, Exporter
+from phasewatch.sinks.metric_families import PHASE_BUCKETS
+from phasewatch.sinks.metrics import Exporter
 from phasewatch.sinks.state import StateStore
 from phasewatch.sources.procs import ProcessTable
 from phasewatch.stages import policy

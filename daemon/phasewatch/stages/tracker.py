@@ -245,7 +245,7 @@ class Tracker:
                 rank.died_at, rank.died_pid = ts, event.pid
             return []
         rank = self._rank(inv, event.rank or MAIN, ts)
-        self._alive(inv, rank, ts)
+        _alive(inv, rank, ts)
         if event.rule in PROOF_OF_LIFE_RULES and inv.state in (UnitState.READY, UnitState.SERVING):
             inv.proof_of_life, inv.health_failures, inv.health_error = ts, 0, None
         if kind is EventKind.FATAL:
@@ -253,7 +253,7 @@ class Tracker:
             return []
         if kind is EventKind.ACTIVITY:
             note = inv.fatals.get(event.record_id)
-            if note is not None and len(note.texts) < MAX_FATAL_TEXTS and self._keeps(inv, event.text):
+            if note is not None and len(note.texts) < MAX_FATAL_TEXTS and _keeps(inv, event.text):
                 inv.fatals[event.record_id] = replace(note, texts=note.texts + (event.text,))
             return []
         if event.phase is None:
@@ -262,17 +262,6 @@ class Tracker:
             return self._unit_phase(inv, event.phase, ts, event.rule)
         return self._rank_phase(inv, rank, event.phase, kind is not EventKind.PHASE_END, ts, event.rule,
                                 hint=kind is EventKind.PHASE_HINT)
-
-    @staticmethod
-    def _alive(inv: _Invocation, rank: _Rank, ts: float | None) -> None:
-        """A sign of life; also the longest silence seen in each phase (any rank in it), for history."""
-        rank.last_activity = ts
-        if ts is None or rank.rank == MAIN:
-            return
-        seen = inv.phase_seen.get(rank.phase)
-        if seen is not None and ts - seen > inv.phase_silence.get(rank.phase, 0.0):
-            inv.phase_silence[rank.phase] = ts - seen
-        inv.phase_seen[rank.phase] = ts
 
     def _rank(self, inv: _Invocation, label: str, ts: float | None) -> _Rank:
         rank = inv.ranks.get(label)
@@ -291,28 +280,12 @@ class Tracker:
         return rank
 
     # -- rank phases --------------------------------------------------------------------------
-    @staticmethod
-    def _resolve(rank: _Rank, phase: Phase, begin: bool, hint: bool = False) -> Phase | None:
-        """The phase an engine line means for this rank now; None when it changes nothing."""
-        if hint:
-            return phase if not rank.entered(phase) else None
-        if phase in (Phase.DIST_INIT, Phase.WEIGHT_LOAD) and rank.entered(Phase.WEIGHT_LOAD):
-            # The draft model's runner repeats dist init and weight loading.
-            # (v0.5.23 loads the draft's right after the target's: an ended weight_load is not reopened.)
-            if phase is Phase.WEIGHT_LOAD and rank.phase is Phase.WEIGHT_LOAD and not rank.phase_ended:
-                return phase
-            if phase is Phase.DIST_INIT and not begin:
-                return None
-            phase = Phase.DRAFT_WEIGHT_LOAD
-        if phase is rank.phase or not rank.entered(phase):
-            return phase
-        return None
 
     def _rank_phase(self, inv: _Invocation, rank: _Rank, phase: Phase, begin: bool, ts: float | None,
                     rule: str | None, hint: bool = False) -> list[Transition]:
         if rank.phase in _UNIT_PHASES:
             return []
-        resolved = self._resolve(rank, phase, begin, hint)
+        resolved = _resolve(rank, phase, begin, hint)
         if resolved is None or (hint and resolved is rank.phase):
             return []
         if resolved is rank.phase:
@@ -329,7 +302,7 @@ class Tracker:
         return [Transition(inv.invocation_id, rank.rank, source.value, resolved.value, ts, rule)]
 
     def _progress(self, inv: _Invocation, event: Event, ts: float | None) -> list[Transition]:
-        owner = self._rank(inv, event.rank, ts) if event.rank else self._bar_owner(inv, event.phase)
+        owner = self._rank(inv, event.rank, ts) if event.rank else _bar_owner(inv, event.phase)
         if owner is None:
             inv.unowned_bar = replace(event, ts=ts)
             return []
@@ -342,26 +315,8 @@ class Tracker:
         if event.progress is not None and event.progress.total:
             total = max(owner.progress_totals.get(owner.phase, 0), event.progress.total)
             owner.progress_totals[owner.phase] = total
-        self._alive(inv, owner, ts)
+        _alive(inv, owner, ts)
         return out
-
-    @staticmethod
-    def _bar_owner(inv: _Invocation, hint: Phase | None) -> _Rank | None:
-        """An unprefixed bar: SGLang draws it on TP-group rank 0 of the ranks in that phase.
-        The answer holds until a rank appears or changes phase: a bar's every frame costs O(1)."""
-        family = _family(hint)
-        if inv.owners_layout != inv.layout:
-            inv.owners.clear()
-            inv.owners_layout = inv.layout
-        if family in inv.owners:
-            return inv.owners[family]
-        schedulers = [r for r in inv.ranks.values() if r.rank != MAIN and r.phase not in UNIT_PHASES]
-        candidates = [r for r in schedulers if family is None or r.phase in family]
-        candidates = candidates or [r for r in schedulers if tp_index(r.rank) in (0, None)]
-        owner = min(candidates, key=lambda r: (tp_index(r.rank) not in (0, None), rank_sort_key(r.rank)),
-                    default=None)
-        inv.owners[family] = owner
-        return owner
 
     # -- unit (main process and PID 1) ---------------------------------------------------------
     def _unit_phase(self, inv: _Invocation, phase: Phase, ts: float | None, rule: str | None) -> list[Transition]:
@@ -414,21 +369,13 @@ class Tracker:
         return [] if inv.state is source else [
             Transition(inv.invocation_id, "unit", source.value, inv.state.value, ts, event.kind.value)]
 
-    @staticmethod
-    def _keeps(inv: _Invocation, text: str) -> bool:
-        """Whether a fatal record's next line is kept: within the invocation's budget of fatal text."""
-        if inv.fatal_chars + len(text) > MAX_FATAL_CHARS:
-            return False
-        inv.fatal_chars += len(text)
-        return True
-
     def _fatal(self, inv: _Invocation, event: Event, ts: float | None) -> None:
         existing = inv.fatals.get(event.record_id)
         if existing is not None and event.record_id:
             cause = existing.cause or event.cause
             echo = existing.echo and event.count == 0
             texts = existing.texts
-            if len(texts) < MAX_FATAL_TEXTS and self._keeps(inv, event.text):
+            if len(texts) < MAX_FATAL_TEXTS and _keeps(inv, event.text):
                 texts += (event.text,)
             inv.fatals[event.record_id] = FatalView(existing.rank or event.rank, existing.rule, cause, existing.ts,
                                                     echo, texts, existing.prefixed)
@@ -439,3 +386,57 @@ class Tracker:
         key = event.record_id or -len(inv.fatals) - 1
         inv.fatals[key] = FatalView(event.rank, event.rule, event.cause, ts, event.count == 0, (event.text,),
                                     event.prefixed)
+
+
+def _alive(inv: _Invocation, rank: _Rank, ts: float | None) -> None:
+    """A sign of life; also the longest silence seen in each phase (any rank in it), for history."""
+    rank.last_activity = ts
+    if ts is None or rank.rank == MAIN:
+        return
+    seen = inv.phase_seen.get(rank.phase)
+    if seen is not None and ts - seen > inv.phase_silence.get(rank.phase, 0.0):
+        inv.phase_silence[rank.phase] = ts - seen
+    inv.phase_seen[rank.phase] = ts
+
+
+def _resolve(rank: _Rank, phase: Phase, begin: bool, hint: bool = False) -> Phase | None:
+    """The phase an engine line means for this rank now; None when it changes nothing."""
+    if hint:
+        return phase if not rank.entered(phase) else None
+    if phase in (Phase.DIST_INIT, Phase.WEIGHT_LOAD) and rank.entered(Phase.WEIGHT_LOAD):
+        # The draft model's runner repeats dist init and weight loading.
+        # (v0.5.23 loads the draft's right after the target's: an ended weight_load is not reopened.)
+        if phase is Phase.WEIGHT_LOAD and rank.phase is Phase.WEIGHT_LOAD and not rank.phase_ended:
+            return phase
+        if phase is Phase.DIST_INIT and not begin:
+            return None
+        phase = Phase.DRAFT_WEIGHT_LOAD
+    if phase is rank.phase or not rank.entered(phase):
+        return phase
+    return None
+
+
+def _bar_owner(inv: _Invocation, hint: Phase | None) -> _Rank | None:
+    """An unprefixed bar: SGLang draws it on TP-group rank 0 of the ranks in that phase.
+    The answer holds until a rank appears or changes phase: a bar's every frame costs O(1)."""
+    family = _family(hint)
+    if inv.owners_layout != inv.layout:
+        inv.owners.clear()
+        inv.owners_layout = inv.layout
+    if family in inv.owners:
+        return inv.owners[family]
+    schedulers = [r for r in inv.ranks.values() if r.rank != MAIN and r.phase not in UNIT_PHASES]
+    candidates = [r for r in schedulers if family is None or r.phase in family]
+    candidates = candidates or [r for r in schedulers if tp_index(r.rank) in (0, None)]
+    owner = min(candidates, key=lambda r: (tp_index(r.rank) not in (0, None), rank_sort_key(r.rank)),
+                default=None)
+    inv.owners[family] = owner
+    return owner
+
+
+def _keeps(inv: _Invocation, text: str) -> bool:
+    """Whether a fatal record's next line is kept: within the invocation's budget of fatal text."""
+    if inv.fatal_chars + len(text) > MAX_FATAL_CHARS:
+        return False
+    inv.fatal_chars += len(text)
+    return True
