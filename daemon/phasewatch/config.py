@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping
 from .config_file import load_yaml, read_config_text, strip_lines
 from .durations import parse_duration, shown
 from .errors import ConfigError, ProfileError
-from .records import PHASE_NAMES, Phase
+from .records import PHASE_NAMES, Phase, VerdictKind
 from .stages.events import Profile, load_builtin_profile, parse_profile
 
 PROFILE_NAME_RE = re.compile(r"[a-z][a-z0-9_-]{0,31}")
@@ -51,7 +51,7 @@ DEFAULT_LIMITS: Mapping[Phase, PhaseLimits] = {
 }
 DEFAULT_RANK_SKEW = 300.0
 
-VERDICT_KINDS = ("stalled", "straggler", "rank_died", "crashed", "unhealthy", "lines_lost")
+VERDICT_KINDS = tuple(VerdictKind)
 ACTION_NAMES = ("alert", "restart")
 DEFAULT_ACTIONS: Mapping[str, tuple[str, ...]] = {
     "stalled": ("alert", "restart"),

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from .config import Config
-from .records import Event, EventKind, JournalRecord, Line
+from .records import WRONG_WHEN_STOPPED, Event, EventKind, JournalRecord, Line, Outcome, VerdictKind
 from .stages import policy
 from .stages.events import EventMapper, is_lifecycle_record, lifecycle_event
 from .stages.lines import LineSplitter
@@ -38,7 +38,7 @@ class Pipeline:
         self.profile = config.engine_profile()
         self.splitter = LineSplitter()
         self.mapper = EventMapper(self.profile)
-        self.tracker = Tracker()
+        self.tracker = Tracker(self.profile.proof_of_life_rules)
         self.entries = 0
         self.quarantined = 0  # records that raised in a stage: skipped, the rest goes on
 
@@ -118,9 +118,10 @@ class Pipeline:
             if inv.before_stop is not None and inv.stopped_at is not None:
                 # What was wrong when it was stopped (phasewatch's own restart, or an operator's).
                 before = [v for v in policy.evaluate(inv.before_stop, inv.stopped_at, self.config, self.profile)
-                          if v.kind in ("stalled", "straggler", "rank_died")]
+                          if v.kind in WRONG_WHEN_STOPPED]
                 verdicts = before + verdicts
-                if before and outcome in ("stopped", "crashed") and not any(v.kind == "crashed" for v in verdicts):
-                    outcome = "stalled"
+                if before and outcome in (Outcome.STOPPED, Outcome.CRASHED) and not any(
+                        v.kind == VerdictKind.CRASHED for v in verdicts):
+                    outcome = Outcome.STALLED
             judgements.append(Judgement(inv, tuple(verdicts), outcome))
         return judgements

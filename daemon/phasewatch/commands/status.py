@@ -24,12 +24,13 @@ import httpx
 from ..config import Config
 from ..durations import format_duration, shown
 from ..errors import ForeignDaemon, NoSuchUnit, UsageError
+from ..records import FAILING
 from ..render import clock_text, json_text, status_document, terminal_safe
 from ..sources.current import CurrentStartup, StartPoint, find_start, resolve_config, unit_name, warn
 from ..sources.follow import JournalFollower
 
 EXIT_READY, EXIT_STARTING, EXIT_FAILING, EXIT_UNKNOWN, EXIT_FOREIGN = 0, 1, 2, 3, 4
-FAILING_VERDICTS = frozenset({"stalled", "straggler", "crashed", "rank_died", "unhealthy"})
+FAILING_VERDICTS = FAILING
 LIVE_STATES = frozenset({"activating", "active", "reloading"})
 DAEMON_TIMEOUT = 1.0
 CLEAR = "\x1b[H\x1b[2J"

@@ -33,15 +33,15 @@ from ..config import Config
 from ..durations import format_duration, parse_duration
 from ..errors import NoSuchUnit, UsageError
 from ..ranks import rank_sort_key
-from ..records import MAIN, UNIT_PHASES, Phase
+from ..records import FAILED_STARTUP, MAIN, UNIT_PHASES, Phase
 from ..render import current_phase
 from ..sources.current import CurrentStartup, find_start, resolve_config, unit_name, warn
 from ..sources.follow import JournalFollower
 from ..stages import policy
-from ..stages.snapshot import InvocationView, Transition, UnitState
+from ..stages.snapshot import UP_STATES, InvocationView, Transition, UnitState
 
 EXIT_READY, EXIT_NOT_READY, EXIT_UNKNOWN = 0, 1, 3
-ENDING_VERDICTS = ("stalled", "straggler", "crashed", "rank_died")
+ENDING_VERDICTS = FAILED_STARTUP
 SETTLE = 2.0  # ranks that enter a phase within this long of the first one are reported together
 MAX_SLEEP = 5.0
 DEADLINE_MARGIN = 0.05
@@ -167,7 +167,7 @@ class ReadyWaiter:
             self.say(line)
         judgement = self.startup.judgement(now)
         verdicts = list(judgement.verdicts) if judgement is not None else []
-        if inv.state in (UnitState.READY, UnitState.SERVING):
+        if inv.state in UP_STATES:
             self._flush(inv, now)
             ready_at = next((s.start for r in inv.ranks for s in r.spans if s.phase is Phase.READY), None)
             after = f", {format_duration(ready_at - inv.started_at)} after its start" \

@@ -22,7 +22,7 @@ from ..config import VERDICT_KINDS, Config
 from ..pipeline import Judgement
 from ..records import MAIN, UNIT_PHASES, Phase
 from ..stages.respond import BudgetState, Memory
-from ..stages.snapshot import InvocationView, ServerInfo, UnitState
+from ..stages.snapshot import LIVE_STATES, UP_STATES, InvocationView, ServerInfo, UnitState
 from ..stages.vitals import Vitals
 
 logger = logging.getLogger(__name__)
@@ -37,7 +37,6 @@ PROBE_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 3
 # http_server_start and warmup (once per start-up, not once per rank). ready/serving never complete.
 RANK_PHASES = tuple(p for p in Phase if p not in UNIT_PHASES)
 TIMED_PHASES = (*RANK_PHASES, Phase.HTTP_SERVER_START, Phase.WARMUP)
-LIVE_STATES = (UnitState.STARTING, UnitState.READY, UnitState.SERVING)
 DEGRADABLE = ("history", "state")  # what the daemon keeps in its state directory
 
 
@@ -202,7 +201,7 @@ def families(published: Published, probes: Probes, now: float, config: Config) -
     for value in UnitState:
         state.add_metric([unit, value.value], 1.0 if inv is not None and inv.state is value else 0.0)
     ready = gauge("phasewatch_unit_ready", "1 when the current start-up reached ready (ready or serving)", [])
-    ready.add_metric([unit], 1.0 if inv is not None and inv.state in (UnitState.READY, UnitState.SERVING) else 0.0)
+    ready.add_metric([unit], 1.0 if inv is not None and inv.state in UP_STATES else 0.0)
     startup = gauge("phasewatch_startup_elapsed_seconds", "Seconds since the current start-up began (while it "
                     "is starting)", [])
     if inv is not None and inv.state is UnitState.STARTING and inv.started_at is not None:
@@ -214,8 +213,8 @@ def families(published: Published, probes: Probes, now: float, config: Config) -
     for kind in VERDICT_KINDS:
         active.add_metric([unit, kind], float(held.count(kind)))
     verdicts = counter("phasewatch_verdicts", "Verdicts, each counted once when first seen", ["kind", "phase"])
-    for (kind, phase_name), count in sorted(published.verdicts.items()):
-        verdicts.add_metric([unit, kind, phase_name], float(count))
+    for (kind_name, phase_name), count in sorted(published.verdicts.items()):
+        verdicts.add_metric([unit, kind_name, phase_name], float(count))
     restarts = counter("phasewatch_restarts", "Restarts of the unit phasewatch asked systemd for, by the verdict "
                        "that caused them", ["reason"])
     for reason, count in sorted(published.restarts.items()):

@@ -15,11 +15,11 @@ from ..config import Config
 from ..durations import format_duration
 from ..errors import UnitError
 from ..pipeline import Pipeline
-from ..records import MAIN, Phase
+from ..records import MAIN, NEWS_AFTER_THE_END, Phase, VerdictKind
 from ..stages import policy
 from ..stages.learn import LimitInForce, adapted, eta_seconds, limits_in_force, typical_durations
 from ..stages.respond import PRIORITY, Action, BudgetState, Memory, Response, reset_budget, respond
-from ..stages.snapshot import InvocationView, Snapshot, UnitState
+from ..stages.snapshot import ENDED_STATES, UP_STATES, InvocationView, Snapshot
 from .actions import UnitFacts
 from .history import History, fingerprint, summarize
 from .metrics import Exporter
@@ -78,7 +78,7 @@ class Responder:
 
     def _judge(self, inv: InvocationView, current: bool) -> None:
         now = self.clock.wall()
-        if current and inv.state in (UnitState.READY, UnitState.SERVING) and (
+        if current and inv.state in UP_STATES and (
                 self.memory.budget.failures or self.memory.budget.state is not BudgetState.ARMED):
             self.memory = reset_budget(self.memory)  # GAVE_UP -> ARMED: a start-up reached ready
             self.save()
@@ -89,7 +89,7 @@ class Responder:
         verdicts = policy.evaluate(inv, now, learned.config, self.pipeline.profile)
         self._record(inv, current, now)
         if not current:
-            verdicts = [v for v in verdicts if v.kind in ("crashed", "rank_died", "lines_lost")]
+            verdicts = [v for v in verdicts if v.kind in NEWS_AFTER_THE_END]
         if self.exporter is not None:
             self.exporter.saw_verdicts(verdicts)
         if not any(self._unhandled(v) for v in verdicts):
@@ -116,14 +116,14 @@ class Responder:
         """A start-up that reached ready, or ended without, goes into the history once."""
         if self.history is None or inv.invocation_id in self.recorded:
             return
-        ready = inv.state in (UnitState.READY, UnitState.SERVING)
-        ended = not current and inv.state in (UnitState.FAILED, UnitState.STOPPED, UnitState.STOPPING)
+        ready = inv.state in UP_STATES
+        ended = not current and inv.state in ENDED_STATES
         if not (ready or ended):
             return
         self.recorded.add(inv.invocation_id)
         judgement = self.pipeline.judge(now, Snapshot((inv,)))[0]
         marks = tuple((v.kind, v.rank, v.phase, v.at) for v in judgement.verdicts)
-        cause = next((v.cause for v in judgement.verdicts if v.kind != "lines_lost"), None)
+        cause = next((v.cause for v in judgement.verdicts if v.kind != VerdictKind.LINES_LOST), None)
         ended_at = _ready_time(inv) if ready else (inv.stopped_at or inv.last_ts or now)
         record = summarize(self.config.unit, inv, "ready" if ready else judgement.outcome, cause,
                            ended_at or now, marks)

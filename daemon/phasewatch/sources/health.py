@@ -11,7 +11,7 @@ from typing import Callable, Sequence
 from ..clock import Clock
 from ..config import Config
 from ..records import MAIN, Event, EventKind, Phase
-from ..stages.snapshot import InvocationView, UnitState
+from ..stages.snapshot import UP_STATES, InvocationView
 from .base import Current, Instant
 from .probe import BackgroundProbe, ProbeResult, default_url
 
@@ -40,7 +40,7 @@ class HealthProbes:
     def due_at(self, inv: InvocationView | None) -> float | None:
         """Wall-clock time of the next probe, or None."""
         health = self.config.health
-        if inv is None or not health.enabled or inv.state not in (UnitState.READY, UnitState.SERVING):
+        if inv is None or not health.enabled or inv.state not in UP_STATES:
             return None
         if self.probe.busy or self.url(inv) is None:
             return None

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
+from functools import cached_property
 from importlib import resources
 from typing import Any, Iterable, Mapping
 
@@ -64,6 +65,8 @@ class Rule:
     cause: str | None = None
     echo: bool = False
     harmless: bool = False  # the record and the traceback under it are one request's error
+    proof_of_life: bool = False  # after ready, the server is serving (no health probe needed meanwhile)
+    per_request: bool = False  # after ready, a fatal line of one request, not the server's crash
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,14 @@ class Profile:
     rules: tuple[Rule, ...]
     causes: tuple[CauseClass, ...]
 
+    @cached_property
+    def proof_of_life_rules(self) -> frozenset[str]:
+        return frozenset(r.id for r in self.rules if r.proof_of_life)
+
+    @cached_property
+    def per_request_rules(self) -> frozenset[str]:
+        return frozenset(r.id for r in self.rules if r.per_request)
+
     def with_overrides(self, specs: Iterable[Mapping[str, Any]], key: str = "patterns") -> Profile:
         """Add rules, or replace those with the same id (keeping their place in the order)."""
         rules = list(self.rules)
@@ -86,8 +97,10 @@ class Profile:
             position = next((i for i, r in enumerate(rules) if r.id == rule.id), None)
             if position is None:
                 rules.append(rule)
-            else:
-                rules[position] = rule
+            else:  # what the replaced rule meant beyond its event stays, unless the override says
+                replaced = rules[position]
+                rules[position] = replace(rule, proof_of_life=spec.get("proof_of_life", replaced.proof_of_life),
+                                          per_request=spec.get("per_request", replaced.per_request))
         return replace(self, rules=tuple(rules))
 
     def classify_cause(self, texts: Iterable[str], skip: frozenset[str] = frozenset()) -> str | None:
@@ -154,7 +167,8 @@ def _largest_repeat(pattern: re.Pattern[str]) -> int:
 def parse_rule(spec: Mapping[str, Any], key: str) -> Rule:
     if not isinstance(spec, Mapping):
         raise ProfileError(key, f"expected a mapping with id, match and event, got {type(spec).__name__}")
-    unknown = set(spec) - {"id", "match", "event", "phase", "scope", "cause", "echo", "flags", "harmless"}
+    unknown = set(spec) - {"id", "match", "event", "phase", "scope", "cause", "echo", "flags", "harmless",
+                                "proof_of_life", "per_request"}
     if unknown:
         raise ProfileError(f"{key}.{sorted(unknown)[0]}", "unknown key")
     rule_id = spec.get("id")
@@ -183,7 +197,12 @@ def parse_rule(spec: Mapping[str, Any], key: str) -> Rule:
     harmless = spec.get("harmless", False)
     if not isinstance(harmless, bool):
         raise ProfileError(f"{key}.harmless", f"expected true or false, got {harmless!r}")
-    return Rule(rule_id, _compile(spec, key), event, phase, scope, cause, echo, harmless)
+    flags: dict[str, bool] = {}
+    for name in ("proof_of_life", "per_request"):
+        flags[name] = spec.get(name, False)
+        if not isinstance(flags[name], bool):
+            raise ProfileError(f"{key}.{name}", f"expected true or false, got {flags[name]!r}")
+    return Rule(rule_id, _compile(spec, key), event, phase, scope, cause, echo, harmless, **flags)
 
 
 def parse_profile(document: Mapping[str, Any], origin: str) -> Profile:
@@ -352,7 +371,7 @@ class EventMapper:
             elif rule.event == "fatal":
                 events.append(Event(EventKind.FATAL, line.ts, rank=rule_rank, rule=rule.id, cause=rule.cause,
                                     text=message, invocation_id=line.invocation_id, pid=line.pid,
-                                    count=0 if rule.echo else 1, record_id=record_id, prefixed=line.has_prefix))
+                                    echo=rule.echo, record_id=record_id, prefixed=line.has_prefix))
             elif rule.event == "activity":
                 events.append(Event(EventKind.ACTIVITY, line.ts, rank=rule_rank, rule=rule.id, text=message,
                                     invocation_id=line.invocation_id, pid=line.pid, record_id=record_id))

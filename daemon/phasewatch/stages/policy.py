@@ -12,13 +12,12 @@ from dataclasses import dataclass
 
 from ..config import Config, PhaseLimits
 from ..durations import format_duration
-from ..records import MAIN, UNIT_PHASES, Phase
+from ..records import MAIN, STUCK, UNIT_PHASES, WRONG_WHEN_STOPPED, Outcome, Phase, VerdictKind
 from .events import Profile
-from .snapshot import FatalView, InvocationView, RankView, UnitState
+from .snapshot import UP_STATES, FatalView, InvocationView, RankView, UnitState
 
-OUTCOMES = ("starting", "ready", "serving", "stalled", "crashed", "stopped")
+OUTCOMES = tuple(Outcome)
 START_UP_STATES = (UnitState.STARTING,)
-PER_REQUEST_RULES = frozenset({"uncaught_exception", "logged_traceback", "cuda_error"})
 # How long a parent's "Received sigquit" waits for the failing child's own lines (or the unit's
 # failure) before it is reported as the crash by itself.
 ECHO_GRACE = 3.0
@@ -28,7 +27,7 @@ EXCEPTION_LINE_RE = re.compile(r"^(?:[a-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exi
 
 @dataclass(frozen=True)
 class Verdict:
-    kind: str
+    kind: VerdictKind
     invocation_id: str
     phase: str | None
     rank: str | None
@@ -41,9 +40,9 @@ class Verdict:
     def key(self) -> tuple[str, str, str | None, str | None]:
         """Same key, same verdict: a loop acts on a key once. A start-up crashes once, whichever
         rank later lines show to be the culprit."""
-        if self.kind in ("crashed", "lines_lost"):
+        if self.kind in (VerdictKind.CRASHED, VerdictKind.LINES_LOST):
             return (self.invocation_id, self.kind, None, None)
-        if self.kind == "unhealthy":
+        if self.kind == VerdictKind.UNHEALTHY:
             return (self.invocation_id, self.kind, None, f"episode {self.episode}")
         return (self.invocation_id, self.kind, self.rank, self.phase)
 
@@ -80,17 +79,17 @@ def evaluate(inv: InvocationView, now: float, config: Config, profile: Profile |
     unit = config.unit
     verdicts: list[Verdict] = []
     if inv.lines_lost:
-        verdicts.append(Verdict("lines_lost", inv.invocation_id, None, None, "journald_rate_limit",
+        verdicts.append(Verdict(VerdictKind.LINES_LOST, inv.invocation_id, None, None, "journald_rate_limit",
                                 f"{unit}: journald dropped {inv.lines_lost} line(s) of this start-up; phases and "
                                 "progress may be missing (raise LogRateLimitBurst= in the unit)", now))
     crash = crashed_verdict(inv, now, config, profile)
     if crash is not None:
         return [*verdicts, crash]
-    if inv.state in (UnitState.READY, UnitState.SERVING):
+    if inv.state in UP_STATES:
         health = config.health
         if health.enabled and inv.health_failures >= health.failures:
             phase = inv.state.value
-            verdicts.append(Verdict("unhealthy", inv.invocation_id, phase, None, "health_probe",
+            verdicts.append(Verdict(VerdictKind.UNHEALTHY, inv.invocation_id, phase, None, "health_probe",
                                     f"{unit}: {inv.health_failures} health probes failed in a row "
                                     f"(last: {inv.health_error}); the server is not answering", now,
                                     inv.health_episode))
@@ -98,10 +97,11 @@ def evaluate(inv: InvocationView, now: float, config: Config, profile: Profile |
         return verdicts
     for rank in inv.scheduler_ranks:
         if rank.died_at is not None:
-            verdicts.append(Verdict("rank_died", inv.invocation_id, rank.phase.value, rank.rank, "process_exited",
+            verdicts.append(Verdict(VerdictKind.RANK_DIED, inv.invocation_id, rank.phase.value, rank.rank,
+                                    "process_exited",
                                     f"{unit}: {rank.rank}'s process (pid {rank.died_pid}) exited in "
                                     f"{rank.phase.value} while the unit is starting", rank.died_at))
-    dead = {v.rank for v in verdicts if v.kind == "rank_died"}
+    dead = {v.rank for v in verdicts if v.kind == VerdictKind.RANK_DIED}
     paces: PaceCache = {}
     for rank in _evaluated_ranks(inv):
         if rank.rank in dead:
@@ -189,14 +189,14 @@ def _stalled(inv: InvocationView, rank: RankView, now: float, deadline: float | 
     if deadline is not None and not rank.phase_ended and rank.phase_start is not None:
         spent = now - rank.phase_start
         if spent > deadline:
-            return Verdict("stalled", inv.invocation_id, phase, rank.rank, "deadline",
+            return Verdict(VerdictKind.STALLED, inv.invocation_id, phase, rank.rank, "deadline",
                            f"{unit}: {rank.rank} stalled in {phase} for {format_duration(spent)} "
                            f"(limit {format_duration(deadline)}){_others(inv, rank, now)}", now)
     quiet_since = _quiet_since(inv, rank)
     if stall is not None and quiet_since is not None and now - quiet_since > stall:
         silent = now - quiet_since
         where = f"after {phase} ended" if rank.phase_ended else f"in {phase}"
-        return Verdict("stalled", inv.invocation_id, phase, rank.rank, "no_progress",
+        return Verdict(VerdictKind.STALLED, inv.invocation_id, phase, rank.rank, "no_progress",
                        f"{unit}: {rank.rank} stalled {where}: no output or progress for {format_duration(silent)} "
                        f"(stall window {format_duration(stall)}){_others(inv, rank, now)}", now)
     return None
@@ -208,7 +208,7 @@ def _straggler(inv: InvocationView, rank: RankView, now: float, skew: float, uni
         return None
     behind = now - first_exit
     what = "has not printed anything" if not rank.seen else f"is still in {rank.phase.value}"
-    return Verdict("straggler", inv.invocation_id, rank.phase.value, rank.rank, "rank_skew",
+    return Verdict(VerdictKind.STRAGGLER, inv.invocation_id, rank.phase.value, rank.rank, "rank_skew",
                    f"{unit}: {rank.rank} {what}; other ranks left {rank.phase.value} "
                    f"{format_duration(behind)} ago (rank skew limit {format_duration(skew)})", now)
 
@@ -229,15 +229,16 @@ def _stalled_before_it_stopped(inv: InvocationView, config: Config, profile: Pro
     before, at = inv.before_stop, inv.stopped_at
     if before is None or at is None:
         return False
-    return any(v.kind in ("stalled", "straggler", "rank_died") for v in evaluate(before, at, config, profile))
+    return any(v.kind in WRONG_WHEN_STOPPED for v in evaluate(before, at, config, profile))
 
 
 def crashed_verdict(inv: InvocationView, now: float, config: Config, profile: Profile | None = None) -> Verdict | None:
     failed = inv.state is UnitState.FAILED
     if not inv.fatals and not failed:
         return None
-    if inv.state in (UnitState.READY, UnitState.SERVING) and not failed and not any(
-            not f.echo and f.rank not in (None, MAIN) and f.rule not in PER_REQUEST_RULES for f in inv.fatals):
+    profile = profile or config.engine_profile()
+    if inv.state in UP_STATES and not failed and not any(
+            not f.echo and f.rank not in (None, MAIN) and f.rule not in profile.per_request_rules for f in inv.fatals):
         # After ready only a scheduler's death or the unit's failure is a crash: a bare traceback is
         # usually one request's error (uvicorn's "Exception in ASGI application"), not the server's.
         return None
@@ -248,7 +249,6 @@ def crashed_verdict(inv: InvocationView, now: float, config: Config, profile: Pr
         if now < first_echo + ECHO_GRACE:
             return None  # the parent's SIGQUIT line comes first: wait for the child's own lines
     culprit = failing_fatal(inv)
-    profile = profile or config.engine_profile()
     cause: str | None = None
     if culprit is not None:
         own_texts = [t for f in inv.fatals if f.rank == culprit.rank for t in f.texts]
@@ -272,7 +272,7 @@ def crashed_verdict(inv: InvocationView, now: float, config: Config, profile: Pr
         if inv.unit_result else ""
     who = rank if rank is not None else "a process (rank unknown)"
     cause_text = cause or "cause unknown"
-    return Verdict("crashed", inv.invocation_id, phase, rank, cause,
+    return Verdict(VerdictKind.CRASHED, inv.invocation_id, phase, rank, cause,
                    f"{config.unit}: {who} crashed{where} ({cause_text}){detail}{status}", at)
 
 
@@ -298,18 +298,18 @@ def node_done(inv: InvocationView) -> bool:
     return bool(ranks) and all(r.seen and r.phase is last and r.phase_ended for r in ranks)
 
 
-def outcome(inv: InvocationView, verdicts: list[Verdict]) -> str:
-    if any(v.kind == "crashed" for v in verdicts) or inv.state is UnitState.FAILED:
-        return "crashed"
+def outcome(inv: InvocationView, verdicts: list[Verdict]) -> Outcome:
+    if any(v.kind == VerdictKind.CRASHED for v in verdicts) or inv.state is UnitState.FAILED:
+        return Outcome.CRASHED
     if inv.state in (UnitState.STOPPING, UnitState.STOPPED):
-        return "stopped"
+        return Outcome.STOPPED
     if inv.state is UnitState.SERVING:
-        return "serving"
+        return Outcome.SERVING
     if inv.state is UnitState.READY:
-        return "ready"
-    if any(v.kind in ("stalled", "straggler") for v in verdicts):
-        return "stalled"
-    return "ready" if node_done(inv) else "starting"
+        return Outcome.READY
+    if any(v.kind in STUCK for v in verdicts):
+        return Outcome.STALLED
+    return Outcome.READY if node_done(inv) else Outcome.STARTING
 
 
 def next_deadline(inv: InvocationView, now: float, config: Config) -> float:

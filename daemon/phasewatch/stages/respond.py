@@ -14,25 +14,16 @@ from dataclasses import dataclass, field, replace
 
 from ..config import Config
 from ..durations import format_duration
+from ..records import FAILED_STARTUP, STUCK, AlertKind, MessageId, VerdictKind
 from .policy import Verdict
 
-FAILURE_KINDS = frozenset({"stalled", "straggler", "rank_died", "crashed"})
+FAILURE_KINDS = FAILED_STARTUP
 CRASH_SETTLE = 5.0  # seconds between a crash verdict and a restart decision about it
 # syslog priorities
 PRIORITY = {"stalled": 4, "straggler": 4, "lines_lost": 4, "unhealthy": 4, "rank_died": 3, "crashed": 3,
             "gave_up": 2, "restart_failed": 3, "state_degraded": 3}
-# journal MESSAGE_IDs, one per kind (docs: units/phasewatch.catalog)
-MESSAGE_IDS = {
-    "stalled": "8d4c3f6b2a1e4e0f9b7d5c3a1f2e4d60",
-    "straggler": "8d4c3f6b2a1e4e0f9b7d5c3a1f2e4d61",
-    "rank_died": "8d4c3f6b2a1e4e0f9b7d5c3a1f2e4d62",
-    "crashed": "8d4c3f6b2a1e4e0f9b7d5c3a1f2e4d63",
-    "unhealthy": "8d4c3f6b2a1e4e0f9b7d5c3a1f2e4d64",
-    "lines_lost": "8d4c3f6b2a1e4e0f9b7d5c3a1f2e4d65",
-    "gave_up": "8d4c3f6b2a1e4e0f9b7d5c3a1f2e4d66",
-    "restart_failed": "8d4c3f6b2a1e4e0f9b7d5c3a1f2e4d67",
-    "state_degraded": "8d4c3f6b2a1e4e0f9b7d5c3a1f2e4d7a",  # not a verdict: the state directory failed
-}
+# journal MESSAGE_IDs, one per kind of alert (records.MessageId; docs: units/phasewatch.catalog)
+MESSAGE_IDS = {kind.value: MessageId[kind.name] for kind in (*VerdictKind, *AlertKind)}
 
 
 class BudgetState(enum.Enum):
@@ -162,7 +153,7 @@ def _grouped(actions: list[Action]) -> list[Action]:
     out: list[Action] = []
     groups: dict[tuple[str, str | None, str | None, str | None], list[Action]] = {}
     for action in actions:
-        if action.kind != "alert" or action.rank is None or action.verdict_kind not in ("stalled", "straggler"):
+        if action.kind != "alert" or action.rank is None or action.verdict_kind not in STUCK:
             out.append(action)
             continue
         key = (action.verdict_kind, action.invocation_id, action.phase, action.cause)
@@ -185,14 +176,15 @@ def _restart_decision(verdict: Verdict, budget: Budget, status: UnitStatus, now:
                       ) -> tuple[bool, Budget, str, float | None]:
     """(restart now?, budget after, a note for the alert, when to look again)."""
     limits = config.restart_budget
-    if verdict.kind == "crashed" and now < verdict.at + CRASH_SETTLE:
+    if verdict.kind == VerdictKind.CRASHED and now < verdict.at + CRASH_SETTLE:
         # Let the crash finish (the parent kills its children, then itself) and systemd react.
         return False, budget, "", verdict.at + CRASH_SETTLE
     if status.invocation_id is not None and status.invocation_id != verdict.invocation_id:
         return False, budget, "not restarting: the unit was already started again", None
     if status.systemd_restarting:
         return False, budget, "not restarting: systemd has a restart scheduled (Restart=)", None
-    crashed_and_down = verdict.kind == "crashed" and status.active_state == "failed" and not status.job_pending
+    crashed_and_down = (verdict.kind == VerdictKind.CRASHED and status.active_state == "failed"
+                        and not status.job_pending)
     if not status.restartable and not crashed_and_down:
         return False, budget, f"not restarting: the unit is {status.active_state} (stopped by the operator?)", None
     if budget.state is BudgetState.GAVE_UP:

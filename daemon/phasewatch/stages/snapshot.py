@@ -21,13 +21,21 @@ from .lines import MAX_NUMBER_DIGITS
 # is allocated per claimed rank.
 MAX_EXPECTED_RANKS = 1024
 
-class UnitState(enum.Enum):
+class UnitState(enum.StrEnum):
+    """The unit's lifecycle: starting -> ready -> serving; any live state -> stopping -> stopped; -> failed."""
+
     STARTING = "starting"
     READY = "ready"
     SERVING = "serving"
     STOPPING = "stopping"
     STOPPED = "stopped"
     FAILED = "failed"
+
+
+# Named groups (tuples: membership by identity, not Enum's Python-level __hash__).
+UP_STATES = (UnitState.READY, UnitState.SERVING)  # reached ready
+LIVE_STATES = (UnitState.STARTING, *UP_STATES)
+ENDED_STATES = (UnitState.FAILED, UnitState.STOPPED, UnitState.STOPPING)
 
 
 UNIT_PHASE_ORDER = (Phase.HTTP_SERVER_START, Phase.WARMUP, Phase.READY, Phase.SERVING)

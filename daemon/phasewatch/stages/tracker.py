@@ -17,6 +17,7 @@ from .snapshot import (
     CAPTURE_PHASES,
     LOADING_PHASES,
     UNIT_PHASE_ORDER,
+    UP_STATES,
     FatalView,
     InvocationView,
     PhaseSpan,
@@ -29,7 +30,6 @@ from .snapshot import (
 
 MAX_INVOCATIONS = 16
 _UNIT_PHASES = tuple(UNIT_PHASES)  # a tuple: membership by identity, not Enum's Python-level __hash__
-PROOF_OF_LIFE_RULES = frozenset({"decode_batch", "prefill_batch"})
 MAX_FATAL_TEXTS = 200
 # Per invocation: fatal records kept, and the text of their lines kept in all (a flood of tracebacks
 # costs no more); scheduler ranks tracked (past it a new rank's lines are counted, not tracked).
@@ -144,7 +144,8 @@ def _family(phase: Phase | None) -> frozenset[Phase] | None:
 class Tracker:
     """Applies events in journal order. Holds the last MAX_INVOCATIONS invocations."""
 
-    def __init__(self) -> None:
+    def __init__(self, proof_of_life_rules: frozenset[str] = frozenset()) -> None:
+        self.proof_of_life_rules = proof_of_life_rules  # the profile's rules that prove the server serves
         self._invocations: dict[str, _Invocation] = {}
         self._current: _Invocation | None = None
         self._anonymous = itertools.count(1)
@@ -217,7 +218,7 @@ class Tracker:
             self._rank(inv, MAIN, ts)
             return []
         if kind in (EventKind.PROBE_OK, EventKind.PROBE_FAILED):
-            if inv.state in (UnitState.READY, UnitState.SERVING):
+            if inv.state in UP_STATES:
                 if kind is EventKind.PROBE_OK:
                     inv.health_failures, inv.health_error = 0, None
                 else:
@@ -246,7 +247,7 @@ class Tracker:
             return []
         rank = self._rank(inv, event.rank or MAIN, ts)
         _alive(inv, rank, ts)
-        if event.rule in PROOF_OF_LIFE_RULES and inv.state in (UnitState.READY, UnitState.SERVING):
+        if event.rule in self.proof_of_life_rules and inv.state in UP_STATES:
             inv.proof_of_life, inv.health_failures, inv.health_error = ts, 0, None
         if kind is EventKind.FATAL:
             self._fatal(inv, event, ts)
@@ -373,7 +374,7 @@ class Tracker:
         existing = inv.fatals.get(event.record_id)
         if existing is not None and event.record_id:
             cause = existing.cause or event.cause
-            echo = existing.echo and event.count == 0
+            echo = existing.echo and event.echo
             texts = existing.texts
             if len(texts) < MAX_FATAL_TEXTS and _keeps(inv, event.text):
                 texts += (event.text,)
@@ -384,7 +385,7 @@ class Tracker:
             return  # the first ones name the culprit; a flood of later ones only costs memory
         inv.fatal_chars += len(event.text)
         key = event.record_id or -len(inv.fatals) - 1
-        inv.fatals[key] = FatalView(event.rank, event.rule, event.cause, ts, event.count == 0, (event.text,),
+        inv.fatals[key] = FatalView(event.rank, event.rule, event.cause, ts, event.echo, (event.text,),
                                     event.prefixed)
 
 
