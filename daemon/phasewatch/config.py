@@ -16,8 +16,8 @@ from typing import Any, Callable, Mapping
 from .config_file import load_yaml, read_config_text, strip_lines
 from .durations import parse_duration, shown
 from .errors import ConfigError, ProfileError
+from .profile import Profile, load_builtin_profile, parse_profile
 from .records import PHASE_NAMES, Phase, VerdictKind
-from .stages.events import Profile, load_builtin_profile, parse_profile
 
 PROFILE_NAME_RE = re.compile(r"[a-z][a-z0-9_-]{0,31}")
 

@@ -10,8 +10,8 @@ import pytest
 
 from phasewatch.config import Config
 from phasewatch.pipeline import Pipeline
+from phasewatch.profile import Profile, load_builtin_profile
 from phasewatch.sources.formats import parse_source
-from phasewatch.stages.events import Profile, load_builtin_profile
 from phasewatch.stages.ruletally import RuleTally
 
 SAMPLES = Path(__file__).parent / "rule_samples"

@@ -25,13 +25,14 @@ from phasewatch.clock import FakeClock
 from phasewatch.config import Config
 from phasewatch.errors import EX_CONFIG
 from phasewatch.pipeline import Pipeline
+from phasewatch.profile import MAX_PATTERN_REPEAT, load_builtin_profile
 from phasewatch.records import JournalRecord
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier, RecordingUnit, UnitFacts
 from phasewatch.sinks.state import StateStore
 from phasewatch.sources.formats import parse_source
 from phasewatch.sources.procs import ProcessTable
 from phasewatch.stages import tracker
-from phasewatch.stages.events import MAX_PATTERN_REPEAT, load_builtin_profile, pattern_view
+from phasewatch.stages.events import pattern_view
 from phasewatch.stages.lines import (
     _RANK_MEMO,
     MAX_STREAMS,

@@ -10,8 +10,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from ..profile import Profile
 from ..records import Event, Line
-from .events import Profile
 
 _DIGITS = str.maketrans("0123456789", "0000000000")
 UNMATCHED_KINDS_KEPT = 2000  # distinct unmatched shapes remembered (a bound, not a sample size)
