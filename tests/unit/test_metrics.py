@@ -18,13 +18,13 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
-from test_policy import (
+
+from fakes import (
     INV,
-    MID_STARTED,
-    MID_SUPPRESSED,
     TP8,
     UNIT,
     Journal,
+    ScriptedJournal,
     capture_bar,
     cuda_graph_capture,
     dist_init,
@@ -40,8 +40,6 @@ from test_policy import (
     warmup,
     weight_load,
 )
-
-from fakes import ScriptedJournal
 from phasewatch import __version__, policy
 from phasewatch.actions import RecordingAlerter, RecordingNotifier, RecordingUnit, UnitFacts
 from phasewatch.app import Daemon
@@ -49,7 +47,7 @@ from phasewatch.clock import FakeClock
 from phasewatch.config import DEFAULT_LIMITS, VERDICT_KINDS, Config, PhaseLimits, RestartBudget
 from phasewatch.metrics import PHASE_BUCKETS, Exporter, parse_listen, serve
 from phasewatch.procs import ProcessTable
-from phasewatch.records import MAIN, PHASE_NAMES, JournalRecord, Phase
+from phasewatch.records import MAIN, MID_STARTED, MID_SUPPRESSED, PHASE_NAMES, JournalRecord, Phase
 from phasewatch.respond import Budget, BudgetState, Memory
 from phasewatch.state import StateStore
 
