@@ -6,12 +6,16 @@ from __future__ import annotations
 import os
 import time
 
+from prometheus_client import CollectorRegistry
+
 from phasewatch import policy
 from phasewatch.clock import FakeClock
 from phasewatch.config import Config
 from phasewatch.follow import APPEND
+from phasewatch.metrics import Exporter
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import MAIN, MID_STARTED, JournalRecord
+from phasewatch.respond import Memory
 from phasewatch.tracker import InvocationView
 
 
@@ -255,3 +259,18 @@ def up_to_ready(j: Journal) -> None:
     http_server_start(j)
     warmup(j)
     ready(j)
+
+
+class MetricsFixture:
+    """A journal read by a pipeline, and an exporter on a fresh registry sharing the journal's clock."""
+
+    def __init__(self, config: Config | None = None) -> None:
+        self.journal = Journal(config)
+        self.registry = CollectorRegistry()
+        self.exporter = Exporter(self.journal.config, self.registry, self.journal.clock)
+
+    def publish(self, memory: Memory | None = None) -> None:
+        self.exporter.publish(self.journal.pipeline, memory or Memory(), self.journal.now)
+
+    def value(self, name: str, **labels: str) -> float | None:
+        return self.registry.get_sample_value(name, {"unit": UNIT, **labels})
