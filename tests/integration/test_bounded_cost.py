@@ -2,7 +2,11 @@
 "cost driven by content"), and a property: time per byte of a line stays flat whatever its shape.
 
 Timings compare the same work at two sizes (ratios, not absolute times): linear work grows 8x from
-8 KB to 64 KB, quadratic work 64x. The bounds leave room for a noisy shared machine."""
+8 KB to 64 KB, quadratic work 64x. Made for a shared 2-core machine: each size is timed at least 3
+times, the two sizes interleaved, and the fastest run of each counts; a ratio over its bound is
+measured again (up to 3 rounds) and only a ratio over the bound in every round fails, as quadratic
+work is every time while a busy neighbour is not. Absolute bounds stay only where they are far from
+the measured value (a tenth of it or less)."""
 
 from __future__ import annotations
 
@@ -41,19 +45,47 @@ PROFILE = load_builtin_profile("sglang")
 MAX_GROWTH = 24.0
 
 
-def cost(work: Callable[[], object], repeats: int = 3) -> float:
+REPEATS = 3
+ROUNDS = 3
+
+
+def timed(work: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    work()
+    return time.perf_counter() - start
+
+
+def cost(work: Callable[[], object], repeats: int = REPEATS) -> float:
+    """The fastest of `repeats` runs: the run a busy neighbour disturbed least."""
+    return min(timed(work) for _ in range(repeats))
+
+
+def settled_ratio(little: Callable[[], object], big: Callable[[], object], bound: float,
+                  floor: float = 1e-4, repeats: int = REPEATS) -> float:
+    """big's cost over little's, each the fastest of `repeats` interleaved runs (little's with a floor
+    against timer noise); over `bound`, measured again, up to ROUNDS rounds: the lowest ratio seen."""
+    return settled_ratio_of(lambda: timed(little), lambda: timed(big), bound, floor, repeats)
+
+
+def settled_ratio_of(little: Callable[[], float], big: Callable[[], float], bound: float,
+                     floor: float = 1e-4, repeats: int = REPEATS) -> float:
+    """settled_ratio for measurements that time themselves (returning seconds)."""
     best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        work()
-        best = min(best, time.perf_counter() - start)
+    for _ in range(ROUNDS):
+        little_runs, big_runs = [], []
+        for _ in range(repeats):
+            little_runs.append(little())
+            big_runs.append(big())
+        best = min(best, min(big_runs) / max(min(little_runs), floor))
+        if best < bound:
+            break
     return best
 
 
 def growth(make: Callable[[int], str], work: Callable[[str], object], small: int = 8 * 1024) -> float:
-    """How much longer `work` takes on an input 8 times as long (with a floor against timer noise)."""
+    """How much longer `work` takes on an input 8 times as long."""
     little, big = make(small), make(8 * small)
-    return cost(lambda: work(big)) / max(cost(lambda: work(little)), 1e-4)
+    return settled_ratio(lambda: work(little), lambda: work(big), MAX_GROWTH)
 
 
 def rule(rule_id: str) -> re.Pattern[str]:
@@ -132,16 +164,16 @@ def test_judging_10000_ranks_is_linear() -> None:
 
     def judge(pipeline: Pipeline) -> None:
         pipeline.judge(T0 + 3600)  # every rank stalled: the most judging there is
-    ratio = cost(lambda: judge(big)) / max(cost(lambda: judge(small)), 1e-4)
+    ratio = settled_ratio(lambda: judge(small), lambda: judge(big), 30)
     assert ratio < 30, f"10x the ranks cost {ratio:.0f}x (quadratic: 100x)"
-    assert cost(lambda: judge(big), repeats=1) < 5  # was 48.7 s for one idle step
+    assert cost(lambda: judge(big)) < 5  # was 48.7 s for one idle step
 
 
 # --- patterns ----------------------------------------------------------------------------------
 
 def test_tqdm_pattern_linear_on_spaces_then_percent() -> None:
     assert growth(lambda n: " " * n + "%", parse_progress) < MAX_GROWTH
-    assert cost(lambda: parse_progress(" " * 30_000 + "%"), repeats=1) < 1  # was 24 s
+    assert cost(lambda: parse_progress(" " * 30_000 + "%")) < 1  # was 24 s
 
 
 def test_tqdm_pattern_still_reads_bars() -> None:
@@ -152,7 +184,7 @@ def test_tqdm_pattern_still_reads_bars() -> None:
 def test_dist_store_timeout_linear_on_repeated_socket() -> None:
     pattern = rule("dist_store_timeout")
     assert growth(lambda n: "Socket " * (n // 7), pattern.search) < MAX_GROWTH
-    assert cost(lambda: pattern.search("Socket " * 20_000), repeats=1) < 0.5  # was 4 s
+    assert cost(lambda: pattern.search("Socket " * 20_000)) < 0.5  # was 4 s
 
 
 def test_dist_init_timeout_cause_linear_on_repeated_socket() -> None:
@@ -258,8 +290,8 @@ def test_replay_bad_json_lines_linear() -> None:
     def source(n: int) -> bytes:
         return b'{"MESSAGE": "x", "__REALTIME_TIMESTAMP": "1"}\n' + b"{bad json\n" * n
     little, big = source(5_000), source(40_000)
-    ratio = cost(lambda: parse_source(big), repeats=1) / max(cost(lambda: parse_source(little), repeats=1), 1e-3)
-    assert ratio < MAX_GROWTH
+    ratio = settled_ratio(lambda: parse_source(little), lambda: parse_source(big), MAX_GROWTH, floor=1e-3)
+    assert ratio < MAX_GROWTH, f"8x the bad lines cost {ratio:.1f}x"
     parsed = parse_source(big)
     assert parsed.warnings[0].startswith("40000 JSON lines could not be parsed (first: line 2:")
 
@@ -322,17 +354,16 @@ def test_time_per_byte_stays_flat_for_adversarial_lines(units: list[str], tail: 
     def line(size: int) -> str:
         return unit * (size // len(unit)) + tail
 
-    def one_step(text: str) -> float:
+    def one_step(text: str) -> Callable[[], float]:
         """Seconds one line takes through every stage (the pipeline's set-up not counted)."""
-        best = float("inf")
-        for _ in range(5):
+        def run() -> float:
             pipeline = Pipeline(PROPERTY_CONFIG)
             start = time.perf_counter()
             pipeline.feed(JournalRecord(text, T0, pid=100, invocation_id=INV), T0)
             pipeline.judge(T0 + 1)
-            best = min(best, time.perf_counter() - start)
-        return best
-    ratio = one_step(line(64 * 1024)) / max(one_step(line(8 * 1024)), 1e-4)
+            return time.perf_counter() - start
+        return run
+    ratio = settled_ratio_of(one_step(line(8 * 1024)), one_step(line(64 * 1024)), MAX_GROWTH, repeats=5)
     assert ratio < MAX_GROWTH, f"{unit!r} * n + {tail!r}: 8x the bytes cost {ratio:.1f}x"
 
 
@@ -372,7 +403,7 @@ def test_a_flood_of_fatal_lines_keeps_a_bounded_amount() -> None:
 
 
 def test_daemon_idle_step_with_10000_ranks_is_linear(tmp_path: Path) -> None:
-    def step_with(n: int) -> float:
+    def step_with(n: int) -> Callable[[], float]:
         clock = FakeClock(wall=T0)
         journal = ScriptedJournal()
         unit = RecordingUnit(UnitFacts("activating", "start", INV, control_group=None, started_at=T0))
@@ -385,24 +416,30 @@ def test_daemon_idle_step_with_10000_ranks_is_linear(tmp_path: Path) -> None:
         journal.push(*(JournalRecord(f"[2026-11-29 08:00:00 TP{i}] Load weight begin.", T0, pid=1000 + i,
                                      invocation_id=INV) for i in range(n)))
         app.start()
-        clock.jump(5)
-        return cost(lambda: app.step(max_wait=0), repeats=1)
+
+        def idle_step() -> float:
+            clock.jump(5)
+            return timed(lambda: app.step(max_wait=0))
+        return idle_step
     small, big = step_with(1000), step_with(10_000)
-    assert big < 5, f"one idle step with 10,000 ranks took {big:.1f} s (was 48.7 s)"
-    assert big / max(small, 1e-3) < 30
+    ratio = settled_ratio_of(small, big, 30, floor=1e-3)
+    assert ratio < 30, f"10x the ranks made an idle step {ratio:.0f}x as long (quadratic: 100x)"
+    assert cost(big) < 5, "one idle step with 10,000 ranks took 5 s or more (was 48.7 s)"
 
 
 def test_unclaimed_bar_frames_with_4000_ranks_cost_linear() -> None:
-    def frames_with(n: int) -> float:
-        pipeline = _ranks(n)
-        start = time.perf_counter()
-        for i in range(n):  # one frame per rank, from a PID that never printed a tag
-            pipeline.feed(JournalRecord(f"Loading safetensors checkpoint shards:  50% Completed | {i % 30}/30 "
-                                        "[00:24<00:24,  1.63s/it]", T0, pid=99, invocation_id=INV), T0)
-        return time.perf_counter() - start
-    small, big = frames_with(500), frames_with(4000)
-    assert big < 5  # was 37 s: the owner was looked for among all ranks at every frame
-    assert big / max(small, 1e-3) < 24
+    def frames_with(n: int) -> Callable[[], float]:
+        def frames() -> float:
+            pipeline = _ranks(n)
+            start = time.perf_counter()
+            for i in range(n):  # one frame per rank, from a PID that never printed a tag
+                pipeline.feed(JournalRecord(f"Loading safetensors checkpoint shards:  50% Completed | {i % 30}/30 "
+                                            "[00:24<00:24,  1.63s/it]", T0, pid=99, invocation_id=INV), T0)
+            return time.perf_counter() - start
+        return frames
+    ratio = settled_ratio_of(frames_with(500), frames_with(4000), 24, floor=1e-3)
+    assert ratio < 24, f"8x the ranks made their unclaimed frames cost {ratio:.0f}x (quadratic: 64x)"
+    assert cost(frames_with(4000)) < 5  # was 37 s: the owner was looked for among all ranks at every frame
 
 
 def test_an_unclaimed_bar_still_goes_to_tp0_of_the_ranks_in_its_phase() -> None:
