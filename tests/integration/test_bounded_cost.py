@@ -133,6 +133,7 @@ def replay_measured(log: Path) -> tuple[int, float, float]:
     return int(code), float(seconds), int(peak_kb) / 1024
 
 
+@pytest.mark.perf
 def test_replay_with_tp_size_billion_finishes_in_seconds_under_500_mb(tmp_path: Path) -> None:
     log = tmp_path / "tp.log"
     log.write_text("[2026-11-29 08:00:00] server_args=ServerArgs(tp_size=1000000000, dp_size=1, port=30000)\n"
@@ -141,6 +142,7 @@ def test_replay_with_tp_size_billion_finishes_in_seconds_under_500_mb(tmp_path: 
     assert code == 0 and seconds < 10 and peak_mb < 500
 
 
+@pytest.mark.perf
 def test_replay_with_20000_rank_tags_finishes_in_seconds_under_500_mb(tmp_path: Path) -> None:
     log = tmp_path / "ranks.log"
     log.write_text("".join(f"[2026-11-29 08:{n // 600 % 60:02d}:{n // 10 % 60:02d} TP{n}] Load weight begin.\n"
@@ -159,6 +161,7 @@ def _ranks(n: int) -> Pipeline:
     return pipeline
 
 
+@pytest.mark.perf
 def test_judging_10000_ranks_is_linear() -> None:
     small, big = _ranks(1000), _ranks(10_000)
 
@@ -171,6 +174,7 @@ def test_judging_10000_ranks_is_linear() -> None:
 
 # --- patterns ----------------------------------------------------------------------------------
 
+@pytest.mark.perf
 def test_tqdm_pattern_linear_on_spaces_then_percent() -> None:
     assert growth(lambda n: " " * n + "%", parse_progress) < MAX_GROWTH
     assert cost(lambda: parse_progress(" " * 30_000 + "%")) < 1  # was 24 s
@@ -181,24 +185,29 @@ def test_tqdm_pattern_still_reads_bars() -> None:
     assert parsed is not None and parsed[0].desc == "Loading safetensors checkpoint shards" and parsed[0].n == 15
 
 
+@pytest.mark.perf
 def test_dist_store_timeout_linear_on_repeated_socket() -> None:
     pattern = rule("dist_store_timeout")
     assert growth(lambda n: "Socket " * (n // 7), pattern.search) < MAX_GROWTH
     assert cost(lambda: pattern.search("Socket " * 20_000)) < 0.5  # was 4 s
 
 
+@pytest.mark.perf
 def test_dist_init_timeout_cause_linear_on_repeated_socket() -> None:
     assert growth(lambda n: "TCPStore " * (n // 9), cause("dist_init_timeout").search) < MAX_GROWTH
 
 
+@pytest.mark.perf
 def test_nccl_timeout_cause_linear_on_repeated_nccl_operation() -> None:
     assert growth(lambda n: "NCCL operation " * (n // 15), cause("nccl_timeout").search) < MAX_GROWTH
 
 
+@pytest.mark.perf
 def test_cuda_graph_capture_failed_cause_linear_on_repeated_capture() -> None:
     assert growth(lambda n: "Capture " * (n // 8), cause("cuda_graph_capture_failed").search) < MAX_GROWTH
 
 
+@pytest.mark.perf
 def test_frame_cuda_graph_linear_on_repeated_init_cuda_graphs() -> None:
     assert growth(lambda n: "in init_cuda_graphs " * (n // 20) + "eagle",
                   rule("frame_cuda_graph").search) < MAX_GROWTH
@@ -286,6 +295,7 @@ def test_user_patterns_past_the_limits_are_refused(tmp_path: Path, pattern: str,
 
 # --- replay's bad lines ------------------------------------------------------------------------
 
+@pytest.mark.perf
 def test_replay_bad_json_lines_linear() -> None:
     def source(n: int) -> bytes:
         return b'{"MESSAGE": "x", "__REALTIME_TIMESTAMP": "1"}\n' + b"{bad json\n" * n
@@ -339,6 +349,7 @@ SHAPES = [" ", " %", "Socket ", "a", "a.", "TCPStore ", "9", "[", "[2026-11-29 0
           "\x1b[", "\x1b]", "Traceback ", "/speculative/a_", '"POST /v1/', "server_args=", " TP1", "bs=1 "]
 
 
+@pytest.mark.perf
 @settings(max_examples=25, deadline=None, derandomize=True)
 @example([" "], "%")  # the shapes found quadratic before (issue 9): always tried
 @example(["Socket "], "")
@@ -402,6 +413,7 @@ def test_a_flood_of_fatal_lines_keeps_a_bounded_amount() -> None:
     assert judgement.outcome == "crashed"
 
 
+@pytest.mark.perf
 def test_daemon_idle_step_with_10000_ranks_is_linear(tmp_path: Path) -> None:
     def step_with(n: int) -> Callable[[], float]:
         clock = FakeClock(wall=T0)
@@ -427,6 +439,7 @@ def test_daemon_idle_step_with_10000_ranks_is_linear(tmp_path: Path) -> None:
     assert cost(big) < 5, "one idle step with 10,000 ranks took 5 s or more (was 48.7 s)"
 
 
+@pytest.mark.perf
 def test_unclaimed_bar_frames_with_4000_ranks_cost_linear() -> None:
     def frames_with(n: int) -> Callable[[], float]:
         def frames() -> float:
