@@ -15,6 +15,7 @@ from functools import cached_property
 from typing import Mapping
 
 from .lines import MAX_NUMBER_DIGITS, bounded_int
+from .phaseorder import PAST_TARGET_WEIGHTS, Anomaly, backwards
 from .records import FINAL_PHASES, MAIN, UNIT_PHASES, Event, EventKind, Phase, Progress
 
 MAX_INVOCATIONS = 16
@@ -31,6 +32,7 @@ MAX_RANKS = 16384
 # is an anomaly: no silent rank is expected (only ranks the journal shows are judged), and nothing
 # is allocated per claimed rank.
 MAX_EXPECTED_RANKS = 1024
+MAX_ANOMALIES = 256  # per invocation; past it they are counted only
 
 
 class UnitState(enum.Enum):
@@ -55,6 +57,7 @@ class Transition:
     target: str
     ts: float | None
     rule: str | None = None
+    confidence: str = "exact"  # "family": the line was read by a family rule, not an exact one
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,7 @@ class PhaseSpan:
     phase: Phase
     start: float | None
     end: float | None
+    confidence: str = "exact"
 
 
 @dataclass(frozen=True)
@@ -208,6 +212,8 @@ class InvocationView:
     proof_of_life: float | None = None  # the last batch line after ready
     phase_silence: Mapping[Phase, float] = field(default_factory=dict)  # longest quiet spell per phase
     ranks_ignored: int = 0  # events of ranks past MAX_RANKS (an anomaly)
+    anomalies: tuple[Anomaly, ...] = ()  # lines that would have moved a rank backwards
+    anomalies_dropped: int = 0  # past MAX_ANOMALIES
 
     # Judging asks these for every rank: each is computed once per view, in one pass over the ranks
     # (judging stays linear in ranks). The view is immutable, so the cached values stay true.
@@ -288,23 +294,26 @@ class _Rank:
     def entered(self, phase: Phase) -> bool:
         return any(s.phase is phase for s in self.spans)
 
-    def move_to(self, phase: Phase, ts: float | None) -> None:
+    def move_to(self, phase: Phase, ts: float | None, confidence: str = "exact") -> None:
         if self.spans and self.spans[-1].end is None:
             last = self.spans[-1]
-            self.spans[-1] = PhaseSpan(last.phase, last.start, ts)
-        self.spans.append(PhaseSpan(phase, ts, None))
+            self.spans[-1] = replace(last, end=ts)
+        self.spans.append(PhaseSpan(phase, ts, None, confidence))
         self.phase, self.phase_start, self.phase_ended = phase, ts, False
         self.progress, self.progress_phase = None, None
 
     def end_phase(self, ts: float | None) -> None:
-        last = self.spans[-1]
-        self.spans[-1] = PhaseSpan(last.phase, last.start, ts)
+        self.spans[-1] = replace(self.spans[-1], end=ts)
         self.phase_ended = True
 
     def reopen(self) -> None:
-        last = self.spans[-1]
-        self.spans[-1] = PhaseSpan(last.phase, last.start, None)
+        self.spans[-1] = replace(self.spans[-1], end=None)
         self.phase_ended = False
+
+    def confirm(self) -> None:
+        """An exact line confirms a phase a family rule guessed."""
+        if self.spans[-1].confidence != "exact":
+            self.spans[-1] = replace(self.spans[-1], confidence="exact")
 
     def view(self) -> RankView:
         return RankView(self.rank, self.phase, self.phase_start, self.phase_ended, self.progress,
@@ -343,6 +352,8 @@ class _Invocation:
     owners: dict[frozenset[Phase] | None, _Rank | None] = field(default_factory=dict)  # bar owner per family
     owners_layout: int = -1  # the layout `owners` was found in
     ranks_ignored: int = 0  # events of ranks past MAX_RANKS
+    anomalies: list[Anomaly] = field(default_factory=list)
+    anomalies_dropped: int = 0
 
     def view(self) -> InvocationView:
         ranks = [r.view() for r in self.ranks.values()]
@@ -363,7 +374,8 @@ class _Invocation:
                               tuple(self.fatals.values()), self.lines_lost, self.server, self.unit_result,
                               self.exit_status, self.restart_scheduled, self.stop_job, self.stopped_at,
                               self.before_stop, self.health_failures, self.health_episode, self.health_error,
-                              self.proof_of_life, dict(self.phase_silence), self.ranks_ignored)
+                              self.proof_of_life, dict(self.phase_silence), self.ranks_ignored,
+                              anomalies=tuple(self.anomalies), anomalies_dropped=self.anomalies_dropped)
 
 
 def rank_sort_key(label: str) -> tuple[int, tuple[int, ...], str]:
@@ -513,7 +525,7 @@ class Tracker:
         if event.phase in _UNIT_PHASES:
             return self._unit_phase(inv, event.phase, ts, event.rule)
         return self._rank_phase(inv, rank, event.phase, kind is not EventKind.PHASE_END, ts, event.rule,
-                                hint=kind is EventKind.PHASE_HINT)
+                                hint=kind is EventKind.PHASE_HINT, confidence=event.confidence)
 
     @staticmethod
     def _alive(inv: _Invocation, rank: _Rank, ts: float | None) -> None:
@@ -548,7 +560,8 @@ class Tracker:
         """The phase an engine line means for this rank now; None when it changes nothing."""
         if hint:
             return phase if not rank.entered(phase) else None
-        if phase in (Phase.DIST_INIT, Phase.WEIGHT_LOAD) and rank.entered(Phase.WEIGHT_LOAD):
+        if phase in (Phase.DIST_INIT, Phase.WEIGHT_LOAD) and (
+                rank.entered(Phase.WEIGHT_LOAD) or rank.phase in PAST_TARGET_WEIGHTS):
             # The draft model's runner repeats dist init and weight loading.
             # (v0.5.23 loads the draft's right after the target's: an ended weight_load is not reopened.)
             if phase is Phase.WEIGHT_LOAD and rank.phase is Phase.WEIGHT_LOAD and not rank.phase_ended:
@@ -561,24 +574,39 @@ class Tracker:
         return None
 
     def _rank_phase(self, inv: _Invocation, rank: _Rank, phase: Phase, begin: bool, ts: float | None,
-                    rule: str | None, hint: bool = False) -> list[Transition]:
+                    rule: str | None, hint: bool = False, confidence: str = "exact") -> list[Transition]:
         if rank.phase in _UNIT_PHASES:
             return []
         resolved = self._resolve(rank, phase, begin, hint)
         if resolved is None or (hint and resolved is rank.phase):
             return []
+        if resolved is not rank.phase and backwards(rank.phase, resolved):
+            # The order is a model, not a hope: the rank keeps its phase. A hint is a guess by
+            # definition (a frame, a bar): refused without a record.
+            if not hint:
+                self._anomaly(inv, Anomaly(rank.rank, rank.phase.value, resolved.value, rule, ts, confidence))
+            return []
         if resolved is rank.phase:
+            if confidence == "exact":
+                rank.confirm()
             if begin and rank.phase_ended:
                 rank.reopen()  # a second graph of the same phase (e.g. piecewise after decode)
             elif not begin and not rank.phase_ended:
                 rank.end_phase(ts)
             return []
         source = rank.phase
-        rank.move_to(resolved, ts)
+        rank.move_to(resolved, ts, confidence)
         inv.layout += 1
         if not begin:
             rank.end_phase(ts)  # an end line without its begin (2024 logs, windows of a log)
-        return [Transition(inv.invocation_id, rank.rank, source.value, resolved.value, ts, rule)]
+        return [Transition(inv.invocation_id, rank.rank, source.value, resolved.value, ts, rule, confidence)]
+
+    @staticmethod
+    def _anomaly(inv: _Invocation, anomaly: Anomaly) -> None:
+        if len(inv.anomalies) < MAX_ANOMALIES:
+            inv.anomalies.append(anomaly)
+        else:
+            inv.anomalies_dropped += 1
 
     def _progress(self, inv: _Invocation, event: Event, ts: float | None) -> list[Transition]:
         owner = self._rank(inv, event.rank, ts) if event.rank else self._bar_owner(inv, event.phase)
