@@ -122,7 +122,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(json_text(to_json(judgements, now)) + "\n")
     else:
-        sys.stdout.write(to_table(judgements, now))
+        sys.stdout.write(to_table(judgements, now, timeless=last_line is None))
     return EX_OK
 
 
