@@ -103,6 +103,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         pipeline.feed_all(records, now=0.0)
         snapshot = pipeline.snapshot()
     if tally is not None:
+        tally.add_anomalies(a for inv in snapshot.invocations for a in inv.anomalies)
         if args.json:
             sys.stdout.write(json_text(tally.to_json(pipeline.profile)) + "\n")
         else:

@@ -6,12 +6,13 @@ Also turns systemd's and journald's own entries about the unit into lifecycle ev
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from typing import Any, Iterable, Mapping
 
 import yaml
 
+from .families import Families, FamilyError, parse_families
 from .lines import rank_number
 from .records import (
     MAIN,
@@ -82,6 +83,7 @@ class Profile:
     engine: str
     rules: tuple[Rule, ...]
     causes: tuple[CauseClass, ...]
+    families: Families = field(default_factory=Families)  # the fallback vocabulary (families.py)
 
     def with_overrides(self, specs: Iterable[Mapping[str, Any]], key: str = "patterns") -> Profile:
         """Add rules, or replace those with the same id (keeping their place in the order)."""
@@ -207,7 +209,14 @@ def parse_profile(document: Mapping[str, Any], origin: str) -> Profile:
         raise ProfileError(f"{origin}: rules", f"duplicate id {duplicate!r}")
     causes = tuple(CauseClass(str(spec.get("id")), _compile(spec, f"causes[{i}]"))
                    for i, spec in enumerate(causes_spec))
-    return Profile(str(document.get("engine", origin)), rules, causes)
+    try:
+        families = parse_families(document.get("families"), origin)
+    except FamilyError as exc:
+        raise ProfileError(exc.key, str(exc)[len(exc.key) + 2:]) from None
+    clash = next((f.id for f in families.rules if f.id in ids), None)
+    if clash:
+        raise ProfileError(f"{origin}: families.rules", f"id {clash!r} is also a rule's id")
+    return Profile(str(document.get("engine", origin)), rules, causes, families)
 
 
 def load_builtin_profile(engine: str) -> Profile:
@@ -349,7 +358,7 @@ class EventMapper:
                 if len(self._harmless) > 1024:
                     self._harmless.clear()
                 self._harmless.add(record_id)
-            rule_rank = self._rule_rank(line, rule, rank)
+            rule_rank = self._rule_rank(line, rule.scope, rank, rule.event in _PHASE_EVENTS)
             if rule.event == "server_args":
                 events.append(Event(EventKind.SERVER_ARGS, line.ts, rank=MAIN, rule=rule.id, text=message,
                                     invocation_id=line.invocation_id, pid=line.pid, record_id=record_id,
@@ -365,6 +374,8 @@ class EventMapper:
                 events.append(Event(_PHASE_EVENTS[rule.event], line.ts, rank=rule_rank, phase=rule.phase,
                                     rule=rule.id, text=message, invocation_id=line.invocation_id, pid=line.pid,
                                     record_id=record_id))
+        if not events and line.kind is LineKind.RECORD:
+            events = self._family_events(line, message, rank)
         if not events and message.strip():
             events.append(Event(EventKind.ACTIVITY, line.ts, rank=rank, text=message,
                                 invocation_id=line.invocation_id, pid=line.pid, record_id=record_id))
@@ -373,6 +384,19 @@ class EventMapper:
                 self._record_ranks.clear()
             self._record_ranks[record_id] = events[0].rank if events else rank
         return events
+
+    def _family_events(self, line: Line, message: str, rank: str | None) -> list[Event]:
+        """The profile's fallback vocabulary, for a record no exact rule matched."""
+        found = self.profile.families.classify(message)
+        if found is None:
+            return []
+        family = found.family
+        family_rank = self._rule_rank(line, family.scope, rank, True)
+        if family.scope == "rank" and family_rank in (None, MAIN):
+            return []  # a scheduler's word in the main process's (or nobody's) line: not a rank's phase
+        return [Event(_PHASE_EVENTS[family.event], line.ts, rank=family_rank, phase=found.phase, rule=family.id,
+                      text=message, invocation_id=line.invocation_id, pid=line.pid, record_id=line.record_id,
+                      confidence="family")]
 
     def _rank(self, line: Line) -> str | None:
         if line.has_prefix and line.rank is not None:
@@ -390,12 +414,16 @@ class EventMapper:
             return "TP0"
         return MAIN if line.has_prefix else None
 
-    def _rule_rank(self, line: Line, rule: Rule, rank: str | None) -> str | None:
+    def _rule_rank(self, line: Line, scope: str, rank: str | None, phase_event: bool = False) -> str | None:
         if line.rank is not None:
             return rank
-        if rule.scope == "main":
+        if scope == "main":
             return MAIN
-        if (rule.scope == "rank" and rank in (None, MAIN) and line.has_prefix
+        # A pasted log without any prefix (no PID either): a scheduler's phase line is the one
+        # scheduler's of a one-GPU server. Not its fatal lines: an unprefixed traceback in a paste is
+        # as often the launcher's.
+        pasted = phase_event and line.pid is None and line.kind is LineKind.RECORD
+        if (scope == "rank" and rank in (None, MAIN) and (line.has_prefix or pasted)
                 and line.invocation_id not in self._tagged_invocations):
             # A one-GPU server: the scheduler prints no tag, and only a scheduler prints this line.
             if len(self._tp0_pids) >= MEMO_ENTRIES:

@@ -580,7 +580,7 @@ class Tracker:
         resolved = self._resolve(rank, phase, begin, hint)
         if resolved is None or (hint and resolved is rank.phase):
             return []
-        if resolved is not rank.phase and backwards(rank.phase, resolved):
+        if resolved is not rank.phase and any(backwards(s.phase, resolved) for s in rank.spans):
             # The order is a model, not a hope: the rank keeps its phase. A hint is a guess by
             # definition (a frame, a bar): refused without a record.
             if not hint:
