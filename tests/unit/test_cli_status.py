@@ -34,7 +34,8 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, 
 # -- a stub daemon -----------------------------------------------------------------------------
 
 def rank(phase: str, **more: Any) -> dict[str, Any]:
-    return {"phase": phase, "phase_ended": False, "confidence": "exact", "seen": True, "progress": None, "last_activity": None,
+    return {"phase": phase, "phase_ended": False, "confidence": "exact", "seen": True, "progress": None,
+            "last_activity": None,
             "phases": [], "elapsed_seconds": 192.0, "deadline_seconds": 1200.0, "stall_seconds": 1200.0,
             "quiet_seconds": 2.0, **more}
 
