@@ -79,7 +79,7 @@ def summarize(unit: str, inv: InvocationView, outcome: str, cause: str | None, e
               verdicts: Sequence[tuple[str, str | None, str | None, float]] = ()) -> StartupRecord | None:
     """A finished start-up (ready, or failed) as a record; None when it has no date (no time at all,
     or times of day from a log that never names its date: nothing to put on a calendar)."""
-    if not is_dated(inv.started_at):
+    if inv.started_at is None or not is_dated(inv.started_at):
         return None
     ranks = [r for r in inv.ranks if r.rank != MAIN and r.seen]
     phases: list[PhaseRecord] = []
