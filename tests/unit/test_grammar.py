@@ -55,7 +55,7 @@ V0_5_9 = """\
 [2026-02-22 23:55:14 TP0] Init torch distributed begin.
 [2026-02-22 23:55:16 TP0] Init torch distributed ends. elapsed=1.93 s, mem usage=1.35 GB
 [2026-02-22 23:55:16 TP0] Load weight begin. avail mem=137.95 GB
-[2026-02-22 23:56:07 TP0] Load weight end. elapsed=50.89 s, type=LlamaForCausalLM, dtype=torch.bfloat16, avail mem=120.41 GB, mem usage=17.54 GB.
+[2026-02-22 23:56:07 TP0] Load weight end. elapsed=50.89 s, type=LlamaForCausalLM, avail mem=120.41 GB.
 [2026-02-22 23:56:08 TP0] KV Cache is allocated. #tokens: 2600000, K size: 49.59 GB, V size: 49.59 GB
 [2026-02-22 23:56:08 TP0] Memory pool end. avail mem=20.59 GB
 [2026-02-22 23:56:09 TP0] Capture cuda graph begin. This can take up to several minutes. avail mem=20.38 GB
@@ -63,7 +63,7 @@ V0_5_9 = """\
 [2026-02-22 23:56:19 TP0] Init torch distributed begin.
 [2026-02-22 23:56:19 TP0] Init torch distributed ends. elapsed=0.00 s, mem usage=0.00 GB
 [2026-02-22 23:56:19 TP0] Load weight begin. avail mem=19.23 GB
-[2026-02-22 23:56:21 TP0] Load weight end. elapsed=1.42 s, type=LlamaForCausalLMEagle3, dtype=torch.bfloat16, avail mem=18.79 GB, mem usage=0.44 GB.
+[2026-02-22 23:56:21 TP0] Load weight end. elapsed=1.42 s, type=LlamaForCausalLMEagle3, avail mem=18.79 GB.
 [2026-02-22 23:56:21 TP0] KV Cache is allocated. #tokens: 2600000, K size: 0.62 GB, V size: 0.62 GB
 [2026-02-22 23:56:21 TP0] Memory pool end. avail mem=17.55 GB
 [2026-02-22 23:56:21 TP0] Capture draft cuda graph begin. This can take up to several minutes. avail mem=17.52 GB
@@ -75,19 +75,19 @@ V0_5_23 = """\
 [2026-10-30 10:00:02 TP0] Init parallel ends. elapsed=1.90 s
 [2026-10-30 10:00:02 TP0] Memory baseline taken. mem usage=1.35 GB
 [2026-10-30 10:00:02 TP0] Load weight begin. avail mem=137.95 GB
-[2026-10-30 10:00:50 TP0] Load weight end. elapsed=48.00 s, type=DeepseekV3ForCausalLM, avail mem=60.00 GB, mem usage=77.95 GB.
+[2026-10-30 10:00:50 TP0] Load weight end. elapsed=48.00 s, type=DeepseekV3ForCausalLM, avail mem=60.00 GB.
 [2026-10-30 10:00:50 TP0] Memory baseline taken. mem usage=0.00 GB
 [2026-10-30 10:00:50 TP0] Load weight begin. avail mem=60.00 GB
-[2026-10-30 10:00:52 TP0] Load weight end. elapsed=2.00 s, type=DeepseekV3ForCausalLMNextN, avail mem=58.00 GB, mem usage=2.00 GB.
-[2026-10-30 10:00:53 TP0] KV Cache is allocated. dtype: torch.bfloat16, #tokens: 2600000, K size: 20.00 GB, V size: 20.00 GB
-[2026-10-30 10:00:53 TP0] draft KV Cache is allocated. dtype: torch.bfloat16, #tokens: 2600000, K size: 0.20 GB, V size: 0.20 GB
-[2026-10-30 10:00:54 TP0] Capture target prefill CUDA graph begin. backend=breakable, num_tokens=[4, 8], avail mem=17.00 GB
+[2026-10-30 10:00:52 TP0] Load weight end. elapsed=2.00 s, type=DeepseekV3ForCausalLMNextN, avail mem=58.00 GB.
+[2026-10-30 10:00:53 TP0] KV Cache is allocated. dtype: torch.bfloat16, #tokens: 2600000, K size: 20.00 GB
+[2026-10-30 10:00:53 TP0] draft KV Cache is allocated. dtype: torch.bfloat16, #tokens: 2600000, K size: 0.20 GB
+[2026-10-30 10:00:54 TP0] Capture target prefill CUDA graph begin. backend=breakable, avail mem=17.00 GB
 [2026-10-30 10:00:58 TP0] Capture target prefill CUDA graph end. elapsed=4.00 s, mem usage=0.30 GB, avail mem=16.70 GB.
 [2026-10-30 10:00:58 TP0] Capture target verify CUDA graph begin. backend=full, num_tokens_per_req=4, avail mem=16.70 GB
-[2026-10-30 10:01:08 TP0] Capture target verify CUDA graph end. bs=[1, 2, 4], elapsed=10.12 s, mem usage=1.17 GB, avail mem=15.50 GB.
-[2026-10-30 10:01:08 TP0] Capture draft decode CUDA graph begin. backend=full, num_tokens_per_req=1, bs=[1, 2, 4], avail mem=15.50 GB
+[2026-10-30 10:01:08 TP0] Capture target verify CUDA graph end. bs=[1, 2, 4], elapsed=10.12 s, avail mem=15.50 GB.
+[2026-10-30 10:01:08 TP0] Capture draft decode CUDA graph begin. backend=full, bs=[1, 2, 4], avail mem=15.50 GB
 [2026-10-30 10:01:14 TP0] Capture draft decode CUDA graph end. elapsed=6.00 s, mem usage=0.20 GB, avail mem=15.30 GB.
-[2026-10-30 10:01:14 TP0] Capture draft extend CUDA graph begin. backend=full, num_tokens_per_req=4, bs=[1, 2, 4], avail mem=15.30 GB
+[2026-10-30 10:01:14 TP0] Capture draft extend CUDA graph begin. backend=full, bs=[1, 2, 4], avail mem=15.30 GB
 [2026-10-30 10:01:20 TP0] Capture draft extend CUDA graph end. elapsed=6.00 s, mem usage=0.20 GB, avail mem=15.10 GB.
 """
 
@@ -184,7 +184,8 @@ def test_families_do_not_read_traceback_lines() -> None:
 
 
 @pytest.mark.parametrize(("families", "key"), [
-    ({"rules": [{"id": "f", "event": "phase_begin", "phase": "weight_load", "all": ["("]}]}, "families.rules[0].all[0]"),
+    ({"rules": [{"id": "f", "event": "phase_begin", "phase": "weight_load", "all": ["("]}]},
+     "families.rules[0].all[0]"),
     ({"rules": [{"id": "f", "event": "nope", "phase": "weight_load", "all": ["x"]}]}, "families.rules[0].event"),
     ({"rules": [{"id": "f", "event": "phase_begin", "phase": "weight_load", "all": ["x"], "colour": 1}]},
      "families.rules[0].colour"),
