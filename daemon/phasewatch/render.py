@@ -141,7 +141,8 @@ def invocation_json(judgement: Judgement, now: float) -> dict[str, Any]:
         "server": None if server is None else {
             "tp": server.tp, "dp": server.dp, "pp": server.pp, "ep": server.ep, "nnodes": server.nnodes,
             "node_rank": server.node_rank, "dp_attention": server.dp_attention,
-            "speculative": server.speculative, "model_path": server.model_path},
+            "speculative": server.speculative, "model_path": server.model_path,
+            **({"role": server.role} if server.role is not None else {})},  # PD disaggregation only
         "ranks": {r.rank: _rank_json(r) for r in inv.ranks},
         "verdicts": [{"kind": v.kind, "phase": v.phase, "rank": v.rank, "cause": v.cause,
                       "message": v.message, "at": iso(v.at)} for v in judgement.verdicts],

@@ -112,6 +112,7 @@ class ServerInfo:
     port: int | None = None
     cuda_graph_max_bs: str | None = None
     cuda_graph_bs: str | None = None
+    role: str | None = None  # prefill/decode disaggregation: "prefill" or "decode"; None when unified
 
     @staticmethod
     def from_args(args: Mapping[str, str]) -> ServerInfo:
@@ -136,6 +137,7 @@ class ServerInfo:
             port=number("port", 0) or None,
             cuda_graph_max_bs=args.get("cuda_graph_max_bs"),
             cuda_graph_bs=args.get("cuda_graph_bs"),
+            role=args.get("disaggregation_mode") if args.get("disaggregation_mode") in ("prefill", "decode") else None,
         )
 
     @property

@@ -327,3 +327,15 @@ def test_pp_and_dp_labels_are_ranks_of_their_own() -> None:
                          "[2026-02-22 23:56:09 DP3 TP3] KV Cache is allocated. #tokens: 5\n")
     assert {r.rank: r.phase.value for r in inv.ranks} == {
         "PP0 TP0": "weight_load", "PP1 TP0": "cuda_graph_capture", "DP3 TP3": "kv_cache_alloc"}
+
+
+def test_a_pd_server_names_its_role() -> None:
+    pipeline, inv = replay_text(
+        "[2026-02-22 23:55:02] server_args=ServerArgs(model_path='m', tp_size=2, disaggregation_mode='decode')\n"
+        "[2026-02-22 23:55:03 TP0] Init torch distributed begin.\n")
+    assert inv.server is not None and inv.server.role == "decode"
+    document = to_json(pipeline.judge(inv.last_ts or 0.0), 0.0)["invocations"][0]
+    assert document["server"]["role"] == "decode"
+    _, unified = replay_text("[2026-02-22 23:55:02] server_args=ServerArgs(model_path='m', "
+                             "disaggregation_mode='null')\n")
+    assert unified.server is not None and unified.server.role is None
