@@ -27,12 +27,12 @@ ANSI_RE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|
 SEGMENT_SPLIT_RE = re.compile(r"\r\n|\r|\n")
 
 _TAG = r"(?:DP|PP|ATTN_CP|MOE_DP|TP|EP)\d+"
-# [2026-02-22 23:59:15 DP0 TP3], with optional .mmm; [12:01:02 TP3] (2024); [gpu_id=3] (2024).
+# [2026-02-22 23:59:15 DP0 TP3], with optional .mmm; [12:01:02 TP3] (2024); [gpu_id=3], [gpu=3] (2024).
 PREFIX_RE = re.compile(
     r"\[(?:(?P<date>\d{4}-\d{2}-\d{2}) (?P<time>\d{2}:\d{2}:\d{2})(?P<ms>\.\d{3})?"
     r"(?P<tags>(?: " + _TAG + r")*)"
     r"|(?P<stime>\d{2}:\d{2}:\d{2})(?P<stags>(?: " + _TAG + r")+)"
-    r"|gpu_id=(?P<gpu>\d+))\] ?"
+    r"|gpu(?:_id)?=(?P<gpu>\d+))\] ?"
 )
 # v0.1 (2024) router era: "Rank 1: load weight begin." at the start of a line.
 LEGACY_RANK_RE = re.compile(r"^Rank (?P<n>\d+): ")

@@ -339,3 +339,9 @@ def test_a_pd_server_names_its_role() -> None:
     _, unified = replay_text("[2026-02-22 23:55:02] server_args=ServerArgs(model_path='m', "
                              "disaggregation_mode='null')\n")
     assert unified.server is not None and unified.server.role is None
+
+
+def test_2024_gpu_tags_and_init_nccl() -> None:
+    _, inv = replay_text("[gpu=0] Init nccl begin.\n[gpu_id=1] Init nccl begin.\n"
+                         "[gpu_id=1] Load weight begin. avail mem=3 GB\n")
+    assert {r.rank: r.phase.value for r in inv.ranks} == {"TP0": "dist_init", "TP1": "weight_load"}
