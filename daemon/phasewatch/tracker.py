@@ -566,8 +566,8 @@ class Tracker:
                 rank.entered(Phase.WEIGHT_LOAD) or rank.phase in PAST_TARGET_WEIGHTS):
             # The draft model's runner repeats dist init and weight loading.
             # (v0.5.23 loads the draft's right after the target's: an ended weight_load is not reopened.)
-            if phase is Phase.WEIGHT_LOAD and rank.phase is Phase.WEIGHT_LOAD and not rank.phase_ended:
-                return phase
+            if phase is Phase.WEIGHT_LOAD and rank.phase is Phase.WEIGHT_LOAD and (not rank.phase_ended or not begin):
+                return phase  # (a second end line is the same load's: "Loading weights took", "Model loading took")
             if phase is Phase.DIST_INIT and not begin:
                 return None
             phase = Phase.DRAFT_WEIGHT_LOAD

@@ -345,3 +345,10 @@ def test_2024_gpu_tags_and_init_nccl() -> None:
     _, inv = replay_text("[gpu=0] Init nccl begin.\n[gpu_id=1] Init nccl begin.\n"
                          "[gpu_id=1] Load weight begin. avail mem=3 GB\n")
     assert {r.rank: r.phase.value for r in inv.ranks} == {"TP0": "dist_init", "TP1": "weight_load"}
+
+
+def test_a_second_end_line_of_the_same_load_is_not_the_drafts() -> None:
+    _, inv = replay_text("[2026-02-22 23:55:16 TP0] Load weight begin. avail mem=70 GB\n"
+                         "[2026-02-22 23:56:07 TP0] Loading weights took 50.71 seconds\n"
+                         "[2026-02-22 23:56:07 TP0] Model loading took 17.54 GiB and 51.0 seconds\n")
+    assert phases(inv, "TP0") == ["launch", "weight_load"]
