@@ -62,9 +62,11 @@ OPENS_BLOCK_RE = re.compile(
 # Lines of other loggers (torch C++, Gloo, NCCL) are records of their own, never a traceback's tail.
 FOREIGN_RECORD_RE = re.compile(r"^(?:\[rank\d+\]:|\[Gloo\] |\S+:\d+:\d+ \[\d+\] NCCL |\[\d{4}-\d\d-\d\d )")
 
-# Wrappers some launchers put before every line: docker compose "svc  | ", OpenMPI --tag-output.
+# Wrappers some launchers put before every line: docker compose "svc  | ", OpenMPI --tag-output,
+# kubectl logs --prefix "[pod/name/container] ".
 WRAPPER_RE = re.compile(
-    r"^(?:[\w.-]+\s+\| |\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}\[\d+,\d+\]<std(?:out|err)>:)"
+    r"^(?:[\w.-]+\s+\| |\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}\[\d+,\d+\]<std(?:out|err)>:"
+    r"|\[pod/[\w.-]+/[\w.-]+\] )"
 )
 
 _UNKNOWN = object()

@@ -352,3 +352,12 @@ def test_a_second_end_line_of_the_same_load_is_not_the_drafts() -> None:
                          "[2026-02-22 23:56:07 TP0] Loading weights took 50.71 seconds\n"
                          "[2026-02-22 23:56:07 TP0] Model loading took 17.54 GiB and 51.0 seconds\n")
     assert phases(inv, "TP0") == ["launch", "weight_load"]
+
+
+@pytest.mark.parametrize("wrapped", [
+    "sglang-1  | 2025-06-25T11:25:58.633123456Z Load weight begin. avail mem=70 GB",
+    "[pod/sglang-0/server] 2025-06-25T11:25:58.633123456Z Load weight begin. avail mem=70 GB",
+])
+def test_wrapped_lines_with_an_outer_time_stamp(wrapped: str) -> None:
+    _, inv = replay_text(wrapped + "\n")
+    assert phases(inv, "TP0") == ["launch", "weight_load"] and iso(inv.started_at) == "2025-06-25T11:25:58.633Z"
