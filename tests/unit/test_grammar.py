@@ -361,3 +361,12 @@ def test_a_second_end_line_of_the_same_load_is_not_the_drafts() -> None:
 def test_wrapped_lines_with_an_outer_time_stamp(wrapped: str) -> None:
     _, inv = replay_text(wrapped + "\n")
     assert phases(inv, "TP0") == ["launch", "weight_load"] and iso(inv.started_at) == "2025-06-25T11:25:58.633Z"
+
+
+@pytest.mark.parametrize(("message", "family", "phase"), [
+    ("Capture target verify graph begin. backend=full", "family_graph_begin", "cuda_graph_capture"),
+    ("Capture draft extend graph end (step 2). elapsed=6.87 s", "family_graph_end", "draft_cuda_graph_capture"),
+])
+def test_a_future_rename_without_the_device_word_is_still_a_graph(message: str, family: str, phase: str) -> None:
+    found = load_builtin_profile("sglang").families.classify(message)
+    assert found is not None and (found.family.id, found.phase.value) == (family, phase)
