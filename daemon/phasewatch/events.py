@@ -12,7 +12,7 @@ from typing import Any, Iterable, Mapping
 
 import yaml
 
-from .families import Families, FamilyError, parse_families
+from .families import Families, FamilyError, FamilyMatch, parse_families
 from .lines import rank_number
 from .records import (
     MAIN,
@@ -318,6 +318,10 @@ class EventMapper:
         self._other_rules = tuple(r for r in self._line_rules if r not in self._blind_rules)
         self._position = {r.id: i for i, r in enumerate(self._line_rules)}
         self._memo: dict[bytes, tuple[Rule, ...]] = {}
+        # Family answers by the line's digit-masked text, when no family pattern tells digits apart.
+        self._family_memo: dict[bytes, FamilyMatch | None] | None = {} if all(
+            digit_blind(p) for f in profile.families.rules for p in (*f.all, *f.none)) and (
+            profile.families.draft_words is None or digit_blind(profile.families.draft_words)) else None
 
     def _matching(self, message: str) -> tuple[Rule, ...]:
         """The line rules `message` matches, in profile order."""
@@ -388,7 +392,7 @@ class EventMapper:
 
     def _family_events(self, line: Line, message: str, rank: str | None) -> list[Event]:
         """The profile's fallback vocabulary, for a record no exact rule matched."""
-        found = self.profile.families.classify(message)
+        found = self._classify(message)
         if found is None:
             return []
         family = found.family
@@ -398,6 +402,18 @@ class EventMapper:
         return [Event(_PHASE_EVENTS[family.event], line.ts, rank=family_rank, phase=found.phase, rule=family.id,
                       text=message, invocation_id=line.invocation_id, pid=line.pid, record_id=line.record_id,
                       confidence="family")]
+
+    def _classify(self, message: str) -> FamilyMatch | None:
+        memo = self._family_memo
+        if memo is None or len(message) > MEMO_MAX_CHARS:
+            return self.profile.families.classify(message)
+        key = message.encode("utf-8", "surrogatepass").translate(_MASK_DIGITS)
+        if key in memo:
+            return memo[key]
+        if len(memo) >= MEMO_ENTRIES:
+            memo.clear()
+        found = memo[key] = self.profile.families.classify(message)
+        return found
 
     def _rank(self, line: Line) -> str | None:
         if line.has_prefix and line.rank is not None:

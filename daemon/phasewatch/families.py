@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Mapping
 
 from .records import PHASE_NAMES, Phase
@@ -46,8 +47,16 @@ class Family:
     all: tuple[re.Pattern[str], ...]
     none: tuple[re.Pattern[str], ...] = ()
 
+    @cached_property
+    def _joined(self) -> re.Pattern[str]:
+        """all and none as one anchored pattern of look-aheads: one search per family (each look-ahead
+        scans the line once from its start: linear)."""
+        ahead = "".join(f"(?=.*?(?:{p.pattern}))" for p in self.all)
+        not_ahead = "".join(f"(?!.*?(?:{p.pattern}))" for p in self.none)
+        return re.compile(r"\A" + ahead + not_ahead, re.IGNORECASE | re.DOTALL)
+
     def matches(self, message: str) -> bool:
-        return all(p.search(message) for p in self.all) and not any(p.search(message) for p in self.none)
+        return self._joined.match(message) is not None
 
 
 @dataclass(frozen=True)
@@ -61,10 +70,15 @@ class Families:
     rules: tuple[Family, ...] = ()
     draft_words: re.Pattern[str] | None = None
     draft_phases: Mapping[Phase, Phase] = field(default_factory=dict)
+    # Any family's first word set, as one pattern: most lines no rule knows (warnings, a model's
+    # chatter) have none of them and cost one search instead of one per family.
+    trigger: re.Pattern[str] | None = None
 
     def classify(self, message: str) -> FamilyMatch | None:
         """The first family `message` belongs to, or None."""
         if not self.rules or len(message) > FAMILY_MAX_CHARS or not message.strip():
+            return None
+        if self.trigger is not None and self.trigger.search(message) is None:
             return None
         for family in self.rules:
             if family.matches(message):
@@ -145,4 +159,5 @@ def parse_families(spec: object, origin: str) -> Families:
         raise FamilyError("families.draft_phases", "expected a mapping phase: draft phase")
     draft_phases = {_phase(k, "families.draft_phases"): _phase(v, f"families.draft_phases.{k}")
                     for k, v in mapping.items()}
-    return Families(rules, draft_words, draft_phases)
+    trigger = re.compile("|".join(f"(?:{f.all[0].pattern})" for f in rules), re.IGNORECASE) if rules else None
+    return Families(rules, draft_words, draft_phases, trigger)
