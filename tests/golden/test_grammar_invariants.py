@@ -10,10 +10,10 @@ import pytest
 from corpus_paths import corpus_dir
 from phasewatch.cli import main
 from phasewatch.config import Config
-from phasewatch.formats import parse_source
-from phasewatch.phaseorder import backwards
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import UNIT_PHASES, Phase
+from phasewatch.sources.formats import parse_source
+from phasewatch.stages.phaseorder import backwards
 
 _found = corpus_dir()
 CASES = sorted(p.stem for p in _found.glob("*.log")) if _found else []

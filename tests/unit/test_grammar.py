@@ -12,15 +12,16 @@ from hypothesis import strategies as st
 
 from phasewatch.cli import main
 from phasewatch.config import Config
-from phasewatch.events import ProfileError, load_builtin_profile, parse_profile
-from phasewatch.formats import parse_source
-from phasewatch.lines import LineSplitter, canonical_rank
-from phasewatch.phaseorder import Anomaly, backwards, before
+from phasewatch.errors import ProfileError
 from phasewatch.pipeline import Pipeline
+from phasewatch.profile import load_builtin_profile, parse_profile
 from phasewatch.records import JournalRecord, Phase
 from phasewatch.render import iso, to_json, to_table
-from phasewatch.timestamps import DATED_FROM, foreign_time, is_dated
-from phasewatch.tracker import InvocationView
+from phasewatch.sources.formats import parse_source
+from phasewatch.stages.lines import LineSplitter, canonical_rank
+from phasewatch.stages.phaseorder import Anomaly, backwards, before
+from phasewatch.stages.snapshot import InvocationView
+from phasewatch.stages.timestamps import DATED_FROM, foreign_time, is_dated
 
 P = Phase
 
