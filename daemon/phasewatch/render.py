@@ -15,6 +15,7 @@ from typing import Any
 
 from .config import Config, format_duration
 from .pipeline import Judgement
+from .policy import Verdict
 from .records import MAIN, PHASE_NAMES, Progress
 from .tracker import InvocationView, RankView
 
@@ -120,9 +121,20 @@ def invocation_json(judgement: Judgement, now: float) -> dict[str, Any]:
             "node_rank": server.node_rank, "dp_attention": server.dp_attention,
             "speculative": server.speculative, "model_path": server.model_path},
         "ranks": {r.rank: _rank_json(r) for r in inv.ranks},
-        "verdicts": [{"kind": v.kind, "phase": v.phase, "rank": v.rank, "cause": v.cause,
-                      "message": v.message, "at": iso(v.at)} for v in judgement.verdicts],
+        "verdicts": [verdict_json(v) for v in judgement.verdicts],
     }
+
+
+def verdict_json(v: Verdict) -> dict[str, Any]:
+    out: dict[str, Any] = {"kind": v.kind, "phase": v.phase, "rank": v.rank, "cause": v.cause,
+                           "message": v.message, "at": iso(v.at)}
+    if v.facts is not None:
+        # Ranks the failure lines name: the culprits (and how they were found), the healthy ones, and
+        # those that timed out waiting on the others.
+        out["ranks"] = {"culprits": list(v.facts.culprits), "found_by": v.facts.found_by or None,
+                        "remote": v.facts.remote, "healthy": list(v.facts.healthy),
+                        "waiting": list(v.facts.waiting)}
+    return out
 
 
 def status_document(judgement: Judgement | None, now: float, config: Config,

@@ -503,11 +503,13 @@ class Tracker:
         if kind is EventKind.FATAL:
             self._fatal(inv, event, ts)
             return []
-        if kind is EventKind.ACTIVITY:
+        if kind in (EventKind.ACTIVITY, EventKind.PHASE_HINT):
+            # A failure's traceback keeps every line, the frames that name a phase too (crashfacts.py).
             note = inv.fatals.get(event.record_id)
             if note is not None and len(note.texts) < MAX_FATAL_TEXTS and self._keeps(inv, event.text):
                 inv.fatals[event.record_id] = replace(note, texts=note.texts + (event.text,))
-            return []
+            if kind is EventKind.ACTIVITY:
+                return []
         if event.phase is None:
             return []
         if event.phase in _UNIT_PHASES:
