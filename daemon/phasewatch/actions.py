@@ -10,12 +10,17 @@ Errors from D-Bus become `UnitError` (the daemon logs and alerts, never dies of 
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from .respond import Action, UnitStatus
+from .timerlint import UnitTimers
 
 logger = logging.getLogger(__name__)
+
+
+USEC_INFINITY = 2**64 - 1  # systemd's "infinity" for a usec property
 
 
 class UnitError(RuntimeError):
@@ -74,6 +79,25 @@ class SystemdUnit:
             self._unit = None  # reconnect next time
             raise UnitError(f"cannot read {self.name}'s state over D-Bus: {exc}") from None
 
+    def timers(self) -> UnitTimers:
+        """The unit's timers and environment (TimeoutStartUSec, Type, ExecStartPost, Environment)."""
+        try:
+            service = self._load().Service
+            usec = int(service.TimeoutStartUSec)
+            environment = {}
+            for item in service.Environment or ():
+                key, sep, value = _text(item).partition("=")
+                if sep:
+                    environment[key] = value
+            return UnitTimers(timeout_start=math.inf if usec >= USEC_INFINITY else usec / 1e6,
+                              service_type=_text(service.Type), has_exec_start_post=bool(service.ExecStartPost),
+                              environment=environment)
+        except UnitError:
+            raise
+        except Exception as exc:
+            self._unit = None
+            raise UnitError(f"cannot read {self.name}'s timers over D-Bus: {exc}") from None
+
     def load_state(self) -> str:
         """loaded, not-found, masked, error..."""
         try:
@@ -103,9 +127,13 @@ class RecordingUnit:
     status: UnitFacts
     restarts: list[str] = field(default_factory=list)
     refuse: str | None = None
+    unit_timers: UnitTimers = field(default_factory=UnitTimers)
 
     def facts(self) -> UnitFacts:
         return self.status
+
+    def timers(self) -> UnitTimers:
+        return self.unit_timers
 
     def restart(self) -> str:
         if self.refuse:

@@ -31,6 +31,8 @@ from .records import MAIN, Event, EventKind, Phase
 from .render import current_phase
 from .respond import PRIORITY, Action, BudgetState, Memory, Response, reset_budget, respond
 from .state import Saved, StateStore
+from .timerlint import TimerWarning, UnitTimers, lint
+from .timerlint import summary as lint_summary
 from .tracker import InvocationView, Snapshot, UnitState
 from .vitals import Sample, Vitals, compare, progress_events
 
@@ -52,6 +54,8 @@ class Unit(Protocol):
     def facts(self) -> UnitFacts: ...
 
     def restart(self) -> str: ...
+
+    def timers(self) -> UnitTimers: ...
 
 
 class Alerter(Protocol):
@@ -111,6 +115,8 @@ class Daemon:
         self.vitals_sample: Sample | None = None
         self.vitals: Vitals | None = None
         self.last_vitals = -math.inf
+        self.linted: set[str] = set()  # start-ups whose timers were checked (once each)
+        self.timer_warnings: list[TimerWarning] = []
 
     # -- start-up ----------------------------------------------------------------------------
     def start(self) -> None:
@@ -386,6 +392,7 @@ class Daemon:
         if current:
             self.pipeline.config = learned.config  # judged with the limits in force for this start-up
             self.eta = eta_seconds(inv, now, learned.typical)
+            self._lint_timers(inv, learned)
         verdicts = policy.evaluate(inv, now, learned.config, self.pipeline.profile)
         self._record(inv, current, now)
         if not current:
@@ -399,6 +406,27 @@ class Daemon:
         status = self._read_facts() or UnitFacts("unknown", "unknown", None)
         response = respond(verdicts, self.memory, status, now, self.config)
         self._execute(response, inv)
+
+    def _lint_timers(self, inv: InvocationView, learned: Learned) -> None:
+        """Once per start-up, when its server_args are known: warn about engine and systemd timers that
+        end a phase before phasewatch's limit does, and limits below the learned healthy duration."""
+        if inv.server is None or inv.invocation_id in self.linted or inv.state is not UnitState.STARTING:
+            return
+        self.linted.add(inv.invocation_id)
+        try:
+            timers = self.unit.timers()
+        except UnitError as exc:
+            logger.warning("[%s] timer check without the unit's settings: %s", self.config.unit, exc)
+            timers = UnitTimers()
+        self.timer_warnings = lint(learned.config, inv.server.timer_args, timers, learned.typical)
+        if self.exporter is not None:
+            self.exporter.saw_timer_warnings(self.timer_warnings)
+        if self.timer_warnings:
+            message = f"{self.config.unit}: {len(self.timer_warnings)} limit(s) will not fire as configured: " \
+                      f"{lint_summary(self.timer_warnings)}"
+            logger.warning("[%s] %s", self.config.unit, message)
+            self.alerter.alert(Action("alert", message[:4000], "timer_lint", PRIORITY["timer_lint"],
+                                      inv.invocation_id, cause=",".join(w.code for w in self.timer_warnings)))
 
     # -- learning from past start-ups -------------------------------------------------------------
     def _learned(self, inv: InvocationView) -> Learned:
@@ -527,6 +555,8 @@ class Daemon:
                            "lines_lost": inv.lines_lost})
             if self.vitals is not None:
                 status["vitals"] = {r.rank: r.text() for r in self.vitals.ranks}
+            if self.timer_warnings:
+                status["timer_warnings"] = [w.message for w in self.timer_warnings]
         status["budget"] = self.memory.budget.state.value
         status["restarted"] = sorted(self.memory.restarted)
         status["entries_rejected"] = dict(self.follower.rejected)

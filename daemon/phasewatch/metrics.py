@@ -20,7 +20,7 @@ import os
 import socket
 import sys
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -44,6 +44,7 @@ from .policy import Verdict
 from .records import MAIN, PHASE_NAMES, UNIT_PHASES, Phase
 from .render import iso, status_document
 from .respond import BudgetState, Memory
+from .timerlint import TimerWarning
 from .tracker import InvocationView, ServerInfo, Snapshot, UnitState
 from .vitals import Vitals
 from .vitals import document as vitals_document
@@ -166,6 +167,7 @@ class Exporter:
         self._probes = Probes()
         self._probe_lock = threading.Lock()
         self._vitals: Vitals | None = None  # replaced whole by the daemon, read by the server threads
+        self._timer_warnings: list[str] = []  # replaced whole, like _vitals
         self.registry.register(_Collector(self))
 
     # -- fed by the daemon (main thread) -------------------------------------------------------
@@ -177,6 +179,10 @@ class Exporter:
             self._verdict_keys[verdict.key] = verdict.invocation_id
             label = (verdict.kind, verdict.phase or "")
             self._verdicts[label] = self._verdicts.get(label, 0) + 1
+
+    def saw_timer_warnings(self, warnings: Sequence[TimerWarning]) -> None:
+        """The current start-up's timer warnings (timerlint.py), shown in `/status`."""
+        self._timer_warnings = [w.message for w in warnings]
 
     def saw_vitals(self, vitals: Vitals | None) -> None:
         """The latest signs of life of the ranks (None: not sampling, the start-up is over)."""
@@ -266,6 +272,7 @@ class Exporter:
                                     "limits": limits, "degraded": dict(published.degraded),
                                     "daemon": daemon_identity()})
         document["vitals"] = vitals_document(self._vitals, now)
+        document["timer_warnings"] = list(self._timer_warnings)
         return document
 
     def collect(self) -> Iterator[Metric]:

@@ -19,7 +19,7 @@ FAILURE_KINDS = frozenset({"stalled", "straggler", "rank_died", "crashed"})
 CRASH_SETTLE = 5.0  # seconds between a crash verdict and a restart decision about it
 # syslog priorities
 PRIORITY = {"stalled": 4, "straggler": 4, "lines_lost": 4, "unhealthy": 4, "rank_died": 3, "crashed": 3,
-            "gave_up": 2, "restart_failed": 3, "state_degraded": 3}
+            "gave_up": 2, "restart_failed": 3, "state_degraded": 3, "timer_lint": 4}
 # journal MESSAGE_IDs, one per kind (docs: units/phasewatch.catalog)
 MESSAGE_IDS = {
     "stalled": "8d4c3f6b2a1e4e0f9b7d5c3a1f2e4d60",
@@ -31,6 +31,7 @@ MESSAGE_IDS = {
     "gave_up": "8d4c3f6b2a1e4e0f9b7d5c3a1f2e4d66",
     "restart_failed": "8d4c3f6b2a1e4e0f9b7d5c3a1f2e4d67",
     "state_degraded": "8d4c3f6b2a1e4e0f9b7d5c3a1f2e4d7a",  # not a verdict: the state directory failed
+    "timer_lint": "8d4c3f6b2a1e4e0f9b7d5c3a1f2e4d7b",  # not a verdict: a timer pre-empts a limit
 }
 
 

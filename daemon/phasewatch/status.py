@@ -22,9 +22,19 @@ from typing import Any, Callable, TextIO
 import httpx
 
 from .config import Config, format_duration, shown
-from .current import CurrentStartup, NoSuchUnit, StartPoint, find_start, resolve_config, unit_name, warn
+from .current import (
+    CurrentStartup,
+    NoSuchUnit,
+    StartPoint,
+    find_start,
+    resolve_config,
+    unit_name,
+    unit_timers,
+    warn,
+)
 from .follow import JournalFollower
 from .render import clock_text, json_text, status_document, terminal_safe
+from .timerlint import UnitTimers, lint
 
 EXIT_READY, EXIT_STARTING, EXIT_FAILING, EXIT_UNKNOWN, EXIT_FOREIGN = 0, 1, 2, 3, 4
 FAILING_VERDICTS = frozenset({"stalled", "straggler", "crashed", "rank_died", "unhealthy"})
@@ -97,6 +107,7 @@ class StatusSource:
         self.start: StartPoint | None = None
         self.startup: CurrentStartup | None = None
         self.follower: JournalFollower | None = None
+        self.linted: tuple[str, list[str]] | None = None  # (invocation, timer warnings): D-Bus asked once
 
     def document(self) -> dict[str, Any]:
         if self.ask:
@@ -113,8 +124,15 @@ class StatusSource:
             self.startup = CurrentStartup(self.config, self.follower, self.start, follow_restarts=True)
         self.startup.read(now)
         judgement = self.startup.judgement(now)
-        extra = {"source": "journal", "active_state": self.start.active_state if self.start else None,
-                 "daemon": None}
+        extra: dict[str, Any] = {"source": "journal",
+                                 "active_state": self.start.active_state if self.start else None, "daemon": None}
+        inv = judgement.invocation if judgement is not None else None
+        if inv is not None and inv.server is not None:
+            if self.linted is None or self.linted[0] != inv.invocation_id:
+                self.linted = (inv.invocation_id, [w.message for w in lint(
+                    self.config, inv.server.timer_args, unit_timers(self.config.unit) if self.directory is None
+                    else UnitTimers())])
+            extra["timer_warnings"] = self.linted[1]
         return status_document(judgement, now, self.config, None, extra)
 
     def close(self) -> None:
@@ -245,6 +263,10 @@ def render_table(document: dict[str, Any], listen: str | None = None) -> str:
         out.append("")
         out.append("verdicts:" if verdicts else "verdicts: none")
         out.extend(f"  {v.get('kind')}: {v.get('message')}" for v in verdicts)
+    warnings = document.get("timer_warnings")
+    if isinstance(warnings, list) and warnings:
+        out.append("timer warnings (an engine or systemd timer ends a phase before phasewatch's limit):")
+        out.extend(f"  {w}" for w in warnings)
     budget = document.get("restart_budget")
     if isinstance(budget, dict) and budget:
         out.append("restart budget: " + ", ".join(

@@ -31,6 +31,7 @@ MAX_RANKS = 16384
 # is an anomaly: no silent rank is expected (only ranks the journal shows are judged), and nothing
 # is allocated per claimed rank.
 MAX_EXPECTED_RANKS = 1024
+TIMER_ARGS = ("watchdog_timeout", "soft_watchdog_timeout", "dist_timeout", "disaggregation_mode")
 
 
 class UnitState(enum.Enum):
@@ -108,6 +109,7 @@ class ServerInfo:
     port: int | None = None
     cuda_graph_max_bs: str | None = None
     cuda_graph_bs: str | None = None
+    timer_args: Mapping[str, str] = field(default_factory=dict)  # the engine's timers (timerlint.py)
 
     @staticmethod
     def from_args(args: Mapping[str, str]) -> ServerInfo:
@@ -132,6 +134,7 @@ class ServerInfo:
             port=number("port", 0) or None,
             cuda_graph_max_bs=args.get("cuda_graph_max_bs"),
             cuda_graph_bs=args.get("cuda_graph_bs"),
+            timer_args={k: v[:32] for k in TIMER_ARGS if (v := args.get(k)) is not None},
         )
 
     @property
