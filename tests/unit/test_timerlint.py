@@ -8,6 +8,7 @@ import json
 import math
 from pathlib import Path
 
+from fakes import ScriptedJournal
 from phasewatch.actions import RecordingAlerter, RecordingNotifier, RecordingUnit, UnitFacts
 from phasewatch.app import Daemon
 from phasewatch.clock import FakeClock
@@ -18,8 +19,6 @@ from phasewatch.respond import MESSAGE_IDS
 from phasewatch.state import StateStore
 from phasewatch.status import render_table
 from phasewatch.timerlint import UnitTimers, engine_timers, lint
-
-from fakes import ScriptedJournal
 
 UNIT = "sglang.service"
 QUIET = Config(unit=UNIT, rank_skew=300, phases={
