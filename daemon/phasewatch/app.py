@@ -432,7 +432,7 @@ class Daemon:
     def _learned(self, inv: InvocationView) -> Learned:
         if self.history is None or inv.server is None:
             return Learned(self.config, {}, {})
-        key = fingerprint(inv.server)
+        key = fingerprint(inv.server, inv.cold)  # cold and warm start-ups learn apart
         if key not in self.learned:
             durations = {p: self.history.durations(self.config.unit, key, p.value) for p in Phase}
             silences = {p: self.history.silences(self.config.unit, key, p.value) for p in Phase}

@@ -57,6 +57,15 @@ def _quiet_since(inv: InvocationView, rank: RankView) -> float | None:
     return max(times) if times else None
 
 
+def _judged(rank: RankView) -> RankView:
+    """A rank compiling (the jit_compile sub-phase) is judged by jit_compile's limits, from the start
+    of its compile session; otherwise by its phase's."""
+    jit = rank.jit
+    if jit is None or jit.end is not None:
+        return rank
+    return replace(rank, phase=Phase.JIT_COMPILE, phase_start=jit.start, phase_ended=False)
+
+
 def _evaluated_ranks(inv: InvocationView) -> list[RankView]:
     """Schedulers during their own phases; the main process for launch (before any rank) and HTTP phases."""
     seen_schedulers = [r for r in inv.scheduler_ranks if r.seen]
@@ -67,7 +76,7 @@ def _evaluated_ranks(inv: InvocationView) -> list[RankView]:
                 out.append(rank)
         elif rank.phase not in UNIT_PHASES and (rank.seen or seen_schedulers):
             # Ranks expected but silent are judged once another rank spoke; before, the main is.
-            out.append(rank)
+            out.append(_judged(rank))
     return out
 
 
@@ -120,7 +129,7 @@ def _others(inv: InvocationView, rank: RankView, now: float) -> str:
     first_exit = _straggler_base(inv, rank)
     if first_exit is not None:
         return f"; other ranks finished it {format_duration(now - first_exit)} ago"
-    peers = inv.schedulers_in(rank.phase) - (rank.rank != MAIN)  # a scheduler does not count itself
+    peers = max(inv.schedulers_in(rank.phase) - (rank.rank != MAIN), 0)  # a scheduler does not count itself
     return f"; {peers} other rank(s) in the same phase" if peers else ""
 
 

@@ -37,6 +37,9 @@ class Phase(enum.Enum):
     WARMUP = "warmup"
     READY = "ready"
     SERVING = "serving"
+    # A sub-phase inside a rank's phase (DeepGEMM, FlashInfer, torch.compile JIT): it has its own
+    # limits, and a start-up that went through it is cold. A rank's `phase` is never jit_compile.
+    JIT_COMPILE = "jit_compile"
 
 
 PHASE_NAMES: tuple[str, ...] = tuple(p.value for p in Phase)

@@ -90,7 +90,7 @@ def _rank_json(rank: RankView) -> dict[str, Any]:
                     "desc": rank.progress.desc, "bs": rank.progress.bs, "avail_mem_gb": rank.progress.avail_mem_gb,
                     # the phase the bar was drawn in: a rank that moved on still shows its last bar
                     "phase": rank.progress_phase.value if rank.progress_phase is not None else None}
-    return {
+    out = {
         "phase": rank.phase.value,
         "phase_ended": rank.phase_ended,
         "seen": rank.seen,
@@ -98,6 +98,11 @@ def _rank_json(rank: RankView) -> dict[str, Any]:
         "last_activity": iso(rank.last_activity),
         "phases": [{"name": s.phase.value, "start": iso(s.start), "end": iso(s.end)} for s in rank.spans],
     }
+    if rank.jit is not None:
+        # The jit_compile sub-phase: from the first JIT line; `start` is the current session's.
+        out["jit_compile"] = {"in": rank.jit.parent.value, "first": iso(rank.jit.first), "start": iso(rank.jit.start),
+                              "end": iso(rank.jit.end), "compiling": rank.compiling}
+    return out
 
 
 def to_json(judgements: list[Judgement], now: float) -> dict[str, Any]:
@@ -116,6 +121,7 @@ def invocation_json(judgement: Judgement, now: float) -> dict[str, Any]:
         "judged_at": iso(now),
         "unit_state": inv.state.value,
         "lines_lost": inv.lines_lost,
+        "cold": inv.cold,
         "server": None if server is None else {
             "tp": server.tp, "dp": server.dp, "pp": server.pp, "ep": server.ep, "nnodes": server.nnodes,
             "node_rank": server.node_rank, "dp_attention": server.dp_attention,
@@ -172,6 +178,15 @@ def _cell(rank: RankView, phase: str, now: float) -> str:
     return format_duration(max(end - start, 0.0))
 
 
+def _jit_cell(rank: RankView, now: float) -> str:
+    jit = rank.jit
+    if jit is None or jit.first is None:
+        return "-" if jit is None else "?"
+    if jit.end is None:
+        return format_duration(max(now - jit.first, 0.0)) + "+"
+    return format_duration(max(jit.end - jit.first, 0.0))
+
+
 def to_table(judgements: list[Judgement], now: float) -> str:
     if not judgements:
         return "no invocations found\n"
@@ -182,15 +197,21 @@ def to_table(judgements: list[Judgement], now: float) -> str:
                   f"started {iso(inv.started_at)}, last line {iso(inv.last_ts)}")
         if inv.lines_lost:
             header += f", {inv.lines_lost} line(s) lost"
+        if inv.cold:
+            header += ", cold (JIT compiled)"
         out.append(header)
         phases = [p for p in PHASE_NAMES if any(s.phase.value == p for r in inv.ranks for s in r.spans)]
-        columns = ["RANK", "NOW", "PROGRESS", *phases]
+        jit = any(r.jit is not None for r in inv.ranks)
+        columns = ["RANK", "NOW", "PROGRESS", *phases, *(["jit_compile"] if jit else [])]
         rows = []
         for rank in inv.ranks:
             now_text = rank.phase.value + (" (done)" if rank.phase_ended else "") + ("" if rank.seen else " (silent)")
             if rank.rank == MAIN and rank.phase.value == "launch" and inv.scheduler_ranks:
                 now_text = "launch (waiting for the ranks)"
-            rows.append([rank.rank, now_text, progress_text(rank.progress), *(_cell(rank, p, now) for p in phases)])
+            if rank.compiling:
+                now_text += " + jit_compile"
+            rows.append([rank.rank, now_text, progress_text(rank.progress), *(_cell(rank, p, now) for p in phases),
+                         *([_jit_cell(rank, now)] if jit else [])])
         widths = [max(len(str(row[i])) for row in [columns, *rows]) for i in range(len(columns))]
         for row in [columns, *rows]:
             out.append("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())

@@ -40,7 +40,8 @@ def slowest_rank(record: StartupRecord) -> str | None:
 def to_json(records: Sequence[StartupRecord]) -> dict[str, Any]:
     return {"startups": [{
         "invocation_id": r.invocation_id, "started_at": _when(r.started_at) + "Z", "duration_seconds": r.duration,
-        "outcome": r.outcome, "cause": r.cause, "fingerprint": r.fingerprint, "slowest_rank": slowest_rank(r),
+        "outcome": r.outcome, "cause": r.cause, "fingerprint": r.fingerprint, "cold": r.cold,
+        "slowest_rank": slowest_rank(r),
         "phases": [{"name": p.phase, "duration_seconds": p.duration, "spread_seconds": p.spread,
                     "progress_total": p.progress_total, "max_silence_seconds": p.max_silence,
                     "slowest_rank": p.slowest_rank} for p in r.phases],

@@ -227,6 +227,8 @@ def header(document: dict[str, Any], listen: str | None = None) -> list[str]:
         detail += f", last line {_duration(now - last)} ago"
     if inv.get("lines_lost"):
         detail += f", {inv['lines_lost']} line(s) lost"
+    if inv.get("cold"):
+        detail += ", cold start (JIT compiling)"
     lines.append(f"{detail}; {where}")
     return lines
 

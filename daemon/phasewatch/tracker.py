@@ -66,6 +66,17 @@ class PhaseSpan:
 
 
 @dataclass(frozen=True)
+class JitSpan:
+    """The jit_compile sub-phase of a rank: `first` its first JIT line, `start` the current session's
+    (a new JIT line after the session ended opens another), `end` None while compiling."""
+
+    first: float | None
+    start: float | None
+    end: float | None
+    parent: Phase
+
+
+@dataclass(frozen=True)
 class RankView:
     rank: str
     phase: Phase
@@ -80,6 +91,12 @@ class RankView:
     died_pid: int | None = None
     progress_totals: Mapping[Phase, int] = field(default_factory=dict)  # the bar's total, per phase
     last_vital: float | None = None  # last sign of life outside the log (vitals.py): data taken in, a compiler ran
+    jit: JitSpan | None = None  # JIT compilation inside the current phase (the jit_compile sub-phase)
+
+    @property
+    def compiling(self) -> bool:
+        """In the jit_compile sub-phase now (judged with its limits, not the phase's)."""
+        return self.jit is not None and self.jit.end is None
 
 
 @dataclass(frozen=True)
@@ -211,6 +228,7 @@ class InvocationView:
     proof_of_life: float | None = None  # the last batch line after ready
     phase_silence: Mapping[Phase, float] = field(default_factory=dict)  # longest quiet spell per phase
     ranks_ignored: int = 0  # events of ranks past MAX_RANKS (an anomaly)
+    cold: bool = False  # a JIT compiler ran during this start-up (DeepGEMM, FlashInfer, torch.compile)
 
     # Judging asks these for every rank: each is computed once per view, in one pass over the ranks
     # (judging stays linear in ranks). The view is immutable, so the cached values stay true.
@@ -287,11 +305,24 @@ class _Rank:
     died_at: float | None = None
     died_pid: int | None = None
     progress_totals: dict[Phase, int] = field(default_factory=dict)
+    jit: JitSpan | None = None
+
+    def compile(self, ts: float | None) -> None:
+        """A JIT line: the jit_compile sub-phase starts (or goes on) inside the current phase."""
+        if self.jit is None:
+            self.jit = JitSpan(ts, ts, None, self.phase)
+        elif self.jit.end is not None:
+            self.jit = JitSpan(self.jit.first, ts, None, self.phase)
+
+    def end_compile(self, ts: float | None) -> None:
+        if self.jit is not None and self.jit.end is None:
+            self.jit = replace(self.jit, end=ts if ts is not None else self.jit.start)
 
     def entered(self, phase: Phase) -> bool:
         return any(s.phase is phase for s in self.spans)
 
     def move_to(self, phase: Phase, ts: float | None) -> None:
+        self.end_compile(ts)  # a phase line after compiling: the compiler is done
         if self.spans and self.spans[-1].end is None:
             last = self.spans[-1]
             self.spans[-1] = PhaseSpan(last.phase, last.start, ts)
@@ -300,6 +331,7 @@ class _Rank:
         self.progress, self.progress_phase = None, None
 
     def end_phase(self, ts: float | None) -> None:
+        self.end_compile(ts)
         last = self.spans[-1]
         self.spans[-1] = PhaseSpan(last.phase, last.start, ts)
         self.phase_ended = True
@@ -312,7 +344,7 @@ class _Rank:
     def view(self) -> RankView:
         return RankView(self.rank, self.phase, self.phase_start, self.phase_ended, self.progress,
                         self.progress_phase, self.last_activity, tuple(self.spans), True, self.died_at,
-                        self.died_pid, dict(self.progress_totals))
+                        self.died_pid, dict(self.progress_totals), jit=self.jit)
 
 
 @dataclass
@@ -346,6 +378,7 @@ class _Invocation:
     owners: dict[frozenset[Phase] | None, _Rank | None] = field(default_factory=dict)  # bar owner per family
     owners_layout: int = -1  # the layout `owners` was found in
     ranks_ignored: int = 0  # events of ranks past MAX_RANKS
+    cold: bool = False
 
     def view(self) -> InvocationView:
         ranks = [r.view() for r in self.ranks.values()]
@@ -366,7 +399,7 @@ class _Invocation:
                               tuple(self.fatals.values()), self.lines_lost, self.server, self.unit_result,
                               self.exit_status, self.restart_scheduled, self.stop_job, self.stopped_at,
                               self.before_stop, self.health_failures, self.health_episode, self.health_error,
-                              self.proof_of_life, dict(self.phase_silence), self.ranks_ignored)
+                              self.proof_of_life, dict(self.phase_silence), self.ranks_ignored, self.cold)
 
 
 def rank_sort_key(label: str) -> tuple[int, tuple[int, ...], str]:
@@ -481,6 +514,8 @@ class Tracker:
                     inv.health_failures += 1
                     inv.health_error = event.text
             return []
+        if event.phase is Phase.JIT_COMPILE:
+            return self._compile(inv, event, ts)
         if event.rank is None and kind is not EventKind.PROGRESS:
             if kind is EventKind.FATAL:
                 if not inv.ranks:
@@ -526,10 +561,11 @@ class Tracker:
         rank.last_activity = ts
         if ts is None or rank.rank == MAIN:
             return
-        seen = inv.phase_seen.get(rank.phase)
-        if seen is not None and ts - seen > inv.phase_silence.get(rank.phase, 0.0):
-            inv.phase_silence[rank.phase] = ts - seen
-        inv.phase_seen[rank.phase] = ts
+        phase = Phase.JIT_COMPILE if rank.jit is not None and rank.jit.end is None else rank.phase
+        seen = inv.phase_seen.get(phase)
+        if seen is not None and ts - seen > inv.phase_silence.get(phase, 0.0):
+            inv.phase_silence[phase] = ts - seen
+        inv.phase_seen[phase] = ts
 
     def _rank(self, inv: _Invocation, label: str, ts: float | None) -> _Rank:
         rank = inv.ranks.get(label)
@@ -585,11 +621,38 @@ class Tracker:
             rank.end_phase(ts)  # an end line without its begin (2024 logs, windows of a log)
         return [Transition(inv.invocation_id, rank.rank, source.value, resolved.value, ts, rule)]
 
+    def _compile(self, inv: _Invocation, event: Event, ts: float | None) -> list[Transition]:
+        """A JIT line or bar frame: its rank (an untagged one, e.g. FlashInfer's own logger: every rank
+        still in a rank phase) enters or stays in the jit_compile sub-phase; a finished bar or an end
+        line ends it. The start-up is cold."""
+        inv.cold = True
+        if event.rank is not None and event.rank != MAIN:
+            if event.rank not in inv.ranks and len(inv.ranks) >= MAX_RANKS:
+                inv.ranks_ignored += 1
+                return []
+            targets = [self._rank(inv, event.rank, ts)]
+        else:
+            targets = [r for r in inv.ranks.values() if r.rank != MAIN and r.phase not in _UNIT_PHASES]
+        progress = event.progress
+        done = event.kind is EventKind.PHASE_END or (
+            progress is not None and progress.total is not None and progress.n >= progress.total)
+        for rank in targets:
+            if rank.phase in _UNIT_PHASES:
+                continue
+            rank.compile(ts)
+            if progress is not None:
+                rank.progress, rank.progress_phase = progress, rank.phase
+            if done:
+                rank.end_compile(ts)
+            self._alive(inv, rank, ts)
+        return []
+
     def _progress(self, inv: _Invocation, event: Event, ts: float | None) -> list[Transition]:
         owner = self._rank(inv, event.rank, ts) if event.rank else self._bar_owner(inv, event.phase)
         if owner is None:
             inv.unowned_bar = replace(event, ts=ts)
             return []
+        owner.end_compile(ts)  # another bar moves: the compiler is done
         out: list[Transition] = []
         family = _family(event.phase)
         if event.phase is not None and family is not None and owner.phase not in family:
