@@ -245,13 +245,15 @@ def crash_facts(fatal_texts: Iterable[tuple[str | None, Sequence[str]]], layout:
         elif layout is not None and layout.local:
             bystanders = healthy | waiting | set(suspects)
             local = [r for r in layout.local if r not in bystanders]
-            if local:
+            if local and len(local) <= len(healthy | waiting):
+                # Most ranks reported: the few silent ones are the culprits. (With only a few reports in,
+                # the others may simply not have reported yet: no elimination.)
                 culprits, found_by = local, "elimination"
             elif suspects:
                 culprits, found_by = suspects, "suspect"
             else:
                 others = [r for r in layout.every if r not in bystanders and r not in layout.local]
-                if others:
+                if others and not local:
                     culprits, found_by, remote = others, "elimination", True
         elif suspects:
             culprits, found_by = suspects, "suspect"

@@ -35,11 +35,11 @@ class Phase(enum.Enum):
     DRAFT_CUDA_GRAPH_CAPTURE = "draft_cuda_graph_capture"
     HTTP_SERVER_START = "http_server_start"
     WARMUP = "warmup"
-    READY = "ready"
-    SERVING = "serving"
     # A sub-phase inside a rank's phase (DeepGEMM, FlashInfer, torch.compile JIT): it has its own
     # limits, and a start-up that went through it is cold. A rank's `phase` is never jit_compile.
     JIT_COMPILE = "jit_compile"
+    READY = "ready"
+    SERVING = "serving"
 
 
 PHASE_NAMES: tuple[str, ...] = tuple(p.value for p in Phase)

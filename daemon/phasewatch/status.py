@@ -125,7 +125,8 @@ class StatusSource:
         self.startup.read(now)
         judgement = self.startup.judgement(now)
         extra: dict[str, Any] = {"source": "journal",
-                                 "active_state": self.start.active_state if self.start else None, "daemon": None}
+                                 "active_state": self.start.active_state if self.start else None, "daemon": None,
+                                 "timer_warnings": []}
         inv = judgement.invocation if judgement is not None else None
         if inv is not None and inv.server is not None:
             if self.linted is None or self.linted[0] != inv.invocation_id:

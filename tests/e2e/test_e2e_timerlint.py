@@ -4,9 +4,7 @@ once, with its MESSAGE_ID."""
 
 from __future__ import annotations
 
-from e2e_env import UNIT, VENV, Scenario
-
-TIMER_LINT_ID = "8d4c3f6b2a1e4e0f9b7d5c3a1f2e4d7b"
+from e2e_env import TIMER_LINT_ID, UNIT, VENV, Scenario
 DROPIN = f"/run/systemd/system/{UNIT}.d/timers.conf"
 
 

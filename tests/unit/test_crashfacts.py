@@ -224,3 +224,11 @@ def test_a_plain_crash_has_no_rank_facts() -> None:
 def test_hostile_rank_numbers_cost_nothing(text: str) -> None:
     facts = crash_facts([("TP0", (text,))], LAYOUT4, ["TP0"])
     assert len(facts.culprits) <= 4
+
+
+def test_too_few_reports_name_nobody_by_elimination() -> None:
+    """One waiting rank of eight: the seven others may simply not have reported yet."""
+    every = tuple(f"TP{i}" for i in range(8))
+    layout = ServerRanks(tp=8, local=every, every=every)
+    facts = crash_facts([("TP5", ("[Rank 5] Watchdog caught collective operation timeout",))], layout, list(every))
+    assert facts.culprits == () and facts.waiting == ("TP5",)
