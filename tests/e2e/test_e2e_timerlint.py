@@ -5,6 +5,7 @@ once, with its MESSAGE_ID."""
 from __future__ import annotations
 
 from e2e_env import TIMER_LINT_ID, UNIT, VENV, Scenario
+
 DROPIN = f"/run/systemd/system/{UNIT}.d/timers.conf"
 
 
