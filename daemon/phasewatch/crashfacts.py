@@ -83,7 +83,8 @@ def traceback_phase(texts: Iterable[str]) -> Phase | None:
         if frame is None:
             continue
         file, func = frame.group("file"), frame.group("func")
-        if _DRAFT_FRAME.search(file.rsplit("/", 1)[-1]) or _DRAFT_FRAME.search(func):
+        # The file and its directory: `/speculative/ngram_worker.py` is a draft's too.
+        if _DRAFT_FRAME.search("/".join(file.rsplit("/", 2)[-2:])) or _DRAFT_FRAME.search(func):
             draft = True
         phase = frame_phase(file, func)
         if phase is not None:
@@ -123,8 +124,9 @@ _MENTIONS: tuple[tuple[str, re.Pattern[str], Role, bool], ...] = (
      False),
     ("gloo_barrier_peer", re.compile(r"\bmonitoredBarrier, but received errors while waiting for send/recv from "
                                      r"rank (\d{1,6})"), Role.SUSPECT, False),
-    ("nccl_watchdog", re.compile(r"\[Rank (\d{1,6})\]:? ?Watchdog caught collective operation timeout"),
-     Role.WAITING, False),
+    # torch >= 2.3 writes "[PG ID 0 PG GUID 0(default_pg) Rank 5] Watchdog caught ..."
+    ("nccl_watchdog", re.compile(r"\[(?:PG ID \d{1,9} PG GUID [^\]]{0,200}? )?Rank (\d{1,6})\]:? ?Watchdog caught "
+                                 r"collective operation timeout"), Role.WAITING, False),
     ("scheduler_died", re.compile(r"\bRank (\d{1,6}) scheduler died during initialization"), Role.CULPRIT, True),
     ("subprocess_crashed", re.compile(r"\bSubprocess scheduler_(\d{1,6}) \(pid=\d+\) crashed with exit code"),
      Role.CULPRIT, True),
@@ -193,6 +195,8 @@ def rank_label(mention: RankMention, layout: ServerRanks | None, known: Sequence
     tp-minor); without one, the known label with that TP number and the reporter's DP/PP tags."""
     number = mention.number
     reporter = mention.reporter if mention.reporter not in (None, MAIN) else None
+    if mention.role is Role.WAITING and reporter is not None:
+        return reporter  # the rank that timed out prints it; its number may be a sub-group's rank
     if layout is not None and layout.every and not mention.tp_rank and not (layout.dp > 1 and not layout.dp_attention):
         if number < len(layout.every):
             return layout.every[number]

@@ -55,6 +55,8 @@ def test_target_phases_under_a_draft_worker_are_the_drafts() -> None:
              frame("model_loader/loader.py", "load_weights")]
     assert traceback_phase(texts) is Phase.DRAFT_WEIGHT_LOAD
     assert traceback_phase([frame("speculative/eagle_worker.py", "__init__")]) is None
+    assert traceback_phase([frame("speculative/ngram_worker.py", "init_cuda_graphs")]) is \
+        Phase.DRAFT_CUDA_GRAPH_CAPTURE
 
 
 def test_frames_without_indentation_and_eaten_underscores_are_frames() -> None:
@@ -89,6 +91,17 @@ def test_ranks_in_message_text_become_facts() -> None:
                        "OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600050 ms", "TP4")
     assert [(m.number, m.role, m.seq, m.op) for m in nccl] == [(4, Role.WAITING, 7, "ALLREDUCE")]
     assert mentions_in("Rank 0 scheduler is dead. Please check if there are relevant logs.", "main") == []
+    newer = mentions_in("[PG ID 0 PG GUID 0(default_pg) Rank 5] Watchdog caught collective operation timeout: "
+                        "WorkNCCL(SeqNum=3, OpType=BROADCAST, NumelIn=1, NumelOut=1, Timeout(ms)=600000)", "TP5")
+    assert [(m.number, m.role, m.op) for m in newer] == [(5, Role.WAITING, "BROADCAST")]
+
+
+def test_a_waiting_rank_is_the_rank_that_printed_it_whatever_its_group_rank() -> None:
+    every = ("PP0 TP0", "PP0 TP1", "PP1 TP0", "PP1 TP1")
+    layout = ServerRanks(tp=2, pp=2, local=every, every=every)
+    facts = crash_facts([("PP1 TP1", ("[PG ID 3 PG GUID 5 Rank 1] Watchdog caught collective operation timeout",))],
+                        layout, list(every))
+    assert facts.waiting == ("PP1 TP1",)
 
 
 LAYOUT4 = ServerRanks(tp=4, local=("TP0", "TP1", "TP2", "TP3"), every=("TP0", "TP1", "TP2", "TP3"))
