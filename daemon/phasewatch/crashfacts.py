@@ -111,25 +111,28 @@ class RankMention:
     rule: str
     reporter: str | None
     tp_rank: bool = False  # the text says "TP rank N" (a TP rank, not a global one)
+    local: bool = False  # N indexes this node's scheduler processes (the launcher's own numbering)
     seq: int | None = None  # NCCL: the collective's sequence number and type, when given
     op: str | None = None
 
 
 _RANK_LIST = r"\d{1,6}(?:\s*,\s*\d{1,6}){0,1023}"
-_MENTIONS: tuple[tuple[str, re.Pattern[str], Role, bool], ...] = (
-    ("load_barrier_finished", re.compile(r"\bTP rank (\d{1,6}) could finish the model loading"), Role.HEALTHY, True),
+# (rule, pattern, role, numbering): "tp" a TP rank, "local" this node's scheduler index, "" a global rank
+_MENTIONS: tuple[tuple[str, re.Pattern[str], Role, str], ...] = (
+    ("load_barrier_finished", re.compile(r"\bTP rank (\d{1,6}) could finish the model loading"), Role.HEALTHY, "tp"),
     ("gloo_barrier_failed", re.compile(rf"\bRanks? ({_RANK_LIST}) failed to pass monitoredBarrier"), Role.CULPRIT,
-     False),
+     ""),
     ("gloo_barrier_reached", re.compile(r"\bRank (\d{1,6}) successfully reached monitoredBarrier"), Role.HEALTHY,
-     False),
+     ""),
     ("gloo_barrier_peer", re.compile(r"\bmonitoredBarrier, but received errors while waiting for send/recv from "
-                                     r"rank (\d{1,6})"), Role.SUSPECT, False),
+                                     r"rank (\d{1,6})"), Role.SUSPECT, ""),
     # torch >= 2.3 writes "[PG ID 0 PG GUID 0(default_pg) Rank 5] Watchdog caught ..."
     ("nccl_watchdog", re.compile(r"\[(?:PG ID \d{1,9} PG GUID [^\]]{0,200}? )?Rank (\d{1,6})\]:? ?Watchdog caught "
-                                 r"collective operation timeout"), Role.WAITING, False),
-    ("scheduler_died", re.compile(r"\bRank (\d{1,6}) scheduler died during initialization"), Role.CULPRIT, True),
+                                 r"collective operation timeout"), Role.WAITING, ""),
+    ("scheduler_died", re.compile(r"\bRank (\d{1,6}) scheduler died during initialization"), Role.CULPRIT,
+     "local"),
     ("subprocess_crashed", re.compile(r"\bSubprocess scheduler_(\d{1,6}) \(pid=\d+\) crashed with exit code"),
-     Role.CULPRIT, True),
+     Role.CULPRIT, "local"),
 )
 # The post-load barrier: whoever did not reach it was still loading weights.
 LOAD_BARRIER_RULES = frozenset({"load_barrier_finished", "gloo_barrier_failed", "gloo_barrier_reached",
@@ -140,14 +143,16 @@ _WORK_RE = re.compile(r"WorkNCCL\(SeqNum=(\d{1,12}), OpType=(\w{1,40})")
 def mentions_in(text: str, reporter: str | None) -> list[RankMention]:
     """The ranks one failure line names, and what it says of each."""
     out: list[RankMention] = []
-    for rule, pattern, role, tp in _MENTIONS:
+    for rule, pattern, role, numbering in _MENTIONS:
         for match in pattern.finditer(text):
             work = _WORK_RE.search(text) if rule == "nccl_watchdog" else None
             seq = rank_number(work.group(1)) if work else None
             for digits in re.findall(r"\d+", match.group(1)):
                 number = rank_number(digits)
                 if number is not None:
-                    out.append(RankMention(number, role, rule, reporter, tp, seq, work.group(2) if work else None))
+                    out.append(RankMention(number, role, rule, reporter, tp_rank=numbering == "tp",
+                                           local=numbering == "local", seq=seq,
+                                           op=work.group(2) if work else None))
     return out
 
 
@@ -197,6 +202,8 @@ def rank_label(mention: RankMention, layout: ServerRanks | None, known: Sequence
     reporter = mention.reporter if mention.reporter not in (None, MAIN) else None
     if mention.role is Role.WAITING and reporter is not None:
         return reporter  # the rank that timed out prints it; its number may be a sub-group's rank
+    if mention.local and layout is not None and number < len(layout.local):
+        return layout.local[number]
     if layout is not None and layout.every and not mention.tp_rank and not (layout.dp > 1 and not layout.dp_attention):
         if number < len(layout.every):
             return layout.every[number]

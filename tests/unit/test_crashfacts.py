@@ -245,3 +245,12 @@ def test_too_few_reports_name_nobody_by_elimination() -> None:
     layout = ServerRanks(tp=8, local=every, every=every)
     facts = crash_facts([("TP5", ("[Rank 5] Watchdog caught collective operation timeout",))], layout, list(every))
     assert facts.culprits == () and facts.waiting == ("TP5",)
+
+
+def test_the_launchers_scheduler_index_names_this_nodes_process() -> None:
+    local = ("DP0 TP0", "DP0 TP1", "DP1 TP0", "DP1 TP1")
+    layout = ServerRanks(tp=2, dp=2, local=local)
+    text = "RuntimeError: Rank 2 scheduler died during initialization (exit code: -9). If exit code is -9 (SIGKILL)"
+    assert crash_facts([("main", (text,))], layout, list(local)).culprits == ("DP1 TP0",)
+    text = "Subprocess scheduler_3 (pid=4711) crashed with exit code -6. Triggering SIGQUIT for cleanup..."
+    assert crash_facts([("main", (text,))], layout, list(local)).culprits == ("DP1 TP1",)
