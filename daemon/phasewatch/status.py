@@ -189,6 +189,9 @@ def _phase_text(label: str, rank: dict[str, Any], schedulers: bool) -> str:
         return "launch (waiting for the ranks)"
     if not rank.get("seen", True):
         return f"{phase} (silent)"
+    jit = rank.get("jit_compile")
+    if isinstance(jit, dict) and jit.get("compiling"):
+        return f"{phase} + jit_compile"
     return phase + (" (done)" if rank.get("phase_ended") else "")
 
 

@@ -137,6 +137,16 @@ def test_the_daemon_warns_once_per_start_up_with_its_message_id(tmp_path: Path) 
     assert len(alerter.sent) == 1  # once per start-up
 
 
+def test_status_shows_a_compiling_rank_and_the_cold_start() -> None:
+    rank = {"phase": "weight_load", "phase_ended": False, "seen": True, "progress": None, "quiet_seconds": 3.0,
+            "jit_compile": {"in": "weight_load", "compiling": True}}
+    document = {"unit": UNIT, "now": "2026-02-22T23:52:00.000Z", "timer_warnings": [],
+                "invocation": {"invocation_id": "x", "outcome": "starting", "phase": "weight_load", "cold": True,
+                               "started_at": "2026-02-22T23:50:00.000Z", "ranks": {"TP0": rank}, "verdicts": []}}
+    text = render_table(document)
+    assert "weight_load + jit_compile" in text and "cold start (JIT compiling)" in text
+
+
 def test_status_shows_the_timer_warnings() -> None:
     document = {"unit": UNIT, "invocation": None, "active_state": "activating",
                 "timer_warnings": ["rank_skew 10m is longer than SGLang's post-load barrier"]}
