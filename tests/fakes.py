@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 
-from phasewatch.follow import APPEND
 from phasewatch.records import JournalRecord
+from phasewatch.sources.follow import APPEND
 
 
 class ScriptedJournal:

@@ -19,20 +19,29 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from fakes import ScriptedJournal
-from phasewatch import tracker
-from phasewatch.actions import RecordingAlerter, RecordingNotifier, RecordingUnit, UnitFacts
 from phasewatch.app import Daemon
-from phasewatch.cli import EX_CONFIG, main
+from phasewatch.cli import main
 from phasewatch.clock import FakeClock
 from phasewatch.config import Config
-from phasewatch.events import MAX_PATTERN_REPEAT, load_builtin_profile, pattern_view
-from phasewatch.formats import parse_source
-from phasewatch.lines import _RANK_MEMO, MAX_STREAMS, RANK_MEMO_KEY_CHARS, LineSplitter, canonical_rank, parse_progress
+from phasewatch.errors import EX_CONFIG
 from phasewatch.pipeline import Pipeline
-from phasewatch.procs import ProcessTable
+from phasewatch.profile import MAX_PATTERN_REPEAT, load_builtin_profile
 from phasewatch.records import JournalRecord
-from phasewatch.state import StateStore
-from phasewatch.tracker import MAX_EXPECTED_RANKS, ServerInfo
+from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier, RecordingUnit, UnitFacts
+from phasewatch.sinks.state import StateStore
+from phasewatch.sources.formats import parse_source
+from phasewatch.sources.procs import ProcessTable
+from phasewatch.stages import tracker
+from phasewatch.stages.events import pattern_view
+from phasewatch.stages.lines import (
+    _RANK_MEMO,
+    MAX_STREAMS,
+    RANK_MEMO_KEY_CHARS,
+    LineSplitter,
+    canonical_rank,
+    parse_progress,
+)
+from phasewatch.stages.snapshot import MAX_EXPECTED_RANKS, ServerInfo
 
 INV = "0123456789abcdef0123456789abcdef"
 T0 = 1_800_000_000.0

@@ -17,8 +17,9 @@ from sglang_sim import Faults, build, journal_json
 
 from journal_dirs import write_journal
 from phasewatch.cli import main
+from phasewatch.commands.status import ask_daemon, exit_status, render_table, status_url, watch
 from phasewatch.config import Config, load_config
-from phasewatch.status import ForeignDaemon, ask_daemon, exit_status, render_table, status_url, watch
+from phasewatch.errors import ForeignDaemon
 
 UNIT = "sglang-kimi.service"
 DAEMON_INVOCATION = "0f1e2d3c4b5a69788796a5b4c3d2e1f0"
@@ -324,6 +325,6 @@ def test_watch_on_a_terminal_redraws(capsys: pytest.CaptureFixture[str]) -> None
 
 
 def test_default_config_is_the_units() -> None:
-    from phasewatch.current import resolve_config
+    from phasewatch.sources.current import resolve_config
 
     assert resolve_config(UNIT, None) == Config(unit=UNIT)

@@ -14,8 +14,10 @@ from sglang_sim import Faults, build, journal_json
 from journal_dirs import write_journal
 from phasewatch.cli import main
 from phasewatch.clock import FakeClock
+from phasewatch.commands.waitready import ReadyWaiter, rank_list
 from phasewatch.config import Config, parse_config
-from phasewatch.current import (
+from phasewatch.records import MID_STARTED, MID_STOPPED, MID_STOPPING
+from phasewatch.sources.current import (
     MID_STARTING,
     CurrentStartup,
     StartPoint,
@@ -23,9 +25,7 @@ from phasewatch.current import (
     journal_start,
     wait_for_journal,
 )
-from phasewatch.follow import JournalFollower
-from phasewatch.records import MID_STARTED, MID_STOPPED, MID_STOPPING
-from phasewatch.waitready import ReadyWaiter, rank_list
+from phasewatch.sources.follow import JournalFollower
 
 UNIT = "sglang-kimi.service"
 INVOCATION = "5e1f3c9a0b7d4e21a6c8f00d1e2b3c4d"
@@ -195,7 +195,7 @@ def test_a_started_entry_without_its_starting_entry(tmp_path: Path) -> None:
 
 
 def test_dbus_facts_come_first(tmp_path: Path) -> None:
-    from phasewatch.actions import UnitFacts
+    from phasewatch.sinks.actions import UnitFacts
 
     facts = UnitFacts("activating", "start-post", INVOCATION, started_at=BASE + 3)
     assert find_start(UNIT, None, lambda unit: facts) == StartPoint(BASE + 2, INVOCATION, "dbus", "activating")
@@ -209,7 +209,7 @@ def test_rank_list() -> None:
 
 def test_inside_the_unit_its_own_invocation_id_is_the_target(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """ExecStartPost= without D-Bus: $INVOCATION_ID, when /proc/self/cgroup says we run in the unit."""
-    import phasewatch.current as current
+    import phasewatch.sources.current as current
 
     cgroup = tmp_path / "cgroup"
     cgroup.write_text(f"0::/system.slice/{UNIT}\n")

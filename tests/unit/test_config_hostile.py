@@ -12,8 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from phasewatch.cli import EX_CONFIG, main
-from phasewatch.config import MAX_DEPTH, SHOWN_CHARS, ConfigError, load_config, parse_config, parse_duration
+from phasewatch.cli import main
+from phasewatch.config import load_config, parse_config
+from phasewatch.config_file import MAX_DEPTH
+from phasewatch.durations import SHOWN_CHARS, parse_duration
+from phasewatch.errors import EX_CONFIG, ConfigError
 
 FILE = "/etc/phasewatch/sglang-kimi.yaml"  # only a name for messages
 REPO = Path(__file__).resolve().parents[2]

@@ -6,7 +6,10 @@ from __future__ import annotations
 import pytest
 
 from phasewatch.config import Config
-from phasewatch.crashfacts import (
+from phasewatch.pipeline import Pipeline
+from phasewatch.records import Phase
+from phasewatch.sources.formats import parse_source
+from phasewatch.stages.crashfacts import (
     CrashFacts,
     Role,
     ServerRanks,
@@ -14,10 +17,7 @@ from phasewatch.crashfacts import (
     mentions_in,
     traceback_phase,
 )
-from phasewatch.formats import parse_source
-from phasewatch.pipeline import Pipeline
-from phasewatch.policy import Verdict
-from phasewatch.records import Phase
+from phasewatch.stages.policy import Verdict
 
 SGL = "/sgl-workspace/sglang/python/sglang/srt"
 

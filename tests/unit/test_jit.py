@@ -8,13 +8,13 @@ from dataclasses import replace
 from pathlib import Path
 
 from phasewatch.config import DEFAULT_LIMITS, Config, PhaseLimits, load_config
-from phasewatch.formats import parse_source
-from phasewatch.history import History, fingerprint, summarize
-from phasewatch.learn import eta_seconds
 from phasewatch.pipeline import Judgement, Pipeline
 from phasewatch.records import Phase
 from phasewatch.render import invocation_json, to_table
-from phasewatch.tracker import InvocationView
+from phasewatch.sinks.history import History, fingerprint, summarize
+from phasewatch.sources.formats import parse_source
+from phasewatch.stages.learn import eta_seconds
+from phasewatch.stages.snapshot import InvocationView
 
 ARGS = "[2026-02-22 23:50:00] server_args=ServerArgs(model_path='deepseek-ai/DeepSeek-V3', tp_size=2, port=30000)"
 LOADED = [ARGS] + [f"[2026-02-22 23:50:0{i} TP{i}] Load weight end. type=DeepseekV3ForCausalLM, avail mem=40 GB"

@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 from sglang_sim import Faults, build, journal_json
 
-from phasewatch import policy
 from phasewatch.config import Adaptive, Config
-from phasewatch.history import History, StartupRecord, summarize
-from phasewatch.learn import adapted, eta_seconds, limits_in_force, typical_durations
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import Phase, record_from_fields
-from phasewatch.tracker import InvocationView
+from phasewatch.sinks.history import History, StartupRecord, summarize
+from phasewatch.stages import policy
+from phasewatch.stages.learn import adapted, eta_seconds, limits_in_force, typical_durations
+from phasewatch.stages.snapshot import InvocationView
 
 UNIT = "sglang-kimi.service"
 BASE = 1_800_000_000.0
@@ -219,7 +219,7 @@ def test_history_survives_kill_9_mid_write(tmp_path: Path, records: list[Startup
     writer = subprocess.Popen([sys.executable, "-c", f"""
 import sys, pickle, dataclasses
 sys.path.insert(0, {str(Path(__file__).resolve().parents[2] / "daemon")!r})
-from phasewatch.history import History
+from phasewatch.sinks.history import History
 record = pickle.loads(sys.stdin.buffer.read())
 history = History({str(path)!r})
 print("ready", flush=True)
@@ -284,8 +284,8 @@ def test_limits_in_force_and_eta_are_exported(history: History, records: list[St
     from prometheus_client import CollectorRegistry
 
     from phasewatch.clock import FakeClock
-    from phasewatch.metrics import Exporter
-    from phasewatch.respond import Memory
+    from phasewatch.sinks.metrics import Exporter
+    from phasewatch.stages.respond import Memory
 
     config = learned(history, records[0].fingerprint)
     pipeline = run(90, Faults(hang={3: "draft_cuda_graph_capture"}), config)

@@ -42,16 +42,19 @@ from test_policy import (
 )
 
 from fakes import ScriptedJournal
-from phasewatch import __version__, policy
-from phasewatch.actions import RecordingAlerter, RecordingNotifier, RecordingUnit, UnitFacts
+from phasewatch import __version__
 from phasewatch.app import Daemon
 from phasewatch.clock import FakeClock
 from phasewatch.config import DEFAULT_LIMITS, VERDICT_KINDS, Config, PhaseLimits, RestartBudget
-from phasewatch.metrics import PHASE_BUCKETS, Exporter, parse_listen, serve
-from phasewatch.procs import ProcessTable
 from phasewatch.records import MAIN, PHASE_NAMES, JournalRecord, Phase
-from phasewatch.respond import Budget, BudgetState, Memory
-from phasewatch.state import StateStore
+from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier, RecordingUnit, UnitFacts
+from phasewatch.sinks.http import parse_listen, serve
+from phasewatch.sinks.metric_families import PHASE_BUCKETS
+from phasewatch.sinks.metrics import Exporter
+from phasewatch.sinks.state import StateStore
+from phasewatch.sources.procs import ProcessTable
+from phasewatch.stages import policy
+from phasewatch.stages.respond import Budget, BudgetState, Memory
 
 RANKS = (MAIN, *TP8)
 
@@ -424,7 +427,7 @@ def test_bind_failure_is_logged_and_the_daemon_runs_on(m: Fixture, caplog: pytes
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        with caplog.at_level(logging.ERROR, logger="phasewatch.metrics"):
+        with caplog.at_level(logging.ERROR, logger="phasewatch.sinks.http"):
             assert serve(f"127.0.0.1:{port}", m.exporter) is None
     assert f"cannot listen on 127.0.0.1:{port}" in caplog.text
     assert "running without /metrics and /status" in caplog.text
@@ -478,7 +481,7 @@ def test_promtool_accepts_the_exposition(stage: str) -> None:
 
 
 def test_vitals_families_per_rank_while_sampled(m: Fixture) -> None:
-    from phasewatch.vitals import ProcessSample, Sample, compare
+    from phasewatch.stages.vitals import ProcessSample, Sample, compare
 
     def tp(pid: int, label: str, faults: int, rchar: int | None) -> ProcessSample:
         return ProcessSample(pid, 1, "python3", label, faults, 0, 0, rchar, 0 if rchar is not None else None)

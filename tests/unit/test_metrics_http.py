@@ -14,10 +14,11 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client import CollectorRegistry
 
-from phasewatch import metrics
 from phasewatch.clock import FakeClock
 from phasewatch.config import Config
-from phasewatch.metrics import Exporter, MetricsServer, serve
+from phasewatch.sinks import http as metrics
+from phasewatch.sinks.http import MetricsServer, serve
+from phasewatch.sinks.metrics import Exporter
 
 UNIT = "sglang-kimi.service"
 
@@ -62,7 +63,7 @@ def test_slow_client_times_out(server: MetricsServer) -> None:
 
 def test_connection_reset_is_counted_not_traced(server: MetricsServer, capfd: pytest.CaptureFixture[str],
                                                 caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.DEBUG, logger="phasewatch.metrics"):
+    with caplog.at_level(logging.DEBUG, logger="phasewatch.sinks.http"):
         for _ in range(3):
             rude = socket.create_connection(("127.0.0.1", server.address[1]), timeout=5)
             rude.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")  # headers not finished

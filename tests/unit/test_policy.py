@@ -11,11 +11,9 @@ import time
 
 import pytest
 
-from phasewatch import policy
 from phasewatch.clock import FakeClock
 from phasewatch.config import DEFAULT_LIMITS, Config, PhaseLimits
 from phasewatch.pipeline import Pipeline
-from phasewatch.policy import ECHO_GRACE, next_deadline
 from phasewatch.records import (
     MAIN,
     MID_FAILED,
@@ -27,7 +25,9 @@ from phasewatch.records import (
     JournalRecord,
     Phase,
 )
-from phasewatch.tracker import InvocationView
+from phasewatch.stages import policy
+from phasewatch.stages.policy import ECHO_GRACE, next_deadline
+from phasewatch.stages.snapshot import InvocationView
 
 INV = "6f1c0c3a9a2b4e53a0f1d2c3b4a59687"
 T0 = 1771804502.0  # 2026-02-22 23:55:02 UTC

@@ -14,7 +14,7 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from phasewatch.config import Config
-from phasewatch.metrics import Exporter
+from phasewatch.sinks.metrics import Exporter
 
 RULES_DIR = Path(__file__).resolve().parents[2] / "config" / "prometheus"
 RULES = RULES_DIR / "phasewatch-rules.yml"

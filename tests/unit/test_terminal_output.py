@@ -14,10 +14,11 @@ import pytest
 from sglang_sim import build, journal_json
 
 from journal_dirs import write_journal
-from phasewatch.cli import EX_OK, main
-from phasewatch.logs import TaggedLine
+from phasewatch.cli import main
+from phasewatch.commands.logs import TaggedLine
+from phasewatch.commands.status import render_table
+from phasewatch.errors import EX_OK
 from phasewatch.render import MAX_TS, clock_text, iso, json_text, terminal_safe
-from phasewatch.status import render_table
 
 UNIT = "sglang-kimi.service"
 HOSTILE = "bell\x07 back\x08\x08 title\x1b]0;owned\x07 csi\x1b[2J c1-csi\x9b2J nel\x85 del\x7f cr\rend"

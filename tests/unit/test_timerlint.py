@@ -9,16 +9,16 @@ import math
 from pathlib import Path
 
 from fakes import ScriptedJournal
-from phasewatch.actions import RecordingAlerter, RecordingNotifier, RecordingUnit, UnitFacts
 from phasewatch.app import Daemon
 from phasewatch.clock import FakeClock
+from phasewatch.commands.status import render_table
 from phasewatch.config import DEFAULT_LIMITS, Config, PhaseLimits
-from phasewatch.procs import ProcessTable
 from phasewatch.records import JournalRecord, Phase
-from phasewatch.respond import MESSAGE_IDS
-from phasewatch.state import StateStore
-from phasewatch.status import render_table
-from phasewatch.timerlint import UnitTimers, engine_timers, lint
+from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier, RecordingUnit, UnitFacts
+from phasewatch.sinks.state import StateStore
+from phasewatch.sources.procs import ProcessTable
+from phasewatch.stages.respond import MESSAGE_IDS
+from phasewatch.stages.timerlint import UnitTimers, engine_timers, lint
 
 UNIT = "sglang.service"
 QUIET = Config(unit=UNIT, rank_skew=300, phases={

@@ -20,16 +20,12 @@ from sglang_sim import Faults, build, journal_json
 
 from fakes import ScriptedJournal
 from journal_dirs import write_journal
-from phasewatch.actions import RecordingAlerter, RecordingNotifier, RecordingUnit, UnitFacts
 from phasewatch.app import Daemon
 from phasewatch.cli import main
 from phasewatch.clock import FakeClock
+from phasewatch.commands.waitready import ReadyWaiter
 from phasewatch.config import Config, parse_config
-from phasewatch.current import CurrentStartup, find_start
-from phasewatch.follow import JournalFollower
-from phasewatch.metrics import Exporter
 from phasewatch.pipeline import Pipeline
-from phasewatch.procs import ProcessTable
 from phasewatch.records import (
     MID_STARTED,
     MID_STOPPING,
@@ -37,15 +33,19 @@ from phasewatch.records import (
     JournalRecord,
     record_from_fields,
 )
-from phasewatch.respond import Memory
-from phasewatch.state import StateStore
+from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier, RecordingUnit, UnitFacts
+from phasewatch.sinks.metrics import Exporter
+from phasewatch.sinks.state import StateStore
+from phasewatch.sources.current import CurrentStartup, find_start
+from phasewatch.sources.follow import JournalFollower
+from phasewatch.sources.procs import ProcessTable
+from phasewatch.stages.respond import Memory
 from phasewatch.trust import (
     LIFECYCLE_NOT_FROM_PID1,
     LINE_NOT_FROM_UNIT,
     SUPPRESSION_NOT_FROM_JOURNALD,
     rejection,
 )
-from phasewatch.waitready import ReadyWaiter
 
 UNIT = "sglang-kimi.service"
 INVOCATION = "5e1f3c9a0b7d4e21a6c8f00d1e2b3c4d"

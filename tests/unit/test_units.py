@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from phasewatch.cli import EX_CONFIG
 from phasewatch.config import load_config
-from phasewatch.respond import MESSAGE_IDS
+from phasewatch.errors import EX_CONFIG
+from phasewatch.records import AlertKind, MessageId, VerdictKind
+from phasewatch.stages.respond import MESSAGE_IDS, PRIORITY
 
 REPO = Path(__file__).resolve().parents[2]
 UNITS = REPO / "units"
@@ -35,6 +36,23 @@ def test_catalog_has_one_entry_per_message_id_and_nothing_else() -> None:
         headers = entry.strip().split("\n\n", 1)[0]
         assert re.search(r"^Subject: .+", headers, flags=re.M)
         assert re.search(r"^Defined-By: phasewatch$", headers, flags=re.M)
+
+
+@pytest.mark.parametrize("kind", [*VerdictKind, *AlertKind], ids=str)
+def test_every_kind_end_to_end_kind_message_id_catalog_docs(kind: str) -> None:
+    """A kind of alert has its MESSAGE_ID (records.MessageId), the alert carries it, the catalog
+    explains it, and docs/operations.md lists it with that id."""
+    message_id = MessageId[kind.upper()]
+    assert MESSAGE_IDS[kind] == message_id and kind in PRIORITY
+    catalog = (UNITS / "phasewatch.catalog").read_text()
+    entry = re.search(rf"^-- {message_id}$\n(.*?)(?=^-- |\Z)", catalog, flags=re.M | re.S)
+    assert entry is not None and re.search(r"^Subject: .+", entry.group(1), flags=re.M)
+    operations = (REPO / "docs" / "operations.md").read_text()
+    assert re.search(rf"^\| {kind} \| `{message_id}` \| {PRIORITY[kind]} ", operations, flags=re.M), kind
+
+
+def test_message_ids_name_every_kind_and_nothing_else() -> None:
+    assert {m.name.lower() for m in MessageId} == {*VerdictKind, *AlertKind}
 
 
 def test_daemon_unit_does_not_retry_a_config_error() -> None:
