@@ -42,11 +42,12 @@ def document(outcome: str, verdicts: list[dict[str, Any]] | None = None, unit: s
     ranks["TP0"]["progress"] = {"n": 7, "total": 23, "percent": 30, "desc": "Capturing batches (bs=64)", "bs": 64,
                                 "avail_mem_gb": 20.1, "phase": phase}
     budget = {"state": "armed", "remaining": 3, "window_seconds": 21600.0}
-    return {"unit": unit, "now": "2026-11-30T08:20:00.000Z", "restart_budget": budget,
+    return {"unit": unit, "now": "2026-11-30T08:20:00.000Z", "restart_budget": budget, "timer_warnings": [],
             "daemon": {"invocation_id": DAEMON_INVOCATION, "pid": 4242},
             "invocation": {"invocation_id": "5e1f3c9a0b7d4e21a6c8f00d1e2b3c4d", "outcome": outcome, "phase": phase,
                            "started_at": "2026-11-30T08:00:00.000Z", "last_line_at": "2026-11-30T08:19:58.000Z",
                            "judged_at": "2026-11-30T08:20:00.000Z", "unit_state": "starting", "lines_lost": 0,
+                           "cold": False,
                            "server": None, "ranks": ranks, "verdicts": verdicts or [], "elapsed_seconds": 1200.0}}
 
 
