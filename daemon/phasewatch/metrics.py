@@ -123,6 +123,7 @@ class Published:
     entries: int = 0
     lines_lost: int = 0
     verdicts: Mapping[tuple[str, str], int] = field(default_factory=dict)  # (kind, phase) -> count
+    verdicts_seen: Mapping[tuple[str, str, str], float] = field(default_factory=dict)  # (kind, rank, phase) -> when
     restarts: Mapping[str, int] = field(default_factory=dict)  # reason (verdict kind) -> count
     phase_durations: Mapping[str, Histogram] = field(default_factory=dict)
     startup_durations: Histogram = Histogram(STARTUP_BUCKETS)
@@ -150,6 +151,7 @@ class Exporter:
         self._verdicts: dict[tuple[str, str], int] = {
             (kind, phase): 0 for kind in VERDICT_KINDS for phase in (("",) if kind == "lines_lost" else PHASE_NAMES)}
         self._verdict_keys: dict[tuple[Any, ...], str] = {}  # key -> invocation: each counted once
+        self._verdicts_seen: dict[tuple[str, str, str], float] = {}  # (kind, rank, phase) -> last seen
         self._restarts: dict[str, int] = dict.fromkeys(VERDICT_KINDS, 0)
         self._phase_durations = {p.value: Histogram(PHASE_BUCKETS) for p in TIMED_PHASES}
         self._startup_durations = Histogram(STARTUP_BUCKETS)
@@ -172,11 +174,16 @@ class Exporter:
     def saw_verdicts(self, verdicts: Iterable[Verdict]) -> None:
         """Counts each verdict once, when its key is first seen."""
         for verdict in verdicts:
+            self._saw_verdict(verdict, verdict.at)
             if verdict.key in self._verdict_keys:
                 continue
             self._verdict_keys[verdict.key] = verdict.invocation_id
             label = (verdict.kind, verdict.phase or "")
             self._verdicts[label] = self._verdicts.get(label, 0) + 1
+
+    def _saw_verdict(self, verdict: Verdict, when: float) -> None:
+        label = (verdict.kind, verdict.rank or "", verdict.phase or "")
+        self._verdicts_seen[label] = max(self._verdicts_seen.get(label, when), when)
 
     def saw_vitals(self, vitals: Vitals | None) -> None:
         """The latest signs of life of the ranks (None: not sampling, the start-up is over)."""
@@ -207,6 +214,8 @@ class Exporter:
         self._observe(snapshot)
         current = snapshot.current
         judgement = pipeline.judge(now, Snapshot((current,)))[0] if current is not None else None
+        for verdict in judgement.verdicts if judgement is not None else ():
+            self._saw_verdict(verdict, now)  # a standing verdict stays recent
         self._published = self._freeze(Published(now, current, judgement, BudgetView.of(memory, now, self.config),
                                                  self._server, pipeline.entries, judged_with=pipeline.config,
                                                  limit_reasons=dict(limit_reasons or {}), eta=eta))
@@ -214,6 +223,7 @@ class Exporter:
     def _freeze(self, published: Published) -> Published:
         return Published(published.now, published.invocation, published.judgement, published.budget,
                          published.server, published.entries, self._lines_lost, dict(self._verdicts),
+                         dict(self._verdicts_seen),
                          dict(self._restarts), dict(self._phase_durations), self._startup_durations,
                          published.judged_with, published.limit_reasons, published.eta, dict(self._rejected),
                          dict(self._degraded))
@@ -401,6 +411,10 @@ def families(published: Published, probes: Probes, now: float, config: Config) -
     verdicts = counter("phasewatch_verdicts", "Verdicts, each counted once when first seen", ["kind", "phase"])
     for (kind, phase_name), count in sorted(published.verdicts.items()):
         verdicts.add_metric([unit, kind, phase_name], float(count))
+    seen = gauge("phasewatch_verdict_seen_timestamp_seconds", "Unix time a verdict of this kind for this rank "
+                 "and phase was last seen (first judged, or still held)", ["kind", "rank", "phase"])
+    for (kind, rank_label, phase_name), when in sorted(published.verdicts_seen.items()):
+        seen.add_metric([unit, kind, rank_label, phase_name], when)
     restarts = counter("phasewatch_restarts", "Restarts of the unit phasewatch asked systemd for, by the verdict "
                        "that caused them", ["reason"])
     for reason, count in sorted(published.restarts.items()):
