@@ -125,6 +125,69 @@ CREATE TABLE IF NOT EXISTS phases (
 CREATE INDEX IF NOT EXISTS phases_by_startup ON phases(startup);
 CREATE INDEX IF NOT EXISTS startups_by_unit ON startups(unit, fingerprint, started_at);
 """
+# The schema's version, in the file's `PRAGMA user_version`. 0: a file of a phasewatch from before
+# versioning (the tables above, unstamped). Each migration takes a file from version n-1 to n inside
+# one transaction; a file newer than SCHEMA_VERSION is never written, moved or migrated back.
+SCHEMA_VERSION = 1
+COLUMNS = {"startups": {"id", "unit", "invocation", "fingerprint", "started_at", "ended_at", "outcome", "cause",
+                        "spans", "verdicts"},
+           "phases": {"startup", "phase", "duration", "spread", "progress_total", "max_silence", "slowest_rank"}}
+
+
+def _migrate_unversioned(db: sqlite3.Connection) -> None:
+    """0 -> 1: the unversioned tables are version 1's; check that they are, then stamp the file."""
+    for table, wanted in COLUMNS.items():
+        have = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+        if have and not wanted <= have:
+            raise _QuickCheckFailed(f"table {table} lacks columns {sorted(wanted - have)}")
+
+
+MIGRATIONS = {1: _migrate_unversioned}  # version reached -> step
+
+
+class HistoryTooNew(Exception):
+    """The file was written by a newer phasewatch: read or written by this one, it would be misread or
+    clobbered, so it is left alone."""
+
+    def __init__(self, path: Path, version: int) -> None:
+        super().__init__(f"{path} has history schema version {version}, newer than this phasewatch's "
+                         f"{SCHEMA_VERSION} (written by a newer phasewatch): left as it is; upgrade phasewatch "
+                         "to use it, or move it away to start a new history")
+        self.version = version
+
+
+def _schema_version(db: sqlite3.Connection) -> int:
+    version: int = db.execute("PRAGMA user_version").fetchone()[0]
+    return version
+
+
+def _migrate(db: sqlite3.Connection, path: Path) -> None:
+    """Bring a writable file to SCHEMA_VERSION: create a new one, or migrate an older one step by step."""
+    version = _schema_version(db)
+    if version > SCHEMA_VERSION:
+        raise HistoryTooNew(path, version)
+    if version == SCHEMA_VERSION:
+        db.executescript(SCHEMA)
+        return
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        for target in range(version + 1, SCHEMA_VERSION + 1):
+            MIGRATIONS[target](db)
+        for statement in SCHEMA.split(";"):
+            if statement.strip():
+                db.execute(statement)
+        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        db.execute("COMMIT")
+    except BaseException:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        raise
+    if version > 0 or _had_rows(db):
+        logger.info("history %s: schema migrated from version %d to %d", path, version, SCHEMA_VERSION)
+
+
+def _had_rows(db: sqlite3.Connection) -> bool:
+    return db.execute("SELECT count(*) FROM startups").fetchone()[0] > 0
 
 
 class HistoryUnreadable(ValueError):
@@ -167,6 +230,8 @@ class History:
             return db
         except OSError as exc:
             return self._in_memory(f"cannot open {self.path}: {exc}")
+        except HistoryTooNew as exc:
+            return self._in_memory(str(exc))  # neither moved aside nor written: it is not broken
         except sqlite3.Error as exc:
             if not _corrupt(exc):
                 return self._in_memory(f"cannot open {self.path}: {exc}")
@@ -192,10 +257,13 @@ class History:
     def _connect(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.path, isolation_level=None, timeout=5)
         try:
+            version = _schema_version(db)  # before anything is written to the file
+            if version > SCHEMA_VERSION:
+                raise HistoryTooNew(self.path, version)
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=FULL")
             db.execute("PRAGMA foreign_keys=ON")
-            db.executescript(SCHEMA)
+            _migrate(db, self.path)
         except BaseException:
             db.close()
             raise
@@ -216,12 +284,17 @@ class History:
                 continue
             try:
                 _check(db)
-                return db
+                version = _schema_version(db)
             except sqlite3.Error as exc:
                 db.close()
                 errors.append(str(exc))
                 if _corrupt(exc):
                     break
+                continue
+            if version > SCHEMA_VERSION:
+                db.close()
+                raise HistoryUnreadable(str(HistoryTooNew(self.path, version)))
+            return db  # an older version is read as it is (migrated by the daemon, not here)
         raise HistoryUnreadable(f"{self.path}: not a readable history ({'; '.join(errors)})")
 
     def _in_memory(self, reason: str) -> sqlite3.Connection:
@@ -247,6 +320,7 @@ class History:
                 pass
         memory.execute("PRAGMA foreign_keys=ON")
         memory.executescript(SCHEMA)
+        memory.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         logger.warning("history degraded: %s; start-ups are kept in memory until phasewatch restarts (%s)",
                        reason, "past start-ups copied" if copied else "past start-ups not available")
         return memory
