@@ -187,7 +187,8 @@ def _migrate(db: sqlite3.Connection, path: Path) -> None:
 
 
 def _had_rows(db: sqlite3.Connection) -> bool:
-    return db.execute("SELECT count(*) FROM startups").fetchone()[0] > 0
+    count: int = db.execute("SELECT count(*) FROM startups").fetchone()[0]
+    return count > 0
 
 
 class HistoryUnreadable(ValueError):
