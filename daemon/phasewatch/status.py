@@ -25,6 +25,7 @@ from .config import Config, format_duration, shown
 from .current import CurrentStartup, NoSuchUnit, StartPoint, find_start, resolve_config, unit_name, warn
 from .follow import JournalFollower
 from .render import clock_text, json_text, status_document, terminal_safe
+from .verdict_lines import VerdictLine, grouped
 
 EXIT_READY, EXIT_STARTING, EXIT_FAILING, EXIT_UNKNOWN, EXIT_FOREIGN = 0, 1, 2, 3, 4
 FAILING_VERDICTS = frozenset({"stalled", "straggler", "crashed", "rank_died", "unhealthy"})
@@ -244,7 +245,9 @@ def render_table(document: dict[str, Any], listen: str | None = None) -> str:
         out.extend(_vitals_lines(document))
         out.append("")
         out.append("verdicts:" if verdicts else "verdicts: none")
-        out.extend(f"  {v.get('kind')}: {v.get('message')}" for v in verdicts)
+        out.extend(f"  {line}" for line in grouped(
+            VerdictLine(str(v.get("kind")), v.get("rank") if isinstance(v.get("rank"), str) else None,
+                        str(v.get("message"))) for v in verdicts))
     budget = document.get("restart_budget")
     if isinstance(budget, dict) and budget:
         out.append("restart budget: " + ", ".join(
