@@ -16,12 +16,12 @@ sys.path[:0] = [str(REPO / "tools"), str(REPO / "daemon")]
 
 from sglang_sim import Faults, build, journal_json  # noqa: E402
 
+from phasewatch.commands.report import to_svg  # noqa: E402
 from phasewatch.config import Config  # noqa: E402
-from phasewatch.history import StartupRecord, summarize  # noqa: E402
 from phasewatch.pipeline import Pipeline  # noqa: E402
-from phasewatch.policy import outcome  # noqa: E402
 from phasewatch.records import record_from_fields  # noqa: E402
-from phasewatch.report import to_svg  # noqa: E402
+from phasewatch.sinks.history import StartupRecord, summarize  # noqa: E402
+from phasewatch.stages.policy import outcome  # noqa: E402
 
 UNIT = "sglang-kimi.service"
 BASE = 1_796_025_600.0  # 2026-11-30 08:00 UTC

@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 
 from phasewatch.cli import main
-from phasewatch.history import SCHEMA_VERSION, History, HistoryUnreadable, PhaseRecord, StartupRecord
+from phasewatch.errors import HistoryUnreadable
+from phasewatch.sinks.history import History, PhaseRecord, StartupRecord
+from phasewatch.sinks.history_schema import SCHEMA_VERSION
 
 UNIT = "sglang-kimi.service"
 T0 = 1_800_000_000.0
@@ -80,7 +82,7 @@ def test_a_file_from_before_versioning_is_migrated_and_read_back(tmp_path: Path,
                                                                   caplog: pytest.LogCaptureFixture) -> None:
     path = unversioned_file(tmp_path / "h.sqlite3")
     assert version_of(path) == 0
-    caplog.set_level(logging.INFO, logger="phasewatch.history")
+    caplog.set_level(logging.INFO, logger="phasewatch.sinks")
     history = History(path)
     assert history.degraded is None
     assert version_of(path) == SCHEMA_VERSION

@@ -4,8 +4,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from phasewatch import lines as lines_module
-from phasewatch.lines import (
+from phasewatch.records import JournalRecord, Line, LineKind, Progress
+from phasewatch.stages import lines as lines_module
+from phasewatch.stages.lines import (
     SEGMENT_SPLIT_RE,
     LineSplitter,
     canonical_rank,
@@ -14,7 +15,6 @@ from phasewatch.lines import (
     parse_progress,
     strip_ansi,
 )
-from phasewatch.records import JournalRecord, Line, LineKind, Progress
 
 T_2359_15 = 1771804755.0  # 2026-02-22 23:59:15 UTC (prefix times carry no zone; read as UTC)
 T_2356_09 = 1771804569.0  # 2026-02-22 23:56:09 UTC

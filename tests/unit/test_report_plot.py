@@ -1,20 +1,16 @@
 """`phasewatch report --plot`: every panel on one time axis with round ticks, verdict marks labelled
-(ranks marked alike share one label), the title clear of the first caption; the README's PNG is the
-SVG the code draws now, rendered."""
+(ranks marked alike share one label), the title clear of the first caption. The README's picture:
+tests/integration/test_report_plot_render.py."""
 
 from __future__ import annotations
 
-import re
-import shutil
-import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 
-from phasewatch.history import PhaseRecord, StartupRecord
-from phasewatch.report import LABEL_CHAR, MAX_TICKS, ROUND_STEPS, WIDTH, time_axis, to_svg
+from phasewatch.commands.report import LABEL_CHAR, MAX_TICKS, ROUND_STEPS, WIDTH, time_axis, to_svg
+from phasewatch.sinks.history import PhaseRecord, StartupRecord
 
 REPO = Path(__file__).resolve().parents[2]
 SVG_NS = {"s": "http://www.w3.org/2000/svg"}
@@ -94,25 +90,3 @@ def test_verdict_marks_are_labelled_and_ranks_alike_share_one_label() -> None:
 def test_no_start_ups_still_draws_a_picture() -> None:
     root = parse(to_svg([], "t"))
     assert texts(root, "panel")[0].text == "no start-ups recorded yet"
-
-
-def test_the_readme_shows_the_png_of_the_svg_the_code_draws_now(tmp_path: Path) -> None:
-    readme = (REPO / "README.md").read_text()
-    assert "docs/images/report-example.png" in readme and "docs/images/report-example.svg" in readme
-    committed = (REPO / "docs" / "images" / "report-example.svg").read_text()
-    drawn = tmp_path / "drawn.svg"
-    subprocess.run([sys.executable, str(REPO / "tools" / "report_example.py"), str(drawn)], check=True, timeout=300,
-                   capture_output=True)
-    assert drawn.read_text() == committed, \
-        "docs/images/report-example.svg is stale: run tools/report_example.py and rsvg-convert (see its docstring)"
-    png = (REPO / "docs" / "images" / "report-example.png").read_bytes()
-    assert png[:8] == b"\x89PNG\r\n\x1a\n"
-    width, height = int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
-    size = re.search(r'width="(\d+)" height="(\d+)"', committed)
-    assert size is not None and (width, height) == (int(size.group(1)), int(size.group(2)))
-    if shutil.which("rsvg-convert") is None:
-        pytest.skip("rsvg-convert not installed (apt-get install librsvg2-bin): the PNG was not re-rendered")
-    rendered = tmp_path / "again.png"
-    subprocess.run(["rsvg-convert", str(REPO / "docs" / "images" / "report-example.svg"), "-o", str(rendered)],
-                   check=True, timeout=60)
-    assert rendered.read_bytes()[16:24] == png[16:24]

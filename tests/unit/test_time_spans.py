@@ -1,18 +1,13 @@
 """systemd time spans (`45min`, `1h 30min`, `2h30m`, `1d 2h`) are accepted wherever phasewatch takes a
-duration: the config's limits, `replay --now +SPAN`, `logs --since SPAN`, `wait-ready --timeout SPAN`."""
+duration: the config's limits, `logs --since SPAN`; `replay --now +SPAN` and `wait-ready --timeout SPAN`
+over journal files in tests/integration/test_time_spans_journal.py."""
 
 from __future__ import annotations
 
-import time
-from pathlib import Path
-
 import pytest
-from sglang_sim import build, journal_json
 
-from journal_dirs import write_journal
-from phasewatch.cli import main
+from phasewatch.commands.logs import parse_since
 from phasewatch.config import parse_config
-from phasewatch.logs import parse_since
 from phasewatch.records import Phase
 
 UNIT = "sglang-kimi.service"
@@ -39,15 +34,3 @@ def test_a_bad_span_in_the_config_names_key_and_line() -> None:
 def test_logs_since_takes_a_span_ago() -> None:
     assert parse_since("45min", now=10_000.0) == 10_000.0 - 2700
     assert parse_since("1h 30min", now=10_000.0) == 10_000.0 - 5400
-
-
-def test_replay_now_and_wait_ready_timeout_take_spans(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    ago = time.time() - 3600
-    healthy = write_journal(tmp_path / "healthy", journal_json(build(), base=ago, unit=UNIT))
-    assert main(["wait-ready", UNIT, "--directory", str(healthy), "--timeout", "1min 30s"]) == 0
-    capsys.readouterr()
-    log = Path(__file__).resolve().parents[1] / "golden" / "corpus" / "008-sglang-pd-decode-stuck-in-dist-init.log"
-    assert main(["replay", str(log), "--json", "--now", "+1h 30min"]) == 0
-    later = capsys.readouterr().out
-    assert main(["replay", str(log), "--json", "--now", "+90m"]) == 0
-    assert capsys.readouterr().out == later

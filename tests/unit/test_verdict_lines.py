@@ -10,8 +10,8 @@ import pytest
 from sglang_sim import Faults, build, journal_json
 
 from phasewatch.cli import main
-from phasewatch.status import render_table
-from phasewatch.verdict_lines import VerdictLine, grouped, rank_ranges
+from phasewatch.commands.status import render_table
+from phasewatch.stages.verdict_lines import VerdictLine, grouped, rank_ranges
 
 UNIT = "sglang-kimi.service"
 
