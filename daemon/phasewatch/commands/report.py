@@ -13,6 +13,7 @@ from typing import Any, Sequence
 from ..durations import format_duration
 from ..records import PHASE_NAMES
 from ..sinks.history import StartupRecord
+from ..stages.timestamps import is_dated
 from ..stages.verdict_lines import rank_ranges
 
 COLOURS = {
@@ -23,6 +24,8 @@ COLOURS = {
 
 
 def _when(ts: float) -> str:
+    if not is_dated(ts):
+        return "no date"  # a start-up learned from an undated log: never shown as 1970
     return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
 
 
