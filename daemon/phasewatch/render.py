@@ -22,6 +22,7 @@ from .records import MAIN, PHASE_NAMES, Progress
 from .stages.policy import Verdict
 from .stages.snapshot import InvocationView, RankView
 from .stages.timestamps import is_dated
+from .stages.verdict_lines import VerdictLine, grouped
 
 # C0 controls except tab (ESC, BEL, backspace, CR, ...), DEL and C1 (CSI U+009B, OSC U+009D, ...).
 _CONTROL_RE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
@@ -253,7 +254,8 @@ def to_table(judgements: list[Judgement], now: float, timeless: bool = False) ->
             out.append("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
         if judgement.verdicts:
             out.append("verdicts:")
-            out.extend(f"  {v.kind}: {v.message}" for v in judgement.verdicts)
+            out.extend(f"  {line}" for line in grouped(VerdictLine(v.kind, v.rank, v.message)
+                                                       for v in judgement.verdicts))
         else:
             out.append("verdicts: none")
         if inv.anomalies:

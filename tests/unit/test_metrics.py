@@ -236,6 +236,28 @@ def test_verdicts_are_counted_once_per_key_and_shown_while_held() -> None:
     assert m.value("phasewatch_verdicts_total", kind="lines_lost", phase="") == 0
 
 
+def test_verdict_seen_keeps_rank_and_phase_and_stays_recent_while_held() -> None:
+    m = stalled_journal()
+    verdicts = m.journal.verdicts()
+    m.exporter.saw_verdicts(verdicts)
+    first = {v.rank: v.at for v in verdicts}
+    assert m.value("phasewatch_verdict_seen_timestamp_seconds", kind="stalled", rank="TP3",
+                   phase="draft_cuda_graph_capture") is None  # nothing published yet
+    m.publish()
+    held_at = m.value("phasewatch_verdict_seen_timestamp_seconds", kind="stalled", rank="TP3",
+                      phase="draft_cuda_graph_capture")
+    assert held_at is not None and held_at >= first["TP3"]
+    m.journal.wait(30)
+    m.exporter.saw_verdicts(m.journal.verdicts())
+    m.publish()  # still held: refreshed to the time of this step
+    later = m.value("phasewatch_verdict_seen_timestamp_seconds", kind="stalled", rank="TP3",
+                    phase="draft_cuda_graph_capture")
+    assert later is not None and later >= held_at + 30
+    assert {r for r in (f"TP{i}" for i in range(8))
+            if m.value("phasewatch_verdict_seen_timestamp_seconds", kind="stalled", rank=r,
+                       phase="draft_cuda_graph_capture") is not None} == {f"TP{i}" for i in range(8)}
+
+
 def test_restarts_and_the_budget(m: MetricsFixture) -> None:
     config = replace(m.journal.config, restart_budget=RestartBudget(max=3, window=3600, backoff=60))
     m = MetricsFixture(config)

@@ -1,10 +1,12 @@
-"""Past start-ups of a unit: a table, JSON, and an SVG timeline (ranks x time, phases as coloured
-bars, verdicts marked). Pure: history records in, text out. The SVG is written by hand: one small
-file, no plotting stack."""
+"""Past start-ups of a unit: a table, JSON, and an SVG timeline (ranks x time on one shared axis,
+phases as coloured bars, verdicts as labelled marks). Pure: history records in, text out. The SVG is
+written by hand: one small file, no plotting stack."""
 
 from __future__ import annotations
 
 import datetime as dt
+import math
+import re
 from html import escape
 from typing import Any, Sequence
 
@@ -12,6 +14,7 @@ from ..durations import format_duration
 from ..records import PHASE_NAMES
 from ..sinks.history import StartupRecord
 from ..stages.timestamps import is_dated
+from ..stages.verdict_lines import rank_ranges
 
 COLOURS = {
     "launch": "#c7c7c7", "dist_init": "#9467bd", "weight_load": "#1f77b4", "kv_cache_alloc": "#17becf",
@@ -69,58 +72,110 @@ def to_table(records: Sequence[StartupRecord]) -> str:
     return "\n".join(lines) + "\n"
 
 
+# Tick steps a reader can add up at a glance.
+ROUND_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1200, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
+MAX_TICKS = 8
+# Layout of the picture, in pixels.
+WIDTH, LEFT, RIGHT, ROW, TITLE_Y, FIRST_TOP, PANEL_GAP = 1100, 90, 20, 16, 24, 64, 48
+LABEL_CHAR = 6.2  # average advance of a 10 px DejaVu Sans character, to keep labels inside the picture
+
+
+def time_axis(longest: float) -> tuple[float, list[float]]:
+    """The axis shared by every panel: its length and round ticks (0, 1m, 2m, ...), at most MAX_TICKS
+    steps, covering `longest` seconds."""
+    longest = max(longest, 1.0)
+    step = next((s for s in ROUND_STEPS if longest / s <= MAX_TICKS), None)
+    if step is None:  # longer than MAX_TICKS days: whole days
+        step = ROUND_STEPS[-1] * math.ceil(longest / ROUND_STEPS[-1] / MAX_TICKS)
+    steps = math.ceil(longest / step - 1e-9)
+    return steps * step, [float(n * step) for n in range(steps + 1)]
+
+
+def _rank_order(rank: str) -> tuple[bool, list[int]]:
+    return rank != "main", [int(n) for n in re.findall(r"\d+", rank)]
+
+
+def _verdict_label(kind: str, phase: str | None) -> str:
+    return f"{kind} in {phase}" if phase else kind
+
+
 def to_svg(records: Sequence[StartupRecord], title: str) -> str:
-    """One panel per start-up: a row per rank, time left to right, phases as bars, verdicts as marks."""
-    width, left, right, row, gap = 1100, 90, 20, 16, 46
+    """One panel per start-up, all on one time axis (seconds since each start-up began, round ticks):
+    a row per rank, phases as bars, verdicts as labelled marks."""
+    end, ticks = time_axis(max((r.duration for r in records), default=1.0))
+    scale = (WIDTH - LEFT - RIGHT) / end
     panels = []
-    y = 40
+    top = FIRST_TOP
     for record in records:
-        ranks = sorted(record.spans, key=lambda r: (r != "main", int("".join(c for c in r if c.isdigit()) or 0)))
-        span = max(record.duration, 1.0)
-        scale = (width - left - right) / span
-        parts = [f'<text x="{left}" y="{y - 8}" class="panel">{escape(_when(record.started_at))} UTC: '
+        ranks = sorted(record.spans, key=_rank_order) or ["main"]
+        bottom = top + len(ranks) * ROW
+        parts = [f'<text x="{LEFT}" y="{top - 10}" class="panel">{escape(_when(record.started_at))} UTC: '
                  f'{escape(record.outcome)}{" (" + escape(record.cause) + ")" if record.cause else ""}, '
-                 f'{escape(format_duration(record.duration))}</text>']
+                 f'took {escape(format_duration(record.duration))}</text>']
+        for tick in ticks:
+            x = LEFT + tick * scale
+            parts.append(f'<line x1="{x:.1f}" y1="{top}" x2="{x:.1f}" y2="{bottom + 4}" class="grid"/>')
+            parts.append(f'<text x="{x:.1f}" y="{bottom + 15}" class="tick">'
+                         f'{escape(format_duration(tick) if tick else "0")}</text>')
         for index, rank in enumerate(ranks):
-            top = y + index * row
-            parts.append(f'<text x="{left - 6}" y="{top + row - 4}" class="rank">{escape(rank)}</text>')
-            for phase, start, end in record.spans[rank]:
+            row_top = top + index * ROW
+            parts.append(f'<text x="{LEFT - 6}" y="{row_top + ROW - 4}" class="rank">{escape(rank)}</text>')
+            for phase, start, stop in record.spans.get(rank, []):
                 if start is None:
                     continue
-                stop = end if end is not None else record.ended_at
-                x = left + (start - record.started_at) * scale
+                stop = stop if stop is not None else record.ended_at
+                x = LEFT + (start - record.started_at) * scale
                 w = max((stop - start) * scale, 1.0)
-                parts.append(f'<rect x="{x:.1f}" y="{top + 2}" width="{w:.1f}" height="{row - 4}" '
+                parts.append(f'<rect x="{x:.1f}" y="{row_top + 2}" width="{w:.1f}" height="{ROW - 4}" '
                              f'fill="{COLOURS.get(phase, "#999")}"><title>{escape(rank)} {escape(phase)}: '
                              f'{escape(format_duration(stop - start))}</title></rect>')
-        for kind, who, _phase, at in record.verdicts:
+        # Ranks marked alike at the same moment (8 ranks stalled in one phase) share one label.
+        marks: dict[tuple[str, int], tuple[float, list[tuple[int, str]]]] = {}
+        for kind, who, where, at in record.verdicts:
             index = ranks.index(who) if who in ranks else 0
-            x = left + (at - record.started_at) * scale
-            top = y + index * row
-            parts.append(f'<path d="M{x:.1f},{top + row / 2:.1f} l6,-6 l0,12 z" fill="#d62728">'
-                         f'<title>{escape(kind)} {escape(who or "")}</title></path>')
-        axis_y = y + len(ranks) * row + 4
-        for tick in range(0, 6):
-            seconds = span * tick / 5
-            x = left + seconds * scale
-            parts.append(f'<line x1="{x:.1f}" y1="{axis_y}" x2="{x:.1f}" y2="{axis_y + 4}" stroke="#444"/>')
-            parts.append(f'<text x="{x:.1f}" y="{axis_y + 15}" class="tick">{escape(format_duration(seconds))}</text>')
+            x = LEFT + (at - record.started_at) * scale
+            _, rows = marks.setdefault((_verdict_label(kind, where), round(x / 3)), (x, []))
+            if index not in (i for i, _ in rows):
+                rows.append((index, who or ""))
+        for (label, _), (x, rows) in marks.items():
+            for index, who in rows:
+                middle = top + index * ROW + ROW / 2
+                parts.append(f'<path d="M{x:.1f},{middle:.1f} l6,-6 l0,12 z" class="verdict">'
+                             f'<title>{escape(label)} ({escape(who)})</title></path>')
+            indexes = sorted(i for i, _ in rows)
+            if len(rows) > 1:
+                label = f"{rank_ranges([ranks[i] for i in indexes])}: {label}"
+            middle = top + (indexes[0] + indexes[-1] + 1) * ROW / 2
+            # The label goes right of the marks, or left of them where it would leave the picture.
+            fits = x + 10 + len(label) * LABEL_CHAR <= WIDTH - 2
+            lx, anchor = (x + 9, "start") if fits else (x - 3, "end")
+            parts.append(f'<text x="{lx:.1f}" y="{middle + 3.5:.1f}" text-anchor="{anchor}" class="mark">'
+                         f'{escape(label)}</text>')
         panels.append("\n".join(parts))
-        y = axis_y + 20 + gap
-    legend_y = y - gap + 10
-    legend = []
+        top = bottom + 20 + PANEL_GAP
+    if not records:
+        panels.append(f'<text x="{LEFT}" y="{FIRST_TOP}" class="panel">no start-ups recorded yet</text>')
+        top = FIRST_TOP + PANEL_GAP
+    axis_y = top - PANEL_GAP + 14
+    legend = [f'<text x="{LEFT}" y="{axis_y}" class="legend">time since each start-up began; bars: phases of each '
+              "rank; marks: verdicts</text>"]
+    legend_y = axis_y + 12
     for index, phase in enumerate(p for p in PHASE_NAMES if p not in ("serving",)):
-        x = left + (index % 5) * 200
+        x = LEFT + (index % 5) * 200
         ly = legend_y + (index // 5) * 16
         legend.append(f'<rect x="{x}" y="{ly}" width="12" height="10" fill="{COLOURS[phase]}"/>'
                       f'<text x="{x + 16}" y="{ly + 9}" class="legend">{phase}</text>')
-    legend.append(f'<path d="M{left + 1000 - 200},{legend_y + 37} l6,-6 l0,12 z" fill="#d62728"/>'
-                  f'<text x="{left + 1000 - 188}" y="{legend_y + 41}" class="legend">verdict</text>')
-    height = legend_y + 60
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-            f'viewBox="0 0 {width} {height}" font-family="DejaVu Sans, sans-serif">\n'
+    vx, vy = LEFT + 2 * 200, legend_y + 2 * 16
+    legend.append(f'<path d="M{vx},{vy + 5} l6,-6 l0,12 z" class="verdict"/>'
+                  f'<text x="{vx + 16}" y="{vy + 9}" class="legend">verdict</text>')
+    height = legend_y + 3 * 16 + 8
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" '
+            f'viewBox="0 0 {WIDTH} {height}" font-family="DejaVu Sans, sans-serif">\n'
             "<style>.panel{font-size:13px;fill:#222}.rank{font-size:11px;text-anchor:end;fill:#333}"
             ".tick{font-size:10px;text-anchor:middle;fill:#444}.legend{font-size:11px;fill:#333}"
-            ".title{font-size:15px;font-weight:bold}</style>\n"
-            f'<rect width="100%" height="100%" fill="white"/>\n<text x="{left}" y="20" class="title">'
+            ".title{font-size:15px;font-weight:bold}.grid{stroke:#ddd;stroke-width:1}"
+            ".verdict{fill:#d62728;stroke:white;stroke-width:0.8}"
+            ".mark{font-size:10px;fill:#a00;font-weight:bold;paint-order:stroke;stroke:white;stroke-width:3px}"
+            "</style>\n"
+            f'<rect width="100%" height="100%" fill="white"/>\n<text x="{LEFT}" y="{TITLE_Y}" class="title">'
             f"{escape(title)}</text>\n" + "\n".join(panels) + "\n" + "\n".join(legend) + "\n</svg>\n")

@@ -29,6 +29,7 @@ from ..render import clock_text, json_text, status_document, terminal_safe
 from ..sources.current import CurrentStartup, StartPoint, find_start, resolve_config, unit_name, unit_timers, warn
 from ..sources.follow import JournalFollower
 from ..stages.timerlint import UnitTimers, lint
+from ..stages.verdict_lines import VerdictLine, grouped
 
 EXIT_READY, EXIT_STARTING, EXIT_FAILING, EXIT_UNKNOWN, EXIT_FOREIGN = 0, 1, 2, 3, 4
 FAILING_VERDICTS = FAILING
@@ -261,7 +262,9 @@ def render_table(document: dict[str, Any], listen: str | None = None) -> str:
         out.extend(_vitals_lines(document))
         out.append("")
         out.append("verdicts:" if verdicts else "verdicts: none")
-        out.extend(f"  {v.get('kind')}: {v.get('message')}" for v in verdicts)
+        out.extend(f"  {line}" for line in grouped(
+            VerdictLine(str(v.get("kind")), v.get("rank") if isinstance(v.get("rank"), str) else None,
+                        str(v.get("message"))) for v in verdicts))
     warnings = document.get("timer_warnings")
     if isinstance(warnings, list) and warnings:
         out.append("timer warnings (an engine or systemd timer ends a phase before phasewatch's limit):")

@@ -26,6 +26,7 @@ from ..errors import HistoryUnreadable
 from ..records import MAIN, PHASE_NAMES, Phase
 from ..stages.snapshot import InvocationView, ServerInfo
 from ..stages.timestamps import is_dated
+from .history_schema import SCHEMA, SCHEMA_VERSION, HistoryTooNew, MalformedHistory, migrate, schema_version
 
 logger = logging.getLogger(__name__)
 KEEP = 500  # start-ups kept per unit
@@ -118,53 +119,19 @@ def summarize(unit: str, inv: InvocationView, outcome: str, cause: str | None, e
                          cause, tuple(phases), spans_by_rank, tuple(verdicts))
 
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS startups (
-    id INTEGER PRIMARY KEY,
-    unit TEXT NOT NULL,
-    invocation TEXT NOT NULL,
-    fingerprint TEXT NOT NULL,
-    started_at REAL NOT NULL,
-    ended_at REAL NOT NULL,
-    outcome TEXT NOT NULL,
-    cause TEXT,
-    spans TEXT NOT NULL,
-    verdicts TEXT NOT NULL,
-    UNIQUE (unit, invocation)
-);
-CREATE TABLE IF NOT EXISTS phases (
-    startup INTEGER NOT NULL REFERENCES startups(id) ON DELETE CASCADE,
-    phase TEXT NOT NULL,
-    duration REAL NOT NULL,
-    spread REAL NOT NULL,
-    progress_total INTEGER,
-    max_silence REAL NOT NULL,
-    slowest_rank TEXT
-);
-CREATE INDEX IF NOT EXISTS phases_by_startup ON phases(startup);
-CREATE INDEX IF NOT EXISTS startups_by_unit ON startups(unit, fingerprint, started_at);
-"""
-
-
-
-
 def _corrupt(exc: sqlite3.Error) -> bool:
     """The file itself is bad (not a database, malformed), as opposed to the host failing to write it
     (disk full, read-only, permissions, I/O): only the first may be moved aside."""
-    if isinstance(exc, _QuickCheckFailed):
+    if isinstance(exc, MalformedHistory):
         return True
     code = getattr(exc, "sqlite_errorcode", None)
     return code is not None and code & 0xFF in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
 
 
-class _QuickCheckFailed(sqlite3.DatabaseError):
-    pass
-
-
 def _check(db: sqlite3.Connection) -> None:
     db.execute("SELECT count(*) FROM startups").fetchone()
     if db.execute("PRAGMA quick_check").fetchone()[0] != "ok":
-        raise _QuickCheckFailed("quick_check failed")
+        raise MalformedHistory("quick_check failed")
 
 
 class History:
@@ -184,6 +151,8 @@ class History:
             return db
         except OSError as exc:
             return self._in_memory(f"cannot open {self.path}: {exc}")
+        except HistoryTooNew as exc:
+            return self._in_memory(str(exc))  # neither moved aside nor written: it is not broken
         except sqlite3.Error as exc:
             if not _corrupt(exc):
                 return self._in_memory(f"cannot open {self.path}: {exc}")
@@ -209,10 +178,13 @@ class History:
     def _connect(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.path, isolation_level=None, timeout=5)
         try:
+            version = schema_version(db)  # before anything is written to the file
+            if version > SCHEMA_VERSION:
+                raise HistoryTooNew(self.path, version)
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=FULL")
             db.execute("PRAGMA foreign_keys=ON")
-            db.executescript(SCHEMA)
+            migrate(db, self.path)
         except BaseException:
             db.close()
             raise
@@ -233,12 +205,17 @@ class History:
                 continue
             try:
                 _check(db)
-                return db
+                version = schema_version(db)
             except sqlite3.Error as exc:
                 db.close()
                 errors.append(str(exc))
                 if _corrupt(exc):
                     break
+                continue
+            if version > SCHEMA_VERSION:
+                db.close()
+                raise HistoryUnreadable(str(HistoryTooNew(self.path, version)))
+            return db  # an older version is read as it is (migrated by the daemon, not here)
         raise HistoryUnreadable(f"{self.path}: not a readable history ({'; '.join(errors)})")
 
     def _in_memory(self, reason: str) -> sqlite3.Connection:
@@ -264,6 +241,7 @@ class History:
                 pass
         memory.execute("PRAGMA foreign_keys=ON")
         memory.executescript(SCHEMA)
+        memory.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         logger.warning("history degraded: %s; start-ups are kept in memory until phasewatch restarts (%s)",
                        reason, "past start-ups copied" if copied else "past start-ups not available")
         return memory

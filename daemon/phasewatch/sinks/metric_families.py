@@ -99,6 +99,7 @@ class Published:
     entries: int = 0
     lines_lost: int = 0
     verdicts: Mapping[tuple[str, str], int] = field(default_factory=dict)  # (kind, phase) -> count
+    verdicts_seen: Mapping[tuple[str, str, str], float] = field(default_factory=dict)  # (kind, rank, phase) -> when
     restarts: Mapping[str, int] = field(default_factory=dict)  # reason (verdict kind) -> count
     phase_durations: Mapping[str, Histogram] = field(default_factory=dict)
     startup_durations: Histogram = Histogram(STARTUP_BUCKETS)
@@ -215,6 +216,10 @@ def families(published: Published, probes: Probes, now: float, config: Config) -
     verdicts = counter("phasewatch_verdicts", "Verdicts, each counted once when first seen", ["kind", "phase"])
     for (kind_name, phase_name), count in sorted(published.verdicts.items()):
         verdicts.add_metric([unit, kind_name, phase_name], float(count))
+    seen = gauge("phasewatch_verdict_seen_timestamp_seconds", "Unix time a verdict of this kind for this rank "
+                 "and phase was last seen (first judged, or still held)", ["kind", "rank", "phase"])
+    for (kind_name, rank_label, phase_name), when in sorted(published.verdicts_seen.items()):
+        seen.add_metric([unit, kind_name, rank_label, phase_name], when)
     restarts = counter("phasewatch_restarts", "Restarts of the unit phasewatch asked systemd for, by the verdict "
                        "that caused them", ["reason"])
     for reason, count in sorted(published.restarts.items()):

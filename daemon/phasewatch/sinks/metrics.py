@@ -61,6 +61,7 @@ class Exporter:
         self._verdicts: dict[tuple[str, str], int] = {
             (kind, phase): 0 for kind in VERDICT_KINDS for phase in (("",) if kind == "lines_lost" else PHASE_NAMES)}
         self._verdict_keys: dict[tuple[Any, ...], str] = {}  # key -> invocation: each counted once
+        self._verdicts_seen: dict[tuple[str, str, str], float] = {}  # (kind, rank, phase) -> last seen
         self._restarts: dict[str, int] = dict.fromkeys(VERDICT_KINDS, 0)
         self._phase_durations = {p.value: Histogram(PHASE_BUCKETS) for p in TIMED_PHASES}
         self._startup_durations = Histogram(STARTUP_BUCKETS)
@@ -84,6 +85,7 @@ class Exporter:
     def saw_verdicts(self, verdicts: Iterable[Verdict]) -> None:
         """Counts each verdict once, when its key is first seen."""
         for verdict in verdicts:
+            self._saw_verdict(verdict, verdict.at)
             if verdict.key in self._verdict_keys:
                 continue
             self._verdict_keys[verdict.key] = verdict.invocation_id
@@ -93,6 +95,10 @@ class Exporter:
     def saw_timer_warnings(self, warnings: Sequence[TimerWarning]) -> None:
         """The current start-up's timer warnings (timerlint.py), shown in `/status`."""
         self._timer_warnings = [w.message for w in warnings]
+
+    def _saw_verdict(self, verdict: Verdict, when: float) -> None:
+        label = (verdict.kind, verdict.rank or "", verdict.phase or "")
+        self._verdicts_seen[label] = max(self._verdicts_seen.get(label, when), when)
 
     def saw_vitals(self, vitals: Vitals | None) -> None:
         """The latest signs of life of the ranks (None: not sampling, the start-up is over)."""
@@ -123,6 +129,8 @@ class Exporter:
         self._observe(snapshot)
         current = snapshot.current
         judgement = pipeline.judge(now, Snapshot((current,)))[0] if current is not None else None
+        for verdict in judgement.verdicts if judgement is not None else ():
+            self._saw_verdict(verdict, now)  # a standing verdict stays recent
         self._published = self._freeze(Published(now, current, judgement, BudgetView.of(memory, now, self.config),
                                                  self._server, pipeline.entries, judged_with=pipeline.config,
                                                  limit_reasons=dict(limit_reasons or {}), eta=eta))
@@ -130,6 +138,7 @@ class Exporter:
     def _freeze(self, published: Published) -> Published:
         return Published(published.now, published.invocation, published.judgement, published.budget,
                          published.server, published.entries, self._lines_lost, dict(self._verdicts),
+                         dict(self._verdicts_seen),
                          dict(self._restarts), dict(self._phase_durations), self._startup_durations,
                          published.judged_with, published.limit_reasons, published.eta, dict(self._rejected),
                          dict(self._degraded))

@@ -1,0 +1,107 @@
+"""The history file's schema and its version (SQLite `PRAGMA user_version`): the tables, the
+migrations from older versions, and the refusal of a newer one (sinks/history.py opens the file)."""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+
+class MalformedHistory(sqlite3.DatabaseError):
+    """The file is a database, but not a history phasewatch can use (failed quick_check, tables
+    without their columns): moved aside like a corrupt one."""
+
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS startups (
+    id INTEGER PRIMARY KEY,
+    unit TEXT NOT NULL,
+    invocation TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    started_at REAL NOT NULL,
+    ended_at REAL NOT NULL,
+    outcome TEXT NOT NULL,
+    cause TEXT,
+    spans TEXT NOT NULL,
+    verdicts TEXT NOT NULL,
+    UNIQUE (unit, invocation)
+);
+CREATE TABLE IF NOT EXISTS phases (
+    startup INTEGER NOT NULL REFERENCES startups(id) ON DELETE CASCADE,
+    phase TEXT NOT NULL,
+    duration REAL NOT NULL,
+    spread REAL NOT NULL,
+    progress_total INTEGER,
+    max_silence REAL NOT NULL,
+    slowest_rank TEXT
+);
+CREATE INDEX IF NOT EXISTS phases_by_startup ON phases(startup);
+CREATE INDEX IF NOT EXISTS startups_by_unit ON startups(unit, fingerprint, started_at);
+"""
+# The schema's version, in the file's `PRAGMA user_version`. 0: a file of a phasewatch from before
+# versioning (the tables above, unstamped). Each migration takes a file from version n-1 to n inside
+# one transaction; a file newer than SCHEMA_VERSION is never written, moved or migrated back.
+SCHEMA_VERSION = 1
+COLUMNS = {"startups": {"id", "unit", "invocation", "fingerprint", "started_at", "ended_at", "outcome", "cause",
+                        "spans", "verdicts"},
+           "phases": {"startup", "phase", "duration", "spread", "progress_total", "max_silence", "slowest_rank"}}
+
+
+def _migrate_unversioned(db: sqlite3.Connection) -> None:
+    """0 -> 1: the unversioned tables are version 1's; check that they are, then stamp the file."""
+    for table, wanted in COLUMNS.items():
+        have = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+        if have and not wanted <= have:
+            raise MalformedHistory(f"table {table} lacks columns {sorted(wanted - have)}")
+
+
+MIGRATIONS = {1: _migrate_unversioned}  # version reached -> step
+
+
+class HistoryTooNew(Exception):
+    """The file was written by a newer phasewatch: read or written by this one, it would be misread or
+    clobbered, so it is left alone."""
+
+    def __init__(self, path: Path, version: int) -> None:
+        super().__init__(f"{path} has history schema version {version}, newer than this phasewatch's "
+                         f"{SCHEMA_VERSION} (written by a newer phasewatch): left as it is; upgrade phasewatch "
+                         "to use it, or move it away to start a new history")
+        self.version = version
+
+
+def schema_version(db: sqlite3.Connection) -> int:
+    version: int = db.execute("PRAGMA user_version").fetchone()[0]
+    return version
+
+
+def migrate(db: sqlite3.Connection, path: Path) -> None:
+    """Bring a writable file to SCHEMA_VERSION: create a new one, or migrate an older one step by step."""
+    version = schema_version(db)
+    if version > SCHEMA_VERSION:
+        raise HistoryTooNew(path, version)
+    if version == SCHEMA_VERSION:
+        db.executescript(SCHEMA)
+        return
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        for target in range(version + 1, SCHEMA_VERSION + 1):
+            MIGRATIONS[target](db)
+        for statement in SCHEMA.split(";"):
+            if statement.strip():
+                db.execute(statement)
+        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        db.execute("COMMIT")
+    except BaseException:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        raise
+    if version > 0 or _had_rows(db):
+        logger.info("history %s: schema migrated from version %d to %d", path, version, SCHEMA_VERSION)
+
+
+def _had_rows(db: sqlite3.Connection) -> bool:
+    count: int = db.execute("SELECT count(*) FROM startups").fetchone()[0]
+    return count > 0

@@ -1,0 +1,137 @@
+"""The history's schema version (SQLite `PRAGMA user_version`): a file from before versioning is
+migrated by the daemon and read back whole; one written by a newer phasewatch is refused with a clear
+error, read-only, and never written, migrated back or moved aside."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from phasewatch.cli import main
+from phasewatch.errors import HistoryUnreadable
+from phasewatch.sinks.history import History, PhaseRecord, StartupRecord
+from phasewatch.sinks.history_schema import SCHEMA_VERSION
+
+UNIT = "sglang-kimi.service"
+T0 = 1_800_000_000.0
+
+# The tables as phasewatch wrote them before the schema had a version (user_version 0), verbatim.
+UNVERSIONED = """
+CREATE TABLE startups (id INTEGER PRIMARY KEY, unit TEXT NOT NULL, invocation TEXT NOT NULL,
+    fingerprint TEXT NOT NULL, started_at REAL NOT NULL, ended_at REAL NOT NULL, outcome TEXT NOT NULL,
+    cause TEXT, spans TEXT NOT NULL, verdicts TEXT NOT NULL, UNIQUE (unit, invocation));
+CREATE TABLE phases (startup INTEGER NOT NULL REFERENCES startups(id) ON DELETE CASCADE, phase TEXT NOT NULL,
+    duration REAL NOT NULL, spread REAL NOT NULL, progress_total INTEGER, max_silence REAL NOT NULL,
+    slowest_rank TEXT);
+CREATE INDEX phases_by_startup ON phases(startup);
+CREATE INDEX startups_by_unit ON startups(unit, fingerprint, started_at);
+"""
+
+
+def unversioned_file(path: Path) -> Path:
+    db = sqlite3.connect(path)
+    db.executescript(UNVERSIONED)
+    spans = {"TP0": [["weight_load", T0 + 10, T0 + 550]]}
+    db.execute("INSERT INTO startups VALUES (1, ?, 'inv-old', 'fp', ?, ?, 'ready', NULL, ?, ?)",
+               (UNIT, T0, T0 + 600, json.dumps(spans), json.dumps([["stalled", "TP3", "weight_load", T0 + 60]])))
+    db.execute("INSERT INTO phases VALUES (1, 'weight_load', 540.0, 4.0, 64, 30.0, 'TP3')")
+    db.commit()
+    db.close()
+    return path
+
+
+def newer_file(path: Path, version: int = SCHEMA_VERSION + 1) -> Path:
+    db = sqlite3.connect(path)
+    db.executescript("CREATE TABLE startups (id INTEGER PRIMARY KEY, unit TEXT, shape_of_the_future BLOB);"
+                     "INSERT INTO startups VALUES (1, 'sglang-kimi.service', x'00');")
+    db.execute(f"PRAGMA user_version = {version}")
+    db.commit()
+    db.close()
+    return path
+
+
+def version_of(path: Path) -> int:
+    db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    try:
+        version: int = db.execute("PRAGMA user_version").fetchone()[0]
+        return version
+    finally:
+        db.close()
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def record(n: int) -> StartupRecord:
+    return StartupRecord(UNIT, f"inv-{n}", "fp", T0 + n * 1000, T0 + n * 1000 + 600, "ready", None,
+                         (PhaseRecord("weight_load", 500.0, 1.0, 64, 10.0, "TP1"),), {}, ())
+
+
+def test_a_new_file_is_stamped_with_the_current_version(tmp_path: Path) -> None:
+    History(tmp_path / "h.sqlite3").close()
+    assert version_of(tmp_path / "h.sqlite3") == SCHEMA_VERSION >= 1
+
+
+def test_a_file_from_before_versioning_is_migrated_and_read_back(tmp_path: Path,
+                                                                  caplog: pytest.LogCaptureFixture) -> None:
+    path = unversioned_file(tmp_path / "h.sqlite3")
+    assert version_of(path) == 0
+    caplog.set_level(logging.INFO, logger="phasewatch.sinks")
+    history = History(path)
+    assert history.degraded is None
+    assert version_of(path) == SCHEMA_VERSION
+    assert f"schema migrated from version 0 to {SCHEMA_VERSION}" in caplog.text
+    [old] = history.startups(UNIT)
+    assert (old.invocation_id, old.outcome, old.duration) == ("inv-old", "ready", 600.0)
+    assert old.phases == (PhaseRecord("weight_load", 540.0, 4.0, 64, 30.0, "TP3"),)
+    assert old.spans == {"TP0": [("weight_load", T0 + 10, T0 + 550)]}
+    assert old.verdicts == (("stalled", "TP3", "weight_load", T0 + 60),)
+    assert history.add(record(1))
+    assert [r.invocation_id for r in history.startups(UNIT)] == ["inv-old", "inv-1"]
+    history.close()
+    assert not list(tmp_path.glob("*.corrupt-*"))
+    # opened again: already current, nothing to migrate
+    caplog.clear()
+    History(path).close()
+    assert "migrated" not in caplog.text
+
+
+def test_report_reads_a_file_from_before_versioning_without_changing_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = unversioned_file(tmp_path / f"{UNIT}.history.sqlite3")
+    before = digest(path)
+    assert main(["report", UNIT, "--state-dir", str(tmp_path), "--json"]) == 0
+    assert "inv-old" in capsys.readouterr().out
+    assert digest(path) == before and version_of(path) == 0
+
+
+def test_a_newer_file_is_refused_read_only_with_a_clear_error(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    path = newer_file(tmp_path / f"{UNIT}.history.sqlite3", SCHEMA_VERSION + 4)
+    before = digest(path)
+    with pytest.raises(HistoryUnreadable, match=rf"history schema version {SCHEMA_VERSION + 4}, newer than this "
+                                                 rf"phasewatch's {SCHEMA_VERSION} \(written by a newer phasewatch\)"):
+        History(path, read_only=True)
+    assert main(["report", UNIT, "--state-dir", str(tmp_path)]) == 65
+    assert "written by a newer phasewatch" in capsys.readouterr().err
+    assert digest(path) == before
+
+
+def test_the_daemon_never_clobbers_a_newer_file(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = newer_file(tmp_path / "h.sqlite3")
+    before = digest(path)
+    history = History(path)  # the daemon's open
+    assert history.degraded is not None and "newer than this phasewatch's" in history.degraded
+    assert history.startups(UNIT) == []  # nothing of the newer file is misread
+    assert history.add(record(1))  # kept in memory for this run
+    assert [r.invocation_id for r in history.startups(UNIT)] == ["inv-1"]
+    history.close()
+    assert digest(path) == before and version_of(path) == SCHEMA_VERSION + 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["h.sqlite3"]  # not moved aside, no -wal
+    assert "left as it is" in caplog.text
