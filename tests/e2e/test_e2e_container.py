@@ -1,0 +1,84 @@
+"""A container-wrapped unit: ExecStart runs a client that attaches to a server running elsewhere.
+
+`docker run --rm` (attached) is stood for by a relay: `systemd-run --pipe` starts the simulated server
+in a transient service of its own (sim-ranks.service), so its rank processes are NOT in the watched
+unit's cgroup; their output goes into a pipe that `cat`, in the watched unit, writes out as its own,
+as the docker client does. So every line reaches the journal under the watched unit and one PID
+(journald takes the PID and unit of the process that writes to the stream, so the ranks cannot simply
+inherit the unit's stdout). phasewatch must judge the start-up from the log alone, restart the watched
+unit on a stall, and never take the ranks' absence from the cgroup for their death.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from e2e_env import REPO, UNIT, VENV, Scenario, restarts_by_phasewatch
+from sandbox import Sandbox
+
+RANKS_UNIT = "sim-ranks.service"
+DROPIN = f"/run/systemd/system/{UNIT}.d/container.conf"
+# The client and what it attaches to live and die together, as `docker run --rm` and its container.
+CONTAINER_DROPIN = f"""[Service]
+ExecStartPre=-/usr/bin/systemctl stop {RANKS_UNIT}
+ExecStart=
+ExecStart=/bin/sh -c 'exec /usr/bin/systemd-run --pipe --quiet --collect --unit={RANKS_UNIT} \
+    -p KillMode=control-group -p TimeoutStopSec=5s \
+    {VENV}/bin/python {REPO}/tools/sglang_sim.py run --port 30000 ${{SIM_ARGS}} 2>&1 | /bin/cat'
+ExecStopPost=-/usr/bin/systemctl stop {RANKS_UNIT}
+"""
+
+
+@pytest.fixture
+def container(scenario: Scenario) -> Iterator[Scenario]:
+    box: Sandbox = scenario.box
+    box.write(DROPIN, CONTAINER_DROPIN)
+    box.systemctl("daemon-reload")
+    try:
+        yield scenario
+    finally:
+        box.systemctl("stop", UNIT, RANKS_UNIT, check=False)
+        box.run("rm", "-f", DROPIN, check=False)
+        box.systemctl("daemon-reload")
+
+
+def test_container_stall_gets_one_alert_and_one_restart_and_no_rank_death(container: Scenario) -> None:
+    s = container
+    s.configure("--scale 0.01 --hang TP3:draft_cuda_graph_capture",
+                phases={"draft_cuda_graph_capture": {"deadline": "6s"}})
+    s.start()
+    s.sim("--scale 0.01")  # the next start-up is a healthy one
+    status = s.box.wait_for(lambda: (st := s.status()) and len(st["restarted"]) == 1 and st, 120,
+                            "phasewatch's restart")
+    first = status["restarted"][0]
+    # The premise: every rank's line came through one PID, and no rank ran in the watched unit's cgroup.
+    begins = s.lines("Capture draft cuda graph begin")
+    assert {e["MESSAGE"].split("]")[0].rsplit(" ", 1)[-1] for e in begins} >= {f"TP{n}" for n in range(8)}
+    assert len({e["_PID"] for e in begins}) == 1
+    alerts = s.box.wait_for(s.alerts, 10, "the alert")
+    [alert] = alerts
+    assert (alert["PHASEWATCH_VERDICT"], alert["PHASEWATCH_RANK"], alert["PHASEWATCH_PHASE"]) == (
+        "stalled", "TP3", "draft_cuda_graph_capture")
+    assert alert["PHASEWATCH_INVOCATION"] == first
+    s.box.wait_for(lambda: restarts_by_phasewatch(s), 10, "the restart job")
+    status = s.wait_state("ready", timeout=120)
+    assert status["invocation_id"] != first
+    assert status["ranks"] == {"main": "ready", **{f"TP{n}": "ready" for n in range(8)}}
+    assert len(restarts_by_phasewatch(s)) == 1
+    assert [a["PHASEWATCH_VERDICT"] for a in s.alerts()] == ["stalled"]  # no rank_died, no crash
+    cgroup = s.unit("ControlGroup")["ControlGroup"]
+    procs = s.box.read(f"/sys/fs/cgroup{cgroup}/cgroup.procs") or ""
+    titles = [s.box.read(f"/proc/{pid}/cmdline") or "" for pid in procs.split()]
+    assert titles and not any(t.startswith("sglang::scheduler") for t in titles)
+
+
+def test_container_crash_is_judged_from_the_log(container: Scenario) -> None:
+    s = container
+    s.configure("--scale 0.01 --exception TP4:cuda_graph_capture", actions={"crashed": ["alert"]})
+    s.start()
+    [alert] = s.box.wait_for(lambda: [a for a in s.alerts() if a["PHASEWATCH_VERDICT"] == "crashed"],
+                             90, "the crashed alert")
+    assert (alert["PHASEWATCH_RANK"], alert["PHASEWATCH_PHASE"], alert["PHASEWATCH_CAUSE"]) == (
+        "TP4", "cuda_graph_capture", "cuda_error")
+    assert [a["PHASEWATCH_VERDICT"] for a in s.alerts()] == ["crashed"]  # the others' exits: no rank_died
