@@ -66,10 +66,11 @@ def worker_lines(rank: int) -> list[Line]:
         (60.0, "jit_compile", "Compiling a graph for dynamic shape takes 10.84 s"),
         (68.0, "jit_compile", "torch.compile takes 17.05 s in total"),
         (72.0, "kv_cache_alloc", "Available KV cache memory: 40.12 GiB"),
-        (76.0, "cuda_graph_capture", "Capturing CUDA graphs (mixed prefill-decode, PIECEWISE): "
-                                     "  0%|          | 0/67 [00:00<?, ?it/s]"),
     ]
     if rank == 0:
+        out += [(75.0 + n * 0.015, "cuda_graph_capture", f"\rCapturing CUDA graphs (mixed prefill-decode, "
+                                                         f"PIECEWISE): {n * 100 // 67:3d}%| | {n}/67 [00:00<00:00]")
+                for n in range(0, 68)]
         out += [(76.0 + n * 0.2, "cuda_graph_capture", f"\rCapturing CUDA graphs (decode, FULL): "
                                                        f"{n * 100 // 35:3d}%| | {n}/35 [00:0{n // 10}<00:00]")
                 for n in range(1, 36)]
@@ -91,9 +92,9 @@ API_LINES: list[Line] = [
     (0.0, "", f"vLLM API server version {VERSION}"),
     (0.1, "", f"non-default args: {{'model': '{MODEL}', 'tensor_parallel_size': {TP}, 'port': PORT}}"),
     (92.0, "", "Starting vLLM API server 0 on http://0.0.0.0:PORT"),
-    (92.1, "", "Started server process [PID]"),
-    (92.2, "", "Waiting for application startup."),
-    (92.3, "", "Application startup complete."),
+    (92.1, "", "UVICORN Started server process [PID]"),
+    (92.2, "", "UVICORN Waiting for application startup."),
+    (92.3, "", "UVICORN Application startup complete."),
 ]
 READY_AT = 92.3
 
@@ -102,8 +103,13 @@ def _phase_begin(phase: str) -> float:
     return min(t for t, p, _ in worker_lines(0) if p == phase)
 
 
+ENDS = ("rank 0 in world size", "Loading weights took", "torch.compile takes", "Available KV cache memory",
+        "Graph capturing finished")
+
+
 def _phase_end(phase: str) -> float:
-    return max(t for t, p, _ in worker_lines(0) if p == phase)
+    """When the phase's closing line comes (the one a hung collective keeps every worker from)."""
+    return min(t for t, p, text in worker_lines(0) if p == phase and text.startswith(ENDS))
 
 
 def _parse_fault(value: str | None) -> tuple[int, str] | None:
@@ -127,7 +133,9 @@ class Writer:
     def line(self, t: float, text: str, level: str = "INFO", source: str = "gpu_worker.py:298") -> None:
         self.at(t)
         prefix = f"({self.tag} pid={os.getpid()}) " if self.tag else ""
-        if text.startswith("\r"):  # a tqdm frame: no logging header, no newline until the last
+        if text.startswith("UVICORN "):  # uvicorn's own logger: `INFO:     Application startup complete.`
+            sys.stderr.write(f"{prefix}INFO:     {text[len('UVICORN '):]}\n")
+        elif text.startswith("\r"):  # a tqdm frame: no logging header, no newline until the last
             sys.stderr.write(text + ("\n" if "100%" in text else ""))
         else:
             sys.stderr.write(f"{prefix}{_header(level, source, t * self.scale, self.start)} {text}\n")
@@ -151,7 +159,8 @@ def run_worker(rank: int, start: float, scale: float, hang: tuple[int, str] | No
     lines = worker_lines(rank)
     if hang is not None:
         first = _phase_begin(hang[1])
-        stop = first if rank == hang[0] else _phase_end(hang[1]) - 0.01  # the others wait in the collective
+        # The others go on a little, then wait in the next collective (a bar freezes part way).
+        stop = first if rank == hang[0] else first + 0.3 * (_phase_end(hang[1]) - first)
         lines = [line for line in lines if line[0] <= stop]
     if oom is not None:
         lines = [line for line in lines if line[0] <= _phase_begin(oom[1])]

@@ -17,6 +17,8 @@ import pytest
 from e2e_env import REPO, UNIT, VENV, Scenario, restarts_by_phasewatch
 from sandbox import Sandbox
 
+from phasewatch.sources.procs import CGROUP_ROOTS
+
 RANKS_UNIT = "sim-ranks.service"
 DROPIN = f"/run/systemd/system/{UNIT}.d/container.conf"
 # The client and what it attaches to live and die together, as `docker run --rm` and its container.
@@ -67,10 +69,19 @@ def test_container_stall_gets_one_alert_and_one_restart_and_no_rank_death(contai
     assert status["ranks"] == {"main": "ready", **{f"TP{n}": "ready" for n in range(8)}}
     assert len(restarts_by_phasewatch(s)) == 1
     assert [a["PHASEWATCH_VERDICT"] for a in s.alerts()] == ["stalled"]  # no rank_died, no crash
-    cgroup = s.unit("ControlGroup")["ControlGroup"]
-    procs = s.box.read(f"/sys/fs/cgroup{cgroup}/cgroup.procs") or ""
-    titles = [s.box.read(f"/proc/{pid}/cmdline") or "" for pid in procs.split()]
-    assert titles and not any(t.startswith("sglang::scheduler") for t in titles)
+    # The ranks of the running start-up are in the other service's cgroup, none in the watched unit's.
+    assert not [t for t in _titles(s.box, UNIT) if t.startswith("sglang::scheduler")]
+    assert len([t for t in _titles(s.box, RANKS_UNIT) if t.startswith("sglang::scheduler")]) == 8
+
+
+def _titles(box: Sandbox, unit: str) -> list[str]:
+    """The argv[0] of every process in a unit's cgroup (v1 or v2 hierarchy)."""
+    group = box.show(unit, "ControlGroup")["ControlGroup"]
+    for root in CGROUP_ROOTS:
+        procs = box.read(f"{root}{group}/cgroup.procs")
+        if procs is not None:
+            return [(box.read(f"/proc/{pid}/cmdline") or "").split("\0")[0] for pid in procs.split()]
+    raise AssertionError(f"no cgroup.procs for {unit} ({group})")
 
 
 def test_container_crash_is_judged_from_the_log(container: Scenario) -> None:
