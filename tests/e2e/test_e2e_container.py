@@ -11,10 +11,11 @@ unit on a stall, and never take the ranks' absence from the cgroup for their dea
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
-from e2e_env import REPO, UNIT, VENV, Scenario, restarts_by_phasewatch
+from e2e_env import REPO, UNIT, VENV, Scenario, at, restarts_by_phasewatch
 from sandbox import Sandbox
 
 from phasewatch.sources.procs import CGROUP_ROOTS
@@ -93,3 +94,36 @@ def test_container_crash_is_judged_from_the_log(container: Scenario) -> None:
     assert (alert["PHASEWATCH_RANK"], alert["PHASEWATCH_PHASE"], alert["PHASEWATCH_CAUSE"]) == (
         "TP4", "cuda_graph_capture", "cuda_error")
     assert [a["PHASEWATCH_VERDICT"] for a in s.alerts()] == ["crashed"]  # the others' exits: no rank_died
+
+
+def test_container_rank_killed_is_named_with_rank_processes_host(container: Scenario) -> None:
+    # The sandbox is one PID namespace, as a container run with --pid=host: the ranks' titles are visible.
+    s = container
+    s.configure("--scale 0.01 --slow-load 4", actions={"rank_died": ["alert"]}, rank_processes="host")
+    s.start()
+    s.box.wait_for(lambda: (st := s.status()) and st.get("ranks", {}).get("TP5") == "weight_load", 30,
+                   "weight loading")
+    time.sleep(1.5)  # phasewatch looks for rank processes once a second
+    pid = s.box.run("pgrep", "-f", "^sglang::scheduler_TP5").stdout.split()[0]
+    killed = time.time()
+    s.box.run("kill", "-KILL", pid)
+    [alert] = s.box.wait_for(lambda: [a for a in s.alerts() if a["PHASEWATCH_VERDICT"] == "rank_died"],
+                             10, "the rank_died alert")
+    assert (alert["PHASEWATCH_RANK"], alert["PHASEWATCH_PHASE"]) == ("TP5", "weight_load")
+    assert f"(pid {pid})" in alert["MESSAGE"]
+    assert at(alert) - killed <= 2.0
+
+
+def test_container_rank_killed_without_host_mode_is_not_seen_as_a_process(container: Scenario) -> None:
+    # The default looks in the unit's cgroup only: the death is left to the log (here the simulated
+    # rank dies silently, so nothing is said within the test's time; a stall would follow later).
+    s = container
+    s.configure("--scale 0.01 --slow-load 4", actions={"rank_died": ["alert"]})
+    s.start()
+    s.box.wait_for(lambda: (st := s.status()) and st.get("ranks", {}).get("TP5") == "weight_load", 30,
+                   "weight loading")
+    time.sleep(1.5)
+    pid = s.box.run("pgrep", "-f", "^sglang::scheduler_TP5").stdout.split()[0]
+    s.box.run("kill", "-KILL", pid)
+    time.sleep(3)
+    assert [a for a in s.alerts() if a["PHASEWATCH_VERDICT"] == "rank_died"] == []
