@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from importlib import resources
 from typing import Any, Iterable, Mapping
@@ -12,6 +12,7 @@ from typing import Any, Iterable, Mapping
 import yaml
 
 from .errors import ProfileError
+from .families import Families, FamilyError, parse_families
 from .records import PHASE_NAMES, Phase
 
 RULE_EVENTS = ("phase_begin", "phase_end", "phase_hint", "progress", "fatal", "activity", "server_args")
@@ -47,6 +48,7 @@ class Profile:
     engine: str
     rules: tuple[Rule, ...]
     causes: tuple[CauseClass, ...]
+    families: Families = field(default_factory=Families)  # the fallback vocabulary (families.py)
 
     @cached_property
     def proof_of_life_rules(self) -> frozenset[str]:
@@ -188,7 +190,14 @@ def parse_profile(document: Mapping[str, Any], origin: str) -> Profile:
         raise ProfileError(f"{origin}: rules", f"duplicate id {duplicate!r}")
     causes = tuple(CauseClass(str(spec.get("id")), _compile(spec, f"causes[{i}]"))
                    for i, spec in enumerate(causes_spec))
-    return Profile(str(document.get("engine", origin)), rules, causes)
+    try:
+        families = parse_families(document.get("families"), origin)
+    except FamilyError as exc:
+        raise ProfileError(exc.key, str(exc)[len(exc.key) + 2:]) from None
+    clash = next((f.id for f in families.rules if f.id in ids), None)
+    if clash:
+        raise ProfileError(f"{origin}: families.rules", f"id {clash!r} is also a rule's id")
+    return Profile(str(document.get("engine", origin)), rules, causes, families)
 
 
 def load_builtin_profile(engine: str) -> Profile:

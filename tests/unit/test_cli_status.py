@@ -27,7 +27,8 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, 
 # -- a stub daemon -----------------------------------------------------------------------------
 
 def rank(phase: str, **more: Any) -> dict[str, Any]:
-    return {"phase": phase, "phase_ended": False, "seen": True, "progress": None, "last_activity": None,
+    return {"phase": phase, "phase_ended": False, "confidence": "exact", "seen": True, "progress": None,
+            "last_activity": None,
             "phases": [], "elapsed_seconds": 192.0, "deadline_seconds": 1200.0, "stall_seconds": 1200.0,
             "quiet_seconds": 2.0, **more}
 
@@ -43,7 +44,8 @@ def document(outcome: str, verdicts: list[dict[str, Any]] | None = None, unit: s
             "invocation": {"invocation_id": "5e1f3c9a0b7d4e21a6c8f00d1e2b3c4d", "outcome": outcome, "phase": phase,
                            "started_at": "2026-11-30T08:00:00.000Z", "last_line_at": "2026-11-30T08:19:58.000Z",
                            "judged_at": "2026-11-30T08:20:00.000Z", "unit_state": "starting", "lines_lost": 0,
-                           "server": None, "ranks": ranks, "verdicts": verdicts or [], "elapsed_seconds": 1200.0}}
+                           "server": None, "ranks": ranks, "verdicts": verdicts or [], "anomalies": [],
+                           "elapsed_seconds": 1200.0}}
 
 
 STALLED = [{"kind": "stalled", "phase": "draft_cuda_graph_capture", "rank": "TP3", "cause": "deadline",

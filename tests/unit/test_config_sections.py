@@ -82,8 +82,6 @@ def test_a_profile_that_is_not_one_exits_78_naming_the_config_line(tmp_path: Pat
     assert re.fullmatch(expected("profile_path", message, path, 3)[1:-1], check_config(path, capsys))
 
 
-@pytest.mark.xfail(strict=True, reason="a profile_path: that cannot be read names the profile file, not the "
-                                       "config file and the line of profile_path:")
 def test_an_unreadable_profile_exits_78_naming_the_config_line(tmp_path: Path,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "sglang-kimi.yaml"

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ..families import FamilyMatch
 from ..profile import Profile, Rule
 from ..records import (
     MAIN,
@@ -40,11 +41,10 @@ def pattern_view(text: str) -> str:
 C10D_RANK_RE = re.compile(r"^\[rank(\d+)\]:")
 
 
-
-
 SERVER_ARG_KEYS = ("tp_size", "dp_size", "pp_size", "ep_size", "nnodes", "node_rank", "enable_dp_attention",
                    "speculative_algorithm", "model_path", "speculative_draft_model_path", "cuda_graph_max_bs",
-                   "cuda_graph_bs", "moe_dp_size", "attn_cp_size", "version", "host", "port")
+                   "cuda_graph_bs", "moe_dp_size", "attn_cp_size", "version", "host", "port",
+                   "disaggregation_mode")
 
 
 def parse_server_args(message: str) -> dict[str, str]:
@@ -132,6 +132,10 @@ class EventMapper:
         self._other_rules = tuple(r for r in self._line_rules if r not in self._blind_rules)
         self._position = {r.id: i for i, r in enumerate(self._line_rules)}
         self._memo: dict[bytes, tuple[Rule, ...]] = {}
+        # Family answers by the line's digit-masked text, when no family pattern tells digits apart.
+        self._family_memo: dict[bytes, FamilyMatch | None] | None = {} if all(
+            digit_blind(p) for f in profile.families.rules for p in (*f.all, *f.none)) and (
+            profile.families.draft_words is None or digit_blind(profile.families.draft_words)) else None
 
     def _matching(self, message: str) -> tuple[Rule, ...]:
         """The line rules `message` matches, in profile order."""
@@ -173,7 +177,7 @@ class EventMapper:
                 if len(self._harmless) > 1024:
                     self._harmless.clear()
                 self._harmless.add(record_id)
-            rule_rank = self._rule_rank(line, rule, rank)
+            rule_rank = self._rule_rank(line, rule.scope, rank, rule.event in _PHASE_EVENTS)
             if rule.event == "server_args":
                 events.append(Event(EventKind.SERVER_ARGS, line.ts, rank=MAIN, rule=rule.id, text=message,
                                     invocation_id=line.invocation_id, pid=line.pid, record_id=record_id,
@@ -189,6 +193,8 @@ class EventMapper:
                 events.append(Event(_PHASE_EVENTS[rule.event], line.ts, rank=rule_rank, phase=rule.phase,
                                     rule=rule.id, text=message, invocation_id=line.invocation_id, pid=line.pid,
                                     record_id=record_id))
+        if not events and line.kind is LineKind.RECORD:
+            events = self._family_events(line, message, rank)
         if not events and message.strip():
             events.append(Event(EventKind.ACTIVITY, line.ts, rank=rank, text=message,
                                 invocation_id=line.invocation_id, pid=line.pid, record_id=record_id))
@@ -197,6 +203,31 @@ class EventMapper:
                 self._record_ranks.clear()
             self._record_ranks[record_id] = events[0].rank if events else rank
         return events
+
+    def _family_events(self, line: Line, message: str, rank: str | None) -> list[Event]:
+        """The profile's fallback vocabulary, for a record no exact rule matched."""
+        found = self._classify(message)
+        if found is None:
+            return []
+        family = found.family
+        family_rank = self._rule_rank(line, family.scope, rank, True)
+        if family.scope == "rank" and family_rank in (None, MAIN):
+            return []  # a scheduler's word in the main process's (or nobody's) line: not a rank's phase
+        return [Event(_PHASE_EVENTS[family.event], line.ts, rank=family_rank, phase=found.phase, rule=family.id,
+                      text=message, invocation_id=line.invocation_id, pid=line.pid, record_id=line.record_id,
+                      confidence="family")]
+
+    def _classify(self, message: str) -> FamilyMatch | None:
+        memo = self._family_memo
+        if memo is None or len(message) > MEMO_MAX_CHARS:
+            return self.profile.families.classify(message)
+        key = message.encode("utf-8", "surrogatepass").translate(_MASK_DIGITS)
+        if key in memo:
+            return memo[key]
+        if len(memo) >= MEMO_ENTRIES:
+            memo.clear()
+        found = memo[key] = self.profile.families.classify(message)
+        return found
 
     def _rank(self, line: Line) -> str | None:
         if line.has_prefix and line.rank is not None:
@@ -214,12 +245,16 @@ class EventMapper:
             return "TP0"
         return MAIN if line.has_prefix else None
 
-    def _rule_rank(self, line: Line, rule: Rule, rank: str | None) -> str | None:
+    def _rule_rank(self, line: Line, scope: str, rank: str | None, phase_event: bool = False) -> str | None:
         if line.rank is not None:
             return rank
-        if rule.scope == "main":
+        if scope == "main":
             return MAIN
-        if (rule.scope == "rank" and rank in (None, MAIN) and line.has_prefix
+        # A pasted log without any prefix (no PID either): a scheduler's phase line is the one
+        # scheduler's of a one-GPU server. Not its fatal lines: an unprefixed traceback in a paste is
+        # as often the launcher's.
+        pasted = phase_event and line.pid is None and line.kind is LineKind.RECORD
+        if (scope == "rank" and rank in (None, MAIN) and (line.has_prefix or pasted)
                 and line.invocation_id not in self._tagged_invocations):
             # A one-GPU server: the scheduler prints no tag, and only a scheduler prints this line.
             if len(self._tp0_pids) >= MEMO_ENTRIES:
