@@ -65,7 +65,7 @@ class Daemon:
         self.journal = JournalFeed(follower, self.pipeline, config.unit, clock, self._on_invocation_change)
         observe = (lambda r: exporter.observe_probe(r.seconds, r.ok)) if exporter is not None else None
         self.health = HealthProbes(config, health_probe or BackgroundProbe(), current, clock, observe)
-        self.ranks = RankProcesses(self.facts, processes, current)
+        self.ranks = RankProcesses(self.facts, processes, current, config.rank_processes == "host")
         self.signs = SignsOfLife(config, sampler or ProcSampler(processes), self.facts, current,
                                  exporter.saw_vitals if exporter is not None else None)
         self.sources: Sequence[Source] = (self.journal, self.health, self.ranks, self.signs)

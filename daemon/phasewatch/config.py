@@ -123,6 +123,7 @@ class Config:
     health: HealthCheck = HealthCheck()
     adaptive: Adaptive = Adaptive()
     vitals: VitalsSampling = VitalsSampling()
+    rank_processes: str = "cgroup"  # "host": also look for rank titles outside the cgroup (containers)
 
     def limits(self, phase: Phase) -> PhaseLimits:
         return self.phases.get(phase, PhaseLimits(None, None))
@@ -132,7 +133,7 @@ class Config:
 
 
 TOP_KEYS = ("unit", "engine", "profile_path", "phases", "rank_skew", "patterns", "actions", "restart_budget",
-            "dry_run", "metrics", "health", "adaptive", "vitals")
+            "dry_run", "metrics", "health", "adaptive", "vitals", "rank_processes")
 LISTEN_RE = re.compile(r"^(?:\[[0-9a-fA-F:]+\]|[\w.-]+):(\d{1,5})$")
 
 
@@ -247,9 +248,13 @@ def parse_config(text: str, path: str | None = None) -> Config:
     health = _health(document.get("health", {}) or {}, lines.get("health"), fail)
     adaptive = _adaptive(document.get("adaptive", {}) or {}, lines.get("adaptive"), fail)
     vitals = _vitals(document.get("vitals", {}) or {}, lines.get("vitals"), fail)
+    rank_processes = document.get("rank_processes", "cgroup")
+    if rank_processes not in ("cgroup", "host"):
+        raise fail("rank_processes", f"expected cgroup or host, got {shown(rank_processes)}",
+                   lines.get("rank_processes"))
     return Config(unit=unit, engine=engine, phases=phases, rank_skew=rank_skew, profile=profile, source=path,
                   actions=actions, restart_budget=budget, dry_run=dry_run, metrics_listen=listen, health=health,
-                  adaptive=adaptive, vitals=vitals)
+                  adaptive=adaptive, vitals=vitals, rank_processes=rank_processes)
 
 
 Fail = Callable[[str, str, "int | None"], ConfigError]

@@ -42,6 +42,8 @@ SECTIONS = [
      r"floor 3 is above ceiling 2"),
     ("vitals", HEAD + "vitals:\n  enabled: true\n  period: 0.1s\n", "vitals.period", 5,
      r"expected a duration of at least 0\.5s, got '0\.1s'"),
+    ("rank_processes", HEAD + "rank_processes: everywhere\n", "rank_processes", 3,
+     r"expected cgroup or host, got 'everywhere'"),
 ]
 
 

@@ -58,9 +58,25 @@ class ProcessTable:
             return sorted(set(pids))
         return []
 
-    def ranks(self, control_group: str) -> list[RankProcess]:
+    def host_pids(self) -> list[int]:
+        """Every process this PID namespace shows (a container sharing the host's namespace included)."""
+        try:
+            return sorted(int(entry.name) for entry in self.proc.iterdir() if entry.name.isdigit())
+        except OSError:
+            return []
+
+    def ranks(self, control_group: str, host_wide: bool = False) -> list[RankProcess]:
+        """The rank processes in the unit's cgroup; with `host_wide` (a unit that runs its server in a
+        container: only the client is in the cgroup), those titled as ranks anywhere when the cgroup
+        holds none."""
+        found = self._titled(self.pids(control_group))
+        if found or not host_wide:
+            return found
+        return self._titled(self.host_pids())
+
+    def _titled(self, pids: list[int]) -> list[RankProcess]:
         out = []
-        for pid in self.pids(control_group):
+        for pid in pids:
             try:
                 cmdline = (self.proc / str(pid) / "cmdline").read_bytes()
             except OSError:

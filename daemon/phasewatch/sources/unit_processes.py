@@ -63,8 +63,10 @@ class _PendingDeath:
 
 
 class RankProcesses:
-    def __init__(self, facts: UnitFactsReader, processes: ProcessTable, current: Current) -> None:
+    def __init__(self, facts: UnitFactsReader, processes: ProcessTable, current: Current,
+                 host_wide: bool = False) -> None:
         self.facts = facts
+        self.host_wide = host_wide  # rank_processes: host
         self.processes = processes
         self.current = current
         self.watch = RankWatch()
@@ -113,7 +115,7 @@ class RankProcesses:
             return
         if facts.invocation_id is not None and facts.invocation_id != inv.invocation_id:
             return  # the journal has not caught up with the new start yet
-        self.watch.update(self.processes.ranks(facts.control_group))
+        self.watch.update(self.processes.ranks(facts.control_group, self.host_wide))
 
     def _confirm(self, now: Instant) -> list[Event]:
         due = [d for d in self.pending if now.monotonic >= d.seen_mono + DEATH_GRACE]
