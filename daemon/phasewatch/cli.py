@@ -13,7 +13,7 @@ import re
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 from .config import Config, load_config
 from .durations import parse_duration
@@ -27,6 +27,7 @@ from .errors import (
     PhasewatchError,
     UsageError,
 )
+from .instances import other_spelling
 from .pipeline import Pipeline
 from .records import JournalRecord
 from .render import clamp_ts, json_text, terminal_safe, to_json, to_table, ts_in_range
@@ -139,6 +140,16 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return EX_OK
 
 
+def instance_config(path: str, exists: Callable[[str], bool] = os.path.exists) -> str:
+    """The unit file passes /etc/phasewatch/%i.yaml: `sglang-kimi.yaml` for the instance
+    phasewatch@sglang-kimi.service, `sglang-kimi.service.yaml` for the older long form. Whichever
+    spelling is missing, the other one is read (an install of either kind keeps working)."""
+    if exists(path):
+        return path
+    other = other_spelling(path)
+    return other if other is not None and exists(other) else path
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     import logging
     import signal
@@ -152,7 +163,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .sources.follow import JournalFollower
 
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
-    config = load_config(args.config)
+    config = load_config(instance_config(args.config))
     state_dir = args.state_dir or os.environ.get("STATE_DIRECTORY", "").split(":")[0] or "/var/lib/phasewatch"
     unit = SystemdUnit(config.unit)
     loaded = unit.load_state()

@@ -75,7 +75,7 @@ def test_daemon_unit_is_not_bound_to_the_watched_unit() -> None:
 
 def test_example_server_pulls_in_its_watchdog_by_the_doubled_name() -> None:
     settings = unit_settings(UNITS / "sglang-kimi.service")
-    assert "phasewatch@sglang-kimi.service.service" in " ".join(settings["Wants"]).split()
+    assert "phasewatch@sglang-kimi.service" in " ".join(settings["Wants"]).split()
     assert settings["KillMode"] == ["control-group"]
 
 
@@ -121,7 +121,7 @@ def make_install_files(stage: Path) -> subprocess.CompletedProcess[str]:
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
 def test_make_install_keeps_the_operators_polkit_rule_and_config(tmp_path: Path) -> None:
     rule = tmp_path / "etc" / "polkit-1" / "rules.d" / "50-phasewatch.rules"
-    config = tmp_path / "etc" / "phasewatch" / "sglang-kimi.service.yaml"
+    config = tmp_path / "etc" / "phasewatch" / "sglang-kimi.yaml"
     first = make_install_files(tmp_path)
     assert first.returncode == 0, first.stderr
     assert rule.read_text() == (UNITS / "polkit" / "50-phasewatch.rules").read_text()

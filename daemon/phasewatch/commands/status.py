@@ -26,6 +26,7 @@ from ..durations import format_duration, shown
 from ..errors import ForeignDaemon, NoSuchUnit, UsageError
 from ..records import FAILING
 from ..render import clock_text, json_text, status_document, terminal_safe
+from ..instances import watcher_names, watcher_of
 from ..sources.current import CurrentStartup, StartPoint, find_start, resolve_config, unit_name, warn
 from ..sources.follow import JournalFollower
 
@@ -46,16 +47,20 @@ def status_url(listen: str) -> str:
 
 
 def daemon_invocation(unit: str) -> str | None:
-    """The InvocationID of systemd's phasewatch@UNIT.service while it runs; None when it does not, or
+    """The InvocationID of systemd's phasewatch@NAME.service while it runs (NAME: the unit's name
+    without `.service`, or with it in the older form); None when it does not, or
     when systemd cannot be asked (a daemon started by hand is then checked by its document only)."""
     from ..errors import UnitError
     from ..sinks.actions import SystemdUnit
 
-    try:
-        facts = SystemdUnit(f"phasewatch@{unit}.service").facts()
-    except UnitError:
-        return None
-    return facts.invocation_id if facts.active_state in LIVE_STATES else None
+    for watcher in watcher_names(unit):  # phasewatch@sglang-kimi.service, or the older long form
+        try:
+            facts = SystemdUnit(watcher).facts()
+        except UnitError:
+            return None
+        if facts.active_state in LIVE_STATES:
+            return facts.invocation_id
+    return None
 
 
 def ask_daemon(config: Config, timeout: float = DAEMON_TIMEOUT, transport: httpx.BaseTransport | None = None,
@@ -81,7 +86,7 @@ def ask_daemon(config: Config, timeout: float = DAEMON_TIMEOUT, transport: httpx
     expected = expected_invocation(config.unit)
     if expected is not None and claimed != expected:
         raise ForeignDaemon(f"{url} names daemon invocation {shown(claimed)}, but "
-                            f"phasewatch@{config.unit}.service runs as invocation {expected}")
+                            f"{watcher_of(config.unit)} runs as invocation {expected}")
     document.setdefault("source", "daemon")
     return document
 
