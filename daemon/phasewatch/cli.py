@@ -27,7 +27,7 @@ from .errors import (
     PhasewatchError,
     UsageError,
 )
-from .instances import other_spelling
+from .instances import other_spelling, watched_unit
 from .pipeline import Pipeline
 from .records import JournalRecord
 from .render import clamp_ts, json_text, terminal_safe, to_json, to_table, ts_in_range
@@ -205,7 +205,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from .sinks.history import History
 
     config = load_config(args.config) if args.config else None
-    unit = args.unit or (config.unit if config is not None else None)
+    unit = watched_unit(args.unit) if args.unit else (config.unit if config is not None else None)
     if unit is None:
         raise UsageError("report needs a UNIT (or --config naming one)")
     state_dir = Path(args.state_dir or os.environ.get("STATE_DIRECTORY", "").split(":")[0] or "/var/lib/phasewatch")
