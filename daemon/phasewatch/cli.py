@@ -258,8 +258,9 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check-config", help="validate a config file")
     check.add_argument("config")
     check.set_defaults(func=cmd_check_config)
-    from .commands import logs, status, waitready
+    from .commands import init, logs, status, waitready
 
+    init.add_parser(sub)
     status.add_parser(sub)
     logs.add_parser(sub)
     waitready.add_parser(sub)

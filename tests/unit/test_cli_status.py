@@ -161,7 +161,7 @@ def test_status_checks_the_daemons_invocation_against_systemd(daemon: StubDaemon
     found = ask_daemon(config, expected_invocation=lambda unit: DAEMON_INVOCATION)
     assert found is not None and found["invocation"]["outcome"] == "ready"
     with pytest.raises(ForeignDaemon, match=f"names daemon invocation '{DAEMON_INVOCATION}', but "
-                                            f"phasewatch@{UNIT.removesuffix('.service')}.service runs as invocation 1234"):
+                                            "phasewatch@sglang-kimi.service runs as invocation 1234"):
         ask_daemon(config, expected_invocation=lambda unit: "1234")
     assert ask_daemon(config, expected_invocation=lambda unit: None) is not None  # not run by systemd
 

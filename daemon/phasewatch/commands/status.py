@@ -24,9 +24,9 @@ import httpx
 from ..config import Config
 from ..durations import format_duration, shown
 from ..errors import ForeignDaemon, NoSuchUnit, UsageError
+from ..instances import watcher_names, watcher_of
 from ..records import FAILING
 from ..render import clock_text, json_text, status_document, terminal_safe
-from ..instances import watcher_names, watcher_of
 from ..sources.current import CurrentStartup, StartPoint, find_start, resolve_config, unit_name, warn
 from ..sources.follow import JournalFollower
 

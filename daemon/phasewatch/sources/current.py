@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..config import Config, load_config
-from ..instances import config_names, watched_unit
 from ..errors import JournalError, NoSuchUnit, UnitError, UsageError
+from ..instances import config_names, watched_unit
 from ..pipeline import Judgement, Pipeline
 from ..records import (
     MID_DEACTIVATED,

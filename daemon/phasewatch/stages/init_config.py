@@ -6,6 +6,7 @@ Nothing here reads D-Bus, the journal or files: commands/init.py passes what it 
 
 from __future__ import annotations
 
+import hashlib
 import math
 import shlex
 from dataclasses import dataclass, field
@@ -66,6 +67,11 @@ class EngineFacts:
         return max(1, self.tp * self.pp * self.dp // max(1, self.nnodes))
 
 
+def _is_flag(word: str) -> bool:
+    """`--tp`, `-tp`; not `-1` (a value)."""
+    return word.startswith("-") and len(word) > 1 and not word[1].isdigit()
+
+
 class FlagReader:
     """`--name value` and `--name=value`, last one wins (like argparse)."""
 
@@ -73,13 +79,13 @@ class FlagReader:
         self.values: dict[str, str] = {}
         self.present: set[str] = set()
         for index, word in enumerate(argv):
-            if not word.startswith("--"):
+            if not _is_flag(word):
                 continue
             name, equals, value = word.partition("=")
             self.present.add(name)
             if equals:
                 self.values[name] = value
-            elif index + 1 < len(argv) and not argv[index + 1].startswith("--"):
+            elif index + 1 < len(argv) and not _is_flag(argv[index + 1]):
                 self.values[name] = argv[index + 1]
 
     def text(self, *names: str) -> str | None:
@@ -121,6 +127,8 @@ def detect_engine(argv: Sequence[str]) -> tuple[str | None, list[str]]:
 
 def engine_facts(argv: Sequence[str]) -> EngineFacts:
     engine, rest = detect_engine(argv)
+    if engine is None:
+        return EngineFacts(None)
     flags = FlagReader(rest)
     if engine == "vllm":
         model = flags.text("--model") or (rest[0] if rest and not rest[0].startswith("-") else None)
@@ -147,9 +155,11 @@ def exec_argv(exec_start: str) -> tuple[str, ...]:
     return tuple(words)
 
 
-def limits_for(facts: EngineFacts, last: Mapping[Phase, float]) -> dict[Phase, PhaseLimits]:
+def limits_for(facts: EngineFacts, last: Mapping[Phase, float],
+               environment: Mapping[str, str] | None = None) -> dict[Phase, PhaseLimits]:
     """The shipped limits; a phase the last start-up took long in gets at least 3x that (a deadline a
-    normal start-up reaches is a false alarm); no draft phases without speculative decoding."""
+    normal start-up reaches is a false alarm); no draft phases without speculative decoding; warmup
+    a little longer than SGLang's own SGLANG_WARMUP_TIMEOUT when the unit sets it."""
     limits: dict[Phase, PhaseLimits] = {}
     for phase, base in DEFAULT_LIMITS.items():
         if phase in FINAL_PHASES or (phase in DRAFT_PHASES and facts.speculative is None):
@@ -158,6 +168,10 @@ def limits_for(facts: EngineFacts, last: Mapping[Phase, float]) -> dict[Phase, P
         took = last.get(phase)
         if took is not None and deadline is not None and 3 * took > deadline:
             deadline = _round_up(3 * took)
+        warmup_timeout = (environment or {}).get("SGLANG_WARMUP_TIMEOUT", "")
+        if phase is Phase.WARMUP and warmup_timeout.isdigit():
+            deadline = float(int(warmup_timeout) + 120)
+            stall = deadline - 60
         limits[phase] = PhaseLimits(deadline, stall if stall is None or deadline is None else min(stall, deadline))
     return limits
 
@@ -197,7 +211,7 @@ def timer_notes(command: UnitCommand, facts: EngineFacts, limits: Mapping[Phase,
 def render_config(command: UnitCommand, facts: EngineFacts) -> str:
     """The config text: every setting that matters for this unit, each with why."""
     assert facts.engine is not None
-    limits = limits_for(facts, command.last_startup)
+    limits = limits_for(facts, command.last_startup, command.environment)
     parallel = f"TP={facts.tp}" + (f", DP={facts.dp}" if facts.dp > 1 else "") + (
         f", PP={facts.pp}" if facts.pp > 1 else "") + (f", {facts.nnodes} nodes" if facts.nnodes > 1 else "")
     lines = [f"# phasewatch for {command.unit}, written by `phasewatch init` from its ExecStart=.",
@@ -234,3 +248,26 @@ def render_config(command: UnitCommand, facts: EngineFacts) -> str:
 def _limit(seconds: float | None) -> str:
     return "none" if seconds is None else format_duration(seconds)
 
+
+
+def phase_durations(spans: Sequence[tuple[Phase, float | None, float | None]]) -> dict[Phase, float]:
+    """The longest finished span of each phase over the ranks of one start-up."""
+    longest: dict[Phase, float] = {}
+    for phase, start, end in spans:
+        if start is not None and end is not None and end >= start:
+            longest[phase] = max(longest.get(phase, 0.0), end - start)
+    return longest
+
+
+SEAL_PREFIX = "# written by phasewatch init; edited once this stops matching: sha256 "
+
+
+def sealed(text: str) -> str:
+    """The config with a last line that tells init later whether anyone edited it."""
+    return f"{text}{SEAL_PREFIX}{hashlib.sha256(text.encode()).hexdigest()[:16]}\n"
+
+
+def untouched(text: str) -> bool:
+    """True for a file exactly as init wrote it (so init may replace it); False once edited."""
+    body, _, last = text.rstrip("\n").rpartition("\n")
+    return last.startswith(SEAL_PREFIX) and sealed(body + "\n") == text
