@@ -16,7 +16,7 @@ from typing import Any
 from .config import Config
 from .durations import format_duration
 from .pipeline import Judgement
-from .records import MAIN, PHASE_NAMES, Progress
+from .records import FINAL_PHASES, MAIN, UNIT_PHASES, Phase, Progress
 from .stages.snapshot import InvocationView, RankView
 
 # C0 controls except tab (ESC, BEL, backspace, CR, ...), DEL and C1 (CSI U+009B, OSC U+009D, ...).
@@ -161,6 +161,24 @@ def _cell(rank: RankView, phase: str, now: float) -> str:
     return format_duration(max(end - start, 0.0))
 
 
+def main_process_line(inv: InvocationView, now: float) -> str | None:
+    """The main (HTTP server) process as one line above the ranks: it waits for them through the
+    whole load, so as a rank row it would read "launch for 40 minutes". None without ranks."""
+    main = inv.rank(MAIN)
+    if main is None or not inv.scheduler_ranks:
+        return None
+    since = "?" if main.phase_start is None else clock_text(main.phase_start, utc=True, with_date=False)
+    if main.phase is Phase.LAUNCH:
+        expected = inv.server.expected_rank_count if inv.server is not None and inv.server.plausible else None
+        count = expected or len(inv.scheduler_ranks)
+        text = f"main process: waiting for {count} rank{'s' if count != 1 else ''} since {since}"
+    else:
+        text = f"main process: {main.phase.value}{' (done)' if main.phase_ended else ''} since {since}"
+    ran = [f"{span.phase.value} {_cell(main, span.phase.value, now)}" for span in main.spans
+           if span.phase in UNIT_PHASES and span.phase not in FINAL_PHASES]
+    return text + (f" ({', '.join(ran)})" if ran else "")
+
+
 def to_table(judgements: list[Judgement], now: float) -> str:
     if not judgements:
         return "no invocations found\n"
@@ -172,13 +190,16 @@ def to_table(judgements: list[Judgement], now: float) -> str:
         if inv.lines_lost:
             header += f", {inv.lines_lost} line(s) lost"
         out.append(header)
-        phases = [p for p in PHASE_NAMES if any(s.phase.value == p for r in inv.ranks for s in r.spans)]
+        main_line = main_process_line(inv, now)
+        if main_line is not None:
+            out.append(main_line)
+        shown = [r for r in inv.ranks if main_line is None or r.rank != MAIN]
+        phases = [p.value for p in Phase if p not in FINAL_PHASES  # a final phase has no duration
+                  and any(s.phase is p for r in shown for s in r.spans)]
         columns = ["RANK", "NOW", "PROGRESS", *phases]
         rows = []
-        for rank in inv.ranks:
+        for rank in shown:
             now_text = rank.phase.value + (" (done)" if rank.phase_ended else "") + ("" if rank.seen else " (silent)")
-            if rank.rank == MAIN and rank.phase.value == "launch" and inv.scheduler_ranks:
-                now_text = "launch (waiting for the ranks)"
             rows.append([rank.rank, now_text, progress_text(rank.progress), *(_cell(rank, p, now) for p in phases)])
         widths = [max(len(str(row[i])) for row in [columns, *rows]) for i in range(len(columns))]
         for row in [columns, *rows]:

@@ -96,7 +96,7 @@ def cmd_init(args: argparse.Namespace) -> int:
     path = Path(args.directory_out) / config_names(unit)[0]
     parse_config(text, str(path))  # what init writes, check-config accepts: checked before writing
     if args.dry_run:
-        sys.stdout.write(terminal_safe(text))
+        sys.stdout.writelines(terminal_safe(line) + "\n" for line in text.splitlines())
         return 0
     existing = next((Path(args.directory_out) / name for name in config_names(unit)
                      if (Path(args.directory_out) / name).exists()), None)
@@ -107,7 +107,7 @@ def cmd_init(args: argparse.Namespace) -> int:
             return _next_steps(unit, existing)
         if not untouched(old) and not args.force:
             diff = difflib.unified_diff(old.splitlines(True), text.splitlines(True), str(existing), "phasewatch init")
-            sys.stdout.writelines(terminal_safe(line) for line in diff)
+            sys.stdout.writelines(terminal_safe(line.rstrip("\n")) + "\n" for line in diff)
             raise EditedConfig(f"{existing} was edited since init wrote it (or not written by init): not "
                                "replaced; the diff above is what init would write (--force replaces it)")
         path = existing
