@@ -3,6 +3,7 @@ none does, the table, exit statuses, and --watch's output in a log."""
 
 from __future__ import annotations
 
+import datetime as dt
 import http.server
 import io
 import json
@@ -17,7 +18,8 @@ from sglang_sim import Faults, build, journal_json
 
 from journal_dirs import write_journal
 from phasewatch.cli import main
-from phasewatch.commands.status import ask_daemon, exit_status, render_table, status_url, watch
+from phasewatch.commands.status import ask_daemon, exit_status, local_time, render_table, status_url, watch
+from phasewatch.commands.status_line import oneline
 from phasewatch.config import Config, load_config
 from phasewatch.errors import ForeignDaemon
 
@@ -125,13 +127,36 @@ def test_table_from_the_daemon(daemon: StubDaemon, tmp_path: Path, capsys: pytes
     assert lines[0] == f"{UNIT}: stalled, phase draft_cuda_graph_capture (the slowest rank's), 20m since start"
     assert lines[1].startswith("invocation 5e1f3c9a0b7d4e21a6c8f00d1e2b3c4d, started ")
     assert lines[1].endswith(f", last line 2s ago; from the phasewatch daemon (127.0.0.1:{port})")
-    assert lines[3].split() == ["RANK", "PHASE", "PROGRESS", "IN", "PHASE", "LAST", "ACTIVITY", "VERDICT"]
-    rows = {line.split()[0]: line for line in lines[4:13]}
-    assert rows["main"].split()[:5] == ["main", "launch", "(waiting", "for", "the"]
+    since = local_time(dt.datetime(2026, 11, 30, 8, 16, 48, tzinfo=dt.timezone.utc).timestamp(), with_date=False)
+    assert lines[3] == f"main process: waiting for 8 ranks since {since}"  # 08:20:00 less its 192 s
+    assert lines[4].split() == ["RANK", "PHASE", "PROGRESS", "IN", "PHASE", "LAST", "ACTIVITY", "VERDICT"]
+    rows = {line.split()[0]: line for line in lines[5:13]}
+    assert "main" not in rows
     assert rows["TP0"].split() == ["TP0", "draft_cuda_graph_capture", "7/23", "bs=64", "3m12s/20m", "2s", "ago"]
     assert rows["TP3"].split()[-2:] == ["stalled", "(deadline)"]
     assert f"  stalled: {UNIT}: TP3 stalled in draft_cuda_graph_capture for 20m1s (limit 20m)" in lines
     assert "restart budget: state armed, remaining 3, window 6h" in lines
+
+
+@pytest.mark.parametrize(("outcome", "verdicts", "eta", "line", "code"), [
+    ("starting", [], 240.0, "sglang-kimi: draft_cuda_graph_capture 8/8 3m12s/20m ETA 4m", 1),
+    ("starting", [], None, "sglang-kimi: draft_cuda_graph_capture 8/8 3m12s/20m", 1),
+    ("stalled", STALLED, None, "sglang-kimi: stalled draft_cuda_graph_capture 8/8 3m12s/20m [stalled: TP3]", 2),
+    ("ready", [], None, "sglang-kimi: ready (20m since start)", 0),
+])
+def test_oneline_and_its_exit_status(daemon: StubDaemon, tmp_path: Path, outcome: str,
+                                     verdicts: list[dict[str, Any]], eta: float | None, line: str, code: int,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    daemon.body = json.dumps({**document(outcome, verdicts), "eta_seconds": eta}).encode()
+    got, out, err = run(["status", "sglang-kimi", "--oneline", "--config",
+                         config_for(tmp_path, daemon.server_address[1])], capsys)
+    assert (got, out, err) == (code, line + "\n", "")
+
+
+def test_oneline_without_a_start_up() -> None:
+    assert oneline({"unit": UNIT, "invocation": None, "active_state": "inactive"}) == "sglang-kimi: no start-up"
+    assert oneline({"unit": UNIT, "invocation": None, "active_state": "activating"}) == (
+        "sglang-kimi: activating, no line yet")
 
 
 def test_status_refuses_foreign_daemon(daemon: StubDaemon, tmp_path: Path,
