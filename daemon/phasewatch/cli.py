@@ -223,7 +223,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         json.dump(report_json(records), sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        sys.stdout.write(to_table(records))
+        sys.stdout.write(to_table(records, wide=args.wide))
     return EX_OK
 
 
@@ -253,6 +253,8 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--state-dir", help="phasewatch's state directory (default /var/lib/phasewatch)")
     report.add_argument("--last", type=int, default=10, help="how many start-ups (default 10)")
     report.add_argument("--json", action="store_true")
+    report.add_argument("--wide", action="store_true", help="every phase under its full name (default: short "
+                        "names with a legend, within 100 columns)")
     report.add_argument("--plot", metavar="FILE", help="write an SVG timeline of them")
     report.set_defaults(func=cmd_report)
     check = sub.add_parser("check-config", help="validate a config file")
