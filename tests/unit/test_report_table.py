@@ -40,7 +40,8 @@ phases: dist = dist_init, load = weight_load, kv = kv_cache_alloc, graphs = cuda
 """
 
 WIDE_HEADER = ("STARTED (UTC)        TOOK    OUTCOME             SLOWEST  launch  dist_init  weight_load  "
-               "kv_cache_alloc  cuda_graph_capture  draft_weight_load  draft_cuda_graph_capture  http_server_start  warmup")
+               "kv_cache_alloc  cuda_graph_capture  draft_weight_load  draft_cuda_graph_capture  "
+               "http_server_start  warmup")
 
 LONGEST = """\
 STARTED (UTC)        TOOK    OUTCOME             SLOWEST  LONGEST PHASE
