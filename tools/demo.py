@@ -81,6 +81,14 @@ BindReadOnlyPaths={REPO}
         deadline = time.monotonic() + 120
         restarted = False
         captured: list[str] = []
+        onelines: list[str] = []  # `status --oneline` along the way, for a prompt or a status bar
+
+        def sample_oneline() -> None:
+            line = box.run(f"{VENV}/bin/phasewatch", "status", "sglang-kimi", "--oneline", "--config",
+                           f"/run/phasewatch/{INSTANCE}.yaml", check=False)
+            text = f"{line.stdout.rstrip()}   (exit status {line.returncode})\n"
+            if not onelines or onelines[-1].split("   (")[0].split()[:2] != text.split("   (")[0].split()[:2]:
+                onelines.append(text)
 
         def drain() -> None:
             while not lines.empty():
@@ -90,6 +98,7 @@ BindReadOnlyPaths={REPO}
 
         while time.monotonic() < deadline:
             drain()
+            sample_oneline()
             if not restarted:
                 restarted = "restart requested" in box.run("journalctl", "-u", WATCHER, "-o", "cat").stdout
             elif box.show(WATCHER, "StatusText")["StatusText"].endswith(": ready"):
@@ -100,6 +109,10 @@ BindReadOnlyPaths={REPO}
         watcher.terminate()
         watcher.wait(timeout=10)
         (REPO / "docs" / "demo-status-watch.txt").write_text("".join(captured))
+        sample_oneline()
+        (REPO / "docs" / "demo-status-oneline.txt").write_text("".join(onelines))
+        say("phasewatch status sglang-kimi --oneline, as it was along the way (a prompt, a tmux status bar)")
+        print("".join(onelines), end="")
         say(f"systemctl status {WATCHER}: its STATUS= line")
         print("  " + box.show(WATCHER, "StatusText")["StatusText"])
         say(f"phasewatch's alerts: journalctl PHASEWATCH_UNIT={UNIT}")
@@ -108,16 +121,18 @@ BindReadOnlyPaths={REPO}
                       "PHASEWATCH_INVOCATION,MESSAGE").stdout)
         say(f"phasewatch's own log: journalctl -u {WATCHER} -o cat")
         print(box.run("journalctl", "-u", WATCHER, "-o", "cat", "--no-pager").stdout)
-        say(f"phasewatch status {UNIT}  (exit status 0: ready)")
-        final = box.run(f"{VENV}/bin/phasewatch", "status", UNIT, "--config", f"/run/phasewatch/{INSTANCE}.yaml",
-                        check=False)
+        say("phasewatch status sglang-kimi  (exit status 0: ready)")
+        final = box.run(f"{VENV}/bin/phasewatch", "status", "sglang-kimi", "--config",
+                        f"/run/phasewatch/{INSTANCE}.yaml", check=False)
         print(final.stdout + f"(exit status {final.returncode})")
         (REPO / "docs" / "demo-status.txt").write_text(final.stdout)
         say("phasewatch report: both start-ups, from phasewatch's history")
         plot = REPO / "docs" / "images" / "demo-startups.svg"
         plot.parent.mkdir(parents=True, exist_ok=True)
-        print(box.run(f"{VENV}/bin/phasewatch", "report", UNIT, "--state-dir", "/run/phasewatch-state", "--plot",
-                      str(plot)).stdout)
+        report = box.run(f"{VENV}/bin/phasewatch", "report", "sglang-kimi", "--state-dir", "/run/phasewatch-state",
+                         "--plot", str(plot)).stdout
+        print(report)
+        (REPO / "docs" / "demo-report.txt").write_text(report)
         print(f"(timeline written to {plot.relative_to(REPO)})")
         say(f"both start-ups, from the real journal: phasewatch replay --unit {UNIT}")
         print(box.run(f"{VENV}/bin/phasewatch", "replay", "--unit", UNIT, "--config",
