@@ -19,9 +19,9 @@ from typing import Any
 from ..config import parse_config
 from ..errors import ConfigError, PhasewatchError, UnitError
 from ..instances import config_names, watched_unit, watcher_of
+from ..profile import load_builtin_profile
 from ..records import Phase
 from ..render import terminal_safe
-from ..stages.events import load_builtin_profile
 from ..stages.init_config import UnitCommand, engine_facts, phase_durations, render_config, sealed, untouched
 
 EX_CANTCREAT = 73
