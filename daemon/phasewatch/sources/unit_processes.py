@@ -14,6 +14,7 @@ from ..errors import UnitError
 from ..records import Event, EventKind
 from ..sinks.actions import UnitFacts
 from ..stages.snapshot import InvocationView, UnitState
+from ..stages.timerlint import UnitTimers
 from .base import Current, Instant
 from .procs import ProcessTable, RankProcess, RankWatch
 
@@ -27,6 +28,8 @@ class Unit(Protocol):
     def facts(self) -> UnitFacts: ...
 
     def restart(self) -> str: ...
+
+    def timers(self) -> UnitTimers: ...
 
 
 class UnitFactsReader:
