@@ -84,7 +84,8 @@ def test_multi_node_ranks_per_host_and_engine_timers() -> None:
     facts = engine_facts(argv)
     assert facts.ranks == 8 and facts.dist_timeout == 600 and facts.watchdog_timeout == 900
     text = render_config(UnitCommand("big.service", argv, timeout_start=None), facts)
-    assert "# --dist-timeout 600 fires before dist_init's deadline (10m)" in text
+    assert "# --dist-timeout 600: dist_init's deadline (9m) comes first" in text  # brought under the timer
+    assert "# timer lint: no engine or systemd timer ends a start-up before these limits" in text
     assert "# --watchdog-timeout 900: SGLang kills" in text
     assert "TimeoutStartSec=infinity bounds only the fork (Type=simple)" in text
 
@@ -118,8 +119,10 @@ def test_the_last_start_up_widens_deadlines_it_came_near() -> None:
 
 def test_sglang_warmup_timeout_from_the_environment() -> None:
     facts = engine_facts(exec_argv("sglang serve --model-path m"))
+    assert limits_for(facts, {}, {})[Phase.WARMUP].deadline == 540  # a minute under SGLang's default 600 s
     limits = limits_for(facts, {}, {"SGLANG_WARMUP_TIMEOUT": "1200"})
-    assert limits[Phase.WARMUP].deadline == 1320
+    assert limits[Phase.WARMUP].deadline == 720  # the shipped limit, under the engine's
+    assert limits[Phase.WARMUP].stall == 240  # a minute under the scheduler watchdog (300 s)
 
 
 def test_the_seal_tells_an_edited_config_from_an_untouched_one() -> None:

@@ -31,6 +31,7 @@ PHASE_NOTES: Mapping[Phase, str] = {
     Phase.DRAFT_CUDA_GRAPH_CAPTURE: "draft decode and draft extend graphs",
     Phase.HTTP_SERVER_START: "the HTTP server binds; seconds",
     Phase.WARMUP: "the engine's own warm-up request",
+    Phase.JIT_COMPILE: "kernels compiled on first use (a cold cache); beside the other phases",
 }
 
 
@@ -158,8 +159,16 @@ def exec_argv(exec_start: str) -> tuple[str, ...]:
 def limits_for(facts: EngineFacts, last: Mapping[Phase, float],
                environment: Mapping[str, str] | None = None) -> dict[Phase, PhaseLimits]:
     """The shipped limits; a phase the last start-up took long in gets at least 3x that (a deadline a
-    normal start-up reaches is a false alarm); no draft phases without speculative decoding; warmup
-    a little longer than SGLang's own SGLANG_WARMUP_TIMEOUT when the unit sets it."""
+    normal start-up reaches is a false alarm); no draft phases without speculative decoding; then
+    each limit an engine timer would pre-empt (stages/timerlint.py) brought a minute under it, so
+    that phasewatch names a hang before the engine turns it into a crash."""
+    from .timerlint import COLLECTIVE_PHASES, engine_timers
+
+    server_args = {key: f"{value:g}" for key, value in (("dist_timeout", facts.dist_timeout),
+                                                         ("watchdog_timeout", facts.watchdog_timeout))
+                   if value is not None}
+    timers = engine_timers(server_args, environment or {})
+    under = {phase: timers["nccl_collective"] - 60 for phase in COLLECTIVE_PHASES}
     limits: dict[Phase, PhaseLimits] = {}
     for phase, base in DEFAULT_LIMITS.items():
         if phase in FINAL_PHASES or (phase in DRAFT_PHASES and facts.speculative is None):
@@ -168,10 +177,13 @@ def limits_for(facts: EngineFacts, last: Mapping[Phase, float],
         took = last.get(phase)
         if took is not None and deadline is not None and 3 * took > deadline:
             deadline = _round_up(3 * took)
-        warmup_timeout = (environment or {}).get("SGLANG_WARMUP_TIMEOUT", "")
-        if phase is Phase.WARMUP and warmup_timeout.isdigit():
-            deadline = float(int(warmup_timeout) + 120)
-            stall = deadline - 60
+        if phase in under and stall is not None:
+            stall = min(stall, under[phase])
+        if phase is Phase.DIST_INIT and deadline is not None and stall is not None:
+            deadline, stall = min(deadline, timers["dist_rendezvous"] - 60), min(stall, timers["dist_rendezvous"] - 60)
+        if phase is Phase.WARMUP and deadline is not None and stall is not None:
+            deadline = min(deadline, timers["warmup"] - 60)
+            stall = min(stall, timers.get("scheduler_watchdog", stall) - 60)
         limits[phase] = PhaseLimits(deadline, stall if stall is None or deadline is None else min(stall, deadline))
     return limits
 
@@ -238,6 +250,7 @@ def render_config(command: UnitCommand, facts: EngineFacts) -> str:
     if facts.ranks > 1:
         lines += ["# A rank still in a phase this long after the first rank left it is a straggler.",
                   "rank_skew: 5m", ""]
+    lines += _lint_lines(command, facts, "\n".join(lines), {phase.value for phase in limits})
     lines += ["# What to do about each verdict, and how often phasewatch may restart the unit.",
               "restart_budget: {max: 3, window: 6h, backoff: 5m}",
               "dry_run: false              # true: log what would be done, do nothing",
@@ -271,3 +284,26 @@ def untouched(text: str) -> bool:
     """True for a file exactly as init wrote it (so init may replace it); False once edited."""
     body, _, last = text.rstrip("\n").rpartition("\n")
     return last.startswith(SEAL_PREFIX) and sealed(body + "\n") == text
+
+
+def _lint_lines(command: UnitCommand, facts: EngineFacts, limits_text: str, written: set[str]) -> list[str]:
+    """phasewatch's timer lint (stages/timerlint.py) over the limits just written: each limit an
+    engine or systemd timer pre-empts, as a comment to act on."""
+    from ..config import parse_config
+    from ..errors import ConfigError
+    from .timerlint import UnitTimers, lint
+
+    server_args = {key: f"{value:g}" for key, value in (("dist_timeout", facts.dist_timeout),
+                                                         ("watchdog_timeout", facts.watchdog_timeout))
+                   if value is not None}
+    timers = UnitTimers(timeout_start=math.inf if command.timeout_start is None else command.timeout_start,
+                        service_type=command.service_type, environment=dict(command.environment))
+    try:
+        config = parse_config(limits_text)
+    except ConfigError as exc:  # an engine without a built-in profile here
+        return [f"# timer lint: not run ({exc})", ""]
+    warnings = [w for w in lint(config, server_args, timers) if w.phase is None or w.phase in written]
+    if not warnings:
+        return ["# timer lint: no engine or systemd timer ends a start-up before these limits", ""]
+    return ["# timer lint (check-config shows it too): a timer that fires before a limit above", *(
+        f"#   {warning.message}" for warning in warnings), ""]
