@@ -14,8 +14,8 @@
 # $(PREFIX)/lib/systemd/catalog are searched by systemd for PREFIX=/usr/local and PREFIX=/usr. The
 # polkit rule and the config are host settings and go under SYSCONFDIR (/etc); both are the
 # operator's to edit, so an existing one is never overwritten.
-# Then: edit $(SYSCONFDIR)/phasewatch/sglang-kimi.service.yaml, and
-#   systemctl enable --now phasewatch@sglang-kimi.service.service   (see docs/operations.md)
+# Then: phasewatch init sglang-kimi (or edit $(SYSCONFDIR)/phasewatch/sglang-kimi.yaml), and
+#   systemctl enable --now phasewatch@sglang-kimi.service   (see docs/operations.md)
 
 PREFIX ?= /usr/local
 SYSCONFDIR ?= /etc
@@ -32,8 +32,9 @@ POLKITDIR ?= $(SYSCONFDIR)/polkit-1/rules.d
 CONFDIR ?= $(SYSCONFDIR)/phasewatch
 VENV ?= /opt/phasewatch/venv
 PYTHON ?= /usr/bin/python3
-# The watched unit whose example config is installed (only if that file does not exist yet).
-WATCHED ?= sglang-kimi.service
+# The instance (the watched unit without .service) whose example config is installed, only if no
+# config exists yet under either name (sglang-kimi.yaml, or the older sglang-kimi.service.yaml).
+WATCHED ?= sglang-kimi
 
 INSTALL ?= install
 
@@ -51,7 +52,7 @@ install: install-venv install-files
 	systemd-tmpfiles --create $(TMPFILESDIR)/phasewatch.conf
 	journalctl --update-catalog
 	systemctl daemon-reload
-	@echo "next: list the watched units in $(POLKITDIR)/50-phasewatch.rules, edit $(CONFDIR)/$(WATCHED).yaml,"
+	@echo "next: list the watched units in $(POLKITDIR)/50-phasewatch.rules, edit $(CONFDIR)/$(WATCHED).yaml (or: phasewatch init $(WATCHED)),"
 	@echo "      then systemctl enable --now phasewatch@$(WATCHED).service"
 	@echo "the server's unit keeps every start-up line with LogRateLimitBurst= (docs/operations.md)"
 
@@ -74,7 +75,7 @@ install-files: install-data
 	elif ! cmp -s units/polkit/50-phasewatch.rules $(DESTDIR)$(POLKITDIR)/50-phasewatch.rules; then \
 		echo "kept $(DESTDIR)$(POLKITDIR)/50-phasewatch.rules (yours); the shipped one is $(DATADIR)/polkit/50-phasewatch.rules"; \
 	fi
-	test -e $(DESTDIR)$(CONFDIR)/$(WATCHED).yaml || \
+	test -e $(DESTDIR)$(CONFDIR)/$(WATCHED).yaml || test -e $(DESTDIR)$(CONFDIR)/$(WATCHED).service.yaml || \
 		$(INSTALL) -m 0644 config/phasewatch.yaml $(DESTDIR)$(CONFDIR)/$(WATCHED).yaml
 
 # Everything but the program, the live polkit rule and the config. The daemon's unit names

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The demo: a throwaway systemd (PID 1 of its own namespaces), a simulated sglang-kimi.service
 (8 ranks, EAGLE-3, at 1/100 of real time) whose TP3 hangs in the draft model's CUDA graph
-capture, and phasewatch@sglang-kimi.service.service watching it, as installed from units/.
+capture, and phasewatch@sglang-kimi.service watching it, as installed from units/.
 
 Run as root: python3 tools/demo.py   (scripts/demo.sh installs what it needs first)
 """
@@ -22,7 +22,8 @@ sys.path.insert(0, str(REPO / "tests" / "e2e"))
 from sandbox import Sandbox, can_boot  # noqa: E402
 
 UNIT = "sglang-kimi.service"
-WATCHER = f"phasewatch@{UNIT}.service"
+INSTANCE = "sglang-kimi"
+WATCHER = f"phasewatch@{INSTANCE}.service"
 VENV = REPO / ".venv"
 CONFIG = {
     "unit": UNIT,
@@ -63,7 +64,7 @@ RuntimeDirectoryPreserve=yes
 # The checkout may live under /tmp (CI clones there), which PrivateTmp= hides.
 BindReadOnlyPaths={REPO}
 """)
-        box.write(f"/run/phasewatch/{UNIT}.yaml", json.dumps(CONFIG, indent=1))
+        box.write(f"/run/phasewatch/{INSTANCE}.yaml", json.dumps(CONFIG, indent=1))
         box.write("/run/sglang-sim.env", "SIM_ARGS=--scale 0.01 --hang TP3:draft_cuda_graph_capture\n")
         box.systemctl("daemon-reload")
         say(f"systemctl start {WATCHER} {UNIT}  (this start-up will hang: TP3 in draft_cuda_graph_capture)")
@@ -73,13 +74,21 @@ BindReadOnlyPaths={REPO}
         say(f"phasewatch status {UNIT} --watch  (a new block whenever a phase or a bar moves)")
         watcher = subprocess.Popen(
             ["nsenter", "-t", str(box.pid), "-a", f"{VENV}/bin/phasewatch", "status", UNIT, "--config",
-             f"/run/phasewatch/{UNIT}.yaml", "--watch"], stdout=subprocess.PIPE, text=True, bufsize=1)
+             f"/run/phasewatch/{INSTANCE}.yaml", "--watch"], stdout=subprocess.PIPE, text=True, bufsize=1)
         assert watcher.stdout is not None
         lines: queue.Queue[str] = queue.Queue()
         threading.Thread(target=lambda: [lines.put(line) for line in watcher.stdout], daemon=True).start()
         deadline = time.monotonic() + 120
         restarted = False
         captured: list[str] = []
+        onelines: list[str] = []  # `status --oneline` along the way, for a prompt or a status bar
+
+        def sample_oneline() -> None:
+            line = box.run(f"{VENV}/bin/phasewatch", "status", "sglang-kimi", "--oneline", "--config",
+                           f"/run/phasewatch/{INSTANCE}.yaml", check=False)
+            text = f"{line.stdout.rstrip()}   (exit status {line.returncode})\n"
+            if not onelines or onelines[-1].split("   (")[0].split()[:2] != text.split("   (")[0].split()[:2]:
+                onelines.append(text)
 
         def drain() -> None:
             while not lines.empty():
@@ -89,6 +98,7 @@ BindReadOnlyPaths={REPO}
 
         while time.monotonic() < deadline:
             drain()
+            sample_oneline()
             if not restarted:
                 restarted = "restart requested" in box.run("journalctl", "-u", WATCHER, "-o", "cat").stdout
             elif box.show(WATCHER, "StatusText")["StatusText"].endswith(": ready"):
@@ -99,6 +109,10 @@ BindReadOnlyPaths={REPO}
         watcher.terminate()
         watcher.wait(timeout=10)
         (REPO / "docs" / "demo-status-watch.txt").write_text("".join(captured))
+        sample_oneline()
+        (REPO / "docs" / "demo-status-oneline.txt").write_text("".join(onelines))
+        say("phasewatch status sglang-kimi --oneline, as it was along the way (a prompt, a tmux status bar)")
+        print("".join(onelines), end="")
         say(f"systemctl status {WATCHER}: its STATUS= line")
         print("  " + box.show(WATCHER, "StatusText")["StatusText"])
         say(f"phasewatch's alerts: journalctl PHASEWATCH_UNIT={UNIT}")
@@ -107,20 +121,22 @@ BindReadOnlyPaths={REPO}
                       "PHASEWATCH_INVOCATION,MESSAGE").stdout)
         say(f"phasewatch's own log: journalctl -u {WATCHER} -o cat")
         print(box.run("journalctl", "-u", WATCHER, "-o", "cat", "--no-pager").stdout)
-        say(f"phasewatch status {UNIT}  (exit status 0: ready)")
-        final = box.run(f"{VENV}/bin/phasewatch", "status", UNIT, "--config", f"/run/phasewatch/{UNIT}.yaml",
-                        check=False)
+        say("phasewatch status sglang-kimi  (exit status 0: ready)")
+        final = box.run(f"{VENV}/bin/phasewatch", "status", "sglang-kimi", "--config",
+                        f"/run/phasewatch/{INSTANCE}.yaml", check=False)
         print(final.stdout + f"(exit status {final.returncode})")
         (REPO / "docs" / "demo-status.txt").write_text(final.stdout)
         say("phasewatch report: both start-ups, from phasewatch's history")
         plot = REPO / "docs" / "images" / "demo-startups.svg"
         plot.parent.mkdir(parents=True, exist_ok=True)
-        print(box.run(f"{VENV}/bin/phasewatch", "report", UNIT, "--state-dir", "/run/phasewatch-state", "--plot",
-                      str(plot)).stdout)
+        report = box.run(f"{VENV}/bin/phasewatch", "report", "sglang-kimi", "--state-dir", "/run/phasewatch-state",
+                         "--plot", str(plot)).stdout
+        print(report)
+        (REPO / "docs" / "demo-report.txt").write_text(report)
         print(f"(timeline written to {plot.relative_to(REPO)})")
         say(f"both start-ups, from the real journal: phasewatch replay --unit {UNIT}")
         print(box.run(f"{VENV}/bin/phasewatch", "replay", "--unit", UNIT, "--config",
-                      f"/run/phasewatch/{UNIT}.yaml").stdout)
+                      f"/run/phasewatch/{INSTANCE}.yaml").stdout)
     finally:
         say("systemctl poweroff (inside the throwaway systemd)")
         box.shutdown()

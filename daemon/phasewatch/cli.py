@@ -15,7 +15,7 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 from .config import Config, load_config
 from .durations import parse_duration
@@ -29,6 +29,7 @@ from .errors import (
     PhasewatchError,
     UsageError,
 )
+from .instances import other_spelling, watched_unit
 from .pipeline import Pipeline
 from .records import JournalRecord, Phase
 from .render import clamp_ts, json_text, terminal_safe, to_json, to_table, ts_in_range
@@ -142,6 +143,16 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return EX_OK
 
 
+def instance_config(path: str, exists: Callable[[str], bool] = os.path.exists) -> str:
+    """The unit file passes /etc/phasewatch/%i.yaml: `sglang-kimi.yaml` for the instance
+    phasewatch@sglang-kimi.service, `sglang-kimi.service.yaml` for the older long form. Whichever
+    spelling is missing, the other one is read (an install of either kind keeps working)."""
+    if exists(path):
+        return path
+    other = other_spelling(path)
+    return other if other is not None and exists(other) else path
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     import logging
     import signal
@@ -155,7 +166,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .sources.follow import JournalFollower
 
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
-    config = load_config(args.config)
+    config = load_config(instance_config(args.config))
     state_dir = args.state_dir or os.environ.get("STATE_DIRECTORY", "").split(":")[0] or "/var/lib/phasewatch"
     unit = SystemdUnit(config.unit)
     loaded = unit.load_state()
@@ -250,7 +261,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from .sinks.history import History
 
     config = load_config(args.config) if args.config else None
-    unit = args.unit or (config.unit if config is not None else None)
+    unit = watched_unit(args.unit) if args.unit else (config.unit if config is not None else None)
     if unit is None:
         raise UsageError("report needs a UNIT (or --config naming one)")
     state_dir = Path(args.state_dir or os.environ.get("STATE_DIRECTORY", "").split(":")[0] or "/var/lib/phasewatch")
@@ -268,7 +279,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         json.dump(report_json(records), sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        sys.stdout.write(to_table(records))
+        sys.stdout.write(to_table(records, wide=args.wide))
     return EX_OK
 
 
@@ -298,6 +309,8 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--state-dir", help="phasewatch's state directory (default /var/lib/phasewatch)")
     report.add_argument("--last", type=int, default=10, help="how many start-ups (default 10)")
     report.add_argument("--json", action="store_true")
+    report.add_argument("--wide", action="store_true", help="every phase under its full name (default: short "
+                        "names with a legend, within 100 columns)")
     report.add_argument("--plot", metavar="FILE", help="write an SVG timeline of them")
     report.set_defaults(func=cmd_report)
     check = sub.add_parser("check-config", help="validate a config file")
@@ -306,8 +319,9 @@ def build_parser() -> argparse.ArgumentParser:
                                       "(TimeoutStartSec= and Environment= over D-Bus, server_args from the journal)")
     check.add_argument("--state-dir", help="where the history is (default $STATE_DIRECTORY or /var/lib/phasewatch)")
     check.set_defaults(func=cmd_check_config)
-    from .commands import logs, status, waitready
+    from .commands import init, logs, status, waitready
 
+    init.add_parser(sub)
     status.add_parser(sub)
     logs.add_parser(sub)
     waitready.add_parser(sub)

@@ -18,7 +18,7 @@ from typing import Any
 from .config import Config
 from .durations import format_duration
 from .pipeline import Judgement
-from .records import MAIN, PHASE_NAMES, Progress
+from .records import FINAL_PHASES, MAIN, UNIT_PHASES, Phase, Progress
 from .stages.policy import Verdict
 from .stages.snapshot import InvocationView, RankView
 from .stages.timestamps import is_dated
@@ -207,6 +207,24 @@ def _cell(rank: RankView, phase: str, now: float, timeless: bool = False) -> str
     return format_duration(max(end - start, 0.0)) + mark
 
 
+def main_process_line(inv: InvocationView, now: float, timeless: bool = False) -> str | None:
+    """The main (HTTP server) process as one line above the ranks: it waits for them through the
+    whole load, so as a rank row it would read "launch for 40 minutes". None without ranks."""
+    main = inv.rank(MAIN)
+    if main is None or not inv.scheduler_ranks:
+        return None
+    since = "?" if main.phase_start is None or timeless else clock_text(main.phase_start, utc=True, with_date=False)
+    if main.phase is Phase.LAUNCH:
+        expected = inv.server.expected_rank_count if inv.server is not None and inv.server.plausible else None
+        count = expected or len(inv.scheduler_ranks)
+        text = f"main process: waiting for {count} rank{'s' if count != 1 else ''} since {since}"
+    else:
+        text = f"main process: {main.phase.value}{' (done)' if main.phase_ended else ''} since {since}"
+    ran = [f"{span.phase.value} {_cell(main, span.phase.value, now, timeless)}" for span in main.spans
+           if span.phase in UNIT_PHASES and span.phase not in FINAL_PHASES]
+    return text + (f" ({', '.join(ran)})" if ran else "")
+
+
 def _jit_cell(rank: RankView, now: float) -> str:
     jit = rank.jit
     if jit is None or jit.first is None:
@@ -234,16 +252,19 @@ def to_table(judgements: list[Judgement], now: float, timeless: bool = False) ->
         if inv.cold:
             header += ", cold (JIT compiled)"
         out.append(header)
-        phases = [p for p in PHASE_NAMES if any(s.phase.value == p for r in inv.ranks for s in r.spans)]
-        jit = any(r.jit is not None for r in inv.ranks)
+        main_line = main_process_line(inv, now, timeless)
+        if main_line is not None:
+            out.append(main_line)
+        shown = [r for r in inv.ranks if main_line is None or r.rank != MAIN]
+        phases = [p.value for p in Phase if p not in FINAL_PHASES  # a final phase has no duration
+                  and any(s.phase is p for r in shown for s in r.spans)]
+        jit = any(r.jit is not None for r in shown)
         columns = ["RANK", "NOW", "PROGRESS", *phases, *(["jit_compile"] if jit else [])]
         rows = []
-        for rank in inv.ranks:
+        for rank in shown:
             now_text = rank.phase.value + (" (done)" if rank.phase_ended else "") + ("" if rank.seen else " (silent)")
             if confidence(rank) != "exact":
                 now_text += f" ({confidence(rank)})"
-            if rank.rank == MAIN and rank.phase.value == "launch" and inv.scheduler_ranks:
-                now_text = "launch (waiting for the ranks)"
             if rank.compiling:
                 now_text += " + jit_compile"
             rows.append([rank.rank, now_text, progress_text(rank.progress),

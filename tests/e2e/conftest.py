@@ -6,7 +6,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from e2e_env import REPO, SIM_UNIT, STATE_DIR, UNIT, WATCHER, WATCHER_DROPIN, Scenario
+from e2e_env import CONFIG_PATH, REPO, SIM_UNIT, STATE_DIR, UNIT, WATCHER, WATCHER_DROPIN, Scenario
 from sandbox import Sandbox, can_boot
 
 
@@ -39,7 +39,7 @@ def sandbox() -> Iterator[Sandbox]:
 def scenario(sandbox: Sandbox) -> Iterator[Scenario]:
     sandbox.systemctl("stop", WATCHER, UNIT, check=False)
     sandbox.systemctl("reset-failed", check=False)
-    sandbox.run("rm", "-rf", STATE_DIR, f"/run/phasewatch/{UNIT}.yaml", check=False)
+    sandbox.run("rm", "-rf", STATE_DIR, CONFIG_PATH, check=False)
     time.sleep(0.2)  # distinct timestamps between scenarios
     yield Scenario(sandbox)
     sandbox.systemctl("stop", WATCHER, UNIT, check=False)

@@ -10,7 +10,9 @@ from typing import Any
 from sandbox import REPO, Sandbox
 
 UNIT = "sglang-kimi.service"
-WATCHER = f"phasewatch@{UNIT}.service"
+INSTANCE = "sglang-kimi"  # the instance name: the unit without .service, like getty@tty1.service
+WATCHER = f"phasewatch@{INSTANCE}.service"
+CONFIG_PATH = f"/run/phasewatch/{INSTANCE}.yaml"
 STATE_DIR = "/run/phasewatch-state"
 TIMER_LINT_ID = "8d4c3f6b2a1e4e0f9b7d5c3a1f2e4d7b"
 VENV = REPO / ".venv"
@@ -52,7 +54,7 @@ class Scenario:
 
     def configure(self, sim_args: str = "--scale 0.01", restart: str = "no", **config: Any) -> None:
         document = {**BASE_CONFIG, **config}
-        self.box.write(f"/run/phasewatch/{UNIT}.yaml", json.dumps(document, indent=1))
+        self.box.write(CONFIG_PATH, json.dumps(document, indent=1))
         self.sim(sim_args, restart)
 
     def sim(self, sim_args: str, restart: str | None = None) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_env import UNIT, WATCHER
+from e2e_env import INSTANCE, UNIT, WATCHER
 from sandbox import INNER, REPO, Sandbox
 
 # The host's system directories as read-only lower layers; every write (dpkg's database, the user
@@ -38,7 +38,7 @@ PACKAGE_INNER = (INNER.replace('mount -t tmpfs -o mode=755 tmpfs /run\n',
 assert PACKAGE_INNER.count("mount -t overlay") == 1 and "/etc/passwd" not in PACKAGE_INNER
 
 STATE = "/var/lib/phasewatch"
-CONFIG = f"/etc/phasewatch/{UNIT}.yaml"
+CONFIG = f"/etc/phasewatch/{INSTANCE}.yaml"
 STALLED_ID = "8d4c3f6b2a1e4e0f9b7d5c3a1f2e4d60"  # the catalog entry of "stalled"
 
 

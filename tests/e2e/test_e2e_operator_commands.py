@@ -68,7 +68,7 @@ def test_status_refuses_foreign_daemon(scenario: Scenario) -> None:
         invocation = scenario.box.show(WATCHER, "InvocationID")["InvocationID"]
         foreign = scenario.box.run(f"{VENV}/bin/phasewatch", "status", UNIT, check=False)
         assert (foreign.returncode, foreign.stdout) == (4, ""), foreign.stderr
-        assert (f"names daemon invocation '{'0' * 32}', but phasewatch@{UNIT}.service runs as invocation "
+        assert (f"names daemon invocation '{'0' * 32}', but {WATCHER} runs as invocation "
                 f"{invocation}") in foreign.stderr
     finally:
         scenario.box.systemctl("stop", "squatter", check=False)

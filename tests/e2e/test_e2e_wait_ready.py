@@ -10,11 +10,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from e2e_env import REPO, UNIT, VENV, Scenario
+from e2e_env import CONFIG_PATH, REPO, UNIT, VENV, Scenario
 from sandbox import Sandbox
 
 POST_DROPIN = "/run/systemd/system/sglang-kimi.service.d/wait-ready.conf"
-CONFIG = f"/run/phasewatch/{UNIT}.yaml"
+CONFIG = CONFIG_PATH
 FAILED = "d9b373ed55a64feb8242e02dbe79a49c"  # PID 1: the unit failed
 
 

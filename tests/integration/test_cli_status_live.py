@@ -3,6 +3,7 @@ none does, the table, exit statuses, and --watch's output in a log."""
 
 from __future__ import annotations
 
+import datetime as dt
 import http.server
 import json
 import socket
@@ -16,7 +17,7 @@ from sglang_sim import Faults, build, journal_json
 
 from journal_dirs import write_journal
 from phasewatch.cli import main
-from phasewatch.commands.status import ForeignDaemon, ask_daemon
+from phasewatch.commands.status import ForeignDaemon, ask_daemon, local_time
 from phasewatch.config import load_config
 from status_documents import DAEMON_INVOCATION, STALLED, UNIT, document
 
@@ -96,9 +97,11 @@ def test_table_from_the_daemon(daemon: StubDaemon, tmp_path: Path, capsys: pytes
     assert lines[0] == f"{UNIT}: stalled, phase draft_cuda_graph_capture (the slowest rank's), 20m since start"
     assert lines[1].startswith("invocation 5e1f3c9a0b7d4e21a6c8f00d1e2b3c4d, started ")
     assert lines[1].endswith(f", last line 2s ago; from the phasewatch daemon (127.0.0.1:{port})")
-    assert lines[3].split() == ["RANK", "PHASE", "PROGRESS", "IN", "PHASE", "LAST", "ACTIVITY", "VERDICT"]
-    rows = {line.split()[0]: line for line in lines[4:13]}
-    assert rows["main"].split()[:5] == ["main", "launch", "(waiting", "for", "the"]
+    since = local_time(dt.datetime(2026, 11, 30, 8, 16, 48, tzinfo=dt.timezone.utc).timestamp(), with_date=False)
+    assert lines[3] == f"main process: waiting for 8 ranks since {since}"  # 08:20:00 less its 192 s
+    assert lines[4].split() == ["RANK", "PHASE", "PROGRESS", "IN", "PHASE", "LAST", "ACTIVITY", "VERDICT"]
+    rows = {line.split()[0]: line for line in lines[5:13]}
+    assert "main" not in rows
     assert rows["TP0"].split() == ["TP0", "draft_cuda_graph_capture", "7/23", "bs=64", "3m12s/20m", "2s", "ago"]
     assert rows["TP3"].split()[-2:] == ["stalled", "(deadline)"]
     assert f"  stalled: {UNIT}: TP3 stalled in draft_cuda_graph_capture for 20m1s (limit 20m)" in lines
@@ -132,9 +135,24 @@ def test_status_checks_the_daemons_invocation_against_systemd(daemon: StubDaemon
     found = ask_daemon(config, expected_invocation=lambda unit: DAEMON_INVOCATION)
     assert found is not None and found["invocation"]["outcome"] == "ready"
     with pytest.raises(ForeignDaemon, match=f"names daemon invocation '{DAEMON_INVOCATION}', but "
-                                            f"phasewatch@{UNIT}.service runs as invocation 1234"):
+                                            "phasewatch@sglang-kimi.service runs as invocation 1234"):
         ask_daemon(config, expected_invocation=lambda unit: "1234")
     assert ask_daemon(config, expected_invocation=lambda unit: None) is not None  # not run by systemd
+
+
+@pytest.mark.parametrize(("outcome", "verdicts", "eta", "line", "code"), [
+    ("starting", [], 240.0, "sglang-kimi: draft_cuda_graph_capture 8/8 3m12s/20m ETA 4m", 1),
+    ("starting", [], None, "sglang-kimi: draft_cuda_graph_capture 8/8 3m12s/20m", 1),
+    ("stalled", STALLED, None, "sglang-kimi: stalled draft_cuda_graph_capture 8/8 3m12s/20m [stalled: TP3]", 2),
+    ("ready", [], None, "sglang-kimi: ready (20m since start)", 0),
+])
+def test_oneline_and_its_exit_status(daemon: StubDaemon, tmp_path: Path, outcome: str,
+                                     verdicts: list[dict[str, Any]], eta: float | None, line: str, code: int,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    daemon.body = json.dumps({**document(outcome, verdicts), "eta_seconds": eta}).encode()
+    got, out, err = run(["status", "sglang-kimi", "--oneline", "--config",
+                         config_for(tmp_path, daemon.server_address[1])], capsys)
+    assert (got, out, err) == (code, line + "\n", "")
 
 
 def test_nothing_listening_falls_back_to_the_journal(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

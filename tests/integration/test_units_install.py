@@ -20,7 +20,7 @@ def make_install_files(stage: Path) -> subprocess.CompletedProcess[str]:
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
 def test_make_install_keeps_the_operators_polkit_rule_and_config(tmp_path: Path) -> None:
     rule = tmp_path / "etc" / "polkit-1" / "rules.d" / "50-phasewatch.rules"
-    config = tmp_path / "etc" / "phasewatch" / "sglang-kimi.service.yaml"
+    config = tmp_path / "etc" / "phasewatch" / "sglang-kimi.yaml"
     first = make_install_files(tmp_path)
     assert first.returncode == 0, first.stderr
     assert rule.read_text() == (UNITS / "polkit" / "50-phasewatch.rules").read_text()

@@ -82,15 +82,26 @@ def test_table_shows_each_rank_and_the_verdict(capsys: pytest.CaptureFixture[str
     _, out, _ = run(["replay", "--now", "+25m", str(STALL)], capsys)
     lines = out.splitlines()
     assert lines[0].startswith("invocation 5e1f3c9a0b7d4e21a6c8f00d1e2b3c4d: stalled, phase draft_cuda_graph_capture")
-    header = lines[1].split()
+    # The main process waits for the ranks through the whole load: a line, not a row "in launch for 25m".
+    assert lines[1] == "main process: waiting for 8 ranks since 08:00:00"
+    header = lines[2].split()
     assert header[:3] == ["RANK", "NOW", "PROGRESS"]
-    assert "draft_cuda_graph_capture" in header
-    rows = {line.split()[0]: line for line in lines[2:11]}
-    assert set(rows) == {"main", *(f"TP{n}" for n in range(8))}
+    assert "draft_cuda_graph_capture" in header and "ready" not in header
+    rows = {line.split()[0]: line for line in lines[3:11]}
+    assert set(rows) == {f"TP{n}" for n in range(8)}
+    assert "29m18s+" in rows["TP3"] and "+" not in rows["TP0"]
     assert "draft_cuda_graph_capture (done)" in rows["TP0"] and "23/23 bs=1" in rows["TP0"]
     assert "(done)" not in rows["TP3"]
     assert any(line.startswith("  stalled: sglang-kimi.service: TP3 stalled in draft_cuda_graph_capture")
                for line in lines)
+
+
+def test_table_names_the_main_process_s_own_phases_once_ready(capsys: pytest.CaptureFixture[str]) -> None:
+    _, out, _ = run(["replay", str(STALL.with_name("sglang-kimi-healthy.json"))], capsys)
+    lines = out.splitlines()
+    assert lines[1] == "main process: ready since 08:18:43 (http_server_start 0s, warmup 2s)"
+    assert [line for line in lines if line.split()[:1] == ["main"]] == [lines[1]]  # no rank row `main`
+    assert lines[2].split()[-1] == "warmup"  # no column for `ready`: it has no duration
 
 
 def test_source_and_unit_are_exclusive(capsys: pytest.CaptureFixture[str]) -> None:

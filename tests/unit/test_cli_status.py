@@ -11,6 +11,7 @@ import pytest
 
 from phasewatch.cli import main
 from phasewatch.commands.status import exit_status, render_table, status_url, watch
+from phasewatch.commands.status_line import oneline
 from phasewatch.config import Config
 from status_documents import STALLED, UNIT, document
 
@@ -108,3 +109,16 @@ def test_default_config_is_the_units() -> None:
     from phasewatch.sources.current import resolve_config
 
     assert resolve_config(UNIT, None) == Config(unit=UNIT)
+
+
+def test_oneline_without_a_start_up() -> None:
+    assert oneline({"unit": UNIT, "invocation": None, "active_state": "inactive"}) == "sglang-kimi: no start-up"
+    assert oneline({"unit": UNIT, "invocation": None, "active_state": "activating"}) == (
+        "sglang-kimi: activating, no line yet")
+
+
+def test_oneline_from_a_fixed_document() -> None:
+    assert oneline({**document("starting"), "eta_seconds": 240.0}) == (
+        "sglang-kimi: draft_cuda_graph_capture 8/8 3m12s/20m ETA 4m")
+    assert oneline(document("stalled", STALLED)) == (
+        "sglang-kimi: stalled draft_cuda_graph_capture 8/8 3m12s/20m [stalled: TP3]")

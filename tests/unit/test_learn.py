@@ -238,8 +238,8 @@ def test_report_command_table_json_and_plot(tmp_path: Path, records: list[Startu
     assert svg.startswith("<svg") and svg.count("<rect") > 2 * 9 * 5
     assert main(["report", UNIT, "--state-dir", str(tmp_path)]) == 0
     table = capsys.readouterr().out.splitlines()
-    assert table[0].split()[:4] == ["STARTED", "(UTC)", "TOOK", "OUTCOME"]
-    assert len(table) == 1 + 3
+    assert table[0].split()[:4] == ["STARTED", "UTC", "TOOK", "OUTCOME"]
+    assert table.index("") == 1 + 3 and max(map(len, table)) <= 100
     assert main(["report", "other.service", "--state-dir", str(tmp_path)]) == 66
 
 

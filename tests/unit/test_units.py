@@ -56,7 +56,7 @@ def test_daemon_unit_is_not_bound_to_the_watched_unit() -> None:
 
 def test_example_server_pulls_in_its_watchdog_by_the_doubled_name() -> None:
     settings = unit_settings(UNITS / "sglang-kimi.service")
-    assert "phasewatch@sglang-kimi.service.service" in " ".join(settings["Wants"]).split()
+    assert "phasewatch@sglang-kimi.service" in " ".join(settings["Wants"]).split()
     assert settings["KillMode"] == ["control-group"]
 
 

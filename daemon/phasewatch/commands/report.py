@@ -57,19 +57,58 @@ def to_json(records: Sequence[StartupRecord]) -> dict[str, Any]:
     } for r in records]}
 
 
-def to_table(records: Sequence[StartupRecord]) -> str:
+# Short column names for the default table (it fits 100 columns); `--wide` uses the full names.
+SHORT = {"launch": "launch", "dist_init": "dist", "weight_load": "load", "kv_cache_alloc": "kv",
+         "cuda_graph_capture": "graphs", "draft_weight_load": "dload", "draft_cuda_graph_capture": "dgraphs",
+         "http_server_start": "http", "warmup": "warmup"}
+FITS = 100
+
+
+def _grid(rows: Sequence[Sequence[str]], gap: str = "  ") -> list[str]:
+    widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
+    return [gap.join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows]
+
+
+def _outcome(record: StartupRecord) -> str:
+    return record.outcome + (f" ({record.cause})" if record.cause else "")
+
+
+def _legend(names: Sequence[str]) -> list[str]:
+    """`phases: dist = dist_init, load = weight_load, ...` wrapped at FITS columns."""
+    pairs = [f"{SHORT[name]} = {name}" for name in names if SHORT.get(name, name) != name]
+    lines, line = [], "phases:"
+    for pair in pairs:
+        if len(line) + len(pair) + 2 > FITS:
+            lines.append(line.rstrip(","))
+            line = "       "
+        line += f" {pair},"
+    return [*lines, line.rstrip(",")] if pairs else []
+
+
+def to_table(records: Sequence[StartupRecord], wide: bool = False) -> str:
+    """One row per start-up with each phase's wall time. Default: short phase names and a legend,
+    within 100 columns; when even that is wider, one line per start-up with its slowest phase.
+    `wide`: every phase under its full name, however wide."""
     if not records:
         return "no start-ups recorded yet\n"
     phases = [p for p in PHASE_NAMES if any(r.phase(p) for r in records) and p not in ("ready", "serving")]
-    header = ["STARTED (UTC)", "TOOK", "OUTCOME", "SLOWEST", *phases]
-    rows = []
-    for r in records:
-        outcome = r.outcome + (f" ({r.cause})" if r.cause else "")
-        cells = [format_duration(p.duration) if (p := r.phase(name)) else "-" for name in phases]
-        rows.append([_when(r.started_at), format_duration(r.duration), outcome, slowest_rank(r) or "-", *cells])
-    widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
-    lines = ["  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in [header, *rows]]
-    return "\n".join(lines) + "\n"
+    head = ["STARTED (UTC)", "TOOK", "OUTCOME", "SLOWEST"]
+    rows = [[_when(r.started_at), format_duration(r.duration), _outcome(r), slowest_rank(r) or "-",
+             *(format_duration(p.duration) if (p := r.phase(name)) else "-" for name in phases)] for r in records]
+    if wide:
+        return "".join(line.rstrip() + "\n" for line in _grid([[*head, *phases], *rows]))
+    short = [[_when(r.started_at)[5:16], *row[1:]] for r, row in zip(records, rows, strict=True)]
+    compact = [(left + "  " + right).rstrip() for left, right in zip(
+        _grid([["STARTED UTC", "TOOK", "OUTCOME", "SLOW"], *(row[:4] for row in short)]),
+        _grid([[SHORT.get(p, p) for p in phases], *(row[4:] for row in short)], gap=" "), strict=True)]
+    if max(len(line) for line in compact) <= FITS:
+        return "\n".join([*compact, "", "SLOW: the rank that finished last; " + "durations: each phase's wall time",
+                          *_legend(phases)]) + "\n"
+    longest = [max(r.phases, key=lambda p: p.duration, default=None) for r in records]
+    lines = [line.rstrip() for line in _grid([[*head, "LONGEST PHASE"], *(
+        [*row[:4], f"{p.phase} {format_duration(p.duration)}" if p else "-"] for row, p in zip(rows, longest,
+                                                                                               strict=True))])]
+    return "\n".join([*lines, "", "every phase: phasewatch report --wide"]) + "\n"
 
 
 # Tick steps a reader can add up at a glance.

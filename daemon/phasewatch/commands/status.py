@@ -24,12 +24,14 @@ import httpx
 from ..config import Config
 from ..durations import format_duration, shown
 from ..errors import ForeignDaemon, NoSuchUnit, UsageError
-from ..records import FAILING
+from ..instances import watcher_names, watcher_of
+from ..records import FAILING, MAIN
 from ..render import clock_text, json_text, status_document, terminal_safe
 from ..sources.current import CurrentStartup, StartPoint, find_start, resolve_config, unit_name, unit_timers, warn
 from ..sources.follow import JournalFollower
 from ..stages.timerlint import UnitTimers, lint
 from ..stages.verdict_lines import VerdictLine, grouped
+from .status_line import oneline
 
 EXIT_READY, EXIT_STARTING, EXIT_FAILING, EXIT_UNKNOWN, EXIT_FOREIGN = 0, 1, 2, 3, 4
 FAILING_VERDICTS = FAILING
@@ -48,16 +50,20 @@ def status_url(listen: str) -> str:
 
 
 def daemon_invocation(unit: str) -> str | None:
-    """The InvocationID of systemd's phasewatch@UNIT.service while it runs; None when it does not, or
+    """The InvocationID of systemd's phasewatch@NAME.service while it runs (NAME: the unit's name
+    without `.service`, or with it in the older form); None when it does not, or
     when systemd cannot be asked (a daemon started by hand is then checked by its document only)."""
     from ..errors import UnitError
     from ..sinks.actions import SystemdUnit
 
-    try:
-        facts = SystemdUnit(f"phasewatch@{unit}.service").facts()
-    except UnitError:
-        return None
-    return facts.invocation_id if facts.active_state in LIVE_STATES else None
+    for watcher in watcher_names(unit):  # phasewatch@sglang-kimi.service, or the older long form
+        try:
+            facts = SystemdUnit(watcher).facts()
+        except UnitError:
+            return None
+        if facts.active_state in LIVE_STATES:
+            return facts.invocation_id
+    return None
 
 
 def ask_daemon(config: Config, timeout: float = DAEMON_TIMEOUT, transport: httpx.BaseTransport | None = None,
@@ -83,7 +89,7 @@ def ask_daemon(config: Config, timeout: float = DAEMON_TIMEOUT, transport: httpx
     expected = expected_invocation(config.unit)
     if expected is not None and claimed != expected:
         raise ForeignDaemon(f"{url} names daemon invocation {shown(claimed)}, but "
-                            f"phasewatch@{config.unit}.service runs as invocation {expected}")
+                            f"{watcher_of(config.unit)} runs as invocation {expected}")
     document.setdefault("source", "daemon")
     return document
 
@@ -177,6 +183,15 @@ def _progress(rank: dict[str, Any]) -> str:
     return text + (f" bs={progress['bs']}" if progress.get("bs") is not None else "")
 
 
+def _main_line(main: dict[str, Any], ranks: int, now: float | None) -> str:
+    """The main process above the rank rows: it waits for them, it is not "in launch for 40m"."""
+    spent = main.get("elapsed_seconds")
+    since = local_time(now - spent, with_date=False) if now is not None and isinstance(spent, (int, float)) else "?"
+    if main.get("phase") == "launch":
+        return f"main process: waiting for {ranks} rank{'s' if ranks != 1 else ''} since {since}"
+    return f"main process: {main.get('phase')}{' (done)' if main.get('phase_ended') else ''} since {since}"
+
+
 def _phase_text(label: str, rank: dict[str, Any], schedulers: bool) -> str:
     phase = str(rank.get("phase"))
     if label == "main" and phase == "launch" and schedulers:
@@ -252,12 +267,16 @@ def render_table(document: dict[str, Any], listen: str | None = None) -> str:
         verdicts: list[dict[str, Any]] = inv.get("verdicts") or []
         rows = [["RANK", "PHASE", "PROGRESS", "IN PHASE", "LAST ACTIVITY", "VERDICT"]]
         for label, rank in ranks.items():
+            if schedulers and label == MAIN:
+                continue
             mine = [f"{v['kind']} ({v['cause']})" if v.get("cause") else str(v["kind"])
                     for v in verdicts if v.get("rank") == label]
             rows.append([label, _phase_text(label, rank, schedulers), _progress(rank),
                          _in_phase(label, rank, schedulers), _ago(rank.get("quiet_seconds")), ", ".join(mine)])
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
         out.append("")
+        if schedulers and MAIN in ranks:
+            out.append(_main_line(ranks[MAIN], len(ranks) - 1, _epoch(document.get("now"))))
         out.extend("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows)
         out.extend(_vitals_lines(document))
         out.append("")
@@ -331,8 +350,8 @@ def _terminate(signum: int, frame: object) -> None:
 def cmd_status(args: argparse.Namespace) -> int:
     unit = unit_name(args.unit) if args.unit else None
     config = resolve_config(unit, args.config, warn)
-    if args.json and args.watch:
-        raise UsageError("--json and --watch do not go together (--json prints one document)")
+    if sum((args.json, args.watch, args.oneline)) > 1:
+        raise UsageError("--json, --oneline and --watch do not go together")
     source = StatusSource(config, args.directory)
     listen = None if args.directory else config.metrics_listen
     try:
@@ -342,6 +361,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         document = source.document()
         if args.json:
             sys.stdout.write(json_text(document) + "\n")
+        elif args.oneline:
+            sys.stdout.write(oneline(document) + "\n")
         else:
             sys.stdout.write(render_table(document, listen))
         return exit_status(document)
@@ -363,6 +384,8 @@ def add_parser(sub: Any) -> None:
     status.add_argument("unit", nargs="?", metavar="UNIT", help="the server's unit (default: the config's unit)")
     status.add_argument("--config", help="phasewatch YAML config (default /etc/phasewatch/UNIT.yaml if readable)")
     status.add_argument("--json", action="store_true", help="print the /status JSON document")
+    status.add_argument("--oneline", action="store_true", help="one line: phase, ranks in it, time in it "
+                        "against its deadline, ETA (for a prompt or a status bar); same exit status")
     status.add_argument("--watch", action="store_true", help="redraw every second until interrupted")
     status.add_argument("--directory", help="read this journal directory (copied from another host); "
                         "no daemon is asked")

@@ -22,6 +22,7 @@ from typing import Any, Callable
 
 from ..config import Config, load_config
 from ..errors import JournalError, NoSuchUnit, UnitError, UsageError
+from ..instances import config_names, watched_unit
 from ..pipeline import Judgement, Pipeline
 from ..records import (
     MID_DEACTIVATED,
@@ -52,21 +53,21 @@ CONFIG_DIRS = ("/etc/phasewatch", "/run/phasewatch")
 
 def unit_name(text: str) -> str:
     """`sglang-kimi` -> `sglang-kimi.service`, as systemctl reads it."""
-    return text if "." in text else f"{text}.service"
+    return watched_unit(text)
 
 
 def resolve_config(unit: str | None, path: str | None, warn: Callable[[str], None] | None = None) -> Config:
-    """--config F; else /etc/phasewatch/UNIT.yaml (or /run/phasewatch/UNIT.yaml) if readable; else
+    """--config F; else /etc/phasewatch/NAME.yaml (or /run/phasewatch/NAME.yaml) if readable, NAME
+    the unit's name without `.service` or with it (instances.config_names); else
     the defaults for UNIT. A UNIT given beside a config whose `unit:` differs wins (with a warning)."""
     config: Config | None = None
     if path is not None:
         config = load_config(path)
     elif unit is not None:
-        for directory in CONFIG_DIRS:
-            candidate = Path(directory) / f"{unit}.yaml"
-            if os.access(candidate, os.R_OK):
-                config = load_config(candidate)
-                break
+        candidates = [Path(directory) / name for directory in CONFIG_DIRS for name in config_names(unit)]
+        readable = next((candidate for candidate in candidates if os.access(candidate, os.R_OK)), None)
+        if readable is not None:
+            config = load_config(readable)
     if config is None:
         if unit is None:
             raise UsageError("name the UNIT, or give --config")

@@ -1,0 +1,143 @@
+"""`phasewatch init UNIT`: read the unit over D-Bus (and its last start-up from the journal), write
+/etc/phasewatch/NAME.yaml for it, and say how to enable the watchdog. The decisions are in
+stages/init_config.py; this module only reads and writes.
+
+Exit statuses: 0 written (or unchanged); 69 systemd cannot be asked; 73 an edited config is in the
+way (a diff is shown; --force replaces it); 78 the unit runs no engine phasewatch knows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ..config import parse_config
+from ..errors import ConfigError, PhasewatchError, UnitError
+from ..instances import config_names, watched_unit, watcher_of
+from ..profile import load_builtin_profile
+from ..records import Phase
+from ..render import terminal_safe
+from ..stages.init_config import UnitCommand, engine_facts, phase_durations, render_config, sealed, untouched
+
+EX_CANTCREAT = 73
+USEC_INFINITY = 2**64 - 1
+JOURNAL_LOOKBACK = 30 * 86400.0  # the last start-up is looked for this far back
+
+
+class EditedConfig(PhasewatchError):
+    exit_status = EX_CANTCREAT
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def read_unit(unit: str) -> UnitCommand:  # pragma: systemd no cover (e2e: test_e2e_init.py)
+    """ExecStart=, Environment=, TimeoutStartSec=, User= and Type= over D-Bus."""
+    try:
+        from pystemd.systemd1 import Unit
+
+        handle = Unit(unit.encode(), _autoload=True)
+        if _text(handle.Unit.LoadState) != "loaded":
+            raise ConfigError("unit", f"{unit} is not loaded by systemd ({_text(handle.Unit.LoadState)}): "
+                              "is the name right?")
+        service = handle.Service
+        exec_start = list(service.ExecStart or [])
+        argv = tuple(_text(word) for word in exec_start[0][1]) if exec_start else ()
+        environment = dict(_text(item).partition("=")[::2] for item in service.Environment or [])
+        timeout = int(service.TimeoutStartUSec)
+        return UnitCommand(unit=unit, argv=argv, environment=environment,
+                           timeout_start=None if timeout == USEC_INFINITY else timeout / 1e6,
+                           user=_text(service.User) or None, service_type=_text(service.Type) or "simple")
+    except PhasewatchError:
+        raise
+    except Exception as exc:  # pystemd's D-Bus exception tree
+        raise UnitError(f"cannot read {unit} over D-Bus: {exc}") from None
+
+
+def last_startup(unit: str, directory: str | None) -> dict[Phase, float]:
+    """The phase durations of the unit's last start-up in the journal; none when it cannot be read."""
+    from ..config import Config
+    from ..errors import JournalError
+    from ..pipeline import Pipeline
+    from ..sources.journal_source import UnitRecords
+
+    try:
+        pipeline = Pipeline(Config(unit=unit))
+        pipeline.feed_all(UnitRecords(unit, directory, time.time() - JOURNAL_LOOKBACK), now=None)
+        invocations = pipeline.snapshot().invocations
+    except JournalError:
+        return {}
+    if not invocations:
+        return {}
+    ranks = invocations[-1].ranks
+    return phase_durations([(span.phase, span.start, span.end) for rank in ranks for span in rank.spans])
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    unit = watched_unit(args.unit)
+    command = read_unit(unit)
+    command = UnitCommand(**{**command.__dict__, "last_startup": last_startup(unit, args.directory)})
+    facts = engine_facts(command.argv)
+    if facts.engine is None:
+        raise ConfigError("engine", f"{unit}'s ExecStart= runs no engine phasewatch knows (sglang, vllm): "
+                          f"{' '.join(command.argv)[:200]}")
+    try:
+        load_builtin_profile(facts.engine)
+    except PhasewatchError:
+        raise ConfigError("engine", f"{unit} runs {facts.engine}, which this phasewatch has no built-in "
+                          "profile for yet") from None
+    text = sealed(render_config(command, facts))
+    path = Path(args.directory_out) / config_names(unit)[0]
+    parse_config(text, str(path))  # what init writes, check-config accepts: checked before writing
+    if args.dry_run:
+        sys.stdout.writelines(terminal_safe(line) + "\n" for line in text.splitlines())
+        return 0
+    existing = next((Path(args.directory_out) / name for name in config_names(unit)
+                     if (Path(args.directory_out) / name).exists()), None)
+    if existing is not None:
+        old = existing.read_text(errors="replace")
+        if old == text:
+            print(f"{existing}: unchanged")
+            return _next_steps(unit, existing)
+        if not untouched(old) and not args.force:
+            diff = difflib.unified_diff(old.splitlines(True), text.splitlines(True), str(existing), "phasewatch init")
+            sys.stdout.writelines(terminal_safe(line.rstrip("\n")) + "\n" for line in diff)
+            raise EditedConfig(f"{existing} was edited since init wrote it (or not written by init): not "
+                               "replaced; the diff above is what init would write (--force replaces it)")
+        path = existing
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.init")
+    temporary.write_text(text)
+    os.chmod(temporary, 0o644)
+    os.replace(temporary, path)
+    print(f"wrote {path} ({facts.engine}, TP={facts.tp}"
+          + (f", speculative {facts.speculative}" if facts.speculative else "") + ")")
+    return _next_steps(unit, path)
+
+
+def _next_steps(unit: str, path: Path) -> int:
+    print("next, check that polkit lets phasewatch restart it (else add it to WATCHED_UNITS there), then "
+          "enable the watchdog:")
+    print(f"    grep -n '\"{unit}\"' /etc/polkit-1/rules.d/50-phasewatch.rules")
+    print(f"    systemctl enable --now {watcher_of(unit)}")
+    return 0
+
+
+def add_parser(sub: Any) -> None:
+    init = sub.add_parser("init", help="write /etc/phasewatch/NAME.yaml for a unit from its ExecStart= (and its "
+                          "last start-up in the journal)")
+    init.add_argument("unit", metavar="UNIT", help="the server's unit, e.g. sglang-kimi (or sglang-kimi.service)")
+    init.add_argument("--dry-run", action="store_true", help="print the config instead of writing it")
+    init.add_argument("--force", action="store_true", help="replace a config that was edited since")
+    init.add_argument("--config-dir", dest="directory_out", default="/etc/phasewatch", help=argparse.SUPPRESS)
+    init.add_argument("--directory", help=argparse.SUPPRESS)  # a journal directory (tests)
+    init.set_defaults(func=cmd_init)
+
+
+

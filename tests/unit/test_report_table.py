@@ -1,0 +1,77 @@
+"""Golden outputs of `phasewatch report`'s table: within 100 columns by default (short phase names
+and a legend; one line per start-up with its longest phase when even that is wider), every phase
+under its full name with --wide. Fixed records in, exact text out."""
+
+from __future__ import annotations
+
+import pytest
+
+from phasewatch.commands import report
+from phasewatch.commands.report import to_table
+from phasewatch.sinks.history import PhaseRecord, StartupRecord
+
+T0 = 1796025600.0  # 2026-11-30 08:00:00 UTC
+FULL = [("launch", 12.0), ("dist_init", 2.0), ("weight_load", 540.0), ("kv_cache_alloc", 2.0),
+        ("cuda_graph_capture", 292.0), ("draft_weight_load", 10.0), ("draft_cuda_graph_capture", 258.0),
+        ("http_server_start", 1.0), ("warmup", 2.0)]
+
+
+def record(index: int, outcome: str, cause: str | None, durations: list[tuple[str, float]]) -> StartupRecord:
+    start = T0 + index * 7200
+    phases = tuple(PhaseRecord(name, took, 1.0, None, 5.0, "TP3") for name, took in durations)
+    spans = {"main": [("launch", start, None)], "TP1": [(durations[0][0], start, start + 1)],
+             "TP3": [(name, start, start + took) for name, took in durations]}
+    return StartupRecord("sglang-kimi.service", f"{index:032x}", "fp", start, start + sum(t for _, t in durations),
+                         outcome, cause, phases, spans)
+
+
+RECORDS = [record(0, "ready", None, FULL), record(1, "stalled", "deadline", FULL[:7]),
+           record(2, "crashed", "oom", FULL[:5])]
+
+DEFAULT = """\
+STARTED UTC  TOOK    OUTCOME             SLOW  launch dist load kv graphs dload dgraphs http warmup
+11-30 08:00  18m39s  ready               TP3   12s    2s   9m   2s 4m52s  10s   4m18s   1s   2s
+11-30 10:00  18m36s  stalled (deadline)  TP3   12s    2s   9m   2s 4m52s  10s   4m18s   -    -
+11-30 12:00  14m8s   crashed (oom)       TP3   12s    2s   9m   2s 4m52s  -     -       -    -
+
+SLOW: the rank that finished last; durations: each phase's wall time
+phases: dist = dist_init, load = weight_load, kv = kv_cache_alloc, graphs = cuda_graph_capture
+        dload = draft_weight_load, dgraphs = draft_cuda_graph_capture, http = http_server_start
+"""
+
+WIDE_HEADER = ("STARTED (UTC)        TOOK    OUTCOME             SLOWEST  launch  dist_init  weight_load  "
+               "kv_cache_alloc  cuda_graph_capture  draft_weight_load  draft_cuda_graph_capture  "
+               "http_server_start  warmup")
+
+LONGEST = """\
+STARTED (UTC)        TOOK    OUTCOME             SLOWEST  LONGEST PHASE
+2026-11-30 08:00:00  18m39s  ready               TP3      weight_load 9m
+2026-11-30 10:00:00  18m36s  stalled (deadline)  TP3      weight_load 9m
+2026-11-30 12:00:00  14m8s   crashed (oom)       TP3      weight_load 9m
+
+every phase: phasewatch report --wide
+"""
+
+
+def test_default_table_fits_100_columns_with_a_legend() -> None:
+    text = to_table(RECORDS)
+    assert text == DEFAULT
+    assert max(len(line) for line in text.splitlines()) <= 100
+
+
+def test_wide_table_names_every_phase_in_full() -> None:
+    lines = to_table(RECORDS, wide=True).splitlines()
+    assert lines[0] == WIDE_HEADER
+    assert lines[1].split() == ["2026-11-30", "08:00:00", "18m39s", "ready", "TP3", "12s", "2s", "9m", "2s",
+                                "4m52s", "10s", "4m18s", "1s", "2s"]
+    assert len(lines) == 4
+
+
+def test_when_even_short_names_do_not_fit_one_line_per_start_up_with_its_longest_phase(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(report, "FITS", 80)
+    assert to_table(RECORDS) == LONGEST
+
+
+def test_no_records() -> None:
+    assert to_table([]) == "no start-ups recorded yet\n"
