@@ -1,6 +1,5 @@
-"""Command line: `phasewatch replay`, `phasewatch check-config`.
-
-Exit statuses follow sysexits.h: 65 bad input data, 66 input missing, 78 bad configuration.
+"""Command line: `phasewatch replay`, `run`, `report`, `check-config`; the operator's commands are in
+commands/. Exit statuses: errors.EXIT_STATUSES (sysexits.h for errors), printed by `--help`.
 """
 
 from __future__ import annotations
@@ -13,19 +12,23 @@ import re
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
+from typing import Iterable, Iterator, NoReturn, Sequence
 
+from . import __version__
 from .config import Config, load_config
 from .durations import parse_duration
 from .errors import (
     EX_NOINPUT,
     EX_OK,
+    EX_USAGE,
+    EXIT_CLOSED_PIPE,
     ConfigError,
     HistoryUnreadable,
     InputError,
     NoHistory,
     PhasewatchError,
     UsageError,
+    exit_table,
 )
 from .pipeline import Pipeline
 from .records import JournalRecord
@@ -179,13 +182,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     return EX_OK
 
 
-def cmd_check_config(args: argparse.Namespace) -> int:
-    config = load_config(args.config)
-    rules = len(config.engine_profile().rules)
-    print(f"{args.config}: OK (unit {config.unit}, engine {config.engine}, {rules} rules)")
-    return EX_OK
-
-
 def cmd_report(args: argparse.Namespace) -> int:
     import sqlite3
 
@@ -216,8 +212,18 @@ def cmd_report(args: argparse.Namespace) -> int:
     return EX_OK
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, but a bad command line exits 64 (EX_USAGE), not 2: 2 means "will not become ready"."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EX_USAGE, f"{self.prog}: error: {message}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="phasewatch", description="Phase-aware start-up watchdog for LLM servers")
+    parser = Parser(prog="phasewatch", description="Phase-aware start-up watchdog for LLM servers",
+                    epilog=exit_table(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     replay = sub.add_parser("replay", help="run the pipeline over a saved log or the journal and judge it")
     replay.add_argument("source", nargs="?", help="a log file (journalctl -o json/export/short/cat, or a pasted "
@@ -244,14 +250,16 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--json", action="store_true")
     report.add_argument("--plot", metavar="FILE", help="write an SVG timeline of them")
     report.set_defaults(func=cmd_report)
-    check = sub.add_parser("check-config", help="validate a config file")
-    check.add_argument("config")
-    check.set_defaults(func=cmd_check_config)
-    from .commands import logs, status, waitready
+    from .commands import checkconfig, logs, status, waitready
+
+    checkconfig.add_parser(sub)
 
     status.add_parser(sub)
     logs.add_parser(sub)
     waitready.add_parser(sub)
+    for command in sub.choices.values():
+        command.epilog = exit_table()
+        command.formatter_class = argparse.RawDescriptionHelpFormatter
     return parser
 
 
@@ -274,6 +282,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
         print(terminal_safe(f"phasewatch: {exc.filename}: {exc.strerror}"), file=sys.stderr)
         return EX_NOINPUT
+    except BrokenPipeError:
+        return closed_pipe()
+
+
+def closed_pipe() -> int:
+    """`phasewatch replay --json | head`: the reader is gone. Nothing more is printed, and the
+    interpreter's last flush of stdout at exit must not fail either."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_CLOSED_PIPE
 
 if __name__ == "__main__":
     sys.exit(main())
