@@ -148,6 +148,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from .app import Daemon, watchdog_interval_from_env
     from .clock import SystemClock
+    from .commands.checkconfig import check_instance
     from .sinks.actions import JournalAlerter, Notifier, SystemdUnit
     from .sinks.history import History
     from .sinks.http import start_metrics
@@ -155,7 +156,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .sources.follow import JournalFollower
 
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
-    config = load_config(args.config)
+
+    def read_config() -> Config:
+        config = load_config(args.config)
+        check_instance(config, args.instance, args.config)
+        return config
+
+    config = read_config()
     state_dir = args.state_dir or os.environ.get("STATE_DIRECTORY", "").split(":")[0] or "/var/lib/phasewatch"
     unit = SystemdUnit(config.unit)
     loaded = unit.load_state()
@@ -166,11 +173,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     daemon = Daemon(config, follower=JournalFollower(config.unit, args.directory), unit=unit,
                     alerter=JournalAlerter(config.unit), notifier=Notifier(), store=StateStore(state_dir, config.unit),
                     clock=SystemClock(), watchdog_interval=watchdog_interval_from_env(), exporter=exporter,
-                    history=History(Path(state_dir) / f"{config.unit}.history.sqlite3"))
+                    history=History(Path(state_dir) / f"{config.unit}.history.sqlite3"), reload=read_config)
 
     def stop(signum: int, frame: object) -> None:
         raise SystemExit(0)
 
+    def reload(signum: int, frame: object) -> None:
+        daemon.reload_requested = True  # done by the loop between two steps; the wakeup fd ends its wait
+
+    wakeup, daemon.wakeup_fd = _wakeup_pipe()
+    signal.set_wakeup_fd(wakeup)
+    signal.signal(signal.SIGHUP, reload)
     signal.signal(signal.SIGTERM, stop)
     logging.getLogger(__name__).info("phasewatch watching %s (config %s)", config.unit, config.source)
     try:
@@ -180,6 +193,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         if metrics_server is not None:
             metrics_server.close()
     return EX_OK
+
+
+def _wakeup_pipe() -> tuple[int, int]:
+    """(write end, read end), both non-blocking: what signal.set_wakeup_fd needs."""
+    read_end, write_end = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    return write_end, read_end
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -240,6 +259,7 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="the daemon: follow the unit's journal and act on stalls")
     run.add_argument("--config", required=True, help="phasewatch YAML config")
     run.add_argument("--state-dir", help="where to remember what was done (default $STATE_DIRECTORY)")
+    run.add_argument("--instance", help="the unit's instance name (%%i): the config's unit: must be it")
     run.add_argument("--directory", help=argparse.SUPPRESS)
     run.set_defaults(func=cmd_run)
     report = sub.add_parser("report", help="past start-ups of a unit: table, JSON, SVG timeline")
