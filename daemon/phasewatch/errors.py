@@ -47,7 +47,7 @@ EXIT_STATUSES: tuple[tuple[int, str], ...] = (
     (EX_NOPERM, "check-config --privileges: polkit says the daemon's user may not restart the unit"),
     (EX_CONFIG, "bad configuration, naming key, file and line (the daemon's unit does not restart it)"),
     (EXIT_INTERRUPTED, "wait-ready interrupted (^C)"),
-    (EXIT_CLOSED_PIPE, "the reader of the output went away (`| head`): nothing more is printed"),
+    (EXIT_CLOSED_PIPE, "the reader of the output went away (piped into head): nothing more is printed"),
 )
 
 

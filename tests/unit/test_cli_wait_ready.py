@@ -1,5 +1,5 @@
 """`phasewatch wait-ready` over real journal files, with a fake clock: ready -> 0 at once; a hang ->
-1 exactly at the phase's deadline; a crash, a stop, a timeout -> 1; where the start-up begins."""
+2 exactly at the phase's deadline; a crash, a stop -> 2; a timeout -> 1; where the start-up begins."""
 
 from __future__ import annotations
 
@@ -92,7 +92,7 @@ def test_hang_ends_exactly_at_the_phase_deadline(tmp_path: Path) -> None:
     clock = FakeClock(wall=at(entries[-1]) + 1)
     config = parse_config(f"unit: {UNIT}\nphases:\n  draft_cuda_graph_capture: {{deadline: 10m}}\nrank_skew: 1h\n")
     code, lines = run_waiter(directory, clock, config)
-    assert code == 1
+    assert code == 2  # will not become ready
     assert lines[-2] == "TP0..TP7: draft_cuda_graph_capture (14m21s)"
     assert lines[-1].startswith(f"phasewatch: stalled: {UNIT}: TP3 stalled in draft_cuda_graph_capture for 10m ")
     # It slept until the deadline (and a hair), not in polling steps past it.
@@ -103,7 +103,7 @@ def test_crash_ends_it(tmp_path: Path) -> None:
     entries = list(journal_json(build(faults=Faults(oom={5: "cuda_graph_capture"})), base=BASE, unit=UNIT))
     directory = write_journal(tmp_path / "j", entries)
     code, lines = run_waiter(directory, FakeClock(wall=at(entries[-1]) + 1))
-    assert code == 1
+    assert code == 2  # will not become ready
     assert lines[-1].startswith(f"phasewatch: crashed: {UNIT}: TP5 crashed in cuda_graph_capture (oom)")
 
 
@@ -115,7 +115,7 @@ def test_a_stop_before_ready_ends_it(tmp_path: Path) -> None:
                             pid1(ts + 2, MID_STOPPED, f"Stopped {UNIT}.")]
     directory = write_journal(tmp_path / "j", kept)
     code, lines = run_waiter(directory, FakeClock(wall=ts + 3))
-    assert code == 1
+    assert code == 2  # will not become ready
     assert lines[-1] == f"phasewatch: {UNIT} was stopped (stop job) in weight_load before it was ready"
 
 
@@ -126,7 +126,7 @@ def test_timeout_while_still_loading(tmp_path: Path) -> None:
     clock = FakeClock(wall=at(entries[cut - 1]) + 0.5)
     began = clock.monotonic()
     code, lines = run_waiter(directory, clock, timeout=60)
-    assert code == 1
+    assert code == 1  # still starting when --timeout passed
     assert clock.monotonic() - began == pytest.approx(60)
     assert lines[-1] == f"phasewatch: {UNIT} is not ready after 1m (--timeout): TP0..TP7 in weight_load for 2m17s"
 
@@ -163,7 +163,7 @@ def test_cli_exit_statuses(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert capsys.readouterr().out.splitlines()[-1].startswith(f"phasewatch: {UNIT} is ready, ")
     hang = write_journal(tmp_path / "hang", journal_json(
         build(faults=Faults(hang={3: "draft_cuda_graph_capture"})), base=ago, unit=UNIT))
-    assert main(["wait-ready", UNIT, "--directory", str(hang)]) == 1
+    assert main(["wait-ready", UNIT, "--directory", str(hang)]) == 2
     assert "TP3 stalled in draft_cuda_graph_capture" in capsys.readouterr().out
     assert main(["wait-ready", UNIT, "--directory", str(hang), "--timeout", "soon"]) == 64
     assert "--timeout: expected a duration" in capsys.readouterr().err
