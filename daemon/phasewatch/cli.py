@@ -285,7 +285,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except BrokenPipeError:  # --help, --version into a closed pipe
+        return closed_pipe()
     if args.command == "replay":
         if bool(args.unit) == bool(args.source):
             parser.error("replay needs exactly one SOURCE: a file, '-', or --unit UNIT")

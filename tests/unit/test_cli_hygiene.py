@@ -49,8 +49,8 @@ def journals(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("hygiene-journals")
     ago = time.time() - 3600
     return {"healthy": write_journal(root / "healthy", journal_json(build(), base=ago, unit=UNIT)),
-            "hang": write_journal(root / "hang", journal_json(build(faults=Faults(hang={3: "draft_cuda_graph_capture"})),
-                                                              base=ago, unit=UNIT))}
+            "hang": write_journal(root / "hang", journal_json(
+                build(faults=Faults(hang={3: "draft_cuda_graph_capture"})), base=ago, unit=UNIT))}
 
 
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:
