@@ -95,7 +95,7 @@ def test_table_shows_each_rank_and_the_verdict(capsys: pytest.CaptureFixture[str
 def test_source_and_unit_are_exclusive(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
         main(["replay", "--unit", "x.service", str(STALL)])
-    assert exit_info.value.code == 2
+    assert exit_info.value.code == 64  # EX_USAGE: 2 means "will not become ready"
     assert "exactly one SOURCE" in capsys.readouterr().err
 
 

@@ -16,6 +16,7 @@ from phasewatch.cli import main
 from phasewatch.clock import FakeClock
 from phasewatch.commands.waitready import ReadyWaiter, rank_list
 from phasewatch.config import Config, parse_config
+from phasewatch.errors import NoSuchUnit
 from phasewatch.records import MID_STARTED, MID_STOPPED, MID_STOPPING
 from phasewatch.sources.current import (
     MID_STARTING,
@@ -185,7 +186,8 @@ def test_start_is_the_last_starting_entry_with_its_invocation(tmp_path: Path) ->
     assert journal_start(UNIT, str(directory)) == StartPoint(BASE + 102, second, "journal")
     assert journal_start(UNIT, str(directory), before=BASE + 50) == StartPoint(BASE, first, "journal")
     assert find_start(UNIT, str(directory)) == StartPoint(BASE + 102, second, "journal")
-    assert find_start("other.service", str(directory)) == StartPoint(None, None, "head")
+    with pytest.raises(NoSuchUnit):  # a copied journal with nothing of the unit: a wrong name
+        find_start("other.service", str(directory))
 
 
 def test_a_started_entry_without_its_starting_entry(tmp_path: Path) -> None:

@@ -192,7 +192,8 @@ class _Handler(WSGIRequestHandler):
             return
         if not self.parse_request():
             return
-        writer = _ResponseWriter(self.rfile, self.wfile, sys.stderr, self.get_environ(), multithread=True)
+        writer = _ResponseWriter(self.rfile, self.wfile, sys.stderr, self.get_environ(),  # type: ignore[arg-type]
+                                 multithread=True)
         writer.request_handler = self  # type: ignore[attr-defined]
         writer.run(self.server.get_app())  # type: ignore[attr-defined]
 
