@@ -148,11 +148,12 @@ class Daemon:
 
     def reload(self) -> bool:
         """Read the config again (SIGHUP, `systemctl reload`). A config that does not load, or names
-        another unit, is refused: the old one stays in force and the error (key, file, line) is logged."""
+        another unit, is refused: the old one stays in force and the error (key, file, line) is logged.
+        No RELOADING=1/READY=1: under systemd 252 that notification during ExecReload= fails the reload
+        job (seen in tests/e2e); the reload is done before the next step, so there is nothing to wait for."""
         self.reload_requested = False
         if self.read_config is None:
             return False
-        self.notifier.send("RELOADING=1")
         try:
             config = self.read_config()
             if config.unit != self.config.unit:
@@ -160,7 +161,6 @@ class Daemon:
                                   f"{config.unit}); restart phasewatch for that", config.source)
         except ConfigError as exc:
             logger.error("[%s] reload refused, the old config stays in force: %s", self.config.unit, exc)
-            self.notifier.send("READY=1")
             return False
         if config.metrics_listen != self.config.metrics_listen:
             logger.warning("[%s] metrics.listen changed to %s: it takes effect when phasewatch restarts",
@@ -174,7 +174,6 @@ class Daemon:
         logger.info("[%s] config reloaded from %s", self.config.unit, config.source)
         self.responder.judge_and_act()
         self._tell_sinks()
-        self.notifier.send("READY=1")
         return True
 
     def _starting(self) -> bool:
