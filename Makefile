@@ -18,6 +18,7 @@
 #   systemctl enable --now phasewatch@sglang-kimi.service   (see docs/operations.md)
 
 PREFIX ?= /usr/local
+COMPLETIONSDIR ?= $(PREFIX)/share/bash-completion/completions
 SYSCONFDIR ?= /etc
 DESTDIR ?=
 BINDIR ?= $(PREFIX)/bin
@@ -90,6 +91,8 @@ install-data:
 	$(INSTALL) -m 0644 units/tmpfiles.d/phasewatch.conf $(DESTDIR)$(TMPFILESDIR)/phasewatch.conf
 	$(INSTALL) -m 0644 units/phasewatch.catalog $(DESTDIR)$(CATALOGDIR)/phasewatch.catalog
 	$(INSTALL) -m 0644 units/polkit/50-phasewatch.rules $(DESTDIR)$(DATADIR)/polkit/50-phasewatch.rules
+	$(INSTALL) -d $(DESTDIR)$(COMPLETIONSDIR)
+	$(INSTALL) -m 0644 completions/phasewatch $(DESTDIR)$(COMPLETIONSDIR)/phasewatch
 	$(INSTALL) -m 0644 config/prometheus/*.yml $(DESTDIR)$(DATADIR)/prometheus/
 	if [ -d config/grafana ]; then \
 		$(INSTALL) -d $(DESTDIR)$(DATADIR)/grafana && cp -R config/grafana/. $(DESTDIR)$(DATADIR)/grafana/ && \
@@ -110,6 +113,7 @@ uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/phasewatch $(DESTDIR)$(UNITDIR)/phasewatch@.service \
 		$(DESTDIR)$(SYSUSERSDIR)/phasewatch.conf $(DESTDIR)$(TMPFILESDIR)/phasewatch.conf \
 		$(DESTDIR)$(CATALOGDIR)/phasewatch.catalog $(DESTDIR)$(POLKITDIR)/50-phasewatch.rules \
+		$(DESTDIR)$(COMPLETIONSDIR)/phasewatch \
 		$(DESTDIR)$(SYSCONFDIR)/systemd/journald.conf.d/50-phasewatch.conf
 	rm -rf $(DESTDIR)$(DOCDIR) $(DESTDIR)$(DATADIR)
 

@@ -13,11 +13,12 @@ import logging
 import math
 import os
 import select
-from typing import Sequence
+from typing import Callable, Sequence
 
 from .clock import Clock
 from .config import Config
 from .durations import format_duration
+from .errors import ConfigError
 from .pipeline import Pipeline
 from .sinks.history import History
 from .sinks.metrics import Exporter
@@ -54,11 +55,14 @@ class Daemon:
                  store: StateStore, clock: Clock, processes: ProcessTable | None = None,
                  watchdog_interval: float | None = None, health_probe: BackgroundProbe | None = None,
                  exporter: Exporter | None = None, history: History | None = None,
-                 sampler: ProcSampler | None = None) -> None:
+                 sampler: ProcSampler | None = None, reload: Callable[[], Config] | None = None) -> None:
         self.config, self.follower, self.notifier, self.store, self.clock = config, follower, notifier, store, clock
         self.exporter = exporter  # metrics and /status (None: none)
         self.pipeline = Pipeline(config)
         self.stopping = False
+        self.read_config = reload  # SIGHUP: the config file read again (raises ConfigError)
+        self.reload_requested = False
+        self.wakeup_fd: int | None = None  # signal.set_wakeup_fd's pipe: a signal ends the wait
         current = self.pipeline.current
         self.facts = UnitFactsReader(unit, config.unit)
         processes = processes or ProcessTable()
@@ -122,7 +126,13 @@ class Daemon:
         for source in self.sources:
             for fd in source.fds():
                 poller.register(fd, select.POLLIN)
+        if self.wakeup_fd is not None:
+            poller.register(self.wakeup_fd, select.POLLIN)
         readable = [fd for fd, _ in poller.poll(None if math.isinf(timeout) else max(int(timeout * 1000), 0))]
+        if self.wakeup_fd is not None and self.wakeup_fd in readable:
+            _drain(self.wakeup_fd)
+        if self.reload_requested:
+            self.reload()
         self.journal.collect(now, readable)
         if polling and not readable and not self.journal.read_any and \
                 self.clock.monotonic() < now.monotonic + full - 0.05:
@@ -135,6 +145,36 @@ class Daemon:
                 self.pipeline.apply(event, now.wall)
         self.responder.judge_and_act()
         self._tell_sinks()
+
+    def reload(self) -> bool:
+        """Read the config again (SIGHUP, `systemctl reload`). A config that does not load, or names
+        another unit, is refused: the old one stays in force and the error (key, file, line) is logged.
+        No RELOADING=1/READY=1: under systemd 252 that notification during ExecReload= fails the reload
+        job (seen in tests/e2e); the reload is done before the next step, so there is nothing to wait for."""
+        self.reload_requested = False
+        if self.read_config is None:
+            return False
+        try:
+            config = self.read_config()
+            if config.unit != self.config.unit:
+                raise ConfigError("unit", f"a reload cannot change the watched unit ({self.config.unit} -> "
+                                  f"{config.unit}); restart phasewatch for that", config.source)
+        except ConfigError as exc:
+            logger.error("[%s] reload refused, the old config stays in force: %s", self.config.unit, exc)
+            return False
+        if config.metrics_listen != self.config.metrics_listen:
+            logger.warning("[%s] metrics.listen changed to %s: it takes effect when phasewatch restarts",
+                           self.config.unit, config.metrics_listen)
+        self.config = config
+        self.pipeline.reconfigure(config)
+        self.health.config = self.signs.config = self.responder.config = self.systemd.config = config
+        self.responder.learned.clear()  # learned limits are derived from the config's
+        if self.exporter is not None:
+            self.exporter.config = config
+        logger.info("[%s] config reloaded from %s", self.config.unit, config.source)
+        self.responder.judge_and_act()
+        self._tell_sinks()
+        return True
 
     def _starting(self) -> bool:
         inv = self.pipeline.current()
@@ -187,6 +227,14 @@ class Daemon:
             self.exporter.saw_rejected(self.follower.rejected)
             self.exporter.publish(self.pipeline, self.responder.memory, self.clock.wall(), self.responder.eta,
                                   {p.value: item.reason for p, item in limits.items()})
+
+
+def _drain(fd: int) -> None:
+    try:
+        while os.read(fd, 512):
+            pass
+    except BlockingIOError:
+        pass
 
 
 def watchdog_interval_from_env() -> float | None:

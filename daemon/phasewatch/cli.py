@@ -1,6 +1,5 @@
-"""Command line: `phasewatch replay`, `phasewatch check-config`.
-
-Exit statuses follow sysexits.h: 65 bad input data, 66 input missing, 78 bad configuration.
+"""Command line: `phasewatch replay`, `run`, `report`, `check-config`; the operator's commands are in
+commands/. Exit statuses: errors.EXIT_STATUSES (sysexits.h for errors), printed by `--help`.
 """
 
 from __future__ import annotations
@@ -12,26 +11,29 @@ import os
 import re
 import sqlite3
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, NoReturn, Sequence
 
+from . import __version__
 from .config import Config, load_config
 from .durations import parse_duration
 from .errors import (
     EX_NOINPUT,
     EX_OK,
+    EX_USAGE,
+    EXIT_CLOSED_PIPE,
     ConfigError,
     HistoryUnreadable,
     InputError,
     NoHistory,
     PhasewatchError,
     UsageError,
+    exit_table,
 )
 from .instances import other_spelling, watched_unit
 from .pipeline import Pipeline
-from .records import JournalRecord, Phase
+from .records import JournalRecord
 from .render import clamp_ts, json_text, terminal_safe, to_json, to_table, ts_in_range
 from .sources.formats import parse_source
 from .sources.journal_source import UnitRecords
@@ -159,6 +161,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from .app import Daemon, watchdog_interval_from_env
     from .clock import SystemClock
+    from .commands.checkconfig import check_instance
     from .sinks.actions import JournalAlerter, Notifier, SystemdUnit
     from .sinks.history import History
     from .sinks.http import start_metrics
@@ -166,7 +169,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .sources.follow import JournalFollower
 
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
-    config = load_config(instance_config(args.config))
+
+    def read_config() -> Config:
+        path = instance_config(args.config)
+        config = load_config(path)
+        check_instance(config, args.instance, path)
+        return config
+
+    config = read_config()
     state_dir = args.state_dir or os.environ.get("STATE_DIRECTORY", "").split(":")[0] or "/var/lib/phasewatch"
     unit = SystemdUnit(config.unit)
     loaded = unit.load_state()
@@ -177,11 +187,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     daemon = Daemon(config, follower=JournalFollower(config.unit, args.directory), unit=unit,
                     alerter=JournalAlerter(config.unit), notifier=Notifier(), store=StateStore(state_dir, config.unit),
                     clock=SystemClock(), watchdog_interval=watchdog_interval_from_env(), exporter=exporter,
-                    history=History(Path(state_dir) / f"{config.unit}.history.sqlite3"))
+                    history=History(Path(state_dir) / f"{config.unit}.history.sqlite3"), reload=read_config)
 
     def stop(signum: int, frame: object) -> None:
         raise SystemExit(0)
 
+    def reload(signum: int, frame: object) -> None:
+        daemon.reload_requested = True  # done by the loop between two steps; the wakeup fd ends its wait
+
+    wakeup, daemon.wakeup_fd = _wakeup_pipe()
+    signal.set_wakeup_fd(wakeup)
+    signal.signal(signal.SIGHUP, reload)
     signal.signal(signal.SIGTERM, stop)
     logging.getLogger(__name__).info("phasewatch watching %s (config %s)", config.unit, config.source)
     try:
@@ -193,68 +209,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     return EX_OK
 
 
-def cmd_check_config(args: argparse.Namespace) -> int:
-    config = load_config(args.config)
-    rules = len(config.engine_profile().rules)
-    print(f"{args.config}: OK (unit {config.unit}, engine {config.engine}, {rules} rules)")
-    if args.unit:
-        for line in timer_check(replace(config, unit=args.unit), args.state_dir):
-            print(line)
-    return EX_OK
-
-
-def timer_check(config: Config, state_dir: str | None) -> list[str]:
-    """`check-config --unit`: the unit's timers (over D-Bus), its last start-up's server_args (from
-    the journal) and the learned healthy durations (history), against the config's limits."""
-    from .errors import JournalError, NoSuchUnit, UnitError
-    from .sinks.actions import SystemdUnit
-    from .sinks.history import History, fingerprint
-    from .sources.current import CurrentStartup, find_start
-    from .sources.follow import JournalFollower
-    from .stages.learn import typical_durations
-    from .stages.timerlint import UnitTimers, lint
-
-    notes: list[str] = []
-    try:
-        timers = SystemdUnit(config.unit).timers()
-    except UnitError as exc:
-        timers = UnitTimers()
-        notes.append(f"note: {exc}; TimeoutStartSec= and Environment= not checked")
-    server = None
-    try:
-        start = find_start(config.unit)
-        follower = JournalFollower(config.unit)
-        try:
-            startup = CurrentStartup(config, follower, start)
-            startup.read(time.time())
-            inv = startup.invocation()
-            server = inv.server if inv is not None else None
-        finally:
-            follower.close()
-    except (NoSuchUnit, JournalError, OSError) as exc:
-        notes.append(f"note: no start-up of {config.unit} read from the journal ({exc})")
-    if server is None:
-        notes.append("note: no server_args in the journal: the engine's default timers are assumed")
-    healthy: dict[Phase, float] = {}
-    path = Path(state_dir or os.environ.get("STATE_DIRECTORY", "").split(":")[0] or "/var/lib/phasewatch") \
-        / f"{config.unit}.history.sqlite3"
-    if server is not None and path.exists():
-        try:
-            history = History(path, read_only=True)
-            key = fingerprint(server)
-            healthy = typical_durations({p: history.durations(config.unit, key, p.value) for p in Phase})
-        except (HistoryUnreadable, sqlite3.Error) as exc:
-            notes.append(f"note: history not read ({exc})")
-    warnings = lint(config, server.timer_args if server is not None else {}, timers, healthy)
-    lines = [*notes]
-    if not warnings:
-        lines.append(f"{config.unit}: no engine or systemd timer ends a phase before phasewatch's limits")
-    lines.extend(f"warning: {w.message}" for w in warnings)
-    return lines
+def _wakeup_pipe() -> tuple[int, int]:
+    """(write end, read end), both non-blocking: what signal.set_wakeup_fd needs."""
+    read_end, write_end = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    return write_end, read_end
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    import sqlite3
 
     from .commands.report import to_json as report_json
     from .commands.report import to_svg, to_table
@@ -283,8 +244,18 @@ def cmd_report(args: argparse.Namespace) -> int:
     return EX_OK
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, but a bad command line exits 64 (EX_USAGE), not 2: 2 means "will not become ready"."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EX_USAGE, f"{self.prog}: error: {message}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="phasewatch", description="Phase-aware start-up watchdog for LLM servers")
+    parser = Parser(prog="phasewatch", description="Phase-aware start-up watchdog for LLM servers",
+                    epilog=exit_table(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     replay = sub.add_parser("replay", help="run the pipeline over a saved log or the journal and judge it")
     replay.add_argument("source", nargs="?", help="a log file (journalctl -o json/export/short/cat, or a pasted "
@@ -301,6 +272,7 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="the daemon: follow the unit's journal and act on stalls")
     run.add_argument("--config", required=True, help="phasewatch YAML config")
     run.add_argument("--state-dir", help="where to remember what was done (default $STATE_DIRECTORY)")
+    run.add_argument("--instance", help="the unit's instance name (%%i): the config's unit: must be it")
     run.add_argument("--directory", help=argparse.SUPPRESS)
     run.set_defaults(func=cmd_run)
     report = sub.add_parser("report", help="past start-ups of a unit: table, JSON, SVG timeline")
@@ -313,24 +285,26 @@ def build_parser() -> argparse.ArgumentParser:
                         "names with a legend, within 100 columns)")
     report.add_argument("--plot", metavar="FILE", help="write an SVG timeline of them")
     report.set_defaults(func=cmd_report)
-    check = sub.add_parser("check-config", help="validate a config file")
-    check.add_argument("config")
-    check.add_argument("--unit", help="also check the unit's engine and systemd timers against the limits "
-                                      "(TimeoutStartSec= and Environment= over D-Bus, server_args from the journal)")
-    check.add_argument("--state-dir", help="where the history is (default $STATE_DIRECTORY or /var/lib/phasewatch)")
-    check.set_defaults(func=cmd_check_config)
-    from .commands import init, logs, status, waitready
+    from .commands import checkconfig, init, logs, status, waitready
+
+    checkconfig.add_parser(sub)
 
     init.add_parser(sub)
     status.add_parser(sub)
     logs.add_parser(sub)
     waitready.add_parser(sub)
+    for command in sub.choices.values():
+        command.epilog = exit_table()
+        command.formatter_class = argparse.RawDescriptionHelpFormatter
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except BrokenPipeError:  # --help, --version into a closed pipe
+        return closed_pipe()
     if args.command == "replay":
         if bool(args.unit) == bool(args.source):
             parser.error("replay needs exactly one SOURCE: a file, '-', or --unit UNIT")
@@ -347,6 +321,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
         print(terminal_safe(f"phasewatch: {exc.filename}: {exc.strerror}"), file=sys.stderr)
         return EX_NOINPUT
+    except BrokenPipeError:
+        return closed_pipe()
+
+
+def closed_pipe() -> int:
+    """`phasewatch replay --json | head`: the reader is gone. Nothing more is printed, and the
+    interpreter's last flush of stdout at exit must not fail either."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_CLOSED_PIPE
 
 if __name__ == "__main__":
     sys.exit(main())

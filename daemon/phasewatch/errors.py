@@ -18,13 +18,42 @@
     ├── ProfileError                     78  a malformed rule in a profile or in `patterns:` (a ValueError)
     └── ListenError                      78  metrics.listen is not HOST:PORT (a ValueError)
 
+`EXIT_STATUSES` below is the one table of what each exit status means.
 `cli.main` catches `PhasewatchError` once and exits with its `exit_status`; the operator's commands
 (status, logs, wait-ready) map the ones they expect to their own documented statuses.
 """
 
 from __future__ import annotations
 
-EX_OK, EX_USAGE, EX_DATAERR, EX_NOINPUT, EX_UNAVAILABLE, EX_SOFTWARE, EX_CONFIG = 0, 64, 65, 66, 69, 70, 78
+EX_OK, EX_USAGE, EX_DATAERR, EX_NOINPUT, EX_UNAVAILABLE, EX_SOFTWARE = 0, 64, 65, 66, 69, 70
+EX_NOPERM, EX_CONFIG = 77, 78
+# The answers of `status` and `wait-ready` about the start-up, below sysexits' range.
+EXIT_READY, EXIT_STARTING, EXIT_WILL_NOT_BE_READY, EXIT_UNKNOWN_UNIT, EXIT_FOREIGN = 0, 1, 2, 3, 4
+EXIT_INTERRUPTED, EXIT_CLOSED_PIPE = 130, 141
+
+# Every exit status of every command, one meaning each: the README's table and `--help` epilogs.
+EXIT_STATUSES: tuple[tuple[int, str], ...] = (
+    (EX_OK, "success; status/wait-ready: the start-up is ready (or serving)"),
+    (EXIT_STARTING, "status: still starting, no verdict yet; wait-ready: --timeout passed while it was"),
+    (EXIT_WILL_NOT_BE_READY, "status/wait-ready: it will not become ready by itself (stalled, straggler, "
+                             "crashed, rank_died, unhealthy, stopped)"),
+    (EXIT_UNKNOWN_UNIT, "unknown unit: systemd does not know it and the journal has nothing of it"),
+    (EXIT_FOREIGN, "status: something other than this unit's daemon answers on metrics.listen"),
+    (EX_USAGE, "bad usage (an unknown option, a malformed duration or time)"),
+    (EX_DATAERR, "input that is not a log, or a history that is not one"),
+    (EX_NOINPUT, "a missing file, or no history recorded yet (report)"),
+    (EX_UNAVAILABLE, "the journal, systemd or polkit (D-Bus) cannot be reached or refused to answer"),
+    (EX_SOFTWARE, "an internal error"),
+    (EX_NOPERM, "check-config --privileges: polkit says the daemon's user may not restart the unit"),
+    (EX_CONFIG, "bad configuration, naming key, file and line (the daemon's unit does not restart it)"),
+    (EXIT_INTERRUPTED, "wait-ready interrupted (^C)"),
+    (EXIT_CLOSED_PIPE, "the reader of the output went away (piped into head): nothing more is printed"),
+)
+
+
+def exit_table() -> str:
+    """The epilog of `phasewatch --help` and of each command's."""
+    return "exit statuses:\n" + "\n".join(f"  {code:>3}  {meaning}" for code, meaning in EXIT_STATUSES)
 
 
 class PhasewatchError(Exception):

@@ -96,6 +96,14 @@ class Pipeline:
                 out.extend(self.tracker.apply(event, now))
         return out
 
+    def reconfigure(self, config: Config) -> None:
+        """A reloaded config: its limits, and its profile for the lines still to come; what was
+        already read stays as it was tracked."""
+        self.config = config
+        self.profile = config.engine_profile()
+        self.mapper = EventMapper(self.profile)
+        self.tracker.proof_of_life_rules = self.profile.proof_of_life_rules
+
     def use_limits(self, config: Config) -> None:
         """Judge with these limits from now on (the ones learned for the current start-up)."""
         self.config = config

@@ -31,7 +31,7 @@ TimeoutStopSec=5s
 # The shipped unit, with the paths of this checkout and its state on the sandbox's /run.
 WATCHER_DROPIN = f"""[Service]
 ExecStart=
-ExecStart={VENV}/bin/phasewatch run --config /run/phasewatch/%i.yaml --state-dir {STATE_DIR}
+ExecStart={VENV}/bin/phasewatch run --config /run/phasewatch/%i.yaml --instance %i --state-dir {STATE_DIR}
 StateDirectory=
 RuntimeDirectory=phasewatch-state
 RuntimeDirectoryPreserve=yes

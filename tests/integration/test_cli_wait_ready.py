@@ -1,5 +1,5 @@
 """`phasewatch wait-ready` over real journal files, with a fake clock: ready -> 0 at once; a hang ->
-1 exactly at the phase's deadline; a crash, a stop, a timeout -> 1; where the start-up begins."""
+2 exactly at the phase's deadline; a crash, a stop -> 2; a timeout -> 1; where the start-up begins."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from phasewatch.cli import main
 from phasewatch.clock import FakeClock
 from phasewatch.commands.waitready import ReadyWaiter, rank_list
 from phasewatch.config import Config, parse_config
+from phasewatch.errors import NoSuchUnit
 from phasewatch.records import MID_STARTED, MID_STOPPED, MID_STOPPING
 from phasewatch.sources.current import (
     MID_STARTING,
@@ -92,7 +93,7 @@ def test_hang_ends_exactly_at_the_phase_deadline(tmp_path: Path) -> None:
     clock = FakeClock(wall=at(entries[-1]) + 1)
     config = parse_config(f"unit: {UNIT}\nphases:\n  draft_cuda_graph_capture: {{deadline: 10m}}\nrank_skew: 1h\n")
     code, lines = run_waiter(directory, clock, config)
-    assert code == 1
+    assert code == 2  # will not become ready
     assert lines[-2] == "TP0..TP7: draft_cuda_graph_capture (14m21s)"
     assert lines[-1].startswith(f"phasewatch: stalled: {UNIT}: TP3 stalled in draft_cuda_graph_capture for 10m ")
     # It slept until the deadline (and a hair), not in polling steps past it.
@@ -103,7 +104,7 @@ def test_crash_ends_it(tmp_path: Path) -> None:
     entries = list(journal_json(build(faults=Faults(oom={5: "cuda_graph_capture"})), base=BASE, unit=UNIT))
     directory = write_journal(tmp_path / "j", entries)
     code, lines = run_waiter(directory, FakeClock(wall=at(entries[-1]) + 1))
-    assert code == 1
+    assert code == 2  # will not become ready
     assert lines[-1].startswith(f"phasewatch: crashed: {UNIT}: TP5 crashed in cuda_graph_capture (oom)")
 
 
@@ -115,7 +116,7 @@ def test_a_stop_before_ready_ends_it(tmp_path: Path) -> None:
                             pid1(ts + 2, MID_STOPPED, f"Stopped {UNIT}.")]
     directory = write_journal(tmp_path / "j", kept)
     code, lines = run_waiter(directory, FakeClock(wall=ts + 3))
-    assert code == 1
+    assert code == 2  # will not become ready
     assert lines[-1] == f"phasewatch: {UNIT} was stopped (stop job) in weight_load before it was ready"
 
 
@@ -126,7 +127,7 @@ def test_timeout_while_still_loading(tmp_path: Path) -> None:
     clock = FakeClock(wall=at(entries[cut - 1]) + 0.5)
     began = clock.monotonic()
     code, lines = run_waiter(directory, clock, timeout=60)
-    assert code == 1
+    assert code == 1  # still starting when --timeout passed
     assert clock.monotonic() - began == pytest.approx(60)
     assert lines[-1] == f"phasewatch: {UNIT} is not ready after 1m (--timeout): TP0..TP7 in weight_load for 2m17s"
 
@@ -163,7 +164,7 @@ def test_cli_exit_statuses(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert capsys.readouterr().out.splitlines()[-1].startswith(f"phasewatch: {UNIT} is ready, ")
     hang = write_journal(tmp_path / "hang", journal_json(
         build(faults=Faults(hang={3: "draft_cuda_graph_capture"})), base=ago, unit=UNIT))
-    assert main(["wait-ready", UNIT, "--directory", str(hang)]) == 1
+    assert main(["wait-ready", UNIT, "--directory", str(hang)]) == 2
     assert "TP3 stalled in draft_cuda_graph_capture" in capsys.readouterr().out
     assert main(["wait-ready", UNIT, "--directory", str(hang), "--timeout", "soon"]) == 64
     assert "--timeout: expected a duration" in capsys.readouterr().err
@@ -185,7 +186,8 @@ def test_start_is_the_last_starting_entry_with_its_invocation(tmp_path: Path) ->
     assert journal_start(UNIT, str(directory)) == StartPoint(BASE + 102, second, "journal")
     assert journal_start(UNIT, str(directory), before=BASE + 50) == StartPoint(BASE, first, "journal")
     assert find_start(UNIT, str(directory)) == StartPoint(BASE + 102, second, "journal")
-    assert find_start("other.service", str(directory)) == StartPoint(None, None, "head")
+    with pytest.raises(NoSuchUnit):  # a copied journal with nothing of the unit: a wrong name
+        find_start("other.service", str(directory))
 
 
 def test_a_started_entry_without_its_starting_entry(tmp_path: Path) -> None:

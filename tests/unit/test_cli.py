@@ -107,7 +107,7 @@ def test_table_names_the_main_process_s_own_phases_once_ready(capsys: pytest.Cap
 def test_source_and_unit_are_exclusive(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
         main(["replay", "--unit", "x.service", str(STALL)])
-    assert exit_info.value.code == 2
+    assert exit_info.value.code == 64  # EX_USAGE: 2 means "will not become ready"
     assert "exactly one SOURCE" in capsys.readouterr().err
 
 

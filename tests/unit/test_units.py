@@ -36,13 +36,16 @@ def test_catalog_has_one_entry_per_message_id_and_nothing_else() -> None:
         assert re.search(r"^Defined-By: phasewatch$", headers, flags=re.M)
 
 
-def test_daemon_unit_does_not_retry_a_config_error() -> None:
+def test_daemon_unit_restarts_but_never_retries_a_config_error() -> None:
     settings = unit_settings(UNITS / "phasewatch@.service")
     assert settings["RestartPreventExitStatus"] == [str(EX_CONFIG)]
     assert settings["Type"] == ["notify"]
     assert settings["User"] == ["phasewatch"]
     assert "DynamicUser" not in settings
-    assert settings["ExecStart"] == ["/usr/local/bin/phasewatch run --config /etc/phasewatch/%i.yaml"]
+    assert settings["ExecStart"] == ["/usr/local/bin/phasewatch run --config /etc/phasewatch/%i.yaml --instance %i"]
+    # Back after any end but a config error (a clean exit included); `systemctl reload` is SIGHUP.
+    assert settings["Restart"] == ["always"]
+    assert settings["ExecReload"] == ["/bin/kill -HUP $MAINPID"]
     # It must see other users' /proc/<pid>/cmdline.
     assert settings.get("ProtectProc", ["default"]) == ["default"]
     assert "ProcSubset" not in settings

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import os
+import json
 import signal
 import sys
 import time
@@ -56,6 +56,11 @@ class TaggedLine:
     def format(self, utc: bool = False) -> str:
         stamp = "-" * 19 if self.ts is None else clock_text(self.ts, utc)
         return terminal_safe(f"{stamp} {self.rank:<{RANK_WIDTH}} {self.phase:<{PHASE_WIDTH}} | {self.text}")
+
+    def to_json(self) -> str:
+        """One JSON object per line (`logs --json`): the text as decoded, escaped by JSON."""
+        return json.dumps({"ts": self.ts, "rank": self.rank, "phase": self.phase, "text": self.text,
+                           "continuation": self.continuation}, ensure_ascii=True)
 
 
 class LogTagger:
@@ -255,14 +260,14 @@ def parse_since(text: str, now: float) -> float:
     return when.timestamp()  # naive: local time
 
 
-def print_lines(lines: Iterable[TaggedLine], keep: LineFilter, out: TextIO, utc: bool) -> None:
+def print_lines(lines: Iterable[TaggedLine], keep: LineFilter, out: TextIO, utc: bool, as_json: bool = False) -> None:
     for line in lines:
         if keep(line):
-            out.write(line.format(utc) + "\n")
+            out.write((line.to_json() if as_json else line.format(utc)) + "\n")
 
 
 def show_logs(config: Config, follower: JournalFollower, start: StartPoint, keep: LineFilter, out: TextIO, *,
-              follow: bool = False, since: float | None = None, utc: bool = False,
+              follow: bool = False, since: float | None = None, utc: bool = False, as_json: bool = False,
               clock: Callable[[], float] = time.time, wait: Callable[[float], None] | None = None) -> int:
     """Print the unit's lines from `start` on (those before `since` feed the tracker only); with
     `follow`, keep printing new ones until interrupted."""
@@ -275,7 +280,8 @@ def show_logs(config: Config, follower: JournalFollower, start: StartPoint, keep
     pause = wait or (lambda seconds: wait_for_journal(follower, seconds))
 
     def emit(lines: list[TaggedLine]) -> None:
-        print_lines((line for line in lines if since is None or line.ts is None or line.ts >= since), keep, out, utc)
+        print_lines((line for line in lines if since is None or line.ts is None or line.ts >= since), keep, out, utc,
+                    as_json)
 
     try:
         while True:
@@ -326,12 +332,8 @@ def cmd_logs(args: argparse.Namespace) -> int:
     follower = JournalFollower(unit, args.directory)
     signal.signal(signal.SIGTERM, _terminate)
     try:
-        return show_logs(config, follower, start, keep, sys.stdout, follow=args.follow, since=since, utc=args.utc)
-    except BrokenPipeError:
-        # `phasewatch logs UNIT | head`: the reader is gone; say nothing more.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        return 0
+        return show_logs(config, follower, start, keep, sys.stdout, follow=args.follow, since=since, utc=args.utc,
+                         as_json=args.json)
     finally:
         follower.close()
 
@@ -345,6 +347,8 @@ def add_parser(sub: Any) -> None:
     logs.add_argument("--since", help="from this time (ISO, local unless it has a zone) or DURATION ago (30m); "
                       "default: the current start-up")
     logs.add_argument("--utc", action="store_true", help="print times in UTC (default: local time)")
+    logs.add_argument("--json", action="store_true", help="one JSON object per line: ts (seconds since the "
+                      "epoch), rank, phase, text, continuation")
     logs.add_argument("--config", help="phasewatch YAML config (its patterns; default /etc/phasewatch/UNIT.yaml)")
     logs.add_argument("--directory", help="read this journal directory (copied from another host)")
     logs.set_defaults(func=cmd_logs)

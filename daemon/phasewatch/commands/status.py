@@ -23,7 +23,16 @@ import httpx
 
 from ..config import Config
 from ..durations import format_duration, shown
-from ..errors import ForeignDaemon, NoSuchUnit, UsageError
+from ..errors import (
+    EXIT_FOREIGN,
+    EXIT_READY,
+    EXIT_STARTING,
+    EXIT_UNKNOWN_UNIT,
+    EXIT_WILL_NOT_BE_READY,
+    ForeignDaemon,
+    NoSuchUnit,
+    UsageError,
+)
 from ..instances import watcher_names, watcher_of
 from ..records import FAILING, MAIN
 from ..render import clock_text, json_text, status_document, terminal_safe
@@ -33,7 +42,7 @@ from ..stages.timerlint import UnitTimers, lint
 from ..stages.verdict_lines import VerdictLine, grouped
 from .status_line import oneline
 
-EXIT_READY, EXIT_STARTING, EXIT_FAILING, EXIT_UNKNOWN, EXIT_FOREIGN = 0, 1, 2, 3, 4
+EXIT_FAILING, EXIT_UNKNOWN = EXIT_WILL_NOT_BE_READY, EXIT_UNKNOWN_UNIT
 FAILING_VERDICTS = FAILING
 LIVE_STATES = frozenset({"activating", "active", "reloading"})
 DAEMON_TIMEOUT = 1.0

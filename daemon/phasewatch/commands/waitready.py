@@ -31,16 +31,23 @@ from typing import Any, Callable, TextIO
 from ..clock import Clock, SystemClock
 from ..config import Config
 from ..durations import format_duration, parse_duration
-from ..errors import NoSuchUnit, UsageError
+from ..errors import (
+    EXIT_INTERRUPTED,
+    EXIT_READY,
+    EXIT_STARTING,
+    EXIT_UNKNOWN_UNIT,
+    EXIT_WILL_NOT_BE_READY,
+    NoSuchUnit,
+    UsageError,
+)
 from ..ranks import rank_sort_key
 from ..records import FAILED_STARTUP, MAIN, UNIT_PHASES, Phase
-from ..render import current_phase
+from ..render import current_phase, json_text
 from ..sources.current import CurrentStartup, find_start, resolve_config, unit_name, warn
 from ..sources.follow import JournalFollower
 from ..stages import policy
 from ..stages.snapshot import UP_STATES, InvocationView, Transition, UnitState
 
-EXIT_READY, EXIT_NOT_READY, EXIT_UNKNOWN = 0, 1, 3
 ENDING_VERDICTS = FAILED_STARTUP
 SETTLE = 2.0  # ranks that enter a phase within this long of the first one are reported together
 MAX_SLEEP = 5.0
@@ -128,8 +135,10 @@ class ReadyWaiter:
         self.wait = wait or startup.wait
         self.reporter = PhaseReporter()
         self.warned_lost = False
+        self.said: list[str] = []
 
     def say(self, text: str) -> None:
+        self.said.append(text)
         self.out.write(text + "\n")
         self.out.flush()  # under systemd stdout is a pipe to the journal: no block buffering
 
@@ -157,7 +166,7 @@ class ReadyWaiter:
                     where = self._where(inv, now)
                     self._flush(inv, now)
                     self.say(f"phasewatch: {unit} is not ready after {format_duration(waited)} (--timeout): {where}")
-                    return EXIT_NOT_READY
+                    return EXIT_STARTING
                 wake = min(wake, now + self.timeout - waited)
             self.wait(min(max(wake - now, 0.0), MAX_SLEEP))
 
@@ -179,13 +188,13 @@ class ReadyWaiter:
             self._flush(inv, now)
             for verdict in ending:
                 self.say(f"phasewatch: {verdict.kind}: {verdict.message}")
-            return EXIT_NOT_READY
+            return EXIT_WILL_NOT_BE_READY
         if inv.state in (UnitState.STOPPING, UnitState.STOPPED, UnitState.FAILED):
             self._flush(inv, now)
             how = {UnitState.FAILED: f"failed ({inv.unit_result or 'failed'})"}.get(
                 inv.state, f"was stopped ({inv.stop_job or 'stop'} job)")
             self.say(f"phasewatch: {unit} {how} in {current_phase(inv) or 'launch'} before it was ready")
-            return EXIT_NOT_READY
+            return EXIT_WILL_NOT_BE_READY
         if not self.warned_lost and any(v.kind == "lines_lost" for v in verdicts):
             self.warned_lost = True
             self.say(f"phasewatch: warning: {next(v.message for v in verdicts if v.kind == 'lines_lost')}")
@@ -207,6 +216,16 @@ class ReadyWaiter:
         return f"{rank_list([r.rank for r in in_phase])} in {phase}{spent}"
 
 
+ANSWERS = {EXIT_READY: "ready", EXIT_STARTING: "timeout", EXIT_WILL_NOT_BE_READY: "will_not_be_ready"}
+
+
+def answer_document(waiter: ReadyWaiter, code: int) -> dict[str, Any]:
+    """`wait-ready --json`: the answer, the start-up it is about, and what was said on the way."""
+    inv = waiter.startup.invocation()
+    return {"unit": waiter.config.unit, "answer": ANSWERS.get(code, "unknown"), "exit_status": code,
+            "invocation_id": inv.invocation_id if inv is not None else None, "messages": waiter.said}
+
+
 def cmd_wait_ready(args: argparse.Namespace) -> int:
     unit = unit_name(args.unit)
     config = resolve_config(unit, args.config, warn)
@@ -219,23 +238,30 @@ def cmd_wait_ready(args: argparse.Namespace) -> int:
     except NoSuchUnit:
         print(f"phasewatch: {unit}: no such unit (systemd does not know it, and the journal has nothing of it)",
               file=sys.stderr)
-        return EXIT_UNKNOWN
+        return EXIT_UNKNOWN_UNIT
     follower = JournalFollower(unit, args.directory)
     try:
         # Inside the unit (ExecStartPost=), this process's own output is in the unit's journal too.
         startup = CurrentStartup(config, follower, start, skip_pid=os.getpid())
-        return ReadyWaiter(config, startup, SystemClock(), sys.stdout, timeout).run()
+        # With --json the progress goes to stderr and stdout holds one document.
+        waiter = ReadyWaiter(config, startup, SystemClock(), sys.stderr if args.json else sys.stdout, timeout)
+        code = waiter.run()
+        if args.json:
+            sys.stdout.write(json_text(answer_document(waiter, code)) + "\n")
+        return code
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
     finally:
         follower.close()
 
 
 def add_parser(sub: Any) -> None:
     wait = sub.add_parser("wait-ready", help="block until the unit's current start-up is ready (exit 0) or "
-                          "will not be (exit 1)")
+                          "will not be (exit 2; 1 --timeout passed first)")
     wait.add_argument("unit", metavar="UNIT", help="the server's unit (in ExecStartPost=: %%n)")
     wait.add_argument("--timeout", help="give up after this long (45m, 1h30m; default: no limit but the phases')")
     wait.add_argument("--config", help="phasewatch YAML config (default /etc/phasewatch/UNIT.yaml if readable)")
+    wait.add_argument("--json", action="store_true", help="print one JSON document at the end (answer, exit_status, "
+                      "invocation_id, messages); the progress goes to stderr")
     wait.add_argument("--directory", help=argparse.SUPPRESS)
     wait.set_defaults(func=cmd_wait_ready)

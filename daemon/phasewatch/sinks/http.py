@@ -1,6 +1,7 @@
-"""The daemon's HTTP server: /metrics (Prometheus text) and /status (JSON) from the exporter's latest
-published snapshot. Its threads only read that snapshot; every connection is bounded in time and
-their number is bounded.
+"""The daemon's HTTP server: /metrics by prometheus_client's own WSGI app (gzip when asked,
+OpenMetrics when the scraper prefers it) and /status (JSON) beside it, from the exporter's latest
+published snapshot; HEAD is answered like GET without the body. Its threads only read that
+snapshot; every connection is bounded in time and their number is bounded.
 """
 
 from __future__ import annotations
@@ -10,13 +11,12 @@ import logging
 import socket
 import sys
 import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable, Iterable, Iterator
+from socketserver import ThreadingMixIn
 from typing import Any
-from urllib.parse import urlsplit
+from wsgiref.simple_server import ServerHandler, WSGIRequestHandler, WSGIServer
 
-from prometheus_client import CollectorRegistry
-from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.metrics_core import CounterMetricFamily, Metric
 
 from .. import __version__
@@ -34,9 +34,16 @@ READ_TIMEOUT = 5.0
 CONNECTION_DEADLINE = 15.0
 MAX_CONNECTIONS = 16
 CONNECTION_REASONS = ("reset", "timeout", "busy", "error")
+TEXT = "text/plain; charset=utf-8"
+INDEX = (b'<html><body><h1>phasewatch</h1><p><a href="/metrics">/metrics</a> '
+         b'<a href="/status">/status</a></p></body></html>\n')
+
+StartResponse = Callable[..., Any]
+WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
+Answer = tuple[str, list[tuple[str, str]], bytes]
 
 
-class _Server(ThreadingHTTPServer):
+class _Server(ThreadingMixIn, WSGIServer):
     daemon_threads = True
 
     def __init__(self, address: tuple[str, int], family: socket.AddressFamily, exporter: Exporter) -> None:
@@ -46,6 +53,7 @@ class _Server(ThreadingHTTPServer):
         self._counts_lock = threading.Lock()
         self.connection_errors: dict[str, int] = {}
         super().__init__(address, _Handler)
+        self.set_app(phasewatch_app(exporter))
 
     def count(self, reason: str) -> None:
         with self._counts_lock:
@@ -107,51 +115,92 @@ class _ServerCollector:
         yield family
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server_version = f"phasewatch/{__version__}"
-    timeout = READ_TIMEOUT  # per read; http.server sets it on the connection
+def _call(app: WSGIApp, environ: dict[str, Any]) -> Answer:
+    answered: list[Any] = []
+    body = b"".join(app(environ, lambda status, headers, exc_info=None: answered.extend((status, headers))))
+    return str(answered[0]), list(answered[1]), body
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-        exporter = self.server.exporter if isinstance(self.server, _Server) else None
-        path = urlsplit(self.path).path
-        if exporter is None:
-            self._answer(500, "text/plain; charset=utf-8", b"no exporter\n")
+
+def _status_json(exporter: Exporter) -> Answer:
+    return "200 OK", [("Content-Type", "application/json")], \
+        json.dumps(exporter.status(), indent=1).encode() + b"\n"
+
+
+def phasewatch_app(exporter: Exporter) -> WSGIApp:
+    """/metrics (prometheus_client's app), /status, / and 404; GET and HEAD."""
+    metrics_app = make_wsgi_app(exporter.registry)
+
+    def app(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        method, path = environ.get("REQUEST_METHOD", "GET"), environ.get("PATH_INFO") or "/"
+        if method not in ("GET", "HEAD"):
+            answer: Answer = ("405 Method Not Allowed", [("Allow", "GET, HEAD"), ("Content-Type", TEXT)],
+                              b"only GET and HEAD\n")
         elif path == "/metrics":
-            try:
-                body = generate_latest(exporter.registry)
-            except Exception:  # a bug must not kill the daemon's listener
-                logger.exception("metrics: collecting failed")
-                self._answer(500, "text/plain; charset=utf-8", b"collecting the metrics failed\n")
-                return
-            self._answer(200, CONTENT_TYPE_LATEST, body)
+            as_get = {**environ, "REQUEST_METHOD": "GET"}
+            answer = _guarded("collecting the metrics", lambda: _call(metrics_app, as_get))
         elif path == "/status":
-            try:
-                body = json.dumps(exporter.status(), indent=1).encode() + b"\n"
-            except Exception:
-                logger.exception("metrics: /status failed")
-                self._answer(500, "text/plain; charset=utf-8", b"building the status failed\n")
-                return
-            self._answer(200, "application/json", body)
+            answer = _guarded("building the status", lambda: _status_json(exporter))
         elif path == "/":
-            self._answer(200, "text/html; charset=utf-8",
-                         b'<html><body><h1>phasewatch</h1><p><a href="/metrics">/metrics</a> '
-                         b'<a href="/status">/status</a></p></body></html>\n')
+            answer = ("200 OK", [("Content-Type", "text/html; charset=utf-8")], INDEX)
         else:
-            self._answer(404, "text/plain; charset=utf-8", b"not found: try /metrics or /status\n")
+            answer = ("404 Not Found", [("Content-Type", TEXT)], b"not found: try /metrics or /status\n")
+        status, headers, body = answer
+        start_response(status, [h for h in headers if h[0].lower() != "content-length"]
+                       + [("Content-Length", str(len(body)))])
+        return [b"" if method == "HEAD" else body]
 
-    def _answer(self, code: int, content_type: str, body: bytes) -> None:
-        self.send_response(code)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+    return app
+
+
+def _guarded(what: str, answer: Callable[[], Answer]) -> Answer:
+    try:
+        return answer()
+    except Exception:  # a bug must not kill the daemon's listener
+        logger.exception("metrics: %s failed", what)
+        return "500 Internal Server Error", [("Content-Type", TEXT)], f"{what} failed\n".encode()
+
+
+class _ResponseWriter(ServerHandler):
+    """wsgiref's, but a client gone while the answer is written is counted (wsgiref drops it
+    silently), and nothing is ever printed to stderr."""
+
+    server_software = f"phasewatch/{__version__}"
+
+    def finish_response(self) -> None:
+        try:
+            super().finish_response()
+        except OSError:
+            handler = getattr(self, "request_handler", None)
+            if handler is not None and isinstance(handler.server, _Server):
+                handler.server.count("reset")
+            raise
+
+    def log_exception(self, exc_info: Any) -> None:
+        logger.error("metrics: a request failed: %s", exc_info[1])
+
+
+class _Handler(WSGIRequestHandler):
+    server_version = f"phasewatch/{__version__}"
+    timeout = READ_TIMEOUT  # per read; StreamRequestHandler sets it on the connection
+
+    def handle(self) -> None:
+        """WSGIRequestHandler.handle with our response writer; one request per connection."""
+        self.raw_requestline = self.rfile.readline(65537)
+        if len(self.raw_requestline) > 65536:
+            self.requestline, self.request_version, self.command = "", "", ""
+            self.send_error(414)
+            return
+        if not self.parse_request():
+            return
+        writer = _ResponseWriter(self.rfile, self.wfile, sys.stderr, self.get_environ(),  # type: ignore[arg-type]
+                                 multithread=True)
+        writer.request_handler = self  # type: ignore[attr-defined]
+        writer.run(self.server.get_app())  # type: ignore[attr-defined]
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - http.server's signature
         logger.debug("metrics: " + format, *args)
 
     def log_error(self, format: str, *args: Any) -> None:  # noqa: A002
-        if args and isinstance(args[-1], TimeoutError) and isinstance(self.server, _Server):
-            self.server.count("timeout")  # http.server caught it: the client sent nothing in time
         self.log_message(format, *args)
 
 

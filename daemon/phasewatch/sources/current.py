@@ -143,6 +143,19 @@ def journal_start(unit: str, directory: str | None = None, before: float | None 
         reader.close()
 
 
+def journal_knows(unit: str, directory: str | None) -> bool:
+    """Whether the journal holds any entry of the unit: PID 1's about it, or its own output."""
+    reader = _open_reader(directory)
+    try:
+        reader.add_match(f"UNIT={unit}")
+        reader.add_disjunction()
+        reader.add_match(f"_SYSTEMD_UNIT={unit}")
+        reader.seek_head()
+        return bool(reader._next())
+    finally:
+        reader.close()
+
+
 def _own_invocation(unit: str) -> str | None:
     """`$INVOCATION_ID` if this process runs in `unit` itself (ExecStartPost=, ExecStartPre=)."""
     invocation = os.environ.get("INVOCATION_ID")
@@ -198,8 +211,8 @@ def find_start(unit: str, directory: str | None = None,
         invocation = own or found.invocation_id
         return replace(found, invocation_id=invocation, how="journal",
                        active_state=state.active_state if state is not None else None)
-    if unknown:
-        raise NoSuchUnit(unit)
+    if unknown or (directory is not None and not journal_knows(unit, directory)):
+        raise NoSuchUnit(unit)  # a copied journal gets no new entries: nothing of the unit is a wrong name
     return StartPoint(None, own, "head", state.active_state if state is not None else None)
 
 

@@ -1,0 +1,159 @@
+"""Issue 13's CLI points: --version; one meaning per exit status (the table in errors.py, in --help and
+in the README); usage errors exit 64; an unknown unit is a clear error; --json on every read command;
+check-config's instance check and its polkit question (answered here by a recorded reply)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Sequence
+
+import pytest
+
+from phasewatch.cli import build_parser, main
+from phasewatch.commands import checkconfig
+from phasewatch.commands.checkconfig import PolkitAnswer, check_authorization_call, check_instance, parse_answer
+from phasewatch.config import load_config
+from phasewatch.errors import (
+    EX_CONFIG,
+    EX_NOINPUT,
+    EX_NOPERM,
+    EX_UNAVAILABLE,
+    EX_USAGE,
+    EXIT_STATUSES,
+    ConfigError,
+    UnavailableError,
+)
+
+UNIT = "sglang-kimi.service"
+REPO = Path(__file__).resolve().parents[2]
+CONFIG = REPO / "config" / "phasewatch.yaml"
+COMMANDS = ("replay", "run", "report", "check-config", "init", "status", "logs", "wait-ready")
+
+
+def run(argv: Sequence[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    try:
+        code = main(list(argv))
+    except SystemExit as exc:  # argparse's own exits (--help, --version, usage)
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    from phasewatch import __version__
+
+    assert run(["--version"], capsys)[:2] == (0, f"phasewatch {__version__}\n")
+
+
+@pytest.mark.parametrize("argv", [["bogus"], ["status", "--bogus"], ["logs"], ["report", "--last", "many"],
+                                  ["check-config"], ["wait-ready", UNIT, "--nope"], []])
+def test_usage_errors_exit_64_never_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(argv, capsys)
+    assert code == EX_USAGE and out == ""
+    assert "usage: phasewatch" in err and "error:" in err
+
+
+def test_each_exit_status_has_one_meaning_and_is_in_every_help(capsys: pytest.CaptureFixture[str]) -> None:
+    codes = [code for code, _ in EXIT_STATUSES]
+    assert len(codes) == len(set(codes))
+    assert 2 in codes and EX_USAGE in codes
+    for argv in ([], *([c] for c in COMMANDS)):
+        code, out, _ = run([*argv, "--help"], capsys)
+        assert code == 0
+        epilog = out[out.index("exit statuses:"):]
+        for status, meaning in EXIT_STATUSES:
+            assert re.search(rf"^\s+{status}\s+{re.escape(meaning[:30])}", epilog, flags=re.M), (argv, status)
+
+
+def test_the_readme_has_the_same_table() -> None:
+    readme = (REPO / "README.md").read_text()
+    rows = dict(re.findall(r"^\| (\d+) \| (.+?) \|$", readme[readme.index("## Exit statuses"):], flags=re.M))
+    assert {int(code) for code in rows} == {code for code, _ in EXIT_STATUSES}
+    for code, meaning in EXIT_STATUSES:
+        assert rows[str(code)] == meaning.replace("|", "\\|"), code
+
+
+def test_report_on_an_unknown_unit_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(["report", "nothing-here.service", "--state-dir", str(tmp_path)], capsys)
+    assert (code, out) == (EX_NOINPUT, "")
+    assert "no history for nothing-here.service" in err
+
+
+def test_check_config_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(["check-config", str(CONFIG), "--json"], capsys)
+    document = json.loads(out)
+    assert code == 0 and document["ok"] is True and document["unit"] == UNIT and document["rules"] > 0
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(f"unit: {UNIT}\nrank_skew: soon\n")
+    code, out, err = run(["check-config", str(bad), "--json"], capsys)
+    document = json.loads(out)
+    assert (code, document["ok"], document["key"], document["line"]) == (EX_CONFIG, False, "rank_skew", 2)
+    assert err == ""
+
+
+def test_the_config_must_watch_the_daemons_instance(tmp_path: Path) -> None:
+    path = tmp_path / "other.yaml"
+    path.write_text("# the wrong one\nunit: other.service\n")
+    config = load_config(path)
+    check_instance(config, "other.service", str(path))
+    check_instance(config, "other", str(path))  # phasewatch@other.service, init's short instance name
+    check_instance(config, None, str(path))  # run without --instance (by hand)
+    with pytest.raises(ConfigError) as caught:
+        check_instance(config, UNIT, str(path))
+    assert (caught.value.key, caught.value.line, caught.value.exit_status) == ("unit", 2, EX_CONFIG)
+    assert f"its config must say unit: {UNIT}" in str(caught.value)
+
+
+def test_the_polkit_question_is_the_one_systemd_asks() -> None:
+    argv = check_authorization_call(UNIT, 998, 4242)
+    assert argv[argv.index("CheckAuthorization") + 1] == "(sa{sv})sa{ss}us"
+    assert argv[-8:] == ["org.freedesktop.systemd1.manage-units", "2", "unit", UNIT, "verb", "restart", "0", ""]
+    assert ["pid", "u", "4242"] == argv[argv.index("pid"):argv.index("pid") + 3]
+    assert ["uid", "i", "998"] == argv[argv.index("uid"):argv.index("uid") + 3]
+    assert parse_answer('{"type":"(bba{ss})","data":[[true,false,{}]]}') == PolkitAnswer(True, False)
+    assert parse_answer('{"type":"(bba{ss})","data":[[false,true,{}]]}') == PolkitAnswer(False, True)
+    with pytest.raises(UnavailableError):
+        parse_answer("Call failed: Access denied")
+
+
+@pytest.mark.parametrize(("reply", "code", "said"), [
+    ('{"type":"(bba{ss})","data":[[true,false,{}]]}', 0, "privileges: yes, user root may restart"),
+    ('{"type":"(bba{ss})","data":[[false,true,{}]]}', EX_NOPERM, "privileges: no, user root may not restart"),
+])
+def test_check_config_privileges(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], reply: str,
+                                 code: int, said: str) -> None:
+    asked: list[Sequence[str]] = []
+
+    def recorded(argv: Sequence[str], timeout: float) -> str:
+        asked.append(argv)
+        return reply
+
+    monkeypatch.setattr(checkconfig, "run_busctl", recorded)
+    monkeypatch.setattr(checkconfig.may_restart, "__defaults__", (recorded,))
+    got, out, _ = run(["check-config", str(CONFIG), "--privileges", "--user", "root"], capsys)
+    assert (got, said in out) == (code, True)
+    assert [a for a in asked[0] if a in ("unit", UNIT, "verb", "restart")] == ["unit", UNIT, "verb", "restart"]
+    got, out, _ = run(["check-config", str(CONFIG), "--privileges", "--user", "root", "--json"], capsys)
+    assert json.loads(out)["privileges"]["may_restart"] is (code == 0)
+
+
+def test_check_config_privileges_unknown_user(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(["check-config", str(CONFIG), "--privileges", "--user", "no-such-user-here"], capsys)
+    assert code == EX_USAGE and "no such user" in err
+
+
+def test_polkit_unreachable_is_69(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    def unreachable(argv: Sequence[str], timeout: float) -> str:
+        raise UnavailableError("polkit: cannot ask over D-Bus: no bus")
+
+    monkeypatch.setattr(checkconfig.may_restart, "__defaults__", (unreachable,))
+    code, _, err = run(["check-config", str(CONFIG), "--privileges", "--user", "root"], capsys)
+    assert code == EX_UNAVAILABLE and "polkit: cannot ask over D-Bus" in err
+
+
+def test_the_parser_knows_every_command() -> None:
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    assert set(sub.choices) == set(COMMANDS)  # type: ignore[arg-type]

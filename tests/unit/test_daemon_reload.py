@@ -1,0 +1,89 @@
+"""SIGHUP's work in the daemon's loop: the config file read again; a new limit judges from then on; a
+config that does not load, or names another unit, is refused with the old one kept and the error
+logged with key, file and line. (The signal itself and `systemctl reload`: tests/e2e.)"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from fakes import ScriptedJournal
+from phasewatch.app import Daemon
+from phasewatch.clock import FakeClock
+from phasewatch.config import load_config
+from phasewatch.records import JournalRecord, Phase
+from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier, RecordingUnit, UnitFacts
+from phasewatch.sinks.state import StateStore
+from phasewatch.sources.procs import ProcessTable
+
+UNIT = "sglang-kimi.service"
+INV = "0123456789abcdef0123456789abcdef"
+T0 = 1_800_000_000.0
+ONE_MINUTE = f"unit: {UNIT}\nphases:\n  weight_load: {{deadline: 1m}}\n"
+TEN_MINUTES = f"unit: {UNIT}\nphases:\n  weight_load: {{deadline: 10m}}\n"
+
+
+def started(tmp_path: Path, text: str) -> tuple[Daemon, Path, RecordingUnit, RecordingNotifier, FakeClock]:
+    path = tmp_path / f"{UNIT}.yaml"
+    path.write_text(text)
+    clock = FakeClock(wall=T0)
+    journal = ScriptedJournal()
+    unit = RecordingUnit(UnitFacts("activating", "start", INV, control_group=None, started_at=T0))
+    notifier = RecordingNotifier()
+    app = Daemon(load_config(path), follower=journal, unit=unit, alerter=RecordingAlerter(UNIT),  # type: ignore[arg-type]
+                 notifier=notifier, store=StateStore(tmp_path, UNIT), clock=clock,
+                 processes=ProcessTable(proc=str(tmp_path / "proc"), cgroup_roots=(str(tmp_path / "cg"),)),
+                 reload=lambda: load_config(path))
+    journal.push(*(JournalRecord(f"[2026-11-29 08:00:00 TP{n}] Load weight begin. avail mem=137.95 GB", T0,
+                                 pid=100 + n, invocation_id=INV) for n in range(8)))
+    app.start()
+    return app, path, unit, notifier, clock
+
+
+def test_a_reloaded_limit_judges_from_then_on(tmp_path: Path) -> None:
+    app, path, unit, notifier, clock = started(tmp_path, ONE_MINUTE)
+    path.write_text(TEN_MINUTES)
+    app.reload_requested = True  # what the SIGHUP handler does
+    clock.jump(30)
+    app.step(max_wait=0)
+    assert app.config.limits(Phase.WEIGHT_LOAD).deadline == 600
+    assert notifier.sent[-1] == "STATUS=sglang-kimi: weight_load 8/8 ranks, 30s of 10m"
+    clock.jump(31)  # past the old minute
+    app.step(max_wait=0)
+    assert unit.restarts == []
+    clock.jump(600)
+    app.step(max_wait=0)
+    assert unit.restarts == [INV]
+
+
+@pytest.mark.parametrize(("text", "key", "line"), [
+    (f"unit: {UNIT}\nphases:\n  weight_load: {{deadline: 20x}}\n", "phases.weight_load.deadline", 3),
+    (f"unit: {UNIT}\nphases: [\n", "config", None),
+    (f"unit: {UNIT}\n\nnonsense: 1\n", "nonsense", 3),
+    ("unit: other.service\n", "unit", None),
+])
+def test_a_bad_reload_keeps_the_old_config(tmp_path: Path, caplog: pytest.LogCaptureFixture, text: str, key: str,
+                                           line: int | None) -> None:
+    app, path, unit, notifier, clock = started(tmp_path, ONE_MINUTE)
+    old = app.config
+    path.write_text(text)
+    with caplog.at_level(logging.ERROR, logger="phasewatch.app"):
+        assert app.reload() is False
+    assert app.config is old and app.pipeline.config.limits(Phase.WEIGHT_LOAD).deadline == 60
+    [error] = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert "reload refused, the old config stays in force" in error
+    assert f"{key}:" in error and str(path) in error
+    if line is not None:
+        assert f"line {line}" in error
+    clock.jump(61)
+    app.step(max_wait=0)
+    assert unit.restarts == [INV]  # judged by the minute still in force
+
+
+def test_without_a_reader_there_is_nothing_to_reload(tmp_path: Path) -> None:
+    app, _, _, notifier, _ = started(tmp_path, ONE_MINUTE)
+    app.read_config = None
+    sent = list(notifier.sent)
+    assert app.reload() is False and notifier.sent == sent
