@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from e2e_env import UNIT, VENV, WATCHER, Scenario
+from e2e_env import CONFIG_PATH, UNIT, VENV, WATCHER, Scenario
 
-CONFIG = f"/run/phasewatch/{UNIT}.yaml"
+CONFIG = CONFIG_PATH  # the short instance's config, the one the unit passes
 RULE = "/etc/polkit-1/rules.d/50-phasewatch.rules"
 
 
