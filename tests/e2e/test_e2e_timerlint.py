@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from e2e_env import TIMER_LINT_ID, UNIT, VENV, Scenario
+from e2e_env import CONFIG_PATH, TIMER_LINT_ID, UNIT, VENV, Scenario
 
 DROPIN = f"/run/systemd/system/{UNIT}.d/timers.conf"
 
@@ -33,7 +33,7 @@ def test_unit_timers_over_dbus_are_checked_against_the_limits(scenario: Scenario
         codes = alert["PHASEWATCH_CAUSE"].split(",")
         assert codes == ["stall_after_nccl", "stall_after_nccl", "warmup_deadline_after_engine",
                          "warmup_stall_after_watchdog", "deadline_after_timeout_start"]
-        checked = scenario.box.run(f"{VENV}/bin/phasewatch", "check-config", f"/run/phasewatch/{UNIT}.yaml",
+        checked = scenario.box.run(f"{VENV}/bin/phasewatch", "check-config", CONFIG_PATH,
                                    "--unit", UNIT, check=False)
         assert checked.returncode == 0, checked.stderr
         warnings = [line for line in checked.stdout.splitlines() if line.startswith("warning: ")]
