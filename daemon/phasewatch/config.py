@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -52,7 +52,7 @@ DEFAULT_LIMITS: Mapping[Phase, PhaseLimits] = {
 DEFAULT_RANK_SKEW = 300.0
 
 VERDICT_KINDS = tuple(VerdictKind)
-ACTION_NAMES = ("alert", "restart")
+ACTION_NAMES = ("evidence", "alert", "restart")
 DEFAULT_ACTIONS: Mapping[str, tuple[str, ...]] = {
     "stalled": ("alert", "restart"),
     "straggler": ("alert", "restart"),
@@ -65,11 +65,23 @@ DEFAULT_ACTIONS: Mapping[str, tuple[str, ...]] = {
 
 @dataclass(frozen=True)
 class RestartBudget:
-    """At most `max` failed start-ups within `window`, restarts at least `backoff` apart."""
+    """At most `max` restarts (or failed start-ups) within `window`, restarts at least `backoff` apart;
+    a start-up that reached ready frees the budget only after it stayed healthy for `stable`."""
 
     max: int = 3
     window: float = 6 * 3600.0
     backoff: float = 300.0
+    stable: float = 600.0
+
+
+@dataclass(frozen=True)
+class EvidenceCapture:
+    """The `evidence` action: stacks and process state of the named ranks, at most `timeout` in all."""
+
+    timeout: float = 15.0
+    peers: int = 8  # at most this many other ranks in the same phase
+    keep: int = 20  # evidence files kept in the state directory (oldest removed first)
+    max_bytes: int = 512 * 1024  # one file's size cap
 
 
 @dataclass(frozen=True)
@@ -121,6 +133,7 @@ class Config:
     health: HealthCheck = HealthCheck()
     adaptive: Adaptive = Adaptive()
     vitals: VitalsSampling = VitalsSampling()
+    evidence: EvidenceCapture = EvidenceCapture()
 
     def limits(self, phase: Phase) -> PhaseLimits:
         return self.phases.get(phase, PhaseLimits(None, None))
@@ -130,7 +143,8 @@ class Config:
 
 
 TOP_KEYS = ("unit", "engine", "profile_path", "phases", "rank_skew", "patterns", "actions", "restart_budget",
-            "dry_run", "metrics", "health", "adaptive", "vitals")
+            "dry_run", "metrics", "health", "adaptive", "vitals",
+            "evidence")
 LISTEN_RE = re.compile(r"^(?:\[[0-9a-fA-F:]+\]|[\w.-]+):(\d{1,5})$")
 
 
@@ -211,9 +225,10 @@ def parse_config(text: str, path: str | None = None) -> Config:
         actions[kind] = tuple(listed)
 
     budget = RestartBudget()
-    settings: dict[str, Any] = {"max": budget.max, "window": budget.window, "backoff": budget.backoff}
+    settings: dict[str, Any] = {"max": budget.max, "window": budget.window, "backoff": budget.backoff,
+                                "stable": budget.stable}
     for key, raw, at in _entries(document.get("restart_budget", {}) or {}, "restart_budget",
-                                 lines.get("restart_budget"), "a mapping with max, window, backoff", fail):
+                                 lines.get("restart_budget"), "a mapping with max, window, backoff, stable", fail):
         if key == "max":
             settings["max"] = _whole(raw, 0, "restart_budget.max", at, fail)
         elif key == "window":  # `none` would mean no limit on restarts at all
@@ -222,11 +237,11 @@ def parse_config(text: str, path: str | None = None) -> Config:
                 raise fail("restart_budget.window", "expected a duration like 6h (none would remove the restart "
                            "limit)", at)
             settings["window"] = window
-        elif key == "backoff":
-            settings[key] = _duration(raw, "restart_budget.backoff", at, fail) or 0.0
+        elif key in ("backoff", "stable"):
+            settings[key] = _duration(raw, f"restart_budget.{key}", at, fail) or 0.0
         else:
-            raise fail(f"restart_budget.{key}", "unknown setting (known: max, window, backoff)", at)
-    budget = RestartBudget(settings["max"], settings["window"], settings["backoff"])
+            raise fail(f"restart_budget.{key}", "unknown setting (known: max, window, backoff, stable)", at)
+    budget = RestartBudget(settings["max"], settings["window"], settings["backoff"], settings["stable"])
 
     dry_run = document.get("dry_run", False)
     if not isinstance(dry_run, bool):
@@ -245,9 +260,18 @@ def parse_config(text: str, path: str | None = None) -> Config:
     health = _health(document.get("health", {}) or {}, lines.get("health"), fail)
     adaptive = _adaptive(document.get("adaptive", {}) or {}, lines.get("adaptive"), fail)
     vitals = _vitals(document.get("vitals", {}) or {}, lines.get("vitals"), fail)
+    evidence = EvidenceCapture()
+    for key, raw, at in _entries(document.get("evidence", {}) or {}, "evidence", lines.get("evidence"),
+                                 "a mapping with timeout", fail):
+        if key != "timeout":
+            raise fail(f"evidence.{key}", "unknown setting (known: timeout)", at)
+        timeout = _duration(raw, "evidence.timeout", at, fail)
+        if not timeout:
+            raise fail("evidence.timeout", "expected a duration like 15s", at)
+        evidence = replace(evidence, timeout=timeout)
     return Config(unit=unit, engine=engine, phases=phases, rank_skew=rank_skew, profile=profile, source=path,
                   actions=actions, restart_budget=budget, dry_run=dry_run, metrics_listen=listen, health=health,
-                  adaptive=adaptive, vitals=vitals)
+                  adaptive=adaptive, vitals=vitals, evidence=evidence)
 
 
 Fail = Callable[[str, str, "int | None"], ConfigError]

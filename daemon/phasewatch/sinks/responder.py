@@ -18,7 +18,7 @@ from ..pipeline import Pipeline
 from ..records import MAIN, NEWS_AFTER_THE_END, Phase, VerdictKind
 from ..stages import policy
 from ..stages.learn import LimitInForce, adapted, eta_seconds, limits_in_force, typical_durations
-from ..stages.respond import PRIORITY, Action, BudgetState, Memory, Response, reset_budget, respond
+from ..stages.respond import PRIORITY, Action, BudgetState, Memory, Response, reset_budget, respond, settled
 from ..stages.snapshot import ENDED_STATES, UP_STATES, InvocationView, Snapshot
 from .actions import UnitFacts
 from .history import History, fingerprint, summarize
@@ -78,15 +78,15 @@ class Responder:
 
     def _judge(self, inv: InvocationView, current: bool) -> None:
         now = self.clock.wall()
-        if current and inv.state in UP_STATES and (
-                self.memory.budget.failures or self.memory.budget.state is not BudgetState.ARMED):
-            self.memory = reset_budget(self.memory)  # GAVE_UP -> ARMED: a start-up reached ready
-            self.save()
         learned = self.learned_for(inv)
         if current:
             self.pipeline.use_limits(learned.config)  # judged with the limits in force for this start-up
             self.eta = eta_seconds(inv, now, learned.typical)
         verdicts = policy.evaluate(inv, now, learned.config, self.pipeline.profile)
+        ready_at = _ready_time(inv) if current and inv.state in UP_STATES else None
+        if settled(self.memory, ready_at, verdicts, now, self.config):
+            self.memory = reset_budget(self.memory)  # GAVE_UP -> ARMED: ready and healthy for `stable`
+            self.save()
         self._record(inv, current, now)
         if not current:
             verdicts = [v for v in verdicts if v.kind in NEWS_AFTER_THE_END]

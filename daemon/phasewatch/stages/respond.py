@@ -2,9 +2,10 @@
 what was already done, and the restart budget. `app.py` executes the actions.
 
 The restart budget (supervisor's shape): a list of failed start-ups (invocations with a failure
-verdict) within `window`; a restart only while there were at most `max` of them, and at least
-`backoff` after the previous restart; past that, GAVE_UP (one critical alert) until a start-up
-reaches ready or the operator restarts the unit.
+verdict, or any verdict phasewatch restarts for, `unhealthy` too) within `window`; a restart only
+while there were at most `max` of them, and at least `backoff` after the previous restart; past that,
+GAVE_UP (one critical alert) until a start-up stayed healthy for `stable` after ready, or the
+operator restarts the unit.
 """
 
 from __future__ import annotations
@@ -103,6 +104,16 @@ def reset_budget(memory: Memory) -> Memory:
     return replace(memory, budget=Budget(last_restart=memory.budget.last_restart))
 
 
+def settled(memory: Memory, ready_at: float | None, verdicts: list[Verdict], now: float, config: Config) -> bool:
+    """Should a start-up that reached ready at `ready_at` free the budget now? Only once it stayed
+    healthy (no verdict phasewatch restarts for) for `restart_budget.stable`."""
+    if ready_at is None or (not memory.budget.failures and memory.budget.state is BudgetState.ARMED):
+        return False
+    if any(v.kind in FAILURE_KINDS or "restart" in config.actions.get(v.kind, ()) for v in verdicts):
+        return False
+    return now - ready_at >= config.restart_budget.stable
+
+
 def respond(verdicts: list[Verdict], memory: Memory, status: UnitStatus, now: float, config: Config) -> Response:
     actions: list[Action] = []
     budget = memory.budget
@@ -110,7 +121,7 @@ def respond(verdicts: list[Verdict], memory: Memory, status: UnitStatus, now: fl
     alerted = set(memory.alerted)
     restarted = set(memory.restarted)
 
-    failing = [v for v in verdicts if v.kind in FAILURE_KINDS]
+    failing = [v for v in verdicts if v.kind in FAILURE_KINDS or "restart" in config.actions.get(v.kind, ())]
     for invocation in dict.fromkeys(v.invocation_id for v in failing):
         if invocation not in {f[0] for f in budget.failures}:
             budget = replace(budget, failures=budget.failures + ((invocation, now),))
