@@ -38,6 +38,10 @@ class Alerter(Protocol):
     def alert(self, action: Action) -> None: ...
 
 
+class Evidence(Protocol):
+    def take(self, inv: InvocationView, actions: list[Action], facts: UnitFacts) -> str | None: ...
+
+
 @dataclass(frozen=True)
 class Learned:
     config: Config  # with the limits in force
@@ -48,7 +52,8 @@ class Learned:
 class Responder:
     def __init__(self, config: Config, pipeline: Pipeline, *, unit: Unit, read_facts: Callable[[], UnitFacts | None],
                  alerter: Alerter, store: StateStore, clock: Clock, history: History | None,
-                 exporter: Exporter | None, cursor: Callable[[], str | None]) -> None:
+                 exporter: Exporter | None, cursor: Callable[[], str | None], evidence: Evidence | None = None
+                 ) -> None:
         self.config = config
         self.pipeline = pipeline
         self.unit = unit
@@ -59,6 +64,8 @@ class Responder:
         self.history = history  # past start-ups: learned limits, ETA (None: none)
         self.exporter = exporter
         self.cursor = cursor
+        self.evidence = evidence
+        self.evidence_paths: dict[str, str] = {}  # invocation -> its last evidence file
         self.memory = Memory()
         self.retry_at: float | None = None  # wall clock, like the memory it comes with
         self.watched_invocation: str | None = None
@@ -98,7 +105,7 @@ class Responder:
             return  # only a restart is left to do, after the backoff
         status = self.read_facts() or UnitFacts("unknown", "unknown", None)
         response = respond(verdicts, self.memory, status, now, self.config)
-        self._execute(response)
+        self._execute(response, inv, status)
 
     # -- learning from past start-ups -------------------------------------------------------------
     def learned_for(self, inv: InvocationView) -> Learned:
@@ -145,11 +152,17 @@ class Responder:
             "restart" in wanted and verdict.invocation_id not in self.memory.restarted
             and self.memory.budget.state is BudgetState.ARMED)
 
-    def _execute(self, response: Response) -> None:
+    def _execute(self, response: Response, inv: InvocationView, facts: UnitFacts) -> None:
         self.memory = response.memory
         self.retry_at = response.retry_at
         self.save()  # remember before acting: a crash here must not act twice
+        wanted = [a for a in response.actions if a.kind == "evidence"]
+        path = self._take_evidence(inv, wanted, facts) if wanted else None
         for action in response.actions:
+            if path is not None and action.invocation_id == inv.invocation_id:
+                action = replace(action, evidence=path)
+            if action.kind == "evidence":
+                continue
             if action.kind == "alert":
                 logger.info("[%s rank=%s phase=%s] alert %s: %s", self.config.unit, action.rank, action.phase,
                             action.verdict_kind, action.message)
@@ -166,6 +179,20 @@ class Responder:
                     logger.error("[%s] %s", self.config.unit, exc)
                     self.alerter.alert(replace(action, kind="alert", verdict_kind="restart_failed", priority=3,
                                                message=f"{self.config.unit}: restart failed: {exc}"))
+
+    def _take_evidence(self, inv: InvocationView, actions: list[Action], facts: UnitFacts) -> str | None:
+        """Bounded by `evidence.timeout`; a failure to capture never stops the alert or the restart."""
+        if self.evidence is None:
+            return None
+        try:
+            path = self.evidence.take(inv, actions, facts)
+        except OSError as exc:
+            logger.error("[%s] evidence not captured: %s", self.config.unit, exc)
+            return None
+        if path is not None:
+            self.evidence_paths[inv.invocation_id] = path
+            logger.info("[%s] evidence for %s written to %s", self.config.unit, actions[0].verdict_kind, path)
+        return path
 
     def save(self) -> None:
         try:

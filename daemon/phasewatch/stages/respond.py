@@ -68,7 +68,7 @@ class UnitStatus:
 
 @dataclass(frozen=True)
 class Action:
-    kind: str  # "alert" or "restart"
+    kind: str  # "evidence", "alert" or "restart"
     message: str
     verdict_kind: str
     priority: int
@@ -77,6 +77,7 @@ class Action:
     rank: str | None = None
     cause: str | None = None
     dry_run: bool = False
+    evidence: str | None = None  # the evidence file captured for this verdict (PHASEWATCH_EVIDENCE)
 
     @property
     def message_id(self) -> str:
@@ -129,6 +130,11 @@ def respond(verdicts: list[Verdict], memory: Memory, status: UnitStatus, now: fl
     for verdict in verdicts:
         wanted = config.actions.get(verdict.kind, ("alert",))
         note = ""
+        evidence_key = (verdict.key[0], f"evidence:{verdict.kind}", verdict.key[2], verdict.key[3])
+        if "evidence" in wanted and evidence_key not in alerted:
+            alerted.add(evidence_key)
+            actions.append(Action("evidence", verdict.message, verdict.kind, PRIORITY[verdict.kind],
+                                  verdict.invocation_id, verdict.phase, verdict.rank, verdict.cause, config.dry_run))
         if "restart" in wanted and verdict.invocation_id not in restarted:
             restart_now, budget, note, wait_until = _restart_decision(verdict, budget, status, now, config)
             if restart_now:
@@ -152,9 +158,9 @@ def respond(verdicts: list[Verdict], memory: Memory, status: UnitStatus, now: fl
             message = verdict.message + (f"; {note}" if note else "")
             actions.append(Action("alert", message, verdict.kind, PRIORITY[verdict.kind], verdict.invocation_id,
                                   verdict.phase, verdict.rank, verdict.cause, config.dry_run))
-    # Restart actions go last: alerts first tell why.
+    # Evidence first (before anything changes), restart actions last: alerts first tell why.
     actions = _grouped(actions)
-    actions.sort(key=lambda a: a.kind == "restart")
+    actions.sort(key=lambda a: {"evidence": 0, "alert": 1}.get(a.kind, 2))
     return Response(tuple(actions), Memory(frozenset(alerted), frozenset(restarted), budget), retry_at)
 
 

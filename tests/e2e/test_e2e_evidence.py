@@ -1,0 +1,41 @@
+"""Issue 12: the `evidence` action against a real systemd: py-spy's stacks of the hung rank before the
+restart, with the opt-in CAP_SYS_PTRACE drop-in (units/phasewatch-evidence.conf)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from e2e_env import REPO, UNIT, WATCHER, Scenario
+
+RESTART_STOPPED = "9d1aaa27d60140bd96365438aad20286"
+
+
+def at(entry: dict[str, Any]) -> float:
+    return int(entry["__REALTIME_TIMESTAMP"]) / 1e6
+
+
+def test_stacks_of_the_hung_rank_are_captured_before_the_restart(scenario: Scenario) -> None:
+    deadline, timeout = 6.0, 15.0
+    scenario.box.write(f"/run/systemd/system/{WATCHER}.d/evidence.conf",
+                       (REPO / "units" / "phasewatch-evidence.conf").read_text())
+    scenario.box.systemctl("daemon-reload")
+    scenario.configure("--scale 0.01 --hang TP3:draft_cuda_graph_capture",
+                       phases={"draft_cuda_graph_capture": {"deadline": "6s"}},
+                       actions={"stalled": ["evidence", "alert", "restart"]}, evidence={"timeout": "15s"})
+    scenario.start()
+    scenario.sim("--scale 0.01")
+    [alert] = scenario.box.wait_for(scenario.alerts, 90, "the stalled alert")
+    assert (alert["PHASEWATCH_VERDICT"], alert["PHASEWATCH_RANK"]) == ("stalled", "TP3")
+    path = alert["PHASEWATCH_EVIDENCE"]
+    assert path.endswith(f"/evidence/{UNIT}-{alert['PHASEWATCH_INVOCATION']}-stalled.txt")
+    text = scenario.box.read(path)
+    assert "=== TP3 pid " in text and "(named by the verdict)" in text
+    tp3 = text.split("=== TP3 pid ", 1)[1].split("\n===", 1)[0]
+    assert "State:" in tp3 and "wchan:" in tp3
+    assert "simulated_hang_in_collective" in tp3, text  # the hung rank's Python stack
+    [begin] = [e for e in scenario.lines("Capture draft cuda graph begin") if "TP3]" in e["MESSAGE"]]
+    restarts = scenario.box.wait_for(
+        lambda: [e for e in scenario.box.journal(f"UNIT={UNIT}", "_PID=1", f"MESSAGE_ID={RESTART_STOPPED}")
+                 if at(e) >= scenario.started_at and e.get("JOB_TYPE") == "restart"], 30, "the restart")
+    assert at(restarts[0]) - at(begin) <= deadline + timeout + 2
+    scenario.wait_state("ready", timeout=90)
