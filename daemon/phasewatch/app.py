@@ -21,6 +21,7 @@ from .durations import format_duration
 from .pipeline import Pipeline
 from .sinks.evidence import EvidenceTaker, EvidenceWriter
 from .sinks.history import History
+from .sinks.hold import HoldFile
 from .sinks.metrics import Exporter
 from .sinks.responder import Alerter, Responder
 from .sinks.state import StateStore
@@ -72,7 +73,8 @@ class Daemon:
         self.sources: Sequence[Source] = (self.journal, self.health, self.ranks, self.signs)
         self.responder = Responder(config, self.pipeline, unit=unit, read_facts=self.facts.read, alerter=alerter,
                                    store=store, clock=clock, history=history, exporter=exporter,
-                                   cursor=lambda: follower.cursor, evidence=EvidenceTaker(
+                                   cursor=lambda: follower.cursor, hold=HoldFile(store.path.parent, config.unit).read,
+                                   evidence=EvidenceTaker(
                                        EvidenceWriter(store.path.parent, config.unit, config.evidence),
                                        lambda group: [(p.rank, p.pid) for p in processes.ranks(group)]))
         self.systemd = SystemdStatus(config, notifier, store, watchdog_interval)

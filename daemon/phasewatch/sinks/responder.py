@@ -18,7 +18,7 @@ from ..pipeline import Pipeline
 from ..records import MAIN, NEWS_AFTER_THE_END, Phase, VerdictKind
 from ..stages import policy
 from ..stages.learn import LimitInForce, adapted, eta_seconds, limits_in_force, typical_durations
-from ..stages.respond import PRIORITY, Action, BudgetState, Memory, Response, reset_budget, respond, settled
+from ..stages.respond import PRIORITY, Action, BudgetState, Hold, Memory, Response, reset_budget, respond, settled
 from ..stages.snapshot import ENDED_STATES, UP_STATES, InvocationView, Snapshot
 from .actions import UnitFacts
 from .history import History, fingerprint, summarize
@@ -52,8 +52,8 @@ class Learned:
 class Responder:
     def __init__(self, config: Config, pipeline: Pipeline, *, unit: Unit, read_facts: Callable[[], UnitFacts | None],
                  alerter: Alerter, store: StateStore, clock: Clock, history: History | None,
-                 exporter: Exporter | None, cursor: Callable[[], str | None], evidence: Evidence | None = None
-                 ) -> None:
+                 exporter: Exporter | None, cursor: Callable[[], str | None], evidence: Evidence | None = None,
+                 hold: Callable[[float], Hold | None] = lambda now: None) -> None:
         self.config = config
         self.pipeline = pipeline
         self.unit = unit
@@ -65,6 +65,7 @@ class Responder:
         self.exporter = exporter
         self.cursor = cursor
         self.evidence = evidence
+        self.hold = hold  # the operator's hold in force at a time (sinks/hold.py)
         self.evidence_paths: dict[str, str] = {}  # invocation -> its last evidence file
         self.memory = Memory()
         self.retry_at: float | None = None  # wall clock, like the memory it comes with
@@ -99,12 +100,13 @@ class Responder:
             verdicts = [v for v in verdicts if v.kind in NEWS_AFTER_THE_END]
         if self.exporter is not None:
             self.exporter.saw_verdicts(verdicts)
-        if not any(self._unhandled(v) for v in verdicts):
+        hold = self.hold(now)
+        if not any(self._unhandled(v, hold is not None) for v in verdicts):
             return
         if self.retry_at is not None and now < self.retry_at and all(v.key in self.memory.alerted for v in verdicts):
             return  # only a restart is left to do, after the backoff
         status = self.read_facts() or UnitFacts("unknown", "unknown", None)
-        response = respond(verdicts, self.memory, status, now, self.config)
+        response = respond(verdicts, self.memory, status, now, self.config, hold)
         self._execute(response, inv, status)
 
     # -- learning from past start-ups -------------------------------------------------------------
@@ -146,10 +148,10 @@ class Responder:
         self.check_host()
 
     # -- acting ------------------------------------------------------------------------------------
-    def _unhandled(self, verdict: policy.Verdict) -> bool:
+    def _unhandled(self, verdict: policy.Verdict, held: bool = False) -> bool:
         wanted = self.config.actions.get(verdict.kind, ("alert",))
         return ("alert" in wanted and verdict.key not in self.memory.alerted) or (
-            "restart" in wanted and verdict.invocation_id not in self.memory.restarted
+            "restart" in wanted and not held and verdict.invocation_id not in self.memory.restarted
             and self.memory.budget.state is BudgetState.ARMED)
 
     def _execute(self, response: Response, inv: InvocationView, facts: UnitFacts) -> None:

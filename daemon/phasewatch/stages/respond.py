@@ -94,6 +94,18 @@ class Memory:
 
 
 @dataclass(frozen=True)
+class Hold:
+    """`phasewatch hold`: until `until` (wall clock) verdicts are judged and alerted, but nothing is
+    restarted (and no hook runs)."""
+
+    until: float
+    reason: str
+
+    def active(self, now: float) -> bool:
+        return now < self.until
+
+
+@dataclass(frozen=True)
 class Response:
     actions: tuple[Action, ...]
     memory: Memory
@@ -115,7 +127,8 @@ def settled(memory: Memory, ready_at: float | None, verdicts: list[Verdict], now
     return now - ready_at >= config.restart_budget.stable
 
 
-def respond(verdicts: list[Verdict], memory: Memory, status: UnitStatus, now: float, config: Config) -> Response:
+def respond(verdicts: list[Verdict], memory: Memory, status: UnitStatus, now: float, config: Config,
+            hold: Hold | None = None) -> Response:
     actions: list[Action] = []
     budget = memory.budget
     retry_at: float | None = None
@@ -135,7 +148,10 @@ def respond(verdicts: list[Verdict], memory: Memory, status: UnitStatus, now: fl
             alerted.add(evidence_key)
             actions.append(Action("evidence", verdict.message, verdict.kind, PRIORITY[verdict.kind],
                                   verdict.invocation_id, verdict.phase, verdict.rank, verdict.cause, config.dry_run))
-        if "restart" in wanted and verdict.invocation_id not in restarted:
+        held = hold is not None and hold.active(now)
+        if "restart" in wanted and held and hold is not None:
+            note = f"not restarting: held by the operator for {format_duration(hold.until - now)} ({hold.reason})"
+        elif "restart" in wanted and verdict.invocation_id not in restarted:
             restart_now, budget, note, wait_until = _restart_decision(verdict, budget, status, now, config)
             if restart_now:
                 restarted.add(verdict.invocation_id)
