@@ -247,9 +247,10 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check-config", help="validate a config file")
     check.add_argument("config")
     check.set_defaults(func=cmd_check_config)
-    from .commands import logs, status, waitready
+    from .commands import hold, logs, status, waitready
 
     status.add_parser(sub)
+    hold.add_parser(sub)
     logs.add_parser(sub)
     waitready.add_parser(sub)
     return parser

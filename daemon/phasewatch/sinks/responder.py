@@ -100,7 +100,7 @@ class Responder:
             verdicts = [v for v in verdicts if v.kind in NEWS_AFTER_THE_END]
         if self.exporter is not None:
             self.exporter.saw_verdicts(verdicts)
-        hold = self.hold(now)
+        hold = self.hold(now) if verdicts else None  # a file read: only when there is something to decide
         if not any(self._unhandled(v, hold is not None) for v in verdicts):
             return
         if self.retry_at is not None and now < self.retry_at and all(v.key in self.memory.alerted for v in verdicts):
