@@ -3,6 +3,7 @@ restart (the hold is a file in the state directory), and the hold ends by itself
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from fakes import ScriptedJournal
@@ -46,6 +47,8 @@ def test_a_hold_is_respected_across_a_daemon_restart_and_ends_by_itself(tmp_path
     assert "not restarting: held by the operator for 8m" in alert["MESSAGE"]
     assert "(debugging NCCL by hand)" in alert["MESSAGE"]
     assert unit.restarts == []
+    status = json.loads((tmp_path / f"{UNIT}.status.json").read_text())
+    assert status["hold"]["reason"] == "debugging NCCL by hand" and status["hold"]["until_seconds"] == T0 + 600
     # phasewatch itself restarts during the hold: the hold still stands, the alert is not repeated.
     again, _, unit2, alerter2, clock2 = daemon(tmp_path, T0 + 120)
     again.start()

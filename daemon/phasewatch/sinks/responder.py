@@ -16,6 +16,7 @@ from ..durations import format_duration
 from ..errors import UnitError
 from ..pipeline import Pipeline
 from ..records import MAIN, NEWS_AFTER_THE_END, Phase, VerdictKind
+from ..render import iso
 from ..stages import policy
 from ..stages.learn import LimitInForce, adapted, eta_seconds, limits_in_force, typical_durations
 from ..stages.respond import PRIORITY, Action, BudgetState, Hold, Memory, Response, reset_budget, respond, settled
@@ -67,6 +68,7 @@ class Responder:
         self.evidence = evidence
         self.hold = hold  # the operator's hold in force at a time (sinks/hold.py)
         self.evidence_paths: dict[str, str] = {}  # invocation -> its last evidence file
+        self.last_restart: dict[str, str | None] | None = None  # the start-up phasewatch last restarted, and why
         self.memory = Memory()
         self.retry_at: float | None = None  # wall clock, like the memory it comes with
         self.watched_invocation: str | None = None
@@ -173,6 +175,8 @@ class Responder:
                 logger.info("[%s] dry run: would restart (%s)", self.config.unit, action.verdict_kind)
             else:
                 try:
+                    self.last_restart = {"invocation_id": action.invocation_id, "verdict": action.verdict_kind,
+                                         "message": action.message, "evidence": action.evidence}
                     job = self.unit.restart()
                     if self.exporter is not None:
                         self.exporter.restarted(action.verdict_kind)
@@ -181,6 +185,18 @@ class Responder:
                     logger.error("[%s] %s", self.config.unit, exc)
                     self.alerter.alert(replace(action, kind="alert", verdict_kind="restart_failed", priority=3,
                                                message=f"{self.config.unit}: restart failed: {exc}"))
+
+    def why(self, current: str | None, now: float) -> dict[str, object]:
+        """For status: the hold in force, and why the current start-up exists when phasewatch started it."""
+        hold = self.hold(now)
+        document: dict[str, object] = {"hold": None if hold is None else {
+            "until": iso(hold.until), "until_seconds": hold.until, "reason": hold.reason}}
+        last = self.last_restart
+        started_by_us = last is not None and current is not None and current != last["invocation_id"]
+        document["previous_startup"] = dict(last, outcome="restarted by phasewatch") if started_by_us and last else None
+        if current is not None and current in self.evidence_paths:
+            document["evidence"] = self.evidence_paths[current]
+        return document
 
     def _take_evidence(self, inv: InvocationView, actions: list[Action], facts: UnitFacts) -> str | None:
         """Bounded by `evidence.timeout`; a failure to capture never stops the alert or the restart."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping, Protocol
 
 from ..config import Config
@@ -37,6 +37,7 @@ class StepResult:
     vitals: Vitals | None
     entries: int  # journal entries of the current start-up
     rejected: Mapping[str, int]  # entries that only claimed to be the unit's, by reason
+    why: Mapping[str, object] = field(default_factory=dict)  # hold, previous start-up, evidence (responder.why)
 
 
 class SystemdStatus:
@@ -74,6 +75,7 @@ class SystemdStatus:
         status["budget"] = result.memory.budget.state.value
         status["restarted"] = sorted(result.memory.restarted)
         status["entries_rejected"] = dict(result.rejected)
+        status.update(result.why)
         if status != self.last_status:
             self.last_status = status
             try:
