@@ -78,3 +78,15 @@ def test_a_hold_without_an_end_is_refused(tmp_path: Path) -> None:
 def test_a_hold_file_that_is_not_ours_is_no_hold(tmp_path: Path) -> None:
     HoldFile(tmp_path, UNIT).path.write_text('{"until": "soon"}')
     assert HoldFile(tmp_path, UNIT).read(T0) is None
+
+
+def test_status_table_shows_the_hold_and_why_the_current_start_up_exists() -> None:
+    from phasewatch.commands.status import render_table
+
+    document = {"unit": UNIT, "hold": {"until": "2027-01-15T08:00:00Z", "reason": "bisecting a driver"},
+                "previous_startup": {"invocation_id": "aaaa", "verdict": "stalled", "message": "TP3 stalled",
+                                     "evidence": "/var/lib/phasewatch/evidence/x-aaaa-stalled.txt"}}
+    table = render_table(document)
+    assert "bisecting a driver (verdicts alerted, nothing restarted)" in table
+    assert "started by phasewatch: the previous start-up aaaa was stalled: TP3 stalled" in table
+    assert "evidence: /var/lib/phasewatch/evidence/x-aaaa-stalled.txt" in table
