@@ -22,6 +22,7 @@ from .pipeline import Pipeline
 from .sinks.evidence import EvidenceTaker, EvidenceWriter
 from .sinks.history import History
 from .sinks.hold import HoldFile
+from .sinks.hooks import HookRunner
 from .sinks.metrics import Exporter
 from .sinks.responder import Alerter, Responder
 from .sinks.state import StateStore
@@ -74,7 +75,7 @@ class Daemon:
         self.responder = Responder(config, self.pipeline, unit=unit, read_facts=self.facts.read, alerter=alerter,
                                    store=store, clock=clock, history=history, exporter=exporter,
                                    cursor=lambda: follower.cursor, hold=HoldFile(store.path.parent, config.unit).read,
-                                   evidence=EvidenceTaker(
+                                   run_hook=HookRunner(config.unit, dict(config.hooks)), evidence=EvidenceTaker(
                                        EvidenceWriter(store.path.parent, config.unit, config.evidence),
                                        lambda group: [(p.rank, p.pid) for p in processes.ranks(group)]))
         self.systemd = SystemdStatus(config, notifier, store, watchdog_interval)

@@ -75,6 +75,14 @@ class RestartBudget:
 
 
 @dataclass(frozen=True)
+class Hook:
+    """`hooks: {name: {exec: [...], timeout: 30s}}`: a command run by the `hook:name` action."""
+
+    argv: tuple[str, ...]
+    timeout: float = 30.0
+
+
+@dataclass(frozen=True)
 class EvidenceCapture:
     """The `evidence` action: stacks and process state of the named ranks, at most `timeout` in all."""
 
@@ -134,6 +142,7 @@ class Config:
     adaptive: Adaptive = Adaptive()
     vitals: VitalsSampling = VitalsSampling()
     evidence: EvidenceCapture = EvidenceCapture()
+    hooks: Mapping[str, Hook] = field(default_factory=dict)
 
     def limits(self, phase: Phase) -> PhaseLimits:
         return self.phases.get(phase, PhaseLimits(None, None))
@@ -144,7 +153,7 @@ class Config:
 
 TOP_KEYS = ("unit", "engine", "profile_path", "phases", "rank_skew", "patterns", "actions", "restart_budget",
             "dry_run", "metrics", "health", "adaptive", "vitals",
-            "evidence")
+            "evidence", "hooks")
 LISTEN_RE = re.compile(r"^(?:\[[0-9a-fA-F:]+\]|[\w.-]+):(\d{1,5})$")
 
 
@@ -215,13 +224,15 @@ def parse_config(text: str, path: str | None = None) -> Config:
             field_name = exc.key.rsplit(".", 1)[-1]
             line = item_lines.get(field_name) or min(item_lines.values(), default=None)
         raise ConfigError(exc.key, str(exc).split(": ", 1)[1], path, line or lines.get("patterns")) from None
+    hooks = _hooks(document.get("hooks", {}) or {}, lines.get("hooks"), fail)
     actions = dict(DEFAULT_ACTIONS)
     for kind, listed, at in _entries(document.get("actions", {}) or {}, "actions", lines.get("actions"),
                                      "a mapping of verdict kinds to action lists", fail):
         if kind not in VERDICT_KINDS:
             raise fail(f"actions.{kind}", f"unknown verdict kind (known: {', '.join(VERDICT_KINDS)})", at)
-        if not isinstance(listed, list) or any(a not in ACTION_NAMES for a in listed):
-            raise fail(f"actions.{kind}", f"expected a list of {', '.join(ACTION_NAMES)}, got {shown(listed)}", at)
+        known = (*ACTION_NAMES, *(f"hook:{name}" for name in hooks))
+        if not isinstance(listed, list) or any(a not in known for a in listed):
+            raise fail(f"actions.{kind}", f"expected a list of {', '.join(known)}, got {shown(listed)}", at)
         actions[kind] = tuple(listed)
 
     budget = RestartBudget()
@@ -271,10 +282,37 @@ def parse_config(text: str, path: str | None = None) -> Config:
         evidence = replace(evidence, timeout=timeout)
     return Config(unit=unit, engine=engine, phases=phases, rank_skew=rank_skew, profile=profile, source=path,
                   actions=actions, restart_budget=budget, dry_run=dry_run, metrics_listen=listen, health=health,
-                  adaptive=adaptive, vitals=vitals, evidence=evidence)
+                  adaptive=adaptive, vitals=vitals, evidence=evidence, hooks=hooks)
 
 
 Fail = Callable[[str, str, "int | None"], ConfigError]
+
+
+def _hooks(section: Any, line: int | None, fail: Fail) -> dict[str, Hook]:
+    hooks = {}
+    for name, raw, at in _entries(section, "hooks", line, "a mapping of hook names to {exec, timeout}", fail):
+        if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", name):
+            raise fail(f"hooks.{name}", "expected a name of letters, digits, '_', '.', '-'", at)
+        settings = {"timeout": 30.0}
+        argv: list[str] | None = None
+        for key, value, key_at in _entries(raw, f"hooks.{name}", at, "a mapping with exec, timeout", fail):
+            if key == "exec":
+                if not (isinstance(value, list) and value and all(isinstance(a, str) for a in value)):
+                    raise fail(f"hooks.{name}.exec", f"expected a command as a list of strings, got {shown(value)}",
+                               key_at)
+                argv = value
+            elif key == "timeout":
+                timeout = _duration(value, f"hooks.{name}.timeout", key_at, fail)
+                if timeout is None:
+                    raise fail(f"hooks.{name}.timeout", "expected a duration like 30s (a hook is always bounded)",
+                               key_at)
+                settings["timeout"] = timeout
+            else:
+                raise fail(f"hooks.{name}.{key}", "unknown setting (known: exec, timeout)", key_at)
+        if argv is None:
+            raise fail(f"hooks.{name}.exec", "missing: the command to run", at)
+        hooks[name] = Hook(tuple(argv), settings["timeout"])
+    return hooks
 
 
 def _entries(section: Any, key: str, line: int | None, expected: str, fail: Fail) -> list[tuple[str, Any, int | None]]:

@@ -54,7 +54,8 @@ class Responder:
     def __init__(self, config: Config, pipeline: Pipeline, *, unit: Unit, read_facts: Callable[[], UnitFacts | None],
                  alerter: Alerter, store: StateStore, clock: Clock, history: History | None,
                  exporter: Exporter | None, cursor: Callable[[], str | None], evidence: Evidence | None = None,
-                 hold: Callable[[float], Hold | None] = lambda now: None) -> None:
+                 hold: Callable[[float], Hold | None] = lambda now: None,
+                 run_hook: Callable[[Action], object] | None = None) -> None:
         self.config = config
         self.pipeline = pipeline
         self.unit = unit
@@ -67,6 +68,7 @@ class Responder:
         self.cursor = cursor
         self.evidence = evidence
         self.hold = hold  # the operator's hold in force at a time (sinks/hold.py)
+        self.run_hook = run_hook  # sinks/hooks.py (None: hooks are not run)
         self.evidence_paths: dict[str, str] = {}  # invocation -> its last evidence file
         self.last_restart: dict[str, str | None] | None = None  # the start-up phasewatch last restarted, and why
         self.memory = Memory()
@@ -162,10 +164,19 @@ class Responder:
         self.save()  # remember before acting: a crash here must not act twice
         wanted = [a for a in response.actions if a.kind == "evidence"]
         path = self._take_evidence(inv, wanted, facts) if wanted else None
+        hooks_run: set[tuple[str | None, str | None, str]] = set()
         for action in response.actions:
             if path is not None and action.invocation_id == inv.invocation_id:
                 action = replace(action, evidence=path)
             if action.kind == "evidence":
+                continue
+            if action.kind == "hook":
+                once = (action.hook, action.invocation_id, action.verdict_kind)
+                if once not in hooks_run and self.run_hook is not None and not action.dry_run:
+                    hooks_run.add(once)
+                    ranks = ",".join(a.rank for a in response.actions if a.kind == "hook" and a.rank
+                                     and (a.hook, a.invocation_id, a.verdict_kind) == once)
+                    self.run_hook(replace(action, rank=ranks or None))
                 continue
             if action.kind == "alert":
                 logger.info("[%s rank=%s phase=%s] alert %s: %s", self.config.unit, action.rank, action.phase,

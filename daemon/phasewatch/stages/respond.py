@@ -68,7 +68,7 @@ class UnitStatus:
 
 @dataclass(frozen=True)
 class Action:
-    kind: str  # "evidence", "alert" or "restart"
+    kind: str  # "evidence", "alert", "hook" or "restart"
     message: str
     verdict_kind: str
     priority: int
@@ -78,6 +78,7 @@ class Action:
     cause: str | None = None
     dry_run: bool = False
     evidence: str | None = None  # the evidence file captured for this verdict (PHASEWATCH_EVIDENCE)
+    hook: str | None = None  # kind "hook": the name of the hook to run
 
     @property
     def message_id(self) -> str:
@@ -149,6 +150,13 @@ def respond(verdicts: list[Verdict], memory: Memory, status: UnitStatus, now: fl
             actions.append(Action("evidence", verdict.message, verdict.kind, PRIORITY[verdict.kind],
                                   verdict.invocation_id, verdict.phase, verdict.rank, verdict.cause, config.dry_run))
         held = hold is not None and hold.active(now)
+        for hook in (a.removeprefix("hook:") for a in wanted if a.startswith("hook:") and not held):
+            hook_key = (verdict.key[0], f"hook:{hook}:{verdict.kind}", verdict.key[2], verdict.key[3])
+            if hook_key not in alerted:
+                alerted.add(hook_key)
+                actions.append(Action("hook", verdict.message, verdict.kind, PRIORITY[verdict.kind],
+                                      verdict.invocation_id, verdict.phase, verdict.rank, verdict.cause,
+                                      config.dry_run, hook=hook))
         if "restart" in wanted and held and hold is not None:
             note = f"not restarting: held by the operator for {format_duration(hold.until - now)} ({hold.reason})"
         elif "restart" in wanted and verdict.invocation_id not in restarted:
@@ -176,7 +184,7 @@ def respond(verdicts: list[Verdict], memory: Memory, status: UnitStatus, now: fl
                                   verdict.phase, verdict.rank, verdict.cause, config.dry_run))
     # Evidence first (before anything changes), restart actions last: alerts first tell why.
     actions = _grouped(actions)
-    actions.sort(key=lambda a: {"evidence": 0, "alert": 1}.get(a.kind, 2))
+    actions.sort(key=lambda a: {"evidence": 0, "alert": 1, "hook": 2}.get(a.kind, 3))
     return Response(tuple(actions), Memory(frozenset(alerted), frozenset(restarted), budget), retry_at)
 
 
