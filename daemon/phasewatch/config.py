@@ -75,6 +75,15 @@ class RestartBudget:
 
 
 @dataclass(frozen=True)
+class Leftovers:
+    """`leftovers: {check: true, wait: 10m}`: restart as stop, check that nothing of the old start-up
+    survives, then start (waiting at most `wait` for survivors to end); sinks/leftovers.py."""
+
+    check: bool = False
+    wait: float = 600.0
+
+
+@dataclass(frozen=True)
 class Hook:
     """`hooks: {name: {exec: [...], timeout: 30s}}`: a command run by the `hook:name` action."""
 
@@ -143,6 +152,7 @@ class Config:
     vitals: VitalsSampling = VitalsSampling()
     evidence: EvidenceCapture = EvidenceCapture()
     hooks: Mapping[str, Hook] = field(default_factory=dict)
+    leftovers: Leftovers = Leftovers()
 
     def limits(self, phase: Phase) -> PhaseLimits:
         return self.phases.get(phase, PhaseLimits(None, None))
@@ -153,7 +163,7 @@ class Config:
 
 TOP_KEYS = ("unit", "engine", "profile_path", "phases", "rank_skew", "patterns", "actions", "restart_budget",
             "dry_run", "metrics", "health", "adaptive", "vitals",
-            "evidence", "hooks")
+            "evidence", "hooks", "leftovers")
 LISTEN_RE = re.compile(r"^(?:\[[0-9a-fA-F:]+\]|[\w.-]+):(\d{1,5})$")
 
 
@@ -282,10 +292,28 @@ def parse_config(text: str, path: str | None = None) -> Config:
         evidence = replace(evidence, timeout=timeout)
     return Config(unit=unit, engine=engine, phases=phases, rank_skew=rank_skew, profile=profile, source=path,
                   actions=actions, restart_budget=budget, dry_run=dry_run, metrics_listen=listen, health=health,
-                  adaptive=adaptive, vitals=vitals, evidence=evidence, hooks=hooks)
+                  adaptive=adaptive, vitals=vitals, evidence=evidence, hooks=hooks,
+                  leftovers=_leftovers(document.get("leftovers", {}) or {}, lines.get("leftovers"), fail))
 
 
 Fail = Callable[[str, str, "int | None"], ConfigError]
+
+
+def _leftovers(section: Any, line: int | None, fail: Fail) -> Leftovers:
+    leftovers = Leftovers()
+    for key, raw, at in _entries(section, "leftovers", line, "a mapping with check, wait", fail):
+        if key == "check":
+            if not isinstance(raw, bool):
+                raise fail("leftovers.check", f"expected true or false, got {shown(raw)}", at)
+            leftovers = replace(leftovers, check=raw)
+        elif key == "wait":
+            wait = _duration(raw, "leftovers.wait", at, fail)
+            if wait is None:
+                raise fail("leftovers.wait", "expected a duration like 10m (the wait is always bounded)", at)
+            leftovers = replace(leftovers, wait=wait)
+        else:
+            raise fail(f"leftovers.{key}", "unknown setting (known: check, wait)", at)
+    return leftovers
 
 
 def _hooks(section: Any, line: int | None, fail: Fail) -> dict[str, Hook]:

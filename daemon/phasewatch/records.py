@@ -87,6 +87,7 @@ class AlertKind(enum.StrEnum):
     GAVE_UP = "gave_up"  # the restart budget is spent
     RESTART_FAILED = "restart_failed"
     STATE_DEGRADED = "state_degraded"  # the state directory cannot be written
+    RESTART_BLOCKED = "restart_blocked"  # processes of the stopped start-up survived (sinks/leftovers.py)
 
 
 class MessageId(enum.StrEnum):
@@ -101,6 +102,7 @@ class MessageId(enum.StrEnum):
     GAVE_UP = "8d4c3f6b2a1e4e0f9b7d5c3a1f2e4d66"
     RESTART_FAILED = "8d4c3f6b2a1e4e0f9b7d5c3a1f2e4d67"
     STATE_DEGRADED = "8d4c3f6b2a1e4e0f9b7d5c3a1f2e4d7a"  # not a verdict: the state directory failed
+    RESTART_BLOCKED = "8d4c3f6b2a1e4e0f9b7d5c3a1f2e4d7b"
 
 
 @dataclass(frozen=True)

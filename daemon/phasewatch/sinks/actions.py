@@ -88,6 +88,15 @@ class SystemdUnit:
             job = self._load().Unit.Restart(b"replace")
         return _text(job)
 
+    def stop(self) -> str:
+        """StopUnit(unit, "replace") (a restart with a leftovers check: stop, check, start)."""
+        with self._dbus(f"systemd refused to stop {self.name}"):
+            return _text(self._load().Unit.Stop(b"replace"))
+
+    def start(self) -> str:
+        with self._dbus(f"systemd refused to start {self.name}"):
+            return _text(self._load().Unit.Start(b"replace"))
+
 
 @dataclass
 class RecordingUnit:
@@ -96,6 +105,7 @@ class RecordingUnit:
     status: UnitFacts
     restarts: list[str] = field(default_factory=list)
     refuse: str | None = None
+    calls: list[str] = field(default_factory=list)  # "stop", "start"
 
     def facts(self) -> UnitFacts:
         return self.status
@@ -105,6 +115,14 @@ class RecordingUnit:
             raise UnitError(self.refuse)
         self.restarts.append(self.status.invocation_id or "")
         return f"/org/freedesktop/systemd1/job/{len(self.restarts)}"
+
+    def stop(self) -> str:
+        self.calls.append("stop")
+        return "/org/freedesktop/systemd1/job/stop"
+
+    def start(self) -> str:
+        self.calls.append("start")
+        return "/org/freedesktop/systemd1/job/start"
 
 
 def alert_fields(action: Action, unit: str) -> dict[str, str]:

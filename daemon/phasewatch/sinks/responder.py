@@ -23,6 +23,7 @@ from ..stages.respond import PRIORITY, Action, BudgetState, Hold, Memory, Respon
 from ..stages.snapshot import ENDED_STATES, UP_STATES, InvocationView, Snapshot
 from .actions import UnitFacts
 from .history import History, fingerprint, summarize
+from .leftovers import GuardedRestart
 from .metrics import Exporter
 from .state import Saved, StateStore
 
@@ -55,7 +56,8 @@ class Responder:
                  alerter: Alerter, store: StateStore, clock: Clock, history: History | None,
                  exporter: Exporter | None, cursor: Callable[[], str | None], evidence: Evidence | None = None,
                  hold: Callable[[float], Hold | None] = lambda now: None,
-                 run_hook: Callable[[Action], object] | None = None) -> None:
+                 run_hook: Callable[[Action], object] | None = None, guarded: GuardedRestart | None = None
+                 ) -> None:
         self.config = config
         self.pipeline = pipeline
         self.unit = unit
@@ -69,6 +71,7 @@ class Responder:
         self.evidence = evidence
         self.hold = hold  # the operator's hold in force at a time (sinks/hold.py)
         self.run_hook = run_hook  # sinks/hooks.py (None: hooks are not run)
+        self.guarded = guarded  # restart as stop, leftovers check, start (None: RestartUnit)
         self.evidence_paths: dict[str, str] = {}  # invocation -> its last evidence file
         self.last_restart: dict[str, str | None] | None = None  # the start-up phasewatch last restarted, and why
         self.memory = Memory()
@@ -188,7 +191,8 @@ class Responder:
                 try:
                     self.last_restart = {"invocation_id": action.invocation_id, "verdict": action.verdict_kind,
                                          "message": action.message, "evidence": action.evidence}
-                    job = self.unit.restart()
+                    job = (self.guarded.begin(action, facts.control_group, self.clock.wall())
+                           if self.guarded is not None else self.unit.restart())
                     if self.exporter is not None:
                         self.exporter.restarted(action.verdict_kind)
                     logger.info("[%s] restart requested (%s), job %s", self.config.unit, action.verdict_kind, job)

@@ -28,6 +28,10 @@ class Unit(Protocol):
 
     def restart(self) -> str: ...
 
+    def stop(self) -> str: ...
+
+    def start(self) -> str: ...
+
 
 class UnitFactsReader:
     """The watched unit's facts over D-Bus; `known` holds the last ones kept (its cgroup, its start)."""
