@@ -74,3 +74,10 @@ def test_survivors_are_the_unit_cgroup_and_rank_titles_outside_other_services(tm
     table = ProcessTable(proc=str(tmp_path / "proc"), cgroup_roots=(str(tmp_path / "cg"),))
     found = survivors(table, GROUP)
     assert [(s.pid, s.rss_kb) for s in found] == [(10, 1048576), (11, 1048576)]
+
+
+def test_the_cgroup_of_a_process_under_cgroup_v1_hybrid(tmp_path: Path) -> None:
+    proc(tmp_path, 11, "sglang::scheduler_TP3", "/")
+    (tmp_path / "proc" / "11" / "cgroup").write_text("4:memory:/x\n1:name=systemd:/system.slice/run-r1.scope\n0::/\n")
+    table = ProcessTable(proc=str(tmp_path / "proc"), cgroup_roots=(str(tmp_path / "cg"),))
+    assert [s.where for s in survivors(table, GROUP)] == ["/system.slice/run-r1.scope"]

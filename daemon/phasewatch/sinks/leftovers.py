@@ -45,7 +45,7 @@ def survivors(table: ProcessTable, control_group: str | None) -> list[Survivor]:
         pid = int(entry.name)
         try:
             cmdline = (entry / "cmdline").read_bytes()
-            cgroup = (entry / "cgroup").read_text().strip().rsplit(":", 1)[-1]
+            cgroup = _cgroup(entry.joinpath("cgroup").read_text())
         except OSError:
             continue
         title = cmdline.split(b"\0", 1)[0].decode("utf-8", "replace")
@@ -54,6 +54,13 @@ def survivors(table: ProcessTable, control_group: str | None) -> list[Survivor]:
         if pid in in_group or (rank is not None and not foreign_service):
             found[pid] = Survivor(pid, title[:80], _rss_kb(entry), cgroup)
     return sorted(found.values(), key=lambda s: s.pid)
+
+
+def _cgroup(text: str) -> str:
+    """The unified (`0::`) path, or systemd's own hierarchy's under cgroup v1 / hybrid."""
+    paths = dict(line.split(":", 2)[1:] for line in text.splitlines() if line.count(":") >= 2)
+    unified = paths.get("", "/")
+    return unified if unified != "/" else paths.get("name=systemd", unified)
 
 
 def _rss_kb(entry: Path) -> int | None:
