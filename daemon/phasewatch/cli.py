@@ -116,6 +116,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         pipeline.feed_all(records, now=0.0)
         snapshot = pipeline.snapshot()
     if tally is not None:
+        tally.add_anomalies(a for inv in snapshot.invocations for a in inv.anomalies)
         if args.json:
             sys.stdout.write(json_text(tally.to_json(pipeline.profile)) + "\n")
         else:
@@ -135,7 +136,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(json_text(to_json(judgements, now)) + "\n")
     else:
-        sys.stdout.write(to_table(judgements, now))
+        sys.stdout.write(to_table(judgements, now, timeless=last_line is None))
     return EX_OK
 
 

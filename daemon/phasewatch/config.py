@@ -16,8 +16,8 @@ from typing import Any, Callable, Mapping
 from .config_file import load_yaml, read_config_text, strip_lines
 from .durations import parse_duration, shown
 from .errors import ConfigError, ProfileError
+from .profile import Profile, load_builtin_profile, parse_profile
 from .records import PHASE_NAMES, Phase, VerdictKind
-from .stages.events import Profile, load_builtin_profile, parse_profile
 
 PROFILE_NAME_RE = re.compile(r"[a-z][a-z0-9_-]{0,31}")
 
@@ -420,11 +420,14 @@ def _profile_file(raw: Any, line: int | None, config_path: str | None, fail: Fai
     YAML file, read through the same guarded loader."""
     if not isinstance(raw, str) or not raw.startswith("/"):
         raise fail("profile_path", f"expected an absolute path to a profile YAML file, got {shown(raw)}", line)
-    document = strip_lines(load_yaml(read_config_text(raw, "profile_path"), raw))
+    try:
+        document = strip_lines(load_yaml(read_config_text(raw, "profile_path"), raw))
+    except ConfigError as exc:  # named at the config's line, with the profile file it could not take
+        raise fail("profile_path", f"{exc.detail}: {shown(raw)}", line) from None
     try:
         return parse_profile(document, raw)
     except ProfileError as exc:
-        raise fail("profile_path", f"{raw}: {str(exc)[:200]}", line) from None
+        raise fail("profile_path", str(exc)[:200], line) from None
 
 
 def _vitals(doc: Any, line: int | None, fail: Fail) -> VitalsSampling:

@@ -101,7 +101,7 @@ class ConfigError(PhasewatchError, ValueError):
         where = ", ".join(part for part in (f"file: {path}" if path else "", f"line {line}" if line else "") if part)
         shown_key = key if len(key) <= 2 * SHOWN_KEY_CHARS else key[:2 * SHOWN_KEY_CHARS] + "...(cut)"
         super().__init__(f"{shown_key}: {message}" + (f" ({where})" if where else ""))
-        self.key, self.path, self.line = key, path, line
+        self.key, self.path, self.line, self.detail = key, path, line, message
 
     def describe(self) -> str:
         return f"config error: {self}"

@@ -277,3 +277,4 @@ class Event:
     record_id: int = 0
     prefixed: bool = False
     args: Mapping[str, str] = field(default_factory=dict)
+    confidence: str = "exact"  # "family": matched by the profile's fallback vocabulary, not a rule

@@ -3,6 +3,8 @@
 Everything phasewatch writes to a terminal from log content goes through `terminal_safe` (text) or
 `json_text` (JSON): a line of the server's output cannot ring the bell, move the cursor, retitle
 the window or hide text with backspaces. Times outside years 1970..9999 are clamped, never raised.
+A time that is not a date (timestamps.is_dated: a time of day from a log that never names its date)
+is written without one: null in JSON, `HH:MM:SS (no date)` in tables; never as 1970.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from .durations import format_duration
 from .pipeline import Judgement
 from .records import MAIN, PHASE_NAMES, Progress
 from .stages.snapshot import InvocationView, RankView
+from .stages.timestamps import is_dated
 
 # C0 controls except tab (ESC, BEL, backspace, CR, ...), DEL and C1 (CSI U+009B, OSC U+009D, ...).
 _CONTROL_RE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
@@ -46,7 +49,8 @@ def clamp_ts(ts: float) -> float:
 
 
 def iso(ts: float | None) -> str | None:
-    if ts is None:
+    """ISO 8601 UTC; None for no time, or for a time that is not a date."""
+    if ts is None or not is_dated(clamp_ts(ts)):
         return None
     when = dt.datetime.fromtimestamp(clamp_ts(ts), dt.timezone.utc)
     return when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
@@ -56,6 +60,9 @@ def clock_text(ts: float, utc: bool = False, with_date: bool = True) -> str:
     """`2026-11-30 08:05:01` (local time unless `utc`), of a clamped time."""
     fmt = "%Y-%m-%d %H:%M:%S" if with_date else "%H:%M:%S"
     clamped = clamp_ts(ts)
+    if with_date and not is_dated(clamped):
+        fmt = "????-??-?? %H:%M:%S"  # a time of day without its date; same width
+        utc = True
     try:
         return time.strftime(fmt, time.gmtime(clamped) if utc else time.localtime(clamped))
     except (OverflowError, OSError, ValueError):  # local time past the platform's range near the ends
@@ -83,6 +90,20 @@ def progress_text(progress: Progress | None) -> str:
     return text
 
 
+def when_text(ts: float | None) -> str:
+    """A time for a table header: ISO when dated, the time of day when not, else 'unknown'."""
+    if ts is None:
+        return "unknown"
+    if is_dated(clamp_ts(ts)):
+        return iso(ts) or "unknown"
+    return time.strftime("%H:%M:%S", time.gmtime(clamp_ts(ts))) + " (no date)"
+
+
+def confidence(rank: RankView) -> str:
+    """How the rank's current phase was read: "exact" (a rule) or "family" (the fallback vocabulary)."""
+    return rank.spans[-1].confidence if rank.spans else "exact"
+
+
 def _rank_json(rank: RankView) -> dict[str, Any]:
     progress = None
     if rank.progress is not None:
@@ -93,10 +114,12 @@ def _rank_json(rank: RankView) -> dict[str, Any]:
     return {
         "phase": rank.phase.value,
         "phase_ended": rank.phase_ended,
+        "confidence": confidence(rank),
         "seen": rank.seen,
         "progress": progress,
         "last_activity": iso(rank.last_activity),
-        "phases": [{"name": s.phase.value, "start": iso(s.start), "end": iso(s.end)} for s in rank.spans],
+        "phases": [{"name": s.phase.value, "start": iso(s.start), "end": iso(s.end), "confidence": s.confidence}
+                   for s in rank.spans],
     }
 
 
@@ -119,10 +142,13 @@ def invocation_json(judgement: Judgement, now: float) -> dict[str, Any]:
         "server": None if server is None else {
             "tp": server.tp, "dp": server.dp, "pp": server.pp, "ep": server.ep, "nnodes": server.nnodes,
             "node_rank": server.node_rank, "dp_attention": server.dp_attention,
-            "speculative": server.speculative, "model_path": server.model_path},
+            "speculative": server.speculative, "model_path": server.model_path,
+            **({"role": server.role} if server.role is not None else {})},  # PD disaggregation only
         "ranks": {r.rank: _rank_json(r) for r in inv.ranks},
         "verdicts": [{"kind": v.kind, "phase": v.phase, "rank": v.rank, "cause": v.cause,
                       "message": v.message, "at": iso(v.at)} for v in judgement.verdicts],
+        "anomalies": [{"rank": a.rank, "from": a.source, "to": a.target, "rule": a.rule, "at": iso(a.ts),
+                       "confidence": a.confidence} for a in inv.anomalies],
     }
 
 
@@ -148,27 +174,33 @@ def status_document(judgement: Judgement | None, now: float, config: Config,
     return document
 
 
-def _cell(rank: RankView, phase: str, now: float) -> str:
+def _cell(rank: RankView, phase: str, now: float, timeless: bool = False) -> str:
     spans = [s for s in rank.spans if s.phase.value == phase]
     if not spans:
         return "-"
+    mark = "~" if any(s.confidence != "exact" for s in spans) else ""
     start = spans[0].start
     end = spans[-1].end
-    if start is None:
-        return "?"
+    if start is None or timeless:
+        return "?" + mark
     if end is None:
-        return format_duration(max(now - start, 0.0)) + "+"
-    return format_duration(max(end - start, 0.0))
+        return format_duration(max(now - start, 0.0)) + "+" + mark
+    return format_duration(max(end - start, 0.0)) + mark
 
 
-def to_table(judgements: list[Judgement], now: float) -> str:
+def to_table(judgements: list[Judgement], now: float, timeless: bool = False) -> str:
+    """`timeless`: the log has no time stamp at all; phases are shown without durations."""
     if not judgements:
         return "no invocations found\n"
     out: list[str] = []
     for judgement in judgements:
         inv = judgement.invocation
-        header = (f"invocation {inv.invocation_id}: {judgement.outcome}, phase {current_phase(inv)}, "
-                  f"started {iso(inv.started_at)}, last line {iso(inv.last_ts)}")
+        if timeless:
+            times = "no time stamps in the log (no durations)"
+        else:
+            times = f"started {when_text(inv.started_at)}, last line {when_text(inv.last_ts)}"
+        header = f"invocation {inv.invocation_id}: {judgement.outcome}, phase {current_phase(inv)}, {times}"
+
         if inv.lines_lost:
             header += f", {inv.lines_lost} line(s) lost"
         out.append(header)
@@ -177,9 +209,12 @@ def to_table(judgements: list[Judgement], now: float) -> str:
         rows = []
         for rank in inv.ranks:
             now_text = rank.phase.value + (" (done)" if rank.phase_ended else "") + ("" if rank.seen else " (silent)")
+            if confidence(rank) != "exact":
+                now_text += f" ({confidence(rank)})"
             if rank.rank == MAIN and rank.phase.value == "launch" and inv.scheduler_ranks:
                 now_text = "launch (waiting for the ranks)"
-            rows.append([rank.rank, now_text, progress_text(rank.progress), *(_cell(rank, p, now) for p in phases)])
+            rows.append([rank.rank, now_text, progress_text(rank.progress),
+                         *(_cell(rank, p, now, timeless) for p in phases)])
         widths = [max(len(str(row[i])) for row in [columns, *rows]) for i in range(len(columns))]
         for row in [columns, *rows]:
             out.append("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
@@ -188,6 +223,14 @@ def to_table(judgements: list[Judgement], now: float) -> str:
             out.extend(f"  {v.kind}: {v.message}" for v in judgement.verdicts)
         else:
             out.append("verdicts: none")
+        if inv.anomalies:
+            out.append(f"anomalies: {len(inv.anomalies) + inv.anomalies_dropped} line(s) would have moved a rank "
+                       "backwards (phase kept):")
+            out.extend(f"  {a.rank}: {a.source} -> {a.target} refused (rule {a.rule}, {when_text(a.ts)})"
+                       for a in inv.anomalies[:10])
         out.append("")
-    out.append("(durations: finished phases; '+' = still running at the judged time)")
+    legend = "(durations: finished phases; '+' = still running at the judged time"
+    if any(s.confidence != "exact" for j in judgements for r in j.invocation.ranks for s in r.spans):
+        legend += "; '~' = read by a family rule, not an exact one"
+    out.append(legend + ")")
     return "\n".join(terminal_safe(line) for line in out) + "\n"

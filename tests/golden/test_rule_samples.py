@@ -3,6 +3,7 @@ and each sample makes its rule match (fail2ban's "Regex has no samples", as a ge
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -10,14 +11,14 @@ import pytest
 
 from phasewatch.config import Config
 from phasewatch.pipeline import Pipeline
+from phasewatch.profile import Profile, load_builtin_profile
 from phasewatch.sources.formats import parse_source
-from phasewatch.stages.events import Profile, load_builtin_profile
 from phasewatch.stages.ruletally import RuleTally
 
 SAMPLES = Path(__file__).parent / "rule_samples"
 PROFILES = Path(__file__).resolve().parents[2] / "daemon" / "phasewatch" / "profiles"
 ENGINES = sorted(p.stem for p in PROFILES.glob("*.yaml"))
-BLOCK_HEADER = re.compile(r"^# (rule|cause): (\S+)")
+BLOCK_HEADER = re.compile(r"^# (rule|cause|family): (\S+)")
 
 
 def sample_blocks(engine: str) -> dict[tuple[str, str], list[str]]:
@@ -37,7 +38,8 @@ def sample_blocks(engine: str) -> dict[tuple[str, str], list[str]]:
 
 def profile_items(engine: str) -> list[tuple[str, str]]:
     profile = load_builtin_profile(engine)
-    return [("rule", r.id) for r in profile.rules] + [("cause", c.id) for c in profile.causes]
+    return ([("rule", r.id) for r in profile.rules] + [("cause", c.id) for c in profile.causes]
+            + [("family", f.id) for f in profile.families.rules])
 
 
 CASES = [(engine, kind, ident) for engine in ENGINES for kind, ident in profile_items(engine)]
@@ -57,7 +59,7 @@ def test_rule_has_a_sample_that_it_matches(engine: str, kind: str, ident: str) -
     lines = blocks.get((kind, ident))
     assert lines, f"no sample for {kind} {ident!r} of profile {engine} in rule_samples/{engine}.log"
     profile: Profile = load_builtin_profile(engine)
-    if kind == "rule":
+    if kind in ("rule", "family"):
         tally = rule_hits(engine, lines)
         assert tally.hits[ident] > 0, f"{ident!r} matched none of its samples: {lines}"
     else:
@@ -79,7 +81,30 @@ def test_replay_rules_prints_hits_and_unmatched(tmp_path: Path, capsys: pytest.C
                    "[2026-02-22 23:56:45] something no rule knows 67890\n", "utf-8")
     assert main(["replay", "--rules", str(log)]) == 0
     out = capsys.readouterr().out
-    assert re.search(r"^ready\s+phase_begin\s+1$", out, re.M)
-    assert re.search(r"^decode_batch\s+phase_begin\s+0$", out, re.M)
+    assert re.search(r"^ready\s+phase_begin\s+1\s+exact\s+0$", out, re.M)
+    assert re.search(r"^decode_batch\s+phase_begin\s+0\s+exact\s+0$", out, re.M)
+    assert re.search(r"^family_graph_begin\s+phase_begin\s+0\s+family\s+0$", out, re.M)
     assert re.search(r"^\s+2  something no rule knows 00000$", out, re.M)
     assert "2 lines matched no rule" in out
+
+
+def test_replay_rules_shows_family_hits_and_refused_lines(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A family's hit is listed as such, and a line that would move a rank backwards is counted as
+    refused against its rule, in the table and in the JSON."""
+    from phasewatch.cli import main
+
+    log = tmp_path / "x.log"
+    log.write_text("[2026-02-22 23:56:01 TP0] Capture cuda graph begin. This can take up to several minutes.\n"
+                   "[2026-02-22 23:56:02 TP0] Load weight begin. avail mem=3 GB\n"  # the draft's: a move on
+                   "[2026-02-22 23:56:03 TP0] Memory pool end. avail mem=2 GB\n"  # never entered, earlier: refused
+                   "[2026-02-22 23:56:04 TP0] Starting graph capture for the decoder\n", "utf-8")
+    assert main(["replay", "--rules", str(log)]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^pool_end\s+phase_end\s+1\s+exact\s+1$", out, re.M)
+    assert re.search(r"^family_graph_begin\s+phase_begin\s+1\s+family\s+0$", out, re.M)
+    assert "TP0: draft_weight_load -> kv_cache_alloc (rule pool_end, exact)" in out
+    assert main(["replay", "--rules", "--json", str(log)]) == 0
+    document = json.loads(capsys.readouterr().out)
+    pool_end = next(r for r in document["rules"] if r["id"] == "pool_end")
+    assert (pool_end["hits"], pool_end["refused"], pool_end["confidence"]) == (1, 1, "exact")
+    assert document["anomalies"][0]["rank"] == "TP0" and document["anomalies"][0]["to"] == "kv_cache_alloc"

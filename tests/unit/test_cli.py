@@ -60,7 +60,8 @@ def test_now_after_the_last_line_judges_the_hang_stalled(capsys: pytest.CaptureF
         "stalled", "TP3", "draft_cuda_graph_capture", "deadline")
     assert verdict["message"].startswith("sglang-kimi.service: TP3 stalled in draft_cuda_graph_capture for ")
     assert inv["ranks"]["TP3"]["phases"][-1] == {"name": "draft_cuda_graph_capture",
-                                                 "start": inv["ranks"]["TP3"]["phases"][-1]["start"], "end": None}
+                                                 "start": inv["ranks"]["TP3"]["phases"][-1]["start"], "end": None,
+                                                 "confidence": "exact"}
 
 
 def test_now_as_an_iso_time(capsys: pytest.CaptureFixture[str]) -> None:

@@ -6,18 +6,14 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sglang_sim import build, journal_json
 
-from journal_dirs import write_journal
-from phasewatch.cli import main
+from phasewatch.cli import EX_OK, main
 from phasewatch.commands.logs import TaggedLine
 from phasewatch.commands.status import render_table
-from phasewatch.errors import EX_OK
 from phasewatch.render import MAX_TS, clock_text, iso, json_text, terminal_safe
 
 UNIT = "sglang-kimi.service"
@@ -36,19 +32,6 @@ def test_terminal_safe_escapes_every_control_but_tab() -> None:
     assert terminal_safe("ünïcode ✓") == "ünïcode ✓"
     assert json.loads(json_text({"m": HOSTILE})) == {"m": HOSTILE}  # same data, inert text
     assert_inert(json_text({"m": HOSTILE}))
-
-
-def test_control_characters_escaped_in_logs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    entries = list(journal_json(build(), base=time.time() - 3600, unit=UNIT))
-    at = next(i for i, e in enumerate(entries) if "Load weight begin" in str(e["MESSAGE"]))
-    entries.insert(at + 1, {**entries[at], "MESSAGE": f"[2026-11-29 12:00:00 TP2] {HOSTILE}"})
-    journal = write_journal(tmp_path / "journal", entries)
-    assert main(["logs", UNIT, "--directory", str(journal)]) == EX_OK
-    out = capsys.readouterr().out
-    assert_inert(out)
-    [line] = [line for line in out.splitlines() if "bell" in line]
-    # ESC sequences are dropped by the decoder (lines.strip_ansi); what is left is shown, escaped
-    assert line.endswith("| bell\\x07 back\\x08\\x08 title csi c1-csi\\x9b2J nel\\x85 del\\x7f cr")
 
 
 def _document() -> dict[str, Any]:
@@ -99,13 +82,14 @@ def test_timestamp_past_9999_clamped(tmp_path: Path, capsys: pytest.CaptureFixtu
     year_one.write_text("[0001-01-01 00:00:00 TP0] Load weight begin. avail mem=1 GB\n")
     assert main(["replay", "--json", str(year_one)]) == EX_OK
     captured = capsys.readouterr()
-    assert json.loads(captured.out)["invocations"][0]["started_at"] == "1970-01-01T00:00:00.000Z"
+    # clamped to the epoch's start, which is not a date: no start date rather than 1970
+    assert json.loads(captured.out)["invocations"][0]["started_at"] is None
     assert "clamped" in captured.err
     # every renderer clamps instead of raising
-    assert iso(1e20) == iso(MAX_TS) and iso(-5.0) == "1970-01-01T00:00:00.000Z" and iso(float("nan")) is not None
+    assert iso(1e20) == iso(MAX_TS) and iso(-5.0) is None and iso(float("nan")) is None
     assert clock_text(1e20, utc=True) == "9999-12-31 23:59:59"
     assert TaggedLine(1e20, "TP0", "launch", "x", 1).format(utc=True).startswith("9999-12-31 23:59:59 TP0")
-    assert TaggedLine(-1e20, "TP0", "launch", "x", 1).format().startswith("19")
+    assert TaggedLine(-1e20, "TP0", "launch", "x", 1).format().startswith("????-??-?? ")
 
 
 def test_control_characters_escaped_in_config_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -7,9 +7,10 @@ import pytest
 
 from phasewatch.config import VERDICT_KINDS
 from phasewatch.errors import ProfileError
+from phasewatch.profile import load_builtin_profile, parse_rule
 from phasewatch.records import FAILED_STARTUP, STUCK, EventKind, JournalRecord, Outcome, VerdictKind
 from phasewatch.stages import policy
-from phasewatch.stages.events import EventMapper, load_builtin_profile, parse_rule
+from phasewatch.stages.events import EventMapper
 from phasewatch.stages.lines import LineSplitter
 
 

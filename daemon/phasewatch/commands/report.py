@@ -11,6 +11,7 @@ from typing import Any, Sequence
 from ..durations import format_duration
 from ..records import PHASE_NAMES
 from ..sinks.history import StartupRecord
+from ..stages.timestamps import is_dated
 
 COLOURS = {
     "launch": "#c7c7c7", "dist_init": "#9467bd", "weight_load": "#1f77b4", "kv_cache_alloc": "#17becf",
@@ -20,6 +21,8 @@ COLOURS = {
 
 
 def _when(ts: float) -> str:
+    if not is_dated(ts):
+        return "no date"  # a start-up learned from an undated log: never shown as 1970
     return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
 
 

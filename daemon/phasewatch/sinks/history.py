@@ -25,6 +25,7 @@ from .. import __version__
 from ..errors import HistoryUnreadable
 from ..records import MAIN, PHASE_NAMES, Phase
 from ..stages.snapshot import InvocationView, ServerInfo
+from ..stages.timestamps import is_dated
 
 logger = logging.getLogger(__name__)
 KEEP = 500  # start-ups kept per unit
@@ -76,8 +77,9 @@ def fingerprint(server: ServerInfo | None) -> str:
 
 def summarize(unit: str, inv: InvocationView, outcome: str, cause: str | None, ended_at: float,
               verdicts: Sequence[tuple[str, str | None, str | None, float]] = ()) -> StartupRecord | None:
-    """A finished start-up (ready, or failed) as a record; None when it has no time at all."""
-    if inv.started_at is None:
+    """A finished start-up (ready, or failed) as a record; None when it has no date (no time at all,
+    or times of day from a log that never names its date: nothing to put on a calendar)."""
+    if inv.started_at is None or not is_dated(inv.started_at):
         return None
     ranks = [r for r in inv.ranks if r.rank != MAIN and r.seen]
     phases: list[PhaseRecord] = []

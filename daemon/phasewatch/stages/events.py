@@ -6,14 +6,10 @@ Also turns systemd's and journald's own entries about the unit into lifecycle ev
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
-from functools import cached_property
-from importlib import resources
-from typing import Any, Iterable, Mapping
+from typing import Any
 
-import yaml
-
-from ..errors import ProfileError
+from ..families import FamilyMatch
+from ..profile import Profile, Rule
 from ..records import (
     MAIN,
     MID_DEACTIVATED,
@@ -24,23 +20,15 @@ from ..records import (
     MID_STOPPED,
     MID_STOPPING,
     MID_SUPPRESSED,
-    PHASE_NAMES,
     Event,
     EventKind,
     JournalRecord,
     Line,
     LineKind,
-    Phase,
 )
 from .lines import rank_number
 
-RULE_EVENTS = ("phase_begin", "phase_end", "phase_hint", "progress", "fatal", "activity", "server_args")
-SCOPES = ("rank", "main", "any")
-# A rule's pattern: at most this long, and no {m,n} above MAX_PATTERN_REPEAT (a{4294967296} makes
-# re.compile raise; a{100000} compiles to a program that size). Patterns see a line through
-# pattern_view(): at most PATTERN_VIEW_CHARS from each end.
-MAX_PATTERN_CHARS = 1000
-MAX_PATTERN_REPEAT = 1000
+# Patterns see a line through pattern_view(): at most PATTERN_VIEW_CHARS from each end.
 PATTERN_VIEW_CHARS = 32 * 1024
 
 
@@ -53,188 +41,10 @@ def pattern_view(text: str) -> str:
 C10D_RANK_RE = re.compile(r"^\[rank(\d+)\]:")
 
 
-
-
-@dataclass(frozen=True)
-class Rule:
-    id: str
-    pattern: re.Pattern[str]
-    event: str
-    phase: Phase | None = None
-    scope: str = "any"
-    cause: str | None = None
-    echo: bool = False
-    harmless: bool = False  # the record and the traceback under it are one request's error
-    proof_of_life: bool = False  # after ready, the server is serving (no health probe needed meanwhile)
-    per_request: bool = False  # after ready, a fatal line of one request, not the server's crash
-
-
-@dataclass(frozen=True)
-class CauseClass:
-    id: str
-    pattern: re.Pattern[str]
-
-
-@dataclass(frozen=True)
-class Profile:
-    engine: str
-    rules: tuple[Rule, ...]
-    causes: tuple[CauseClass, ...]
-
-    @cached_property
-    def proof_of_life_rules(self) -> frozenset[str]:
-        return frozenset(r.id for r in self.rules if r.proof_of_life)
-
-    @cached_property
-    def per_request_rules(self) -> frozenset[str]:
-        return frozenset(r.id for r in self.rules if r.per_request)
-
-    def with_overrides(self, specs: Iterable[Mapping[str, Any]], key: str = "patterns") -> Profile:
-        """Add rules, or replace those with the same id (keeping their place in the order)."""
-        rules = list(self.rules)
-        for index, spec in enumerate(specs):
-            rule = parse_rule(spec, f"{key}[{index}]")
-            position = next((i for i, r in enumerate(rules) if r.id == rule.id), None)
-            if position is None:
-                rules.append(rule)
-            else:  # what the replaced rule meant beyond its event stays, unless the override says
-                replaced = rules[position]
-                rules[position] = replace(rule, proof_of_life=spec.get("proof_of_life", replaced.proof_of_life),
-                                          per_request=spec.get("per_request", replaced.per_request))
-        return replace(self, rules=tuple(rules))
-
-    def classify_cause(self, texts: Iterable[str], skip: frozenset[str] = frozenset()) -> str | None:
-        materialised = [t for t in texts if t]
-        for cause in self.causes:
-            if cause.id not in skip and any(cause.pattern.search(t) for t in materialised):
-                return cause.id
-        return None
-
-
-def _compile(spec: Mapping[str, Any], key: str) -> re.Pattern[str]:
-    pattern = spec.get("match")
-    if not isinstance(pattern, str) or not pattern:
-        raise ProfileError(f"{key}.match", "expected a regular expression")
-    flags = 0
-    flag_text = spec.get("flags", "")
-    if not isinstance(flag_text, str) or set(flag_text) - {"i"}:
-        raise ProfileError(f"{key}.flags", f"expected '' or 'i', got {flag_text!r}")
-    if "i" in flag_text:
-        flags |= re.IGNORECASE
-    shown = repr(pattern) if len(pattern) <= 80 else repr(pattern[:80]) + "..."
-    if len(pattern) > MAX_PATTERN_CHARS:
-        raise ProfileError(f"{key}.match", f"regular expression {shown} is longer than {MAX_PATTERN_CHARS} "
-                                           "characters")
-    try:
-        compiled = re.compile(pattern, flags)
-    except re.error as exc:
-        raise ProfileError(f"{key}.match", f"invalid regular expression {shown}: {exc}") from None
-    except (OverflowError, RecursionError, MemoryError, ValueError) as exc:
-        # a{4294967296}; thousands of nested groups
-        raise ProfileError(f"{key}.match", f"regular expression {shown} cannot be compiled: "
-                                           f"{str(exc) or type(exc).__name__}") from None
-    repeat = _largest_repeat(compiled)
-    if repeat > MAX_PATTERN_REPEAT:
-        raise ProfileError(f"{key}.match", f"regular expression {shown} repeats something {repeat} times "
-                                           f"(at most {MAX_PATTERN_REPEAT})")
-    return compiled
-
-
-def _largest_repeat(pattern: re.Pattern[str]) -> int:
-    """The largest bounded count in a {m,n} of `pattern` (walked without recursion: deep nesting is
-    fine here)."""
-    try:
-        from re import _parser  # type: ignore[attr-defined]
-
-        tree = _parser.parse(pattern.pattern, pattern.flags)
-    except Exception:  # noqa: BLE001 - re.compile took it; its private parser's doubts are not ours
-        return 0
-    repeats = (_parser.MAX_REPEAT, _parser.MIN_REPEAT, _parser.POSSESSIVE_REPEAT)
-    largest = 0
-    stack: list[Any] = [tree]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, _parser.SubPattern):
-            stack.extend(item.data)
-        elif isinstance(item, (list, tuple)):
-            if len(item) == 2 and item[0] in repeats:
-                low, high = item[1][0], item[1][1]
-                largest = max(largest, low, 0 if high == _parser.MAXREPEAT else high)
-            stack.extend(x for x in item if isinstance(x, (list, tuple, _parser.SubPattern)))
-    return largest
-
-
-def parse_rule(spec: Mapping[str, Any], key: str) -> Rule:
-    if not isinstance(spec, Mapping):
-        raise ProfileError(key, f"expected a mapping with id, match and event, got {type(spec).__name__}")
-    unknown = set(spec) - {"id", "match", "event", "phase", "scope", "cause", "echo", "flags", "harmless",
-                                "proof_of_life", "per_request"}
-    if unknown:
-        raise ProfileError(f"{key}.{sorted(unknown)[0]}", "unknown key")
-    rule_id = spec.get("id")
-    if not isinstance(rule_id, str) or not rule_id:
-        raise ProfileError(f"{key}.id", "expected a non-empty name")
-    event = spec.get("event")
-    if event not in RULE_EVENTS:
-        raise ProfileError(f"{key}.event", f"expected one of {', '.join(RULE_EVENTS)}, got {event!r}")
-    phase_name = spec.get("phase")
-    phase: Phase | None = None
-    if phase_name is not None:
-        if phase_name not in PHASE_NAMES:
-            raise ProfileError(f"{key}.phase", f"expected one of {', '.join(PHASE_NAMES)}, got {phase_name!r}")
-        phase = Phase(phase_name)
-    elif event in ("phase_begin", "phase_end", "phase_hint", "progress"):
-        raise ProfileError(f"{key}.phase", f"required for event {event}")
-    scope = spec.get("scope", "any")
-    if scope not in SCOPES:
-        raise ProfileError(f"{key}.scope", f"expected one of {', '.join(SCOPES)}, got {scope!r}")
-    cause = spec.get("cause")
-    if cause is not None and not isinstance(cause, str):
-        raise ProfileError(f"{key}.cause", "expected a cause class name")
-    echo = spec.get("echo", False)
-    if not isinstance(echo, bool):
-        raise ProfileError(f"{key}.echo", f"expected true or false, got {echo!r}")
-    harmless = spec.get("harmless", False)
-    if not isinstance(harmless, bool):
-        raise ProfileError(f"{key}.harmless", f"expected true or false, got {harmless!r}")
-    flags: dict[str, bool] = {}
-    for name in ("proof_of_life", "per_request"):
-        flags[name] = spec.get(name, False)
-        if not isinstance(flags[name], bool):
-            raise ProfileError(f"{key}.{name}", f"expected true or false, got {flags[name]!r}")
-    return Rule(rule_id, _compile(spec, key), event, phase, scope, cause, echo, harmless, **flags)
-
-
-def parse_profile(document: Mapping[str, Any], origin: str) -> Profile:
-    if not isinstance(document, Mapping):
-        raise ProfileError(origin, "expected a mapping with engine, rules and causes")
-    rules_spec = document.get("rules")
-    if not isinstance(rules_spec, list):
-        raise ProfileError(f"{origin}: rules", "expected a list")
-    causes_spec = document.get("causes", [])
-    if not isinstance(causes_spec, list):
-        raise ProfileError(f"{origin}: causes", "expected a list")
-    rules = tuple(parse_rule(spec, f"rules[{i}]") for i, spec in enumerate(rules_spec))
-    ids = [r.id for r in rules]
-    duplicate = next((i for i in ids if ids.count(i) > 1), None)
-    if duplicate:
-        raise ProfileError(f"{origin}: rules", f"duplicate id {duplicate!r}")
-    causes = tuple(CauseClass(str(spec.get("id")), _compile(spec, f"causes[{i}]"))
-                   for i, spec in enumerate(causes_spec))
-    return Profile(str(document.get("engine", origin)), rules, causes)
-
-
-def load_builtin_profile(engine: str) -> Profile:
-    try:
-        text = resources.files("phasewatch").joinpath("profiles", f"{engine}.yaml").read_text("utf-8")
-    except FileNotFoundError:
-        raise ProfileError("engine", f"no built-in profile for engine {engine!r} (known: sglang)") from None
-    return parse_profile(yaml.safe_load(text), f"{engine}.yaml")
-
-
 SERVER_ARG_KEYS = ("tp_size", "dp_size", "pp_size", "ep_size", "nnodes", "node_rank", "enable_dp_attention",
                    "speculative_algorithm", "model_path", "speculative_draft_model_path", "cuda_graph_max_bs",
-                   "cuda_graph_bs", "moe_dp_size", "attn_cp_size", "version", "host", "port")
+                   "cuda_graph_bs", "moe_dp_size", "attn_cp_size", "version", "host", "port",
+                   "disaggregation_mode")
 
 
 def parse_server_args(message: str) -> dict[str, str]:
@@ -322,6 +132,10 @@ class EventMapper:
         self._other_rules = tuple(r for r in self._line_rules if r not in self._blind_rules)
         self._position = {r.id: i for i, r in enumerate(self._line_rules)}
         self._memo: dict[bytes, tuple[Rule, ...]] = {}
+        # Family answers by the line's digit-masked text, when no family pattern tells digits apart.
+        self._family_memo: dict[bytes, FamilyMatch | None] | None = {} if all(
+            digit_blind(p) for f in profile.families.rules for p in (*f.all, *f.none)) and (
+            profile.families.draft_words is None or digit_blind(profile.families.draft_words)) else None
 
     def _matching(self, message: str) -> tuple[Rule, ...]:
         """The line rules `message` matches, in profile order."""
@@ -363,7 +177,7 @@ class EventMapper:
                 if len(self._harmless) > 1024:
                     self._harmless.clear()
                 self._harmless.add(record_id)
-            rule_rank = self._rule_rank(line, rule, rank)
+            rule_rank = self._rule_rank(line, rule.scope, rank, rule.event in _PHASE_EVENTS)
             if rule.event == "server_args":
                 events.append(Event(EventKind.SERVER_ARGS, line.ts, rank=MAIN, rule=rule.id, text=message,
                                     invocation_id=line.invocation_id, pid=line.pid, record_id=record_id,
@@ -379,6 +193,8 @@ class EventMapper:
                 events.append(Event(_PHASE_EVENTS[rule.event], line.ts, rank=rule_rank, phase=rule.phase,
                                     rule=rule.id, text=message, invocation_id=line.invocation_id, pid=line.pid,
                                     record_id=record_id))
+        if not events and line.kind is LineKind.RECORD:
+            events = self._family_events(line, message, rank)
         if not events and message.strip():
             events.append(Event(EventKind.ACTIVITY, line.ts, rank=rank, text=message,
                                 invocation_id=line.invocation_id, pid=line.pid, record_id=record_id))
@@ -387,6 +203,31 @@ class EventMapper:
                 self._record_ranks.clear()
             self._record_ranks[record_id] = events[0].rank if events else rank
         return events
+
+    def _family_events(self, line: Line, message: str, rank: str | None) -> list[Event]:
+        """The profile's fallback vocabulary, for a record no exact rule matched."""
+        found = self._classify(message)
+        if found is None:
+            return []
+        family = found.family
+        family_rank = self._rule_rank(line, family.scope, rank, True)
+        if family.scope == "rank" and family_rank in (None, MAIN):
+            return []  # a scheduler's word in the main process's (or nobody's) line: not a rank's phase
+        return [Event(_PHASE_EVENTS[family.event], line.ts, rank=family_rank, phase=found.phase, rule=family.id,
+                      text=message, invocation_id=line.invocation_id, pid=line.pid, record_id=line.record_id,
+                      confidence="family")]
+
+    def _classify(self, message: str) -> FamilyMatch | None:
+        memo = self._family_memo
+        if memo is None or len(message) > MEMO_MAX_CHARS:
+            return self.profile.families.classify(message)
+        key = message.encode("utf-8", "surrogatepass").translate(_MASK_DIGITS)
+        if key in memo:
+            return memo[key]
+        if len(memo) >= MEMO_ENTRIES:
+            memo.clear()
+        found = memo[key] = self.profile.families.classify(message)
+        return found
 
     def _rank(self, line: Line) -> str | None:
         if line.has_prefix and line.rank is not None:
@@ -404,12 +245,16 @@ class EventMapper:
             return "TP0"
         return MAIN if line.has_prefix else None
 
-    def _rule_rank(self, line: Line, rule: Rule, rank: str | None) -> str | None:
+    def _rule_rank(self, line: Line, scope: str, rank: str | None, phase_event: bool = False) -> str | None:
         if line.rank is not None:
             return rank
-        if rule.scope == "main":
+        if scope == "main":
             return MAIN
-        if (rule.scope == "rank" and rank in (None, MAIN) and line.has_prefix
+        # A pasted log without any prefix (no PID either): a scheduler's phase line is the one
+        # scheduler's of a one-GPU server. Not its fatal lines: an unprefixed traceback in a paste is
+        # as often the launcher's.
+        pasted = phase_event and line.pid is None and line.kind is LineKind.RECORD
+        if (scope == "rank" and rank in (None, MAIN) and (line.has_prefix or pasted)
                 and line.invocation_id not in self._tagged_invocations):
             # A one-GPU server: the scheduler prints no tag, and only a scheduler prints this line.
             if len(self._tp0_pids) >= MEMO_ENTRIES:

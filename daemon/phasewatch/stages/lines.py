@@ -21,17 +21,18 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from ..records import JournalRecord, Line, LineKind, Progress
+from .timestamps import ForeignTime, foreign_time
 
 ANSI_RE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
 SEGMENT_SPLIT_RE = re.compile(r"\r\n|\r|\n")
 
 _TAG = r"(?:DP|PP|ATTN_CP|MOE_DP|TP|EP)\d+"
-# [2026-02-22 23:59:15 DP0 TP3], with optional .mmm; [12:01:02 TP3] (2024); [gpu_id=3] (2024).
+# [2026-02-22 23:59:15 DP0 TP3], with optional .mmm; [12:01:02 TP3] (2024); [gpu_id=3], [gpu=3] (2024).
 PREFIX_RE = re.compile(
     r"\[(?:(?P<date>\d{4}-\d{2}-\d{2}) (?P<time>\d{2}:\d{2}:\d{2})(?P<ms>\.\d{3})?"
     r"(?P<tags>(?: " + _TAG + r")*)"
     r"|(?P<stime>\d{2}:\d{2}:\d{2})(?P<stags>(?: " + _TAG + r")+)"
-    r"|gpu_id=(?P<gpu>\d+))\] ?"
+    r"|gpu(?:_id)?=(?P<gpu>\d+))\] ?"
 )
 # v0.1 (2024) router era: "Rank 1: load weight begin." at the start of a line.
 LEGACY_RANK_RE = re.compile(r"^Rank (?P<n>\d+): ")
@@ -61,9 +62,11 @@ OPENS_BLOCK_RE = re.compile(
 # Lines of other loggers (torch C++, Gloo, NCCL) are records of their own, never a traceback's tail.
 FOREIGN_RECORD_RE = re.compile(r"^(?:\[rank\d+\]:|\[Gloo\] |\S+:\d+:\d+ \[\d+\] NCCL |\[\d{4}-\d\d-\d\d )")
 
-# Wrappers some launchers put before every line: docker compose "svc  | ", OpenMPI --tag-output.
+# Wrappers some launchers put before every line: docker compose "svc  | ", OpenMPI --tag-output,
+# kubectl logs --prefix "[pod/name/container] ".
 WRAPPER_RE = re.compile(
-    r"^(?:[\w.-]+\s+\| |\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}\[\d+,\d+\]<std(?:out|err)>:)"
+    r"^(?:[\w.-]+\s+\| |\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}\[\d+,\d+\]<std(?:out|err)>:"
+    r"|\[pod/[\w.-]+/[\w.-]+\] )"
 )
 
 _UNKNOWN = object()
@@ -275,6 +278,7 @@ class LineSplitter:
         self._next_record = 0
         self._last_ts: float | None = None
         self._last_date: str | None = None
+        self._engine_clock = False  # an engine prefix dated a line: other loggers' times are not used
 
     def pid_rank(self, invocation_id: str | None, pid: int | None) -> str | None:
         stream = self._streams.get((invocation_id, pid))
@@ -360,7 +364,8 @@ class LineSplitter:
         """An unprefixed line's rank is its PID's; without a PID (a pasted log) it is unknown."""
         return stream.rank if stream.tagged and record.pid is not None else None
 
-    def _timestamp(self, record: JournalRecord, prefix: Prefix | None) -> float | None:
+    def _timestamp(self, record: JournalRecord, prefix: Prefix | None,
+                   foreign: ForeignTime | None = None) -> float | None:
         ts = record.realtime
         if prefix is not None and prefix.date is not None:
             self._last_date = prefix.date
@@ -368,7 +373,15 @@ class LineSplitter:
             if prefix.ts is not None:
                 ts = prefix.ts
             elif prefix.time_only is not None:
+                # no date known: a time of day in the epoch's first day (timestamps.is_dated: undated)
                 ts = _epoch(self._last_date or "1970-01-01", prefix.time_only, None)
+            self._engine_clock = self._engine_clock or ts is not None
+        if ts is None and foreign is not None and not self._engine_clock:
+            # The engine's prefix is missing: another logger's time (Docker, Python logging, glog).
+            # Once the engine's own clock is seen, it alone dates lines (the others may be in UTC).
+            ts = foreign.ts
+            if foreign.date is not None:
+                self._last_date = foreign.date
         if ts is None:
             ts = self._last_ts
         if ts is not None:
@@ -390,7 +403,14 @@ class LineSplitter:
                         record_id=self._next_record))
 
     def _unprefixed(self, segment: str, record: JournalRecord, stream: _Stream, out: list[Line]) -> None:
-        ts = self._timestamp(record, None)
+        wrapper = WRAPPER_RE.match(segment)
+        message = segment[wrapper.end():] if wrapper else segment
+        foreign = foreign_time(message, self._last_date) if record.realtime is None else None
+        if foreign is not None and foreign.end:
+            message = message[foreign.end:]  # the logger's header is not the message
+            if parse_progress(segment) is None and parse_progress(message) is not None:
+                segment = message  # a bar behind an outer time stamp
+        ts = self._timestamp(record, None, foreign)
         parsed = parse_progress(segment)
         if parsed is not None:
             progress, end = parsed
@@ -403,8 +423,6 @@ class LineSplitter:
             if rest:
                 self._unprefixed(rest, record, stream, out)
             return
-        wrapper = WRAPPER_RE.match(segment)
-        message = segment[wrapper.end():] if wrapper else segment
         if stream.open_record and not FOREIGN_RECORD_RE.match(message) and (
                 stream.block_open or TRACEBACK_LINE_RE.match(message)):
             out.append(Line(text=segment, message=message, kind=LineKind.CONTINUATION, rank=stream.open_rank,

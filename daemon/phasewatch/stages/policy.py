@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from ..config import Config, PhaseLimits
 from ..durations import format_duration
+from ..profile import Profile
 from ..records import MAIN, STUCK, UNIT_PHASES, WRONG_WHEN_STOPPED, Outcome, Phase, VerdictKind
-from .events import Profile
 from .snapshot import UP_STATES, FatalView, InvocationView, RankView, UnitState
 
 OUTCOMES = tuple(Outcome)

@@ -14,6 +14,7 @@ from typing import Mapping
 
 from ..records import MAIN, Phase, Progress
 from .lines import MAX_NUMBER_DIGITS
+from .phaseorder import Anomaly
 
 # Scheduler ranks one node is expected to run, at most. The largest SGLang deployments run 8-16 GPUs
 # per node (a few hundred ranks over all nodes). `server_args` asking for more (tp_size=1000000000)
@@ -51,6 +52,7 @@ class Transition:
     target: str
     ts: float | None
     rule: str | None = None
+    confidence: str = "exact"  # "family": the line was read by a family rule, not an exact one
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,7 @@ class PhaseSpan:
     phase: Phase
     start: float | None
     end: float | None
+    confidence: str = "exact"
 
 
 @dataclass(frozen=True)
@@ -104,6 +107,7 @@ class ServerInfo:
     port: int | None = None
     cuda_graph_max_bs: str | None = None
     cuda_graph_bs: str | None = None
+    role: str | None = None  # prefill/decode disaggregation: "prefill" or "decode"; None when unified
 
     @staticmethod
     def from_args(args: Mapping[str, str]) -> ServerInfo:
@@ -128,6 +132,7 @@ class ServerInfo:
             port=number("port", 0) or None,
             cuda_graph_max_bs=args.get("cuda_graph_max_bs"),
             cuda_graph_bs=args.get("cuda_graph_bs"),
+            role=args.get("disaggregation_mode") if args.get("disaggregation_mode") in ("prefill", "decode") else None,
         )
 
     @property
@@ -204,6 +209,8 @@ class InvocationView:
     proof_of_life: float | None = None  # the last batch line after ready
     phase_silence: Mapping[Phase, float] = field(default_factory=dict)  # longest quiet spell per phase
     ranks_ignored: int = 0  # events of ranks past MAX_RANKS (an anomaly)
+    anomalies: tuple[Anomaly, ...] = ()  # lines that would have moved a rank backwards
+    anomalies_dropped: int = 0  # past MAX_ANOMALIES
 
     # Judging asks these for every rank: each is computed once per view, in one pass over the ranks
     # (judging stays linear in ranks). The view is immutable, so the cached values stay true.

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 
 from ..ranks import rank_sort_key, tp_index
 from ..records import FINAL_PHASES, MAIN, UNIT_PHASES, Event, EventKind, Phase, Progress
+from .phaseorder import Anomaly, goes_back, resolve
 from .snapshot import (
     CAPTURE_PHASES,
     LOADING_PHASES,
@@ -36,6 +37,7 @@ MAX_FATAL_TEXTS = 200
 MAX_FATALS = 1024
 MAX_FATAL_CHARS = 16 * 1024 * 1024
 MAX_RANKS = 16384
+MAX_ANOMALIES = 256  # per invocation; past it they are counted only
 
 
 @dataclass
@@ -55,23 +57,31 @@ class _Rank:
     def entered(self, phase: Phase) -> bool:
         return any(s.phase is phase for s in self.spans)
 
-    def move_to(self, phase: Phase, ts: float | None) -> None:
+    def move_to(self, phase: Phase, ts: float | None, confidence: str = "exact") -> None:
         if self.spans and self.spans[-1].end is None:
             last = self.spans[-1]
-            self.spans[-1] = PhaseSpan(last.phase, last.start, ts)
-        self.spans.append(PhaseSpan(phase, ts, None))
+            self.spans[-1] = replace(last, end=ts)
+        self.spans.append(PhaseSpan(phase, ts, None, confidence))
         self.phase, self.phase_start, self.phase_ended = phase, ts, False
         self.progress, self.progress_phase = None, None
 
     def end_phase(self, ts: float | None) -> None:
-        last = self.spans[-1]
-        self.spans[-1] = PhaseSpan(last.phase, last.start, ts)
+        self.spans[-1] = replace(self.spans[-1], end=ts)
         self.phase_ended = True
 
     def reopen(self) -> None:
-        last = self.spans[-1]
-        self.spans[-1] = PhaseSpan(last.phase, last.start, None)
+        self.spans[-1] = replace(self.spans[-1], end=None)
         self.phase_ended = False
+
+    def again(self, begin: bool, ts: float | None, confidence: str) -> None:
+        """A line about the phase the rank is in: an exact one confirms a phase a family rule
+        guessed; a begin reopens an ended phase (a second graph: piecewise after decode), an end ends it."""
+        if confidence == "exact" and self.spans[-1].confidence != "exact":
+            self.spans[-1] = replace(self.spans[-1], confidence="exact")
+        if begin and self.phase_ended:
+            self.reopen()
+        elif not begin and not self.phase_ended:
+            self.end_phase(ts)
 
     def view(self) -> RankView:
         return RankView(self.rank, self.phase, self.phase_start, self.phase_ended, self.progress,
@@ -110,6 +120,15 @@ class _Invocation:
     owners: dict[frozenset[Phase] | None, _Rank | None] = field(default_factory=dict)  # bar owner per family
     owners_layout: int = -1  # the layout `owners` was found in
     ranks_ignored: int = 0  # events of ranks past MAX_RANKS
+    anomalies: list[Anomaly] = field(default_factory=list)
+    anomalies_dropped: int = 0
+
+    def refuse(self, anomaly: Anomaly) -> None:
+        """A line that would have moved a rank backwards: recorded (up to MAX_ANOMALIES), not applied."""
+        if len(self.anomalies) < MAX_ANOMALIES:
+            self.anomalies.append(anomaly)
+        else:
+            self.anomalies_dropped += 1
 
     def view(self) -> InvocationView:
         ranks = [r.view() for r in self.ranks.values()]
@@ -130,7 +149,8 @@ class _Invocation:
                               tuple(self.fatals.values()), self.lines_lost, self.server, self.unit_result,
                               self.exit_status, self.restart_scheduled, self.stop_job, self.stopped_at,
                               self.before_stop, self.health_failures, self.health_episode, self.health_error,
-                              self.proof_of_life, dict(self.phase_silence), self.ranks_ignored)
+                              self.proof_of_life, dict(self.phase_silence), self.ranks_ignored,
+                              anomalies=tuple(self.anomalies), anomalies_dropped=self.anomalies_dropped)
 
 
 def _family(phase: Phase | None) -> frozenset[Phase] | None:
@@ -262,7 +282,7 @@ class Tracker:
         if event.phase in _UNIT_PHASES:
             return self._unit_phase(inv, event.phase, ts, event.rule)
         return self._rank_phase(inv, rank, event.phase, kind is not EventKind.PHASE_END, ts, event.rule,
-                                hint=kind is EventKind.PHASE_HINT)
+                                hint=kind is EventKind.PHASE_HINT, confidence=event.confidence)
 
     def _rank(self, inv: _Invocation, label: str, ts: float | None) -> _Rank:
         rank = inv.ranks.get(label)
@@ -283,24 +303,26 @@ class Tracker:
     # -- rank phases --------------------------------------------------------------------------
 
     def _rank_phase(self, inv: _Invocation, rank: _Rank, phase: Phase, begin: bool, ts: float | None,
-                    rule: str | None, hint: bool = False) -> list[Transition]:
+                    rule: str | None, hint: bool = False, confidence: str = "exact") -> list[Transition]:
         if rank.phase in _UNIT_PHASES:
             return []
-        resolved = _resolve(rank, phase, begin, hint)
+        visited = frozenset(span.phase for span in rank.spans)
+        resolved = resolve(phase, begin, hint, rank.phase, rank.phase_ended, visited)
         if resolved is None or (hint and resolved is rank.phase):
             return []
+        if resolved is not rank.phase and goes_back(visited, resolved):
+            if not hint:  # the rank keeps its phase; a hint (a frame, a bar) is a guess: no record
+                inv.refuse(Anomaly(rank.rank, rank.phase.value, resolved.value, rule, ts, confidence))
+            return []
         if resolved is rank.phase:
-            if begin and rank.phase_ended:
-                rank.reopen()  # a second graph of the same phase (e.g. piecewise after decode)
-            elif not begin and not rank.phase_ended:
-                rank.end_phase(ts)
+            rank.again(begin, ts, confidence)
             return []
         source = rank.phase
-        rank.move_to(resolved, ts)
+        rank.move_to(resolved, ts, confidence)
         inv.layout += 1
         if not begin:
             rank.end_phase(ts)  # an end line without its begin (2024 logs, windows of a log)
-        return [Transition(inv.invocation_id, rank.rank, source.value, resolved.value, ts, rule)]
+        return [Transition(inv.invocation_id, rank.rank, source.value, resolved.value, ts, rule, confidence)]
 
     def _progress(self, inv: _Invocation, event: Event, ts: float | None) -> list[Transition]:
         owner = self._rank(inv, event.rank, ts) if event.rank else _bar_owner(inv, event.phase)
@@ -398,23 +420,6 @@ def _alive(inv: _Invocation, rank: _Rank, ts: float | None) -> None:
     if seen is not None and ts - seen > inv.phase_silence.get(rank.phase, 0.0):
         inv.phase_silence[rank.phase] = ts - seen
     inv.phase_seen[rank.phase] = ts
-
-
-def _resolve(rank: _Rank, phase: Phase, begin: bool, hint: bool = False) -> Phase | None:
-    """The phase an engine line means for this rank now; None when it changes nothing."""
-    if hint:
-        return phase if not rank.entered(phase) else None
-    if phase in (Phase.DIST_INIT, Phase.WEIGHT_LOAD) and rank.entered(Phase.WEIGHT_LOAD):
-        # The draft model's runner repeats dist init and weight loading.
-        # (v0.5.23 loads the draft's right after the target's: an ended weight_load is not reopened.)
-        if phase is Phase.WEIGHT_LOAD and rank.phase is Phase.WEIGHT_LOAD and not rank.phase_ended:
-            return phase
-        if phase is Phase.DIST_INIT and not begin:
-            return None
-        phase = Phase.DRAFT_WEIGHT_LOAD
-    if phase is rank.phase or not rank.entered(phase):
-        return phase
-    return None
 
 
 def _bar_owner(inv: _Invocation, hint: Phase | None) -> _Rank | None:

@@ -2,7 +2,11 @@
 "cost driven by content"), and a property: time per byte of a line stays flat whatever its shape.
 
 Timings compare the same work at two sizes (ratios, not absolute times): linear work grows 8x from
-8 KB to 64 KB, quadratic work 64x. The bounds leave room for a noisy shared machine."""
+8 KB to 64 KB, quadratic work 64x. Made for a shared 2-core machine: each size is timed at least 3
+times, the two sizes interleaved, and the fastest run of each counts; a ratio over its bound is
+measured again (up to 3 rounds) and only a ratio over the bound in every round fails, as quadratic
+work is every time while a busy neighbour is not. Absolute bounds stay only where they are far from
+the measured value (a tenth of it or less)."""
 
 from __future__ import annotations
 
@@ -25,13 +29,14 @@ from phasewatch.clock import FakeClock
 from phasewatch.config import Config
 from phasewatch.errors import EX_CONFIG
 from phasewatch.pipeline import Pipeline
+from phasewatch.profile import MAX_PATTERN_REPEAT, load_builtin_profile
 from phasewatch.records import JournalRecord
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier, RecordingUnit, UnitFacts
 from phasewatch.sinks.state import StateStore
 from phasewatch.sources.formats import parse_source
 from phasewatch.sources.procs import ProcessTable
 from phasewatch.stages import tracker
-from phasewatch.stages.events import MAX_PATTERN_REPEAT, load_builtin_profile, pattern_view
+from phasewatch.stages.events import pattern_view
 from phasewatch.stages.lines import (
     _RANK_MEMO,
     MAX_STREAMS,
@@ -49,19 +54,47 @@ PROFILE = load_builtin_profile("sglang")
 MAX_GROWTH = 24.0
 
 
-def cost(work: Callable[[], object], repeats: int = 3) -> float:
+REPEATS = 3
+ROUNDS = 3
+
+
+def timed(work: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    work()
+    return time.perf_counter() - start
+
+
+def cost(work: Callable[[], object], repeats: int = REPEATS) -> float:
+    """The fastest of `repeats` runs: the run a busy neighbour disturbed least."""
+    return min(timed(work) for _ in range(repeats))
+
+
+def settled_ratio(little: Callable[[], object], big: Callable[[], object], bound: float,
+                  floor: float = 1e-4, repeats: int = REPEATS) -> float:
+    """big's cost over little's, each the fastest of `repeats` interleaved runs (little's with a floor
+    against timer noise); over `bound`, measured again, up to ROUNDS rounds: the lowest ratio seen."""
+    return settled_ratio_of(lambda: timed(little), lambda: timed(big), bound, floor, repeats)
+
+
+def settled_ratio_of(little: Callable[[], float], big: Callable[[], float], bound: float,
+                     floor: float = 1e-4, repeats: int = REPEATS) -> float:
+    """settled_ratio for measurements that time themselves (returning seconds)."""
     best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        work()
-        best = min(best, time.perf_counter() - start)
+    for _ in range(ROUNDS):
+        little_runs, big_runs = [], []
+        for _ in range(repeats):
+            little_runs.append(little())
+            big_runs.append(big())
+        best = min(best, min(big_runs) / max(min(little_runs), floor))
+        if best < bound:
+            break
     return best
 
 
 def growth(make: Callable[[int], str], work: Callable[[str], object], small: int = 8 * 1024) -> float:
-    """How much longer `work` takes on an input 8 times as long (with a floor against timer noise)."""
+    """How much longer `work` takes on an input 8 times as long."""
     little, big = make(small), make(8 * small)
-    return cost(lambda: work(big)) / max(cost(lambda: work(little)), 1e-4)
+    return settled_ratio(lambda: work(little), lambda: work(big), MAX_GROWTH)
 
 
 def rule(rule_id: str) -> re.Pattern[str]:
@@ -109,6 +142,7 @@ def replay_measured(log: Path) -> tuple[int, float, float]:
     return int(code), float(seconds), int(peak_kb) / 1024
 
 
+@pytest.mark.perf
 def test_replay_with_tp_size_billion_finishes_in_seconds_under_500_mb(tmp_path: Path) -> None:
     log = tmp_path / "tp.log"
     log.write_text("[2026-11-29 08:00:00] server_args=ServerArgs(tp_size=1000000000, dp_size=1, port=30000)\n"
@@ -117,6 +151,7 @@ def test_replay_with_tp_size_billion_finishes_in_seconds_under_500_mb(tmp_path: 
     assert code == 0 and seconds < 10 and peak_mb < 500
 
 
+@pytest.mark.perf
 def test_replay_with_20000_rank_tags_finishes_in_seconds_under_500_mb(tmp_path: Path) -> None:
     log = tmp_path / "ranks.log"
     log.write_text("".join(f"[2026-11-29 08:{n // 600 % 60:02d}:{n // 10 % 60:02d} TP{n}] Load weight begin.\n"
@@ -135,21 +170,23 @@ def _ranks(n: int) -> Pipeline:
     return pipeline
 
 
+@pytest.mark.perf
 def test_judging_10000_ranks_is_linear() -> None:
     small, big = _ranks(1000), _ranks(10_000)
 
     def judge(pipeline: Pipeline) -> None:
         pipeline.judge(T0 + 3600)  # every rank stalled: the most judging there is
-    ratio = cost(lambda: judge(big)) / max(cost(lambda: judge(small)), 1e-4)
+    ratio = settled_ratio(lambda: judge(small), lambda: judge(big), 30)
     assert ratio < 30, f"10x the ranks cost {ratio:.0f}x (quadratic: 100x)"
-    assert cost(lambda: judge(big), repeats=1) < 5  # was 48.7 s for one idle step
+    assert cost(lambda: judge(big)) < 5  # was 48.7 s for one idle step
 
 
 # --- patterns ----------------------------------------------------------------------------------
 
+@pytest.mark.perf
 def test_tqdm_pattern_linear_on_spaces_then_percent() -> None:
     assert growth(lambda n: " " * n + "%", parse_progress) < MAX_GROWTH
-    assert cost(lambda: parse_progress(" " * 30_000 + "%"), repeats=1) < 1  # was 24 s
+    assert cost(lambda: parse_progress(" " * 30_000 + "%")) < 1  # was 24 s
 
 
 def test_tqdm_pattern_still_reads_bars() -> None:
@@ -157,24 +194,29 @@ def test_tqdm_pattern_still_reads_bars() -> None:
     assert parsed is not None and parsed[0].desc == "Loading safetensors checkpoint shards" and parsed[0].n == 15
 
 
+@pytest.mark.perf
 def test_dist_store_timeout_linear_on_repeated_socket() -> None:
     pattern = rule("dist_store_timeout")
     assert growth(lambda n: "Socket " * (n // 7), pattern.search) < MAX_GROWTH
-    assert cost(lambda: pattern.search("Socket " * 20_000), repeats=1) < 0.5  # was 4 s
+    assert cost(lambda: pattern.search("Socket " * 20_000)) < 0.5  # was 4 s
 
 
+@pytest.mark.perf
 def test_dist_init_timeout_cause_linear_on_repeated_socket() -> None:
     assert growth(lambda n: "TCPStore " * (n // 9), cause("dist_init_timeout").search) < MAX_GROWTH
 
 
+@pytest.mark.perf
 def test_nccl_timeout_cause_linear_on_repeated_nccl_operation() -> None:
     assert growth(lambda n: "NCCL operation " * (n // 15), cause("nccl_timeout").search) < MAX_GROWTH
 
 
+@pytest.mark.perf
 def test_cuda_graph_capture_failed_cause_linear_on_repeated_capture() -> None:
     assert growth(lambda n: "Capture " * (n // 8), cause("cuda_graph_capture_failed").search) < MAX_GROWTH
 
 
+@pytest.mark.perf
 def test_frame_cuda_graph_linear_on_repeated_init_cuda_graphs() -> None:
     assert growth(lambda n: "in init_cuda_graphs " * (n // 20) + "eagle",
                   rule("frame_cuda_graph").search) < MAX_GROWTH
@@ -262,12 +304,13 @@ def test_user_patterns_past_the_limits_are_refused(tmp_path: Path, pattern: str,
 
 # --- replay's bad lines ------------------------------------------------------------------------
 
+@pytest.mark.perf
 def test_replay_bad_json_lines_linear() -> None:
     def source(n: int) -> bytes:
         return b'{"MESSAGE": "x", "__REALTIME_TIMESTAMP": "1"}\n' + b"{bad json\n" * n
     little, big = source(5_000), source(40_000)
-    ratio = cost(lambda: parse_source(big), repeats=1) / max(cost(lambda: parse_source(little), repeats=1), 1e-3)
-    assert ratio < MAX_GROWTH
+    ratio = settled_ratio(lambda: parse_source(little), lambda: parse_source(big), MAX_GROWTH, floor=1e-3)
+    assert ratio < MAX_GROWTH, f"8x the bad lines cost {ratio:.1f}x"
     parsed = parse_source(big)
     assert parsed.warnings[0].startswith("40000 JSON lines could not be parsed (first: line 2:")
 
@@ -315,6 +358,7 @@ SHAPES = [" ", " %", "Socket ", "a", "a.", "TCPStore ", "9", "[", "[2026-11-29 0
           "\x1b[", "\x1b]", "Traceback ", "/speculative/a_", '"POST /v1/', "server_args=", " TP1", "bs=1 "]
 
 
+@pytest.mark.perf
 @settings(max_examples=25, deadline=None, derandomize=True)
 @example([" "], "%")  # the shapes found quadratic before (issue 9): always tried
 @example(["Socket "], "")
@@ -330,17 +374,16 @@ def test_time_per_byte_stays_flat_for_adversarial_lines(units: list[str], tail: 
     def line(size: int) -> str:
         return unit * (size // len(unit)) + tail
 
-    def one_step(text: str) -> float:
+    def one_step(text: str) -> Callable[[], float]:
         """Seconds one line takes through every stage (the pipeline's set-up not counted)."""
-        best = float("inf")
-        for _ in range(5):
+        def run() -> float:
             pipeline = Pipeline(PROPERTY_CONFIG)
             start = time.perf_counter()
             pipeline.feed(JournalRecord(text, T0, pid=100, invocation_id=INV), T0)
             pipeline.judge(T0 + 1)
-            best = min(best, time.perf_counter() - start)
-        return best
-    ratio = one_step(line(64 * 1024)) / max(one_step(line(8 * 1024)), 1e-4)
+            return time.perf_counter() - start
+        return run
+    ratio = settled_ratio_of(one_step(line(8 * 1024)), one_step(line(64 * 1024)), MAX_GROWTH, repeats=5)
     assert ratio < MAX_GROWTH, f"{unit!r} * n + {tail!r}: 8x the bytes cost {ratio:.1f}x"
 
 
@@ -379,8 +422,9 @@ def test_a_flood_of_fatal_lines_keeps_a_bounded_amount() -> None:
     assert judgement.outcome == "crashed"
 
 
+@pytest.mark.perf
 def test_daemon_idle_step_with_10000_ranks_is_linear(tmp_path: Path) -> None:
-    def step_with(n: int) -> float:
+    def step_with(n: int) -> Callable[[], float]:
         clock = FakeClock(wall=T0)
         journal = ScriptedJournal()
         unit = RecordingUnit(UnitFacts("activating", "start", INV, control_group=None, started_at=T0))
@@ -393,24 +437,31 @@ def test_daemon_idle_step_with_10000_ranks_is_linear(tmp_path: Path) -> None:
         journal.push(*(JournalRecord(f"[2026-11-29 08:00:00 TP{i}] Load weight begin.", T0, pid=1000 + i,
                                      invocation_id=INV) for i in range(n)))
         app.start()
-        clock.jump(5)
-        return cost(lambda: app.step(max_wait=0), repeats=1)
+
+        def idle_step() -> float:
+            clock.jump(5)
+            return timed(lambda: app.step(max_wait=0))
+        return idle_step
     small, big = step_with(1000), step_with(10_000)
-    assert big < 5, f"one idle step with 10,000 ranks took {big:.1f} s (was 48.7 s)"
-    assert big / max(small, 1e-3) < 30
+    ratio = settled_ratio_of(small, big, 30, floor=1e-3)
+    assert ratio < 30, f"10x the ranks made an idle step {ratio:.0f}x as long (quadratic: 100x)"
+    assert cost(big) < 5, "one idle step with 10,000 ranks took 5 s or more (was 48.7 s)"
 
 
+@pytest.mark.perf
 def test_unclaimed_bar_frames_with_4000_ranks_cost_linear() -> None:
-    def frames_with(n: int) -> float:
-        pipeline = _ranks(n)
-        start = time.perf_counter()
-        for i in range(n):  # one frame per rank, from a PID that never printed a tag
-            pipeline.feed(JournalRecord(f"Loading safetensors checkpoint shards:  50% Completed | {i % 30}/30 "
-                                        "[00:24<00:24,  1.63s/it]", T0, pid=99, invocation_id=INV), T0)
-        return time.perf_counter() - start
-    small, big = frames_with(500), frames_with(4000)
-    assert big < 5  # was 37 s: the owner was looked for among all ranks at every frame
-    assert big / max(small, 1e-3) < 24
+    def frames_with(n: int) -> Callable[[], float]:
+        def frames() -> float:
+            pipeline = _ranks(n)
+            start = time.perf_counter()
+            for i in range(n):  # one frame per rank, from a PID that never printed a tag
+                pipeline.feed(JournalRecord(f"Loading safetensors checkpoint shards:  50% Completed | {i % 30}/30 "
+                                            "[00:24<00:24,  1.63s/it]", T0, pid=99, invocation_id=INV), T0)
+            return time.perf_counter() - start
+        return frames
+    ratio = settled_ratio_of(frames_with(500), frames_with(4000), 24, floor=1e-3)
+    assert ratio < 24, f"8x the ranks made their unclaimed frames cost {ratio:.0f}x (quadratic: 64x)"
+    assert cost(frames_with(4000)) < 5  # was 37 s: the owner was looked for among all ranks at every frame
 
 
 def test_an_unclaimed_bar_still_goes_to_tp0_of_the_ranks_in_its_phase() -> None:
