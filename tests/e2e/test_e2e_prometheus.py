@@ -140,8 +140,7 @@ def test_prometheus_follows_the_ranks_through_the_phases_and_sees_the_restart(
     # One failed start-up took one of three from the budget; ready alone does not give it back (only
     # after restart_budget.stable, 10m, healthy).
     [remaining] = query_range(box, "phasewatch_restart_budget_remaining", began, end)
-    assert values(remaining)[0][1] == 3 and min(v for _, v in values(remaining)) == 2
-    assert values(remaining)[-1][1] == 2
+    assert min(v for _, v in values(remaining)) == 2 and values(remaining)[-1][1] == 2
     [info] = query(box, "phasewatch_info")
     assert (info["metric"]["tp"], info["metric"]["nnodes"], info["metric"]["speculative"]) == ("8", "1", "EAGLE3")
     assert int(float(query(box, "phasewatch_journal_entries_total")[0]["value"][1])) > 200
