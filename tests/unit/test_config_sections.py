@@ -29,7 +29,7 @@ SECTIONS = [
                         "    match: 'NCCL error'\n",
      "patterns[0].scope", 6, r"expected one of rank, main, any, got 'everywhere'"),
     ("actions", HEAD + "actions:\n  stalled: [alert]\n  crashed: [alert, reboot]\n", "actions.crashed", 5,
-     r"expected a list of alert, restart, got \['alert', 'reboot'\]"),
+     r"expected a list of evidence, alert, restart, got \['alert', 'reboot'\]"),
     ("restart_budget", HEAD + "restart_budget:\n  max: -1\n", "restart_budget.max", 4,
      r"expected a whole number >= 0, got -1"),
     ("dry_run", HEAD + "dry_run: maybe\n", "dry_run", 3, r"expected true or false, got 'maybe'"),
@@ -41,6 +41,11 @@ SECTIONS = [
      r"floor 3 is above ceiling 2"),
     ("vitals", HEAD + "vitals:\n  enabled: true\n  period: 0.1s\n", "vitals.period", 5,
      r"expected a duration of at least 0\.5s, got '0\.1s'"),
+    ("evidence", HEAD + "evidence:\n  timeout: none\n", "evidence.timeout", 4, r"expected a duration like 15s"),
+    ("hooks", HEAD + "hooks:\n  collect-logs:\n    timeout: 10s\n", "hooks.collect-logs.exec", 4,
+     r"missing: the command to run"),
+    ("leftovers", HEAD + "leftovers:\n  check: yes please\n", "leftovers.check", 4,
+     r"expected true or false, got 'yes please'"),
 ]
 
 
