@@ -155,4 +155,4 @@ def test_prometheus_follows_the_ranks_through_the_phases_and_sees_the_restart(
     status = json.loads(box.run("curl", "-sf", f"{METRICS}/status").stdout)
     assert status["unit"] == UNIT
     assert status["invocation"]["unit_state"] == "ready"
-    assert status["restart_budget"]["state"] == "armed" and status["restart_budget"]["remaining"] == 3
+    assert status["restart_budget"]["state"] == "armed" and status["restart_budget"]["remaining"] == 2
