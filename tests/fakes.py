@@ -16,7 +16,7 @@ from phasewatch.sinks.metrics import Exporter
 from phasewatch.sources.follow import APPEND
 from phasewatch.stages import policy
 from phasewatch.stages.respond import Memory
-from phasewatch.stages.tracker import InvocationView
+from phasewatch.stages.snapshot import InvocationView
 
 
 class ScriptedJournal:

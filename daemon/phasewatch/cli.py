@@ -10,7 +10,9 @@ import datetime as dt
 import json
 import os
 import re
+import sqlite3
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
@@ -28,7 +30,7 @@ from .errors import (
     UsageError,
 )
 from .pipeline import Pipeline
-from .records import JournalRecord
+from .records import JournalRecord, Phase
 from .render import clamp_ts, json_text, terminal_safe, to_json, to_table, ts_in_range
 from .sources.formats import parse_source
 from .sources.journal_source import UnitRecords
@@ -184,7 +186,60 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     rules = len(config.engine_profile().rules)
     print(f"{args.config}: OK (unit {config.unit}, engine {config.engine}, {rules} rules)")
+    if args.unit:
+        for line in timer_check(replace(config, unit=args.unit), args.state_dir):
+            print(line)
     return EX_OK
+
+
+def timer_check(config: Config, state_dir: str | None) -> list[str]:
+    """`check-config --unit`: the unit's timers (over D-Bus), its last start-up's server_args (from
+    the journal) and the learned healthy durations (history), against the config's limits."""
+    from .errors import JournalError, NoSuchUnit, UnitError
+    from .sinks.actions import SystemdUnit
+    from .sinks.history import History, fingerprint
+    from .sources.current import CurrentStartup, find_start
+    from .sources.follow import JournalFollower
+    from .stages.learn import typical_durations
+    from .stages.timerlint import UnitTimers, lint
+
+    notes: list[str] = []
+    try:
+        timers = SystemdUnit(config.unit).timers()
+    except UnitError as exc:
+        timers = UnitTimers()
+        notes.append(f"note: {exc}; TimeoutStartSec= and Environment= not checked")
+    server = None
+    try:
+        start = find_start(config.unit)
+        follower = JournalFollower(config.unit)
+        try:
+            startup = CurrentStartup(config, follower, start)
+            startup.read(time.time())
+            inv = startup.invocation()
+            server = inv.server if inv is not None else None
+        finally:
+            follower.close()
+    except (NoSuchUnit, JournalError, OSError) as exc:
+        notes.append(f"note: no start-up of {config.unit} read from the journal ({exc})")
+    if server is None:
+        notes.append("note: no server_args in the journal: the engine's default timers are assumed")
+    healthy: dict[Phase, float] = {}
+    path = Path(state_dir or os.environ.get("STATE_DIRECTORY", "").split(":")[0] or "/var/lib/phasewatch") \
+        / f"{config.unit}.history.sqlite3"
+    if server is not None and path.exists():
+        try:
+            history = History(path, read_only=True)
+            key = fingerprint(server)
+            healthy = typical_durations({p: history.durations(config.unit, key, p.value) for p in Phase})
+        except (HistoryUnreadable, sqlite3.Error) as exc:
+            notes.append(f"note: history not read ({exc})")
+    warnings = lint(config, server.timer_args if server is not None else {}, timers, healthy)
+    lines = [*notes]
+    if not warnings:
+        lines.append(f"{config.unit}: no engine or systemd timer ends a phase before phasewatch's limits")
+    lines.extend(f"warning: {w.message}" for w in warnings)
+    return lines
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -247,6 +302,9 @@ def build_parser() -> argparse.ArgumentParser:
     report.set_defaults(func=cmd_report)
     check = sub.add_parser("check-config", help="validate a config file")
     check.add_argument("config")
+    check.add_argument("--unit", help="also check the unit's engine and systemd timers against the limits "
+                                      "(TimeoutStartSec= and Environment= over D-Bus, server_args from the journal)")
+    check.add_argument("--state-dir", help="where the history is (default $STATE_DIRECTORY or /var/lib/phasewatch)")
     check.set_defaults(func=cmd_check_config)
     from .commands import hold, logs, status, waitready
 

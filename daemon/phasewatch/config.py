@@ -48,6 +48,8 @@ DEFAULT_LIMITS: Mapping[Phase, PhaseLimits] = {
     Phase.WARMUP: PhaseLimits(720, 660),
     Phase.READY: PhaseLimits(None, None),
     Phase.SERVING: PhaseLimits(None, None),
+    # DeepGEMM's pre-compile "typically 10-20 mins"; compiler child processes are signs of life (vitals.py).
+    Phase.JIT_COMPILE: PhaseLimits(2400, 1200),
 }
 DEFAULT_RANK_SKEW = 300.0
 

@@ -35,6 +35,9 @@ class Phase(enum.Enum):
     DRAFT_CUDA_GRAPH_CAPTURE = "draft_cuda_graph_capture"
     HTTP_SERVER_START = "http_server_start"
     WARMUP = "warmup"
+    # A sub-phase inside a rank's phase (DeepGEMM, FlashInfer, torch.compile JIT): it has its own
+    # limits, and a start-up that went through it is cold. A rank's `phase` is never jit_compile.
+    JIT_COMPILE = "jit_compile"
     READY = "ready"
     SERVING = "serving"
 
@@ -87,6 +90,7 @@ class AlertKind(enum.StrEnum):
     GAVE_UP = "gave_up"  # the restart budget is spent
     RESTART_FAILED = "restart_failed"
     STATE_DEGRADED = "state_degraded"  # the state directory cannot be written
+    TIMER_LINT = "timer_lint"  # an engine or systemd timer ends a phase before a limit can (stages/timerlint.py)
     RESTART_BLOCKED = "restart_blocked"  # processes of the stopped start-up survived (sinks/leftovers.py)
 
 
@@ -102,7 +106,8 @@ class MessageId(enum.StrEnum):
     GAVE_UP = "8d4c3f6b2a1e4e0f9b7d5c3a1f2e4d66"
     RESTART_FAILED = "8d4c3f6b2a1e4e0f9b7d5c3a1f2e4d67"
     STATE_DEGRADED = "8d4c3f6b2a1e4e0f9b7d5c3a1f2e4d7a"  # not a verdict: the state directory failed
-    RESTART_BLOCKED = "8d4c3f6b2a1e4e0f9b7d5c3a1f2e4d7b"
+    TIMER_LINT = "8d4c3f6b2a1e4e0f9b7d5c3a1f2e4d7b"  # not a verdict: a timer pre-empts a limit
+    RESTART_BLOCKED = "8d4c3f6b2a1e4e0f9b7d5c3a1f2e4d7c"
 
 
 @dataclass(frozen=True)

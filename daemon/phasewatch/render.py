@@ -19,6 +19,7 @@ from .config import Config
 from .durations import format_duration
 from .pipeline import Judgement
 from .records import MAIN, PHASE_NAMES, Progress
+from .stages.policy import Verdict
 from .stages.snapshot import InvocationView, RankView
 from .stages.timestamps import is_dated
 
@@ -111,7 +112,7 @@ def _rank_json(rank: RankView) -> dict[str, Any]:
                     "desc": rank.progress.desc, "bs": rank.progress.bs, "avail_mem_gb": rank.progress.avail_mem_gb,
                     # the phase the bar was drawn in: a rank that moved on still shows its last bar
                     "phase": rank.progress_phase.value if rank.progress_phase is not None else None}
-    return {
+    out = {
         "phase": rank.phase.value,
         "phase_ended": rank.phase_ended,
         "confidence": confidence(rank),
@@ -121,6 +122,11 @@ def _rank_json(rank: RankView) -> dict[str, Any]:
         "phases": [{"name": s.phase.value, "start": iso(s.start), "end": iso(s.end), "confidence": s.confidence}
                    for s in rank.spans],
     }
+    if rank.jit is not None:
+        # The jit_compile sub-phase: from the first JIT line; `start` is the current session's.
+        out["jit_compile"] = {"in": rank.jit.parent.value, "first": iso(rank.jit.first), "start": iso(rank.jit.start),
+                              "end": iso(rank.jit.end), "compiling": rank.compiling}
+    return out
 
 
 def to_json(judgements: list[Judgement], now: float) -> dict[str, Any]:
@@ -139,17 +145,29 @@ def invocation_json(judgement: Judgement, now: float) -> dict[str, Any]:
         "judged_at": iso(now),
         "unit_state": inv.state.value,
         "lines_lost": inv.lines_lost,
+        "cold": inv.cold,
         "server": None if server is None else {
             "tp": server.tp, "dp": server.dp, "pp": server.pp, "ep": server.ep, "nnodes": server.nnodes,
             "node_rank": server.node_rank, "dp_attention": server.dp_attention,
             "speculative": server.speculative, "model_path": server.model_path,
             **({"role": server.role} if server.role is not None else {})},  # PD disaggregation only
         "ranks": {r.rank: _rank_json(r) for r in inv.ranks},
-        "verdicts": [{"kind": v.kind, "phase": v.phase, "rank": v.rank, "cause": v.cause,
-                      "message": v.message, "at": iso(v.at)} for v in judgement.verdicts],
+        "verdicts": [verdict_json(v) for v in judgement.verdicts],
         "anomalies": [{"rank": a.rank, "from": a.source, "to": a.target, "rule": a.rule, "at": iso(a.ts),
                        "confidence": a.confidence} for a in inv.anomalies],
     }
+
+
+def verdict_json(v: Verdict) -> dict[str, Any]:
+    out: dict[str, Any] = {"kind": v.kind, "phase": v.phase, "rank": v.rank, "cause": v.cause,
+                           "message": v.message, "at": iso(v.at)}
+    if v.facts is not None:
+        # Ranks the failure lines name: the culprits (and how they were found), the healthy ones, and
+        # those that timed out waiting on the others.
+        out["ranks"] = {"culprits": list(v.facts.culprits), "found_by": v.facts.found_by or None,
+                        "remote": v.facts.remote, "healthy": list(v.facts.healthy),
+                        "waiting": list(v.facts.waiting)}
+    return out
 
 
 def status_document(judgement: Judgement | None, now: float, config: Config,
@@ -188,6 +206,15 @@ def _cell(rank: RankView, phase: str, now: float, timeless: bool = False) -> str
     return format_duration(max(end - start, 0.0)) + mark
 
 
+def _jit_cell(rank: RankView, now: float) -> str:
+    jit = rank.jit
+    if jit is None or jit.first is None:
+        return "-" if jit is None else "?"
+    if jit.end is None:
+        return format_duration(max(now - jit.first, 0.0)) + "+"
+    return format_duration(max(jit.end - jit.first, 0.0))
+
+
 def to_table(judgements: list[Judgement], now: float, timeless: bool = False) -> str:
     """`timeless`: the log has no time stamp at all; phases are shown without durations."""
     if not judgements:
@@ -203,9 +230,12 @@ def to_table(judgements: list[Judgement], now: float, timeless: bool = False) ->
 
         if inv.lines_lost:
             header += f", {inv.lines_lost} line(s) lost"
+        if inv.cold:
+            header += ", cold (JIT compiled)"
         out.append(header)
         phases = [p for p in PHASE_NAMES if any(s.phase.value == p for r in inv.ranks for s in r.spans)]
-        columns = ["RANK", "NOW", "PROGRESS", *phases]
+        jit = any(r.jit is not None for r in inv.ranks)
+        columns = ["RANK", "NOW", "PROGRESS", *phases, *(["jit_compile"] if jit else [])]
         rows = []
         for rank in inv.ranks:
             now_text = rank.phase.value + (" (done)" if rank.phase_ended else "") + ("" if rank.seen else " (silent)")
@@ -213,8 +243,11 @@ def to_table(judgements: list[Judgement], now: float, timeless: bool = False) ->
                 now_text += f" ({confidence(rank)})"
             if rank.rank == MAIN and rank.phase.value == "launch" and inv.scheduler_ranks:
                 now_text = "launch (waiting for the ranks)"
+            if rank.compiling:
+                now_text += " + jit_compile"
             rows.append([rank.rank, now_text, progress_text(rank.progress),
-                         *(_cell(rank, p, now, timeless) for p in phases)])
+                         *(_cell(rank, p, now, timeless) for p in phases),
+                         *([_jit_cell(rank, now)] if jit else [])])
         widths = [max(len(str(row[i])) for row in [columns, *rows]) for i in range(len(columns))]
         for row in [columns, *rows]:
             out.append("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())

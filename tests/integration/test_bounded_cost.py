@@ -35,7 +35,7 @@ from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier, Record
 from phasewatch.sinks.state import StateStore
 from phasewatch.sources.formats import parse_source
 from phasewatch.sources.procs import ProcessTable
-from phasewatch.stages import tracker
+from phasewatch.stages import tracker, tracker_state
 from phasewatch.stages.events import pattern_view
 from phasewatch.stages.lines import (
     _RANK_MEMO,
@@ -415,8 +415,8 @@ def test_a_flood_of_fatal_lines_keeps_a_bounded_amount() -> None:
                                     invocation_id=INV), T0)
     inv = pipeline.snapshot().current
     assert inv is not None
-    assert len(inv.fatals) <= tracker.MAX_FATALS
-    assert all(len(f.texts) <= tracker.MAX_FATAL_TEXTS for f in inv.fatals)
+    assert len(inv.fatals) <= tracker_state.MAX_FATALS
+    assert all(len(f.texts) <= tracker_state.MAX_FATAL_TEXTS for f in inv.fatals)
     assert inv.fatals[0].rank == "TP0"  # the first decides the culprit, as before
     [judgement] = pipeline.judge(T0 + 10)
     assert judgement.outcome == "crashed"

@@ -16,7 +16,7 @@ from phasewatch.records import Phase, record_from_fields
 from phasewatch.sinks.history import History, StartupRecord, summarize
 from phasewatch.stages import policy
 from phasewatch.stages.learn import adapted, eta_seconds, limits_in_force, typical_durations
-from phasewatch.stages.tracker import InvocationView
+from phasewatch.stages.snapshot import InvocationView
 
 UNIT = "sglang-kimi.service"
 BASE = 1_800_000_000.0

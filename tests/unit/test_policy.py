@@ -55,7 +55,7 @@ def test_the_whole_start_up_is_judged_clean(journal: Journal) -> None:
     inv = journal.invocation()
     assert [(r.rank, r.phase) for r in inv.ranks] == [(label, Phase.SERVING) for label in (MAIN, *TP8)]
     spans = [s.phase for s in inv.rank("TP3").spans]  # type: ignore[union-attr]
-    assert spans == list(Phase)
+    assert spans == [p for p in Phase if p is not Phase.JIT_COMPILE]  # a sub-phase, never a span
     assert journal.verdicts() == []
 
 
@@ -292,8 +292,12 @@ def test_crashed_cause_nccl_timeout_from_torch_watchdog(journal: Journal) -> Non
     journal.log(MAIN, "Rank 0 scheduler is dead. Please check if there are relevant logs.")
     journal.log(MAIN, "Exit code: -6")
     (verdict,) = journal.verdicts()
+    # TP5 waited 600 s in a collective: a bystander, not the culprit. One reporter of eight leaves
+    # seven candidates, too many to name by elimination: the culprit is not shown.
     assert (verdict.kind, verdict.rank, verdict.phase, verdict.cause) == (
-        "crashed", "TP5", "cuda_graph_capture", "nccl_timeout")
+        "crashed", None, "cuda_graph_capture", "nccl_timeout")
+    assert verdict.facts is not None and verdict.facts.waiting == ("TP5",) and verdict.facts.culprits == ()
+    assert "rank unknown" in verdict.message and "timed out waiting: TP5" in verdict.message
 
 
 def test_crashed_cause_dist_init_timeout_from_dist_store_error(journal: Journal) -> None:

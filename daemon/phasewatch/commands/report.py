@@ -17,6 +17,7 @@ COLOURS = {
     "launch": "#c7c7c7", "dist_init": "#9467bd", "weight_load": "#1f77b4", "kv_cache_alloc": "#17becf",
     "cuda_graph_capture": "#ff7f0e", "draft_weight_load": "#aec7e8", "draft_cuda_graph_capture": "#ffbb78",
     "http_server_start": "#8c564b", "warmup": "#e377c2", "ready": "#2ca02c", "serving": "#98df8a",
+    "jit_compile": "#bcbd22",
 }
 
 
@@ -43,7 +44,8 @@ def slowest_rank(record: StartupRecord) -> str | None:
 def to_json(records: Sequence[StartupRecord]) -> dict[str, Any]:
     return {"startups": [{
         "invocation_id": r.invocation_id, "started_at": _when(r.started_at) + "Z", "duration_seconds": r.duration,
-        "outcome": r.outcome, "cause": r.cause, "fingerprint": r.fingerprint, "slowest_rank": slowest_rank(r),
+        "outcome": r.outcome, "cause": r.cause, "fingerprint": r.fingerprint, "cold": r.cold,
+        "slowest_rank": slowest_rank(r),
         "phases": [{"name": p.phase, "duration_seconds": p.duration, "spread_seconds": p.spread,
                     "progress_total": p.progress_total, "max_silence_seconds": p.max_silence,
                     "slowest_rank": p.slowest_rank} for p in r.phases],

@@ -26,8 +26,9 @@ from ..durations import format_duration, shown
 from ..errors import ForeignDaemon, NoSuchUnit, UsageError
 from ..records import FAILING
 from ..render import clock_text, json_text, status_document, terminal_safe
-from ..sources.current import CurrentStartup, StartPoint, find_start, resolve_config, unit_name, warn
+from ..sources.current import CurrentStartup, StartPoint, find_start, resolve_config, unit_name, unit_timers, warn
 from ..sources.follow import JournalFollower
+from ..stages.timerlint import UnitTimers, lint
 
 EXIT_READY, EXIT_STARTING, EXIT_FAILING, EXIT_UNKNOWN, EXIT_FOREIGN = 0, 1, 2, 3, 4
 FAILING_VERDICTS = FAILING
@@ -99,6 +100,7 @@ class StatusSource:
         self.start: StartPoint | None = None
         self.startup: CurrentStartup | None = None
         self.follower: JournalFollower | None = None
+        self.linted: tuple[str, list[str]] | None = None  # (invocation, timer warnings): D-Bus asked once
 
     def document(self) -> dict[str, Any]:
         if self.ask:
@@ -115,8 +117,16 @@ class StatusSource:
             self.startup = CurrentStartup(self.config, self.follower, self.start, follow_restarts=True)
         self.startup.read(now)
         judgement = self.startup.judgement(now)
-        extra = {"source": "journal", "active_state": self.start.active_state if self.start else None,
-                 "daemon": None}
+        extra: dict[str, Any] = {"source": "journal",
+                                 "active_state": self.start.active_state if self.start else None, "daemon": None,
+                                 "timer_warnings": []}
+        inv = judgement.invocation if judgement is not None else None
+        if inv is not None and inv.server is not None:
+            if self.linted is None or self.linted[0] != inv.invocation_id:
+                self.linted = (inv.invocation_id, [w.message for w in lint(
+                    self.config, inv.server.timer_args, unit_timers(self.config.unit) if self.directory is None
+                    else UnitTimers())])
+            extra["timer_warnings"] = self.linted[1]
         return status_document(judgement, now, self.config, None, extra)
 
     def close(self) -> None:
@@ -172,6 +182,9 @@ def _phase_text(label: str, rank: dict[str, Any], schedulers: bool) -> str:
         return "launch (waiting for the ranks)"
     if not rank.get("seen", True):
         return f"{phase} (silent)"
+    jit = rank.get("jit_compile")
+    if isinstance(jit, dict) and jit.get("compiling"):
+        return f"{phase} + jit_compile"
     return phase + (" (done)" if rank.get("phase_ended") else "")
 
 
@@ -211,6 +224,8 @@ def header(document: dict[str, Any], listen: str | None = None) -> list[str]:
         detail += f", last line {_duration(now - last)} ago"
     if inv.get("lines_lost"):
         detail += f", {inv['lines_lost']} line(s) lost"
+    if inv.get("cold"):
+        detail += ", cold start (JIT compiling)"
     lines.append(f"{detail}; {where}")
     return lines
 
@@ -247,6 +262,10 @@ def render_table(document: dict[str, Any], listen: str | None = None) -> str:
         out.append("")
         out.append("verdicts:" if verdicts else "verdicts: none")
         out.extend(f"  {v.get('kind')}: {v.get('message')}" for v in verdicts)
+    warnings = document.get("timer_warnings")
+    if isinstance(warnings, list) and warnings:
+        out.append("timer warnings (an engine or systemd timer ends a phase before phasewatch's limit):")
+        out.extend(f"  {w}" for w in warnings)
     budget = document.get("restart_budget")
     if isinstance(budget, dict) and budget:
         out.append("restart budget: " + ", ".join(

@@ -10,14 +10,17 @@ Errors from D-Bus become `UnitError` (the daemon logs and alerts, never dies of 
 from __future__ import annotations
 
 import logging
+import math
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 from ..errors import UnitError
 from ..stages.respond import Action, UnitStatus
+from ..stages.timerlint import UnitTimers
 
 logger = logging.getLogger(__name__)
+USEC_INFINITY = 2**64 - 1  # systemd's "infinity" for a usec property
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,20 @@ class SystemdUnit:
                              invocation_id=invocation or None, job_pending=bool(job_id),
                              control_group=control_group, started_at=exit_ts / 1e6 if exit_ts else None)
 
+    def timers(self) -> UnitTimers:
+        """The unit's timers and environment (TimeoutStartUSec, Type, ExecStartPost, Environment)."""
+        with self._dbus(f"cannot read {self.name}'s timers over D-Bus"):
+            service = self._load().Service
+            usec = int(service.TimeoutStartUSec)
+            environment = {}
+            for item in service.Environment or ():
+                key, sep, value = _text(item).partition("=")
+                if sep:
+                    environment[key] = value
+            return UnitTimers(timeout_start=math.inf if usec >= USEC_INFINITY else usec / 1e6,
+                              service_type=_text(service.Type), has_exec_start_post=bool(service.ExecStartPost),
+                              environment=environment)
+
     def load_state(self) -> str:
         """loaded, not-found, masked, error..."""
         with self._dbus(f"cannot read {self.name}'s state over D-Bus"):
@@ -106,9 +123,13 @@ class RecordingUnit:
     restarts: list[str] = field(default_factory=list)
     refuse: str | None = None
     calls: list[str] = field(default_factory=list)  # "stop", "start"
+    unit_timers: UnitTimers = field(default_factory=UnitTimers)
 
     def facts(self) -> UnitFacts:
         return self.status
+
+    def timers(self) -> UnitTimers:
+        return self.unit_timers
 
     def restart(self) -> str:
         if self.refuse:

@@ -59,12 +59,19 @@ class StartupRecord:
         return next((p for p in self.phases if p.phase == name), None)
 
     @property
+    def cold(self) -> bool:
+        """It JIT-compiled (its jit_compile sub-phase is among its phases)."""
+        return self.phase(Phase.JIT_COMPILE.value) is not None
+
+    @property
     def duration(self) -> float:
         return self.ended_at - self.started_at
 
 
-def fingerprint(server: ServerInfo | None) -> str:
-    """What changes timing: model and draft, parallelism, speculative algorithm, graph sizes, us."""
+def fingerprint(server: ServerInfo | None, cold: bool = False) -> str:
+    """What changes timing: model and draft, parallelism, speculative algorithm, graph sizes, us; and
+    whether the start-up JIT-compiled (cold), minutes apart from a warm one. A warm start-up keeps the
+    key it had before cold ones were told apart, so existing histories stay valid (as warm)."""
     if server is None:
         parts: dict[str, Any] = {"server": None}
     else:
@@ -72,6 +79,8 @@ def fingerprint(server: ServerInfo | None) -> str:
                  "pp": server.pp, "ep": server.ep, "nnodes": server.nnodes, "spec": server.speculative,
                  "graph_max_bs": server.cuda_graph_max_bs, "graph_bs": server.cuda_graph_bs}
     parts["phasewatch"] = __version__.rsplit(".", 1)[0]  # minor versions share history
+    if cold:
+        parts["cold"] = True
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -96,8 +105,16 @@ def summarize(unit: str, inv: InvocationView, outcome: str, cause: str | None, e
         slowest = max(spans, key=lambda item: item[1].end or 0.0)[0]
         phases.append(PhaseRecord(name, max(ends) - min(starts), max(ends) - min(ends),
                                   max(totals) if totals else None, inv.phase_silence.get(phase, 0.0), slowest))
+    jits = [(r.rank, r.jit) for r in ranks if r.jit is not None and r.jit.first is not None and r.jit.end is not None]
+    if jits:
+        # The jit_compile sub-phase, as a phase of its own: first JIT line to the last compile's end.
+        firsts = [j.first for _, j in jits if j.first is not None]
+        ends = [j.end for _, j in jits if j.end is not None]
+        slowest = max(jits, key=lambda item: item[1].end or 0.0)[0]
+        phases.append(PhaseRecord(Phase.JIT_COMPILE.value, max(ends) - min(firsts), max(ends) - min(ends), None,
+                                  inv.phase_silence.get(Phase.JIT_COMPILE, 0.0), slowest))
     spans_by_rank = {r.rank: [(s.phase.value, s.start, s.end) for s in r.spans] for r in inv.ranks if r.seen}
-    return StartupRecord(unit, inv.invocation_id, fingerprint(inv.server), inv.started_at, ended_at, outcome,
+    return StartupRecord(unit, inv.invocation_id, fingerprint(inv.server, inv.cold), inv.started_at, ended_at, outcome,
                          cause, tuple(phases), spans_by_rank, tuple(verdicts))
 
 

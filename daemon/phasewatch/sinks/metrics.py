@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -33,6 +33,7 @@ from ..render import iso, status_document
 from ..stages.policy import Verdict
 from ..stages.respond import Memory
 from ..stages.snapshot import InvocationView, ServerInfo, Snapshot
+from ..stages.timerlint import TimerWarning
 from ..stages.vitals import Vitals
 from ..stages.vitals import document as vitals_document
 from .metric_families import (
@@ -78,6 +79,7 @@ class Exporter:
         self._probes = Probes()
         self._probe_lock = threading.Lock()
         self._vitals: Vitals | None = None  # replaced whole by the daemon, read by the server threads
+        self._timer_warnings: list[str] = []  # replaced whole, like _vitals
         self.registry.register(_Collector(self))
 
     # -- fed by the daemon (main thread) -------------------------------------------------------
@@ -89,6 +91,10 @@ class Exporter:
             self._verdict_keys[verdict.key] = verdict.invocation_id
             label = (verdict.kind, verdict.phase or "")
             self._verdicts[label] = self._verdicts.get(label, 0) + 1
+
+    def saw_timer_warnings(self, warnings: Sequence[TimerWarning]) -> None:
+        """The current start-up's timer warnings (timerlint.py), shown in `/status`."""
+        self._timer_warnings = [w.message for w in warnings]
 
     def saw_vitals(self, vitals: Vitals | None) -> None:
         """The latest signs of life of the ranks (None: not sampling, the start-up is over)."""
@@ -182,6 +188,7 @@ class Exporter:
                                     "daemon": daemon_identity()})
         document["vitals"] = vitals_document(self._vitals, now)
         document.update(self._why)
+        document["timer_warnings"] = list(self._timer_warnings)
         return document
 
     def collect(self) -> Iterator[Metric]:

@@ -20,7 +20,9 @@ from ..render import iso
 from ..stages import policy
 from ..stages.learn import LimitInForce, adapted, eta_seconds, limits_in_force, typical_durations
 from ..stages.respond import PRIORITY, Action, BudgetState, Hold, Memory, Response, reset_budget, respond, settled
-from ..stages.snapshot import ENDED_STATES, UP_STATES, InvocationView, Snapshot
+from ..stages.snapshot import ENDED_STATES, UP_STATES, InvocationView, Snapshot, UnitState
+from ..stages.timerlint import TimerWarning, UnitTimers, lint
+from ..stages.timerlint import summary as lint_summary
 from .actions import UnitFacts
 from .history import History, fingerprint, summarize
 from .leftovers import GuardedRestart
@@ -34,6 +36,8 @@ class Unit(Protocol):
     def facts(self) -> UnitFacts: ...
 
     def restart(self) -> str: ...
+
+    def timers(self) -> UnitTimers: ...
 
 
 class Alerter(Protocol):
@@ -82,6 +86,8 @@ class Responder:
         self.eta: float | None = None
         self.degraded: dict[str, str] = {}  # "history"/"state" -> why it is kept in memory only
         self.degraded_alerted: set[str] = set()  # alerted once per run
+        self.linted: set[str] = set()  # start-ups whose timers were checked (once each)
+        self.timer_warnings: list[TimerWarning] = []
 
     def judge_and_act(self) -> None:
         snapshot = self.pipeline.snapshot()
@@ -97,6 +103,7 @@ class Responder:
         if current:
             self.pipeline.use_limits(learned.config)  # judged with the limits in force for this start-up
             self.eta = eta_seconds(inv, now, learned.typical)
+            self._lint_timers(inv, learned)
         verdicts = policy.evaluate(inv, now, learned.config, self.pipeline.profile)
         ready_at = _ready_time(inv) if current and inv.state in UP_STATES else None
         if settled(self.memory, ready_at, verdicts, now, self.config):
@@ -116,11 +123,32 @@ class Responder:
         response = respond(verdicts, self.memory, status, now, self.config, hold)
         self._execute(response, inv, status)
 
+    def _lint_timers(self, inv: InvocationView, learned: Learned) -> None:
+        """Once per start-up, when its server_args are known: warn about engine and systemd timers that
+        end a phase before phasewatch's limit does, and limits below the learned healthy duration."""
+        if inv.server is None or inv.invocation_id in self.linted or inv.state is not UnitState.STARTING:
+            return
+        self.linted.add(inv.invocation_id)
+        try:
+            timers = self.unit.timers()
+        except UnitError as exc:
+            logger.warning("[%s] timer check without the unit's settings: %s", self.config.unit, exc)
+            timers = UnitTimers()
+        self.timer_warnings = lint(learned.config, inv.server.timer_args, timers, learned.typical)
+        if self.exporter is not None:
+            self.exporter.saw_timer_warnings(self.timer_warnings)
+        if self.timer_warnings:
+            message = (f"{self.config.unit}: {len(self.timer_warnings)} limit(s) will not fire as configured: "
+                       f"{lint_summary(self.timer_warnings)}")
+            logger.warning("[%s] %s", self.config.unit, message)
+            self.alerter.alert(Action("alert", message[:4000], "timer_lint", PRIORITY["timer_lint"],
+                                      inv.invocation_id, cause=",".join(w.code for w in self.timer_warnings)))
+
     # -- learning from past start-ups -------------------------------------------------------------
     def learned_for(self, inv: InvocationView) -> Learned:
         if self.history is None or inv.server is None:
             return Learned(self.config, {}, {})
-        key = fingerprint(inv.server)
+        key = fingerprint(inv.server, inv.cold)  # cold and warm start-ups learn apart
         if key not in self.learned:
             durations = {p: self.history.durations(self.config.unit, key, p.value) for p in Phase}
             silences = {p: self.history.silences(self.config.unit, key, p.value) for p in Phase}

@@ -37,6 +37,7 @@ class StepResult:
     vitals: Vitals | None
     entries: int  # journal entries of the current start-up
     rejected: Mapping[str, int]  # entries that only claimed to be the unit's, by reason
+    timer_warnings: tuple[str, ...] = ()  # engine or systemd timers that pre-empt a limit (timerlint)
     why: Mapping[str, object] = field(default_factory=dict)  # hold, previous start-up, evidence (responder.why)
 
 
@@ -72,6 +73,8 @@ class SystemdStatus:
                            "entries": result.entries, "lines_lost": inv.lines_lost})
             if result.vitals is not None:
                 status["vitals"] = {r.rank: r.text() for r in result.vitals.ranks}
+            if result.timer_warnings:
+                status["timer_warnings"] = list(result.timer_warnings)
         status["budget"] = result.memory.budget.state.value
         status["restarted"] = sorted(result.memory.restarted)
         status["entries_rejected"] = dict(result.rejected)

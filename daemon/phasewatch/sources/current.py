@@ -36,6 +36,7 @@ from ..records import (
 )
 from ..sinks.actions import SystemdUnit, UnitFacts
 from ..stages.snapshot import InvocationView, Snapshot, Transition
+from ..stages.timerlint import UnitTimers
 from .follow import INVALIDATE, JournalFollower
 
 # PID 1's entries that belong to another start than the one a "Started" entry closes.
@@ -166,6 +167,14 @@ def read_facts(unit: str) -> UnitFacts | None:
         return systemd_unit.facts()
     except UnitError:
         return None
+
+
+def unit_timers(unit: str) -> UnitTimers:
+    """The unit's timers over D-Bus; none known when D-Bus cannot be reached."""
+    try:
+        return SystemdUnit(unit).timers()
+    except UnitError:
+        return UnitTimers()
 
 
 def find_start(unit: str, directory: str | None = None,

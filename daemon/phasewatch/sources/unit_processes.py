@@ -14,6 +14,7 @@ from ..errors import UnitError
 from ..records import Event, EventKind
 from ..sinks.actions import UnitFacts
 from ..stages.snapshot import InvocationView, UnitState
+from ..stages.timerlint import UnitTimers
 from .base import Current, Instant
 from .procs import ProcessTable, RankProcess, RankWatch
 
@@ -31,6 +32,8 @@ class Unit(Protocol):
     def stop(self) -> str: ...
 
     def start(self) -> str: ...
+
+    def timers(self) -> UnitTimers: ...
 
 
 class UnitFactsReader:

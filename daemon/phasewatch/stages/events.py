@@ -44,7 +44,7 @@ C10D_RANK_RE = re.compile(r"^\[rank(\d+)\]:")
 SERVER_ARG_KEYS = ("tp_size", "dp_size", "pp_size", "ep_size", "nnodes", "node_rank", "enable_dp_attention",
                    "speculative_algorithm", "model_path", "speculative_draft_model_path", "cuda_graph_max_bs",
                    "cuda_graph_bs", "moe_dp_size", "attn_cp_size", "version", "host", "port",
-                   "disaggregation_mode")
+                   "watchdog_timeout", "soft_watchdog_timeout", "dist_timeout", "disaggregation_mode")
 
 
 def parse_server_args(message: str) -> dict[str, str]:

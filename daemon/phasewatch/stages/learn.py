@@ -99,7 +99,8 @@ def eta_seconds(inv: InvocationView, now: float, typical: Mapping[Phase, float])
     main = inv.rank(MAIN)
     current_phases = {r.phase for r in ranks} | ({main.phase} if main is not None else set())
     entered = {s.phase for r in inv.ranks for s in r.spans}
-    ahead = [p for p in typical if p not in entered and p not in FINAL_PHASES]
+    # jit_compile runs inside other phases (their durations include it): never a phase ahead.
+    ahead = [p for p in typical if p not in entered and p not in FINAL_PHASES and p is not Phase.JIT_COMPILE]
     remaining = sum(typical[p] for p in ahead)
     in_progress = [r for r in ranks if not r.phase_ended and r.phase not in UNIT_PHASES] or ranks
     speculative = inv.server is not None and inv.server.speculative is not None

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..config import Config, PhaseLimits
 from ..durations import format_duration
 from ..profile import Profile
-from ..records import MAIN, STUCK, UNIT_PHASES, WRONG_WHEN_STOPPED, Outcome, Phase, VerdictKind
+from ..records import MAIN, PHASE_NAMES, STUCK, UNIT_PHASES, WRONG_WHEN_STOPPED, Outcome, Phase, VerdictKind
+from .crashfacts import CrashFacts, ServerRanks, crash_facts, describe, mentions_in, traceback_phase
 from .snapshot import UP_STATES, FatalView, InvocationView, RankView, UnitState
 
 OUTCOMES = tuple(Outcome)
@@ -35,6 +36,7 @@ class Verdict:
     message: str
     at: float
     episode: int = 0  # unhealthy: which run of failed probes
+    facts: CrashFacts | None = None  # crashed: healthy, waiting and culprit ranks named in the lines
 
     @property
     def key(self) -> tuple[str, str, str | None, str | None]:
@@ -55,6 +57,15 @@ def _quiet_since(inv: InvocationView, rank: RankView) -> float | None:
     return max(times) if times else None
 
 
+def _judged(rank: RankView) -> RankView:
+    """A rank compiling (the jit_compile sub-phase) is judged by jit_compile's limits, from the start
+    of its compile session; otherwise by its phase's."""
+    jit = rank.jit
+    if jit is None or jit.end is not None:
+        return rank
+    return replace(rank, phase=Phase.JIT_COMPILE, phase_start=jit.start, phase_ended=False)
+
+
 def _evaluated_ranks(inv: InvocationView) -> list[RankView]:
     """Schedulers during their own phases; the main process for launch (before any rank) and HTTP phases."""
     seen_schedulers = [r for r in inv.scheduler_ranks if r.seen]
@@ -65,7 +76,7 @@ def _evaluated_ranks(inv: InvocationView) -> list[RankView]:
                 out.append(rank)
         elif rank.phase not in UNIT_PHASES and (rank.seen or seen_schedulers):
             # Ranks expected but silent are judged once another rank spoke; before, the main is.
-            out.append(rank)
+            out.append(_judged(rank))
     return out
 
 
@@ -119,7 +130,7 @@ def _others(inv: InvocationView, rank: RankView, now: float) -> str:
     first_exit = _straggler_base(inv, rank)
     if first_exit is not None:
         return f"; other ranks finished it {format_duration(now - first_exit)} ago"
-    peers = inv.schedulers_in(rank.phase) - (rank.rank != MAIN)  # a scheduler does not count itself
+    peers = max(inv.schedulers_in(rank.phase) - (rank.rank != MAIN), 0)  # a scheduler does not count itself
     return f"; {peers} other rank(s) in the same phase" if peers else ""
 
 
@@ -213,9 +224,10 @@ def _straggler(inv: InvocationView, rank: RankView, now: float, skew: float, uni
                    f"{format_duration(behind)} ago (rank skew limit {format_duration(skew)})", now)
 
 
-def failing_fatal(inv: InvocationView) -> FatalView | None:
-    """The rank whose own line shows the exception, not the parent's SIGQUIT line that came first."""
-    own = [f for f in inv.fatals if not f.echo and f.rank not in (None, MAIN)]
+def failing_fatal(inv: InvocationView, bystanders: frozenset[str] = frozenset()) -> FatalView | None:
+    """The rank whose own line shows the exception, not the parent's SIGQUIT line that came first,
+    nor a rank the failure lines show healthy or waiting on the others (`bystanders`)."""
+    own = [f for f in inv.fatals if not f.echo and f.rank not in (None, MAIN) and f.rank not in bystanders]
     if own:
         # A rank's own prefixed record beats torch's "[rankN]:" C++ lines about it.
         return next((f for f in own if f.prefixed), own[0])
@@ -248,7 +260,8 @@ def crashed_verdict(inv: InvocationView, now: float, config: Config, profile: Pr
         first_echo = min((f.ts for f in inv.fatals if f.ts is not None), default=now)
         if now < first_echo + ECHO_GRACE:
             return None  # the parent's SIGQUIT line comes first: wait for the child's own lines
-    culprit = failing_fatal(inv)
+    facts = rank_facts(inv)
+    culprit, rank = _culprit(inv, facts)
     cause: str | None = None
     if culprit is not None:
         own_texts = [t for f in inv.fatals if f.rank == culprit.rank for t in f.texts]
@@ -261,10 +274,7 @@ def crashed_verdict(inv: InvocationView, now: float, config: Config, profile: Pr
                  or profile.classify_cause(own_texts) or culprit.cause)
     if cause is None and failed:
         cause = "killed" if inv.unit_result in ("signal", "core-dump") else "exit_code"
-    # No culprit line at all: PID 1 says the unit failed, which is the main process's doing.
-    rank = culprit.rank if culprit is not None else MAIN
-    rank_view = inv.rank(rank) if rank is not None else None
-    phase = rank_view.phase.value if rank_view is not None else None
+    phase = _crash_phase(inv, culprit, rank, facts)
     at = culprit.ts if culprit is not None and culprit.ts is not None else now
     where = f" in {phase}" if phase else ""
     detail = f": {_telling_line(culprit, cause, profile)[:200]}" if culprit is not None and culprit.texts else ""
@@ -272,8 +282,74 @@ def crashed_verdict(inv: InvocationView, now: float, config: Config, profile: Pr
         if inv.unit_result else ""
     who = rank if rank is not None else "a process (rank unknown)"
     cause_text = cause or "cause unknown"
+    named = f" [{describe(facts)}]" if facts.known else ""
     return Verdict(VerdictKind.CRASHED, inv.invocation_id, phase, rank, cause,
-                   f"{config.unit}: {who} crashed{where} ({cause_text}){detail}{status}", at)
+                   f"{config.unit}: {who} crashed{where} ({cause_text}){named}{detail}{status}", at,
+                   facts=facts if facts.known else None)
+
+
+def rank_facts(inv: InvocationView) -> CrashFacts:
+    """Healthy, waiting and culprit ranks as the failure lines name them (crashfacts.py)."""
+    fatals = [(f.rank, f.texts) for f in inv.fatals]
+    server = inv.server
+    layout = None
+    if server is not None and server.plausible:
+        every = replace(server, nnodes=1, node_rank=0)
+        layout = ServerRanks(server.tp, server.dp, server.pp, server.dp_attention, server.expected_ranks(),
+                             every.expected_ranks() if every.plausible else ())
+    known = [r.rank for r in inv.ranks if r.seen]
+    return crash_facts(fatals, layout, known, _behind_the_reporters(inv, fatals))
+
+
+def _progress_key(rank: RankView) -> tuple[int, bool]:
+    return (PHASE_NAMES.index(rank.phase.value), rank.phase_ended)
+
+
+def _behind_the_reporters(inv: InvocationView, fatals: list[tuple[str | None, tuple[str, ...]]]) -> list[str]:
+    """Seen scheduler ranks behind every rank that reported a failure (without a layout, the ranks
+    that never got as far as the healthy ones are the ones to blame)."""
+    reporters = [v for r, _ in fatals if r not in (None, MAIN) and (v := inv.rank(r)) is not None and v.seen]
+    if not reporters:
+        return []
+    least = min(_progress_key(v) for v in reporters)
+    return [r.rank for r in inv.scheduler_ranks if r.seen and _progress_key(r) < least]
+
+
+def _culprit(inv: InvocationView, facts: CrashFacts) -> tuple[FatalView | None, str | None]:
+    """The failure record to show, and the rank the verdict names."""
+    if not facts.known:
+        fatal = failing_fatal(inv)
+        # No culprit line at all: PID 1 says the unit failed, which is the main process's doing.
+        return fatal, (fatal.rank if fatal is not None else MAIN)
+    if facts.culprits:
+        rank = facts.culprits[0]
+        own = next((f for f in inv.fatals if f.rank == rank and not f.echo), None)
+        naming = next((f for f in inv.fatals if any(mentions_in(t, f.rank) for t in f.texts)), None)
+        return own or naming or failing_fatal(inv), rank
+    own = failing_fatal(inv, facts.bystanders())
+    if own is not None and own.rank not in (None, MAIN) and own.rank not in facts.bystanders():
+        return own, own.rank  # a rank with its own exception, while the others waited on it
+    # Only healthy or waiting ranks speak: the culprit is not in the journal.
+    return failing_fatal(inv), None
+
+
+def _crash_phase(inv: InvocationView, culprit: FatalView | None, rank: str | None,
+                 facts: CrashFacts) -> str | None:
+    """The deepest traceback frame that names a phase, else the rank's phase; for a culprit the
+    journal does not show, the furthest phase of the ranks that reported."""
+    if culprit is not None and (culprit.rank == rank or rank is None):
+        died_in = traceback_phase(culprit.texts)
+        if died_in is not None and (rank is not None or not facts.known):
+            return died_in.value
+    view = inv.rank(rank) if rank is not None else None
+    if view is not None and (view.seen or not facts.known):
+        return view.phase.value
+    if facts.phase is not None:
+        return facts.phase.value
+    if facts.known:
+        seen = [r for r in inv.scheduler_ranks if r.seen]
+        return max(seen, key=_progress_key).phase.value if seen else None
+    return None
 
 
 def _telling_line(fatal: FatalView, cause: str | None, profile: Profile) -> str:

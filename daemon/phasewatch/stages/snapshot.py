@@ -8,7 +8,7 @@ lifecycle state machine's state.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Mapping
 
@@ -21,6 +21,7 @@ from .phaseorder import Anomaly
 # is an anomaly: no silent rank is expected (only ranks the journal shows are judged), and nothing
 # is allocated per claimed rank.
 MAX_EXPECTED_RANKS = 1024
+TIMER_ARGS = ("watchdog_timeout", "soft_watchdog_timeout", "dist_timeout", "disaggregation_mode")
 
 class UnitState(enum.StrEnum):
     """The unit's lifecycle: starting -> ready -> serving; any live state -> stopping -> stopped; -> failed."""
@@ -64,6 +65,24 @@ class PhaseSpan:
 
 
 @dataclass(frozen=True)
+class JitSpan:
+    """The jit_compile sub-phase of a rank: `first` its first JIT line, `start` the current session's
+    (a new JIT line after the session ended opens another), `end` None while compiling."""
+
+    first: float | None
+    start: float | None
+    end: float | None
+    parent: Phase
+
+    def went_on(self, phase: Phase, ts: float | None) -> JitSpan:
+        """Another JIT line: the session goes on, or a new one starts in `phase`."""
+        return self if self.end is None else JitSpan(self.first, ts, None, phase)
+
+    def ended(self, ts: float | None) -> JitSpan:
+        return self if self.end is not None else replace(self, end=ts if ts is not None else self.start)
+
+
+@dataclass(frozen=True)
 class RankView:
     rank: str
     phase: Phase
@@ -78,6 +97,12 @@ class RankView:
     died_pid: int | None = None
     progress_totals: Mapping[Phase, int] = field(default_factory=dict)  # the bar's total, per phase
     last_vital: float | None = None  # last sign of life outside the log (vitals.py): data taken in, a compiler ran
+    jit: JitSpan | None = None  # JIT compilation inside the current phase (the jit_compile sub-phase)
+
+    @property
+    def compiling(self) -> bool:
+        """In the jit_compile sub-phase now (judged with its limits, not the phase's)."""
+        return self.jit is not None and self.jit.end is None
 
 
 @dataclass(frozen=True)
@@ -108,6 +133,7 @@ class ServerInfo:
     cuda_graph_max_bs: str | None = None
     cuda_graph_bs: str | None = None
     role: str | None = None  # prefill/decode disaggregation: "prefill" or "decode"; None when unified
+    timer_args: Mapping[str, str] = field(default_factory=dict)  # the engine's timers (timerlint.py)
 
     @staticmethod
     def from_args(args: Mapping[str, str]) -> ServerInfo:
@@ -133,6 +159,7 @@ class ServerInfo:
             cuda_graph_max_bs=args.get("cuda_graph_max_bs"),
             cuda_graph_bs=args.get("cuda_graph_bs"),
             role=args.get("disaggregation_mode") if args.get("disaggregation_mode") in ("prefill", "decode") else None,
+            timer_args={k: v[:32] for k in TIMER_ARGS if (v := args.get(k)) is not None},
         )
 
     @property
@@ -211,6 +238,7 @@ class InvocationView:
     ranks_ignored: int = 0  # events of ranks past MAX_RANKS (an anomaly)
     anomalies: tuple[Anomaly, ...] = ()  # lines that would have moved a rank backwards
     anomalies_dropped: int = 0  # past MAX_ANOMALIES
+    cold: bool = False  # a JIT compiler ran during this start-up (DeepGEMM, FlashInfer, torch.compile)
 
     # Judging asks these for every rank: each is computed once per view, in one pass over the ranks
     # (judging stays linear in ranks). The view is immutable, so the cached values stay true.

@@ -1,6 +1,6 @@
 """Stage 3: events -> per-invocation, per-rank phase state. Pure: `apply(event, now)`, `snapshot()`.
 
-Two explicit state machines:
+Two explicit state machines (the mutable state they run on is in tracker_state.py):
 - a rank's phase (records.Phase); the order is not fixed (v0.5.23 loads target and draft weights
   before any memory pool), but a rank never goes back to a phase it has left;
 - the unit's lifecycle (UnitState), driven by the main process's lines and by PID 1's entries.
@@ -9,156 +9,34 @@ Two explicit state machines:
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
-from ..ranks import rank_sort_key, tp_index
-from ..records import FINAL_PHASES, MAIN, UNIT_PHASES, Event, EventKind, Phase, Progress
+from ..ranks import tp_index
+from ..records import FINAL_PHASES, MAIN, Event, EventKind, Phase
+from .jit import compile_event
 from .phaseorder import Anomaly, goes_back, resolve
 from .snapshot import (
-    CAPTURE_PHASES,
-    LOADING_PHASES,
     UNIT_PHASE_ORDER,
     UP_STATES,
-    FatalView,
-    InvocationView,
     PhaseSpan,
-    RankView,
     ServerInfo,
     Snapshot,
     Transition,
     UnitState,
 )
-
-MAX_INVOCATIONS = 16
-_UNIT_PHASES = tuple(UNIT_PHASES)  # a tuple: membership by identity, not Enum's Python-level __hash__
-MAX_FATAL_TEXTS = 200
-# Per invocation: fatal records kept, and the text of their lines kept in all (a flood of tracebacks
-# costs no more); scheduler ranks tracked (past it a new rank's lines are counted, not tracked).
-MAX_FATALS = 1024
-MAX_FATAL_CHARS = 16 * 1024 * 1024
-MAX_RANKS = 16384
-MAX_ANOMALIES = 256  # per invocation; past it they are counted only
-
-
-@dataclass
-class _Rank:
-    rank: str
-    phase: Phase
-    phase_start: float | None
-    spans: list[PhaseSpan]
-    phase_ended: bool = False
-    progress: Progress | None = None
-    progress_phase: Phase | None = None
-    last_activity: float | None = None
-    died_at: float | None = None
-    died_pid: int | None = None
-    progress_totals: dict[Phase, int] = field(default_factory=dict)
-
-    def entered(self, phase: Phase) -> bool:
-        return any(s.phase is phase for s in self.spans)
-
-    def move_to(self, phase: Phase, ts: float | None, confidence: str = "exact") -> None:
-        if self.spans and self.spans[-1].end is None:
-            last = self.spans[-1]
-            self.spans[-1] = replace(last, end=ts)
-        self.spans.append(PhaseSpan(phase, ts, None, confidence))
-        self.phase, self.phase_start, self.phase_ended = phase, ts, False
-        self.progress, self.progress_phase = None, None
-
-    def end_phase(self, ts: float | None) -> None:
-        self.spans[-1] = replace(self.spans[-1], end=ts)
-        self.phase_ended = True
-
-    def reopen(self) -> None:
-        self.spans[-1] = replace(self.spans[-1], end=None)
-        self.phase_ended = False
-
-    def again(self, begin: bool, ts: float | None, confidence: str) -> None:
-        """A line about the phase the rank is in: an exact one confirms a phase a family rule
-        guessed; a begin reopens an ended phase (a second graph: piecewise after decode), an end ends it."""
-        if confidence == "exact" and self.spans[-1].confidence != "exact":
-            self.spans[-1] = replace(self.spans[-1], confidence="exact")
-        if begin and self.phase_ended:
-            self.reopen()
-        elif not begin and not self.phase_ended:
-            self.end_phase(ts)
-
-    def view(self) -> RankView:
-        return RankView(self.rank, self.phase, self.phase_start, self.phase_ended, self.progress,
-                        self.progress_phase, self.last_activity, tuple(self.spans), True, self.died_at,
-                        self.died_pid, dict(self.progress_totals))
-
-
-@dataclass
-class _Invocation:
-    invocation_id: str
-    started_at: float | None
-    state: UnitState = UnitState.STARTING
-    ranks: dict[str, _Rank] = field(default_factory=dict)
-    fatals: dict[int, FatalView] = field(default_factory=dict)
-    lines_lost: int = 0
-    server: ServerInfo | None = None
-    server_args_ts: float | None = None
-    unit_phase: Phase | None = None
-    unit_result: str | None = None
-    exit_status: str | None = None
-    restart_scheduled: bool = False
-    stop_job: str | None = None
-    last_ts: float | None = None
-    unowned_bar: Event | None = None  # a bar seen before any rank that could own it
-    stopped_at: float | None = None
-    before_stop: InvocationView | None = None
-    health_failures: int = 0
-    health_episode: int = 0
-    health_error: str | None = None
-    proof_of_life: float | None = None
-    phase_seen: dict[Phase, float] = field(default_factory=dict)
-    phase_silence: dict[Phase, float] = field(default_factory=dict)
-    vitals: dict[str, float] = field(default_factory=dict)  # rank -> last RANK_PROGRESS
-    fatal_chars: int = 0
-    layout: int = 0  # bumped when a rank appears or changes phase
-    owners: dict[frozenset[Phase] | None, _Rank | None] = field(default_factory=dict)  # bar owner per family
-    owners_layout: int = -1  # the layout `owners` was found in
-    ranks_ignored: int = 0  # events of ranks past MAX_RANKS
-    anomalies: list[Anomaly] = field(default_factory=list)
-    anomalies_dropped: int = 0
-
-    def refuse(self, anomaly: Anomaly) -> None:
-        """A line that would have moved a rank backwards: recorded (up to MAX_ANOMALIES), not applied."""
-        if len(self.anomalies) < MAX_ANOMALIES:
-            self.anomalies.append(anomaly)
-        else:
-            self.anomalies_dropped += 1
-
-    def view(self) -> InvocationView:
-        ranks = [r.view() for r in self.ranks.values()]
-        if self.server is not None:
-            expected = self.server.expected_ranks()
-            seen = {r.rank for r in ranks if r.rank != MAIN}
-            if not seen or seen & set(expected):
-                # Expected ranks that printed nothing yet; once the HTTP server is up they all passed.
-                phase = self.unit_phase or Phase.LAUNCH
-                start = self.server_args_ts
-                ranks.extend(RankView(label, phase, start, False, None, None, None,
-                                      (PhaseSpan(phase, start, None),), seen=False)
-                             for label in expected if label not in seen)
-        ranks.sort(key=lambda r: rank_sort_key(r.rank))
-        if self.vitals:
-            ranks = [replace(r, last_vital=self.vitals.get(r.rank)) for r in ranks]
-        return InvocationView(self.invocation_id, self.started_at, self.last_ts, self.state, tuple(ranks),
-                              tuple(self.fatals.values()), self.lines_lost, self.server, self.unit_result,
-                              self.exit_status, self.restart_scheduled, self.stop_job, self.stopped_at,
-                              self.before_stop, self.health_failures, self.health_episode, self.health_error,
-                              self.proof_of_life, dict(self.phase_silence), self.ranks_ignored,
-                              anomalies=tuple(self.anomalies), anomalies_dropped=self.anomalies_dropped)
-
-
-def _family(phase: Phase | None) -> frozenset[Phase] | None:
-    if phase in LOADING_PHASES:
-        return LOADING_PHASES
-    if phase in CAPTURE_PHASES:
-        return CAPTURE_PHASES
-    return None
+from .tracker_state import (
+    MAX_FATAL_TEXTS,
+    MAX_INVOCATIONS,
+    MAX_RANKS,
+    UNIT_PHASE_TUPLE,
+    InvocationState,
+    RankState,
+    alive,
+    bar_family,
+    bar_owner,
+    keeps_fatal_text,
+    note_fatal,
+)
 
 
 class Tracker:
@@ -166,8 +44,8 @@ class Tracker:
 
     def __init__(self, proof_of_life_rules: frozenset[str] = frozenset()) -> None:
         self.proof_of_life_rules = proof_of_life_rules  # the profile's rules that prove the server serves
-        self._invocations: dict[str, _Invocation] = {}
-        self._current: _Invocation | None = None
+        self._invocations: dict[str, InvocationState] = {}
+        self._current: InvocationState | None = None
         self._anonymous = itertools.count(1)
         self._adopted: list[Transition] = []  # moves made when a new rank took over an unowned bar
 
@@ -175,9 +53,9 @@ class Tracker:
         return Snapshot(tuple(inv.view() for inv in self._invocations.values()))
 
     # -- invocations ------------------------------------------------------------------------
-    def _start(self, invocation_id: str | None, ts: float | None) -> tuple[_Invocation, list[Transition]]:
+    def _start(self, invocation_id: str | None, ts: float | None) -> tuple[InvocationState, list[Transition]]:
         ident = invocation_id or f"log-{next(self._anonymous)}"
-        inv = _Invocation(ident, ts)
+        inv = InvocationState(ident, ts)
         self._invocations[ident] = inv
         while len(self._invocations) > MAX_INVOCATIONS:
             del self._invocations[next(iter(self._invocations))]
@@ -185,7 +63,7 @@ class Tracker:
         self._current = inv
         return inv, [Transition(ident, "unit", previous, UnitState.STARTING.value, ts, "invocation")]
 
-    def _target(self, event: Event, ts: float | None) -> tuple[_Invocation, list[Transition]]:
+    def _target(self, event: Event, ts: float | None) -> tuple[InvocationState, list[Transition]]:
         ident = event.invocation_id
         if ident is not None and ident in self._invocations:
             return self._invocations[ident], []
@@ -227,7 +105,7 @@ class Tracker:
             inv.vitals[event.rank] = max(ts, inv.vitals.get(event.rank, ts))
         return []
 
-    def _apply(self, inv: _Invocation, event: Event, ts: float | None) -> list[Transition]:
+    def _apply(self, inv: InvocationState, event: Event, ts: float | None) -> list[Transition]:
         kind = event.kind
         if kind in (EventKind.UNIT_STOPPING, EventKind.UNIT_STOPPED, EventKind.UNIT_FAILED,
                     EventKind.UNIT_EXITED, EventKind.RESTART_SCHEDULED):
@@ -247,13 +125,16 @@ class Tracker:
                     inv.health_failures += 1
                     inv.health_error = event.text
             return []
+        if event.phase is Phase.JIT_COMPILE:  # a compiler runs inside the rank's phase (stages/jit.py)
+            inv.cold = True
+            return compile_event(inv.ranks, event, ts, lambda rank: alive(inv, rank, ts))
         if event.rank is None and kind is not EventKind.PROGRESS:
             if kind is EventKind.FATAL:
                 if not inv.ranks:
                     # Nothing but the main process exists yet (an import error, a bad argument).
                     self._rank(inv, MAIN, ts)
                     event = replace(event, rank=MAIN)
-                self._fatal(inv, event, ts)
+                note_fatal(inv, event, ts)
             return []
         if event.rank is not None and event.rank not in inv.ranks and len(inv.ranks) >= MAX_RANKS:
             inv.ranks_ignored += 1  # more ranks than any journal holds: an anomaly, not an allocation
@@ -266,32 +147,31 @@ class Tracker:
                 rank.died_at, rank.died_pid = ts, event.pid
             return []
         rank = self._rank(inv, event.rank or MAIN, ts)
-        _alive(inv, rank, ts)
+        alive(inv, rank, ts)
         if event.rule in self.proof_of_life_rules and inv.state in UP_STATES:
             inv.proof_of_life, inv.health_failures, inv.health_error = ts, 0, None
         if kind is EventKind.FATAL:
-            self._fatal(inv, event, ts)
+            note_fatal(inv, event, ts)
             return []
-        if kind is EventKind.ACTIVITY:
+        if kind in (EventKind.ACTIVITY, EventKind.PHASE_HINT):  # a traceback keeps its frames (crashfacts.py)
             note = inv.fatals.get(event.record_id)
-            if note is not None and len(note.texts) < MAX_FATAL_TEXTS and _keeps(inv, event.text):
+            if note is not None and len(note.texts) < MAX_FATAL_TEXTS and keeps_fatal_text(inv, event.text):
                 inv.fatals[event.record_id] = replace(note, texts=note.texts + (event.text,))
+        if kind is EventKind.ACTIVITY or event.phase is None:
             return []
-        if event.phase is None:
-            return []
-        if event.phase in _UNIT_PHASES:
+        if event.phase in UNIT_PHASE_TUPLE:
             return self._unit_phase(inv, event.phase, ts, event.rule)
         return self._rank_phase(inv, rank, event.phase, kind is not EventKind.PHASE_END, ts, event.rule,
                                 hint=kind is EventKind.PHASE_HINT, confidence=event.confidence)
 
-    def _rank(self, inv: _Invocation, label: str, ts: float | None) -> _Rank:
+    def _rank(self, inv: InvocationState, label: str, ts: float | None) -> RankState:
         rank = inv.ranks.get(label)
         if rank is None:
             bar = inv.unowned_bar if label != MAIN and tp_index(label) in (0, None) else None
             # A rank that adopts an earlier bar was alive when the bar was drawn.
             since = bar.ts if bar is not None and bar.ts is not None and (ts is None or bar.ts < ts) else ts
             phase = inv.unit_phase if inv.unit_phase is not None and label == MAIN else Phase.LAUNCH
-            rank = inv.ranks[label] = _Rank(label, phase, since, [PhaseSpan(phase, since, None)],
+            rank = inv.ranks[label] = RankState(label, phase, since, [PhaseSpan(phase, since, None)],
                                             last_activity=since)
             inv.layout += 1
             if bar is not None:
@@ -302,9 +182,9 @@ class Tracker:
 
     # -- rank phases --------------------------------------------------------------------------
 
-    def _rank_phase(self, inv: _Invocation, rank: _Rank, phase: Phase, begin: bool, ts: float | None,
+    def _rank_phase(self, inv: InvocationState, rank: RankState, phase: Phase, begin: bool, ts: float | None,
                     rule: str | None, hint: bool = False, confidence: str = "exact") -> list[Transition]:
-        if rank.phase in _UNIT_PHASES:
+        if rank.phase in UNIT_PHASE_TUPLE:
             return []
         visited = frozenset(span.phase for span in rank.spans)
         resolved = resolve(phase, begin, hint, rank.phase, rank.phase_ended, visited)
@@ -324,13 +204,14 @@ class Tracker:
             rank.end_phase(ts)  # an end line without its begin (2024 logs, windows of a log)
         return [Transition(inv.invocation_id, rank.rank, source.value, resolved.value, ts, rule, confidence)]
 
-    def _progress(self, inv: _Invocation, event: Event, ts: float | None) -> list[Transition]:
-        owner = self._rank(inv, event.rank, ts) if event.rank else _bar_owner(inv, event.phase)
+    def _progress(self, inv: InvocationState, event: Event, ts: float | None) -> list[Transition]:
+        owner = self._rank(inv, event.rank, ts) if event.rank else bar_owner(inv, event.phase)
         if owner is None:
             inv.unowned_bar = replace(event, ts=ts)
             return []
+        owner.jit = owner.jit and owner.jit.ended(ts)  # another bar moves: the compiler is done
         out: list[Transition] = []
-        family = _family(event.phase)
+        family = bar_family(event.phase)
         if event.phase is not None and family is not None and owner.phase not in family:
             # The bar shows the phase its rank is in, even when the begin line was not seen.
             out = self._rank_phase(inv, owner, event.phase, True, ts, "progress", hint=True)
@@ -338,11 +219,11 @@ class Tracker:
         if event.progress is not None and event.progress.total:
             total = max(owner.progress_totals.get(owner.phase, 0), event.progress.total)
             owner.progress_totals[owner.phase] = total
-        _alive(inv, owner, ts)
+        alive(inv, owner, ts)
         return out
 
     # -- unit (main process and PID 1) ---------------------------------------------------------
-    def _unit_phase(self, inv: _Invocation, phase: Phase, ts: float | None, rule: str | None) -> list[Transition]:
+    def _unit_phase(self, inv: InvocationState, phase: Phase, ts: float | None, rule: str | None) -> list[Transition]:
         order = UNIT_PHASE_ORDER.index(phase)
         current = UNIT_PHASE_ORDER.index(inv.unit_phase) if inv.unit_phase is not None else -1
         if order <= current or (phase is Phase.SERVING and current < UNIT_PHASE_ORDER.index(Phase.READY)):
@@ -364,7 +245,7 @@ class Tracker:
             inv.state = target
         return out
 
-    def _lifecycle(self, inv: _Invocation, event: Event, ts: float | None) -> list[Transition]:
+    def _lifecycle(self, inv: InvocationState, event: Event, ts: float | None) -> list[Transition]:
         source = inv.state
         if event.kind is EventKind.RESTART_SCHEDULED:
             inv.restart_scheduled = True
@@ -392,57 +273,3 @@ class Tracker:
         return [] if inv.state is source else [
             Transition(inv.invocation_id, "unit", source.value, inv.state.value, ts, event.kind.value)]
 
-    def _fatal(self, inv: _Invocation, event: Event, ts: float | None) -> None:
-        existing = inv.fatals.get(event.record_id)
-        if existing is not None and event.record_id:
-            cause = existing.cause or event.cause
-            echo = existing.echo and event.echo
-            texts = existing.texts
-            if len(texts) < MAX_FATAL_TEXTS and _keeps(inv, event.text):
-                texts += (event.text,)
-            inv.fatals[event.record_id] = FatalView(existing.rank or event.rank, existing.rule, cause, existing.ts,
-                                                    echo, texts, existing.prefixed)
-            return
-        if len(inv.fatals) >= MAX_FATALS:
-            return  # the first ones name the culprit; a flood of later ones only costs memory
-        inv.fatal_chars += len(event.text)
-        key = event.record_id or -len(inv.fatals) - 1
-        inv.fatals[key] = FatalView(event.rank, event.rule, event.cause, ts, event.echo, (event.text,),
-                                    event.prefixed)
-
-
-def _alive(inv: _Invocation, rank: _Rank, ts: float | None) -> None:
-    """A sign of life; also the longest silence seen in each phase (any rank in it), for history."""
-    rank.last_activity = ts
-    if ts is None or rank.rank == MAIN:
-        return
-    seen = inv.phase_seen.get(rank.phase)
-    if seen is not None and ts - seen > inv.phase_silence.get(rank.phase, 0.0):
-        inv.phase_silence[rank.phase] = ts - seen
-    inv.phase_seen[rank.phase] = ts
-
-
-def _bar_owner(inv: _Invocation, hint: Phase | None) -> _Rank | None:
-    """An unprefixed bar: SGLang draws it on TP-group rank 0 of the ranks in that phase.
-    The answer holds until a rank appears or changes phase: a bar's every frame costs O(1)."""
-    family = _family(hint)
-    if inv.owners_layout != inv.layout:
-        inv.owners.clear()
-        inv.owners_layout = inv.layout
-    if family in inv.owners:
-        return inv.owners[family]
-    schedulers = [r for r in inv.ranks.values() if r.rank != MAIN and r.phase not in UNIT_PHASES]
-    candidates = [r for r in schedulers if family is None or r.phase in family]
-    candidates = candidates or [r for r in schedulers if tp_index(r.rank) in (0, None)]
-    owner = min(candidates, key=lambda r: (tp_index(r.rank) not in (0, None), rank_sort_key(r.rank)),
-                default=None)
-    inv.owners[family] = owner
-    return owner
-
-
-def _keeps(inv: _Invocation, text: str) -> bool:
-    """Whether a fatal record's next line is kept: within the invocation's budget of fatal text."""
-    if inv.fatal_chars + len(text) > MAX_FATAL_CHARS:
-        return False
-    inv.fatal_chars += len(text)
-    return True

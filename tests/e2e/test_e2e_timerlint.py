@@ -1,0 +1,46 @@
+"""Engine-timer lint against a real systemd: the unit's TimeoutStartSec= and Environment= read over
+D-Bus, server_args from the journal; `check-config --unit` prints the warnings and the daemon alerts
+once, with its MESSAGE_ID."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from e2e_env import TIMER_LINT_ID, UNIT, VENV, Scenario
+
+DROPIN = f"/run/systemd/system/{UNIT}.d/timers.conf"
+
+
+def timer_alerts(scenario: Scenario) -> list[dict[str, Any]]:
+    """This scenario's timer notices (the sandbox's journal holds earlier tests' too)."""
+    return [e for e in scenario.box.journal(f"PHASEWATCH_UNIT={UNIT}", f"MESSAGE_ID={TIMER_LINT_ID}")
+            if int(e["__REALTIME_TIMESTAMP"]) / 1e6 >= scenario.started_at]
+
+
+def test_unit_timers_over_dbus_are_checked_against_the_limits(scenario: Scenario) -> None:
+    scenario.box.write(DROPIN, "[Service]\nEnvironment=SGLANG_WARMUP_TIMEOUT=120\nTimeoutStartSec=5min\n"
+                               "ExecStartPost=/bin/true\n")
+    scenario.box.systemctl("daemon-reload")
+    try:
+        scenario.configure("--scale 0.01")
+        scenario.start()
+        alerts = scenario.box.wait_for(lambda: timer_alerts(scenario), 60, "the alert")
+        [alert] = alerts
+        assert "SGLang's warm-up timeout (SGLANG_WARMUP_TIMEOUT)" in alert["MESSAGE"]
+        assert "TimeoutStartSec=5m" in alert["MESSAGE"]
+        # The default limits are past engine timers too (capture stall windows 20m > NCCL's 600 s; warmup
+        # stall 11m > the 300 s scheduler watchdog): a hang there is ended by the engine, not phasewatch.
+        codes = alert["PHASEWATCH_CAUSE"].split(",")
+        assert codes == ["stall_after_nccl", "stall_after_nccl", "warmup_deadline_after_engine",
+                         "warmup_stall_after_watchdog", "deadline_after_timeout_start"]
+        checked = scenario.box.run(f"{VENV}/bin/phasewatch", "check-config", f"/run/phasewatch/{UNIT}.yaml",
+                                   "--unit", UNIT, check=False)
+        assert checked.returncode == 0, checked.stderr
+        warnings = [line for line in checked.stdout.splitlines() if line.startswith("warning: ")]
+        assert len(warnings) == len(codes), checked.stdout
+        assert "(warmup 2m)" in warnings[2] and "TimeoutStartSec=5m" in warnings[4]
+        scenario.box.wait_for(lambda: scenario.lines("The server is fired up"), 60, "ready")
+        assert len(timer_alerts(scenario)) == 1
+    finally:
+        scenario.box.run("rm", "-f", DROPIN)
+        scenario.box.systemctl("daemon-reload")
