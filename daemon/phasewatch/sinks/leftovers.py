@@ -116,9 +116,9 @@ class GuardedRestart:
         left = self.scan(pending.control_group)
         name = pending.action.message.split(":", 1)[0]
         if not left:
-            self.pending = None
             logger.info("[%s] nothing of the old start-up survived; starting", name)
-            self.unit.start()
+            self.unit.start()  # a refusal (UnitError) keeps it pending: tried again at the next tick
+            self.pending = None
             return
         listed = "; ".join(s.text() for s in left)
         if now >= pending.until:
