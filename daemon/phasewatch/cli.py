@@ -319,10 +319,11 @@ def build_parser() -> argparse.ArgumentParser:
                                       "(TimeoutStartSec= and Environment= over D-Bus, server_args from the journal)")
     check.add_argument("--state-dir", help="where the history is (default $STATE_DIRECTORY or /var/lib/phasewatch)")
     check.set_defaults(func=cmd_check_config)
-    from .commands import init, logs, status, waitready
+    from .commands import hold, init, logs, status, waitready
 
     init.add_parser(sub)
     status.add_parser(sub)
+    hold.add_parser(sub)
     logs.add_parser(sub)
     waitready.add_parser(sub)
     return parser

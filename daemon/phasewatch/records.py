@@ -91,6 +91,7 @@ class AlertKind(enum.StrEnum):
     RESTART_FAILED = "restart_failed"
     STATE_DEGRADED = "state_degraded"  # the state directory cannot be written
     TIMER_LINT = "timer_lint"  # an engine or systemd timer ends a phase before a limit can (stages/timerlint.py)
+    RESTART_BLOCKED = "restart_blocked"  # processes of the stopped start-up survived (sinks/leftovers.py)
 
 
 class MessageId(enum.StrEnum):
@@ -106,6 +107,7 @@ class MessageId(enum.StrEnum):
     RESTART_FAILED = "8d4c3f6b2a1e4e0f9b7d5c3a1f2e4d67"
     STATE_DEGRADED = "8d4c3f6b2a1e4e0f9b7d5c3a1f2e4d7a"  # not a verdict: the state directory failed
     TIMER_LINT = "8d4c3f6b2a1e4e0f9b7d5c3a1f2e4d7b"  # not a verdict: a timer pre-empts a limit
+    RESTART_BLOCKED = "8d4c3f6b2a1e4e0f9b7d5c3a1f2e4d7c"
 
 
 @dataclass(frozen=True)
