@@ -106,6 +106,7 @@ DEFAULT_LIMITS: Mapping[Phase, PhaseLimits] = {
     Phase.LAUNCH: PhaseLimits(600, 600),
     Phase.DIST_INIT: PhaseLimits(600, 300),
     Phase.WEIGHT_LOAD: PhaseLimits(2700, 900),
+    Phase.JIT_COMPILE: PhaseLimits(1800, 1200),
     Phase.KV_CACHE_ALLOC: PhaseLimits(600, 600),
     Phase.CUDA_GRAPH_CAPTURE: PhaseLimits(1800, 1200),
     Phase.DRAFT_WEIGHT_LOAD: PhaseLimits(600, 300),

@@ -29,6 +29,7 @@ class Phase(enum.Enum):
     LAUNCH = "launch"
     DIST_INIT = "dist_init"
     WEIGHT_LOAD = "weight_load"
+    JIT_COMPILE = "jit_compile"  # torch.compile / kernel JIT before the engine sizes its memory (vLLM)
     KV_CACHE_ALLOC = "kv_cache_alloc"
     CUDA_GRAPH_CAPTURE = "cuda_graph_capture"
     DRAFT_WEIGHT_LOAD = "draft_weight_load"

@@ -246,7 +246,7 @@ def test_the_whole_start_up_is_judged_clean(journal: Journal) -> None:
     inv = journal.invocation()
     assert [(r.rank, r.phase) for r in inv.ranks] == [(label, Phase.SERVING) for label in (MAIN, *TP8)]
     spans = [s.phase for s in inv.rank("TP3").spans]  # type: ignore[union-attr]
-    assert spans == list(Phase)
+    assert spans == [p for p in Phase if p is not Phase.JIT_COMPILE]  # SGLang compiles inside its phases
     assert journal.verdicts() == []
 
 
