@@ -17,6 +17,8 @@ from typing import Iterable, Iterator, Sequence
 
 from .actions import UnitError
 from .config import Config, ConfigError, load_config, parse_duration
+from .engines import KNOWN as KNOWN_ENGINES
+from .engines import detect_engine
 from .follow import JournalError
 from .formats import InputError, parse_source
 from .journal_source import JournalUnavailable, UnitRecords
@@ -72,6 +74,14 @@ class TimeClamp:
         return self._clamped_records + self._clamped_stamps
 
 
+def _messages(records: Iterable[JournalRecord]) -> Iterator[str]:
+    for record in records:
+        if isinstance(record.message, str):
+            yield record.message
+        elif isinstance(record.message, bytes):
+            yield record.message.decode("utf-8", "replace")
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
     config = load_config(args.config) if args.config else Config(unit=args.unit or Config.unit)
     if args.unit and not args.config:
@@ -91,15 +101,21 @@ def cmd_replay(args: argparse.Namespace) -> int:
         named = next((r.extra.get("_SYSTEMD_UNIT") or r.unit for r in records
                       if r.extra.get("_SYSTEMD_UNIT") or r.unit), None)
         config = Config(unit=named) if named else config
+    if args.engine:
+        config = replace(config, engine=args.engine, profile=None)
+    elif not args.config:
+        config = replace(config, engine=detect_engine(_messages(records)))  # the log's own lines say
+    year = dt.datetime.now(dt.timezone.utc).year  # for prefixes without a year (vLLM), as for syslog's
     tally = RuleTally() if args.rules else None
-    pipeline = Pipeline(config, tally)
+    pipeline = Pipeline(config, tally, default_year=year)
     pipeline.feed_all(records, now=None)
     snapshot = pipeline.snapshot()
     last_line = max((inv.last_ts for inv in snapshot.invocations if inv.last_ts is not None), default=None)
-    if last_line is None and snapshot.invocations:
+    dated = last_line is not None or not snapshot.invocations
+    if not dated:
         # A log without a single time stamp: judged as if every line was written at time 0.
         tally = RuleTally() if args.rules else None
-        pipeline = Pipeline(config, tally)
+        pipeline = Pipeline(config, tally, default_year=year)
         pipeline.feed_all(records, now=0.0)
         snapshot = pipeline.snapshot()
     if tally is not None:
@@ -120,9 +136,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
         print(f"phasewatch: warning: {clamped.count} time stamp(s) outside years 1970..9999 clamped into that range",
               file=sys.stderr)
     if args.json:
-        sys.stdout.write(json_text(to_json(judgements, now)) + "\n")
+        sys.stdout.write(json_text(to_json(judgements, now, dated)) + "\n")
     else:
-        sys.stdout.write(to_table(judgements, now))
+        sys.stdout.write(to_table(judgements, now, dated))
     return EX_OK
 
 
@@ -220,6 +236,8 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--directory", help="with --unit: a journal directory copied from another host")
     replay.add_argument("--since", help="with --unit: start at this time (ISO)")
     replay.add_argument("--config", help="phasewatch YAML config (limits, patterns)")
+    replay.add_argument("--engine", choices=KNOWN_ENGINES,
+                        help="the engine whose profile reads the log (default: the config's, else told by the log)")
     replay.add_argument("--json", action="store_true", help="print the JSON document")
     replay.add_argument("--rules", action="store_true",
                         help="print how many lines each rule of the profile matched, and the lines none matched")

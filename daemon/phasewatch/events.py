@@ -12,6 +12,8 @@ from typing import Any, Iterable, Mapping
 
 import yaml
 
+from .engines import KNOWN as KNOWN_ENGINES
+from .engines import Engine, engine_module
 from .lines import rank_number
 from .records import (
     MAIN,
@@ -32,7 +34,7 @@ from .records import (
     Phase,
 )
 
-RULE_EVENTS = ("phase_begin", "phase_end", "phase_hint", "progress", "fatal", "activity", "server_args")
+RULE_EVENTS = ("phase_begin", "phase_end", "phase_hint", "progress", "fatal", "activity", "server_args", "heartbeat")
 SCOPES = ("rank", "main", "any")
 # A rule's pattern: at most this long, and no {m,n} above MAX_PATTERN_REPEAT (a{4294967296} makes
 # re.compile raise; a{100000} compiles to a program that size). Patterns see a line through
@@ -82,6 +84,11 @@ class Profile:
     engine: str
     rules: tuple[Rule, ...]
     causes: tuple[CauseClass, ...]
+    module: str = "sglang"  # the engine module (engines/) for prefixes, titles and arguments
+
+    @property
+    def engine_module(self) -> Engine:
+        return engine_module(self.module)
 
     def with_overrides(self, specs: Iterable[Mapping[str, Any]], key: str = "patterns") -> Profile:
         """Add rules, or replace those with the same id (keeping their place in the order)."""
@@ -207,30 +214,26 @@ def parse_profile(document: Mapping[str, Any], origin: str) -> Profile:
         raise ProfileError(f"{origin}: rules", f"duplicate id {duplicate!r}")
     causes = tuple(CauseClass(str(spec.get("id")), _compile(spec, f"causes[{i}]"))
                    for i, spec in enumerate(causes_spec))
-    return Profile(str(document.get("engine", origin)), rules, causes)
+    engine = str(document.get("engine", origin))
+    # A profile of another engine without a module of its own reads SGLang-style prefixes.
+    module = document.get("module", engine if engine in KNOWN_ENGINES else "sglang")
+    if module not in KNOWN_ENGINES:
+        raise ProfileError(f"{origin}: module", f"expected one of {', '.join(KNOWN_ENGINES)}, got {module!r}")
+    return Profile(engine, rules, causes, module)
 
 
 def load_builtin_profile(engine: str) -> Profile:
     try:
         text = resources.files("phasewatch").joinpath("profiles", f"{engine}.yaml").read_text("utf-8")
     except FileNotFoundError:
-        raise ProfileError("engine", f"no built-in profile for engine {engine!r} (known: sglang)") from None
+        raise ProfileError("engine", f"no built-in profile for engine {engine!r} "
+                                     f"(known: {', '.join(KNOWN_ENGINES)})") from None
     return parse_profile(yaml.safe_load(text), f"{engine}.yaml")
 
 
-SERVER_ARG_KEYS = ("tp_size", "dp_size", "pp_size", "ep_size", "nnodes", "node_rank", "enable_dp_attention",
-                   "speculative_algorithm", "model_path", "speculative_draft_model_path", "cuda_graph_max_bs",
-                   "cuda_graph_bs", "moe_dp_size", "attn_cp_size", "version", "host", "port")
-
-
 def parse_server_args(message: str) -> dict[str, str]:
-    """Values from `server_args=ServerArgs(k=v, ...)` (v0.5.9) or `server_args={'k': v, ...}` (v0.5.23)."""
-    found: dict[str, str] = {}
-    for key in SERVER_ARG_KEYS:
-        match = re.search(r"[(,{\s]'?" + key + r"'?\s*[=:]\s*('[^']*'|\"[^\"]*\"|\[[^\]]*\]|[^,)}\s]+)", message)
-        if match:
-            found[key] = match.group(1).strip("'\"")
-    return found
+    """SGLang's `server_args=...` (engines/sglang.py); a profile's own engine module reads its own."""
+    return engine_module("sglang").parse_server_args(message)
 
 
 _PHASE_EVENTS = {"phase_begin": EventKind.PHASE_BEGIN, "phase_end": EventKind.PHASE_END,
@@ -296,6 +299,8 @@ class EventMapper:
 
     def __init__(self, profile: Profile) -> None:
         self.profile = profile
+        self._engine = profile.engine_module
+        self._engine_ranks: set[tuple[str | None, str]] = set()  # (invocation, label) of engine cores seen as ranks
         self._tagged_invocations: set[str | None] = set()
         self._tp0_pids: set[tuple[str | None, int | None]] = set()
         self._record_ranks: dict[int, str | None] = {}
@@ -353,11 +358,14 @@ class EventMapper:
             if rule.event == "server_args":
                 events.append(Event(EventKind.SERVER_ARGS, line.ts, rank=MAIN, rule=rule.id, text=message,
                                     invocation_id=line.invocation_id, pid=line.pid, record_id=record_id,
-                                    args=parse_server_args(message)))
+                                    args=self._engine.parse_server_args(message)))
             elif rule.event == "fatal":
                 events.append(Event(EventKind.FATAL, line.ts, rank=rule_rank, rule=rule.id, cause=rule.cause,
                                     text=message, invocation_id=line.invocation_id, pid=line.pid,
                                     count=0 if rule.echo else 1, record_id=record_id, prefixed=line.has_prefix))
+            elif rule.event == "heartbeat":
+                events.append(Event(EventKind.HEARTBEAT, line.ts, rank=rule_rank, rule=rule.id, text=message,
+                                    invocation_id=line.invocation_id, pid=line.pid, record_id=record_id))
             elif rule.event == "activity":
                 events.append(Event(EventKind.ACTIVITY, line.ts, rank=rule_rank, rule=rule.id, text=message,
                                     invocation_id=line.invocation_id, pid=line.pid, record_id=record_id))
@@ -365,7 +373,8 @@ class EventMapper:
                 events.append(Event(_PHASE_EVENTS[rule.event], line.ts, rank=rule_rank, phase=rule.phase,
                                     rule=rule.id, text=message, invocation_id=line.invocation_id, pid=line.pid,
                                     record_id=record_id))
-        if not events and message.strip():
+        # A prefix alone (a bar's newline tagged by vLLM's prefixer) is its rank's sign of life too.
+        if not events and (message.strip() or (line.has_prefix and line.rank is not None)):
             events.append(Event(EventKind.ACTIVITY, line.ts, rank=rank, text=message,
                                 invocation_id=line.invocation_id, pid=line.pid, record_id=record_id))
         if line.kind is LineKind.RECORD:
@@ -376,8 +385,15 @@ class EventMapper:
 
     def _rank(self, line: Line) -> str | None:
         if line.has_prefix and line.rank is not None:
-            self._tagged_invocations.add(line.invocation_id)
+            if not line.anonymous_rank:
+                self._tagged_invocations.add(line.invocation_id)
             return line.rank
+        if line.untagged_rank is not None and line.rank is None:
+            # A process the prefix names but that is no rank by its tag (vLLM's engine core, API server).
+            if (line.untagged_rank != MAIN and line.invocation_id not in self._tagged_invocations
+                    and (line.invocation_id, line.untagged_rank) in self._engine_ranks):
+                return line.untagged_rank
+            return MAIN
         c10d = C10D_RANK_RE.match(line.message)
         if c10d and (number := rank_number(c10d.group(1))) is not None:
             # torch's "[rank3]:" is the global rank; with TP only it is the TP rank.
@@ -395,6 +411,14 @@ class EventMapper:
             return rank
         if rule.scope == "main":
             return MAIN
+        if line.untagged_rank is not None:
+            if line.untagged_rank == MAIN or line.invocation_id in self._tagged_invocations:
+                return MAIN if rank is None else rank
+            if len(self._engine_ranks) >= MEMO_ENTRIES:
+                self._engine_ranks.clear()
+            # An engine core that holds its GPU itself (no worker tags in this log): its rank.
+            self._engine_ranks.add((line.invocation_id, line.untagged_rank))
+            return line.untagged_rank
         if (rule.scope == "rank" and rank in (None, MAIN) and line.has_prefix
                 and line.invocation_id not in self._tagged_invocations):
             # A one-GPU server: the scheduler prints no tag, and only a scheduler prints this line.

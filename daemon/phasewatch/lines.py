@@ -18,7 +18,7 @@ from __future__ import annotations
 import calendar
 import re
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Callable, Iterable
 
 from .records import JournalRecord, Line, LineKind, Progress
 
@@ -191,6 +191,15 @@ class Prefix:
     ts: float | None
     time_only: str | None = None  # "HH:MM:SS" of the 2024 form, resolved against the last date
     date: str | None = None
+    # Engine hooks (engines/): a "MM-DD" without its year (vLLM), resolved against the year a
+    # dated wrapper showed or the splitter's default year; a year seen in the segment.
+    month_day: str | None = None
+    year: int | None = None
+    untagged_rank: str | None = None  # see records.Line
+    anonymous: bool = False
+    # "LEVEL [file:line]" of an engine that repeats its whole prefix on every line of a logged
+    # traceback: a line with the same header continues the record that opened the traceback.
+    header: str | None = None
 
 
 _last_epoch: tuple[str, str, str | None, float | None] = ("", "", None, None)
@@ -204,6 +213,11 @@ def _epoch(date: str, time: str, ms: str | None) -> float | None:
     value = _epoch_of(date, time, ms)
     _last_epoch = (date, time, ms, value)
     return value
+
+
+def epoch(date: str, time: str, ms: str | None = None) -> float | None:
+    """`2026-02-22`, `23:59:15`, `.123` read as UTC; None when not a real date (engines' prefixes)."""
+    return _epoch(date, time, ms)
 
 
 _DAY_EPOCH: dict[str, int | None] = {}
@@ -262,6 +276,7 @@ class _Stream:
     open_record: int = 0
     open_rank: str | None = None
     block_open: bool = False
+    open_header: str | None = None
     pending: bytes | str = ""  # the unfinished tail of a line_break entry, undecoded
     pending_ts: float | None = None  # the journal time of the entry that brought it
 
@@ -269,7 +284,14 @@ class _Stream:
 class LineSplitter:
     """Turns JournalRecords into Lines. One instance per source; state is per (invocation, PID)."""
 
-    def __init__(self) -> None:
+    def __init__(self, find: Callable[[str], list[Prefix]] | None = None,
+                 default_year: int | None = None) -> None:
+        """`find`: the engine's prefix grammar (SGLang's by default); `default_year`: the year of a
+        prefix that shows none (vLLM's "MM-DD"): None leaves such lines undated."""
+        self._find = find or find_prefixes
+        self._default_year = default_year
+        self._last_year: int | None = None
+        self._last_month = 0
         self._streams: dict[tuple[str | None, int | None], _Stream] = {}  # least recently fed first
         self._pending_chars = 0  # of all streams' held fragments
         self._next_record = 0
@@ -338,7 +360,7 @@ class LineSplitter:
         return out
 
     def _split_segment(self, segment: str, record: JournalRecord, stream: _Stream, out: list[Line]) -> None:
-        prefixes = find_prefixes(segment)
+        prefixes = self._find(segment)
         if not prefixes:
             self._unprefixed(segment, record, stream, out)
             return
@@ -364,9 +386,13 @@ class LineSplitter:
         ts = record.realtime
         if prefix is not None and prefix.date is not None:
             self._last_date = prefix.date
+        if prefix is not None and prefix.year is not None:
+            self._last_year = prefix.year
         if ts is None and prefix is not None:
             if prefix.ts is not None:
                 ts = prefix.ts
+            elif prefix.time_only is not None and prefix.month_day is not None:
+                ts = self._month_day_epoch(prefix.month_day, prefix.time_only)
             elif prefix.time_only is not None:
                 ts = _epoch(self._last_date or "1970-01-01", prefix.time_only, None)
         if ts is None:
@@ -375,9 +401,28 @@ class LineSplitter:
             self._last_ts = ts
         return ts
 
+    def _month_day_epoch(self, month_day: str, time: str) -> float | None:
+        year = self._last_year or self._default_year
+        if year is None:
+            return None  # no year anywhere: undated rather than 1970
+        month = bounded_int(month_day[:2]) or 0
+        if month < self._last_month - 6:
+            year += 1  # December -> January: the year turned
+        self._last_year, self._last_month = year, month
+        return _epoch(f"{year:04d}-{month_day}", time, None)
+
     def _prefixed(self, text: str, message: str, prefix: Prefix, record: JournalRecord,
                   stream: _Stream, out: list[Line]) -> None:
         ts = self._timestamp(record, prefix)
+        if (prefix.header is not None and stream.block_open and stream.open_record
+                and prefix.header == stream.open_header and prefix.rank == stream.open_rank
+                and TRACEBACK_LINE_RE.match(message)):
+            out.append(Line(text=text, message=message, kind=LineKind.CONTINUATION, rank=stream.open_rank, ts=ts,
+                            pid=record.pid, invocation_id=record.invocation_id, has_prefix=True,
+                            record_id=stream.open_record, untagged_rank=prefix.untagged_rank,
+                            anonymous_rank=prefix.anonymous))
+            return
+        stream.open_header = prefix.header
         if prefix.rank is not None:
             stream.rank = prefix.rank
             stream.tagged = True
@@ -387,7 +432,8 @@ class LineSplitter:
         stream.block_open = opens_block(message)
         out.append(Line(text=text, message=message, kind=LineKind.RECORD, rank=stream.open_rank, ts=ts,
                         pid=record.pid, invocation_id=record.invocation_id, has_prefix=True,
-                        record_id=self._next_record))
+                        record_id=self._next_record, untagged_rank=prefix.untagged_rank,
+                        anonymous_rank=prefix.anonymous))
 
     def _unprefixed(self, segment: str, record: JournalRecord, stream: _Stream, out: list[Line]) -> None:
         ts = self._timestamp(record, None)

@@ -31,11 +31,13 @@ class Judgement:
 
 
 class Pipeline:
-    def __init__(self, config: Config, tally: RuleTally | None = None) -> None:
+    def __init__(self, config: Config, tally: RuleTally | None = None, default_year: int | None = None) -> None:
+        """`default_year`: the year of log prefixes that show none (vLLM's), for a pasted log; the
+        journal dates every entry itself."""
         self.config = config
         self.tally = tally  # replay --rules: which rule matched which line (an observer only)
         self.profile = config.engine_profile()
-        self.splitter = LineSplitter()
+        self.splitter = LineSplitter(self.profile.engine_module.find_prefixes, default_year)
         self.mapper = EventMapper(self.profile)
         self.tracker = Tracker()
         self.entries = 0

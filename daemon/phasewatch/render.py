@@ -11,7 +11,7 @@ import datetime as dt
 import json
 import re
 import time
-from typing import Any
+from typing import Any, Callable
 
 from .config import Config, format_duration
 from .pipeline import Judgement
@@ -51,6 +51,9 @@ def iso(ts: float | None) -> str | None:
     return when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+_iso = iso
+
+
 def clock_text(ts: float, utc: bool = False, with_date: bool = True) -> str:
     """`2026-11-30 08:05:01` (local time unless `utc`), of a clamped time."""
     fmt = "%Y-%m-%d %H:%M:%S" if with_date else "%H:%M:%S"
@@ -82,7 +85,11 @@ def progress_text(progress: Progress | None) -> str:
     return text
 
 
-def _rank_json(rank: RankView) -> dict[str, Any]:
+def _undated(ts: float | None) -> None:
+    return None
+
+
+def _rank_json(rank: RankView, iso: Callable[[float | None], str | None] = iso) -> dict[str, Any]:
     progress = None
     if rank.progress is not None:
         progress = {"n": rank.progress.n, "total": rank.progress.total, "percent": rank.progress.percent,
@@ -99,11 +106,14 @@ def _rank_json(rank: RankView) -> dict[str, Any]:
     }
 
 
-def to_json(judgements: list[Judgement], now: float) -> dict[str, Any]:
-    return {"invocations": [invocation_json(j, now) for j in judgements]}
+def to_json(judgements: list[Judgement], now: float, dated: bool = True) -> dict[str, Any]:
+    """`dated=False`: a log without a single time stamp (judged as if written at one instant): no
+    time is shown, rather than 1970."""
+    return {"invocations": [invocation_json(j, now, dated) for j in judgements]}
 
 
-def invocation_json(judgement: Judgement, now: float) -> dict[str, Any]:
+def invocation_json(judgement: Judgement, now: float, dated: bool = True) -> dict[str, Any]:
+    iso = _iso if dated else _undated
     inv = judgement.invocation
     server = inv.server
     return {
@@ -119,7 +129,7 @@ def invocation_json(judgement: Judgement, now: float) -> dict[str, Any]:
             "tp": server.tp, "dp": server.dp, "pp": server.pp, "ep": server.ep, "nnodes": server.nnodes,
             "node_rank": server.node_rank, "dp_attention": server.dp_attention,
             "speculative": server.speculative, "model_path": server.model_path},
-        "ranks": {r.rank: _rank_json(r) for r in inv.ranks},
+        "ranks": {r.rank: _rank_json(r, iso) for r in inv.ranks},
         "verdicts": [{"kind": v.kind, "phase": v.phase, "rank": v.rank, "cause": v.cause,
                       "message": v.message, "at": iso(v.at)} for v in judgement.verdicts],
     }
@@ -147,27 +157,28 @@ def status_document(judgement: Judgement | None, now: float, config: Config,
     return document
 
 
-def _cell(rank: RankView, phase: str, now: float) -> str:
+def _cell(rank: RankView, phase: str, now: float, dated: bool = True) -> str:
     spans = [s for s in rank.spans if s.phase.value == phase]
     if not spans:
         return "-"
     start = spans[0].start
     end = spans[-1].end
-    if start is None:
+    if start is None or not dated:
         return "?"
     if end is None:
         return format_duration(max(now - start, 0.0)) + "+"
     return format_duration(max(end - start, 0.0))
 
 
-def to_table(judgements: list[Judgement], now: float) -> str:
+def to_table(judgements: list[Judgement], now: float, dated: bool = True) -> str:
     if not judgements:
         return "no invocations found\n"
     out: list[str] = []
     for judgement in judgements:
         inv = judgement.invocation
-        header = (f"invocation {inv.invocation_id}: {judgement.outcome}, phase {current_phase(inv)}, "
-                  f"started {iso(inv.started_at)}, last line {iso(inv.last_ts)}")
+        times = (f"started {iso(inv.started_at)}, last line {iso(inv.last_ts)}" if dated
+                 else "no time stamps in the log: durations unknown")
+        header = f"invocation {inv.invocation_id}: {judgement.outcome}, phase {current_phase(inv)}, {times}"
         if inv.lines_lost:
             header += f", {inv.lines_lost} line(s) lost"
         out.append(header)
@@ -178,7 +189,8 @@ def to_table(judgements: list[Judgement], now: float) -> str:
             now_text = rank.phase.value + (" (done)" if rank.phase_ended else "") + ("" if rank.seen else " (silent)")
             if rank.rank == MAIN and rank.phase.value == "launch" and inv.scheduler_ranks:
                 now_text = "launch (waiting for the ranks)"
-            rows.append([rank.rank, now_text, progress_text(rank.progress), *(_cell(rank, p, now) for p in phases)])
+            cells = [_cell(rank, p, now, dated) for p in phases]
+            rows.append([rank.rank, now_text, progress_text(rank.progress), *cells])
         widths = [max(len(str(row[i])) for row in [columns, *rows]) for i in range(len(columns))]
         for row in [columns, *rows]:
             out.append("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())

@@ -13,7 +13,8 @@ from .history import StartupRecord
 from .records import PHASE_NAMES
 
 COLOURS = {
-    "launch": "#c7c7c7", "dist_init": "#9467bd", "weight_load": "#1f77b4", "jit_compile": "#bcbd22", "kv_cache_alloc": "#17becf",
+    "launch": "#c7c7c7", "dist_init": "#9467bd", "weight_load": "#1f77b4", "jit_compile": "#bcbd22",
+    "kv_cache_alloc": "#17becf",
     "cuda_graph_capture": "#ff7f0e", "draft_weight_load": "#aec7e8", "draft_cuda_graph_capture": "#ffbb78",
     "http_server_start": "#8c564b", "warmup": "#e377c2", "ready": "#2ca02c", "serving": "#98df8a",
 }

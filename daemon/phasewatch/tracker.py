@@ -108,6 +108,8 @@ class ServerInfo:
     port: int | None = None
     cuda_graph_max_bs: str | None = None
     cuda_graph_bs: str | None = None
+    engine: str = "sglang"  # whose rank labels expected_ranks() names (engines/)
+    version: str | None = None
 
     @staticmethod
     def from_args(args: Mapping[str, str]) -> ServerInfo:
@@ -132,13 +134,15 @@ class ServerInfo:
             port=number("port", 0) or None,
             cuda_graph_max_bs=args.get("cuda_graph_max_bs"),
             cuda_graph_bs=args.get("cuda_graph_bs"),
+            engine=args.get("engine", "sglang"),
+            version=args.get("version"),
         )
 
     @property
     def expected_rank_count(self) -> int:
-        """How many scheduler ranks `expected_ranks()` names (computed without naming them)."""
+        """How many scheduler ranks `expected_ranks()` names at most (computed without naming them)."""
         if self.dp > 1 and not self.dp_attention:
-            return self.dp * self.tp
+            return self.dp * self.tp * (self.pp if self.engine != "sglang" else 1)
         slots = self.pp * self.tp
         per_node = max(slots // self.nnodes, 1)
         return max(min(per_node, slots - self.node_rank * per_node), 0)
@@ -149,30 +153,13 @@ class ServerInfo:
         return self.expected_rank_count <= MAX_EXPECTED_RANKS
 
     def expected_ranks(self) -> tuple[str, ...]:
-        """Scheduler rank labels this node should print, in SGLang's tag order; none when the
+        """Rank labels this node should print, as the engine names them (engines/); none when the
         arguments are implausible (more than MAX_EXPECTED_RANKS)."""
         if not self.plausible:
             return ()
-        def label(dp: int | None, pp: int | None, tp: int) -> str:
-            tags = []
-            if dp is not None:
-                tags.append(f"DP{dp}")
-            if pp is not None:
-                tags.append(f"PP{pp}")
-            if self.tp > 1:
-                tags.append(f"TP{tp}")
-            if self.ep > 1:
-                tags.append(f"EP{tp // max(self.tp // self.ep, 1)}")
-            return " ".join(tags) or "TP0"
+        from .engines import engine_module
 
-        if self.dp > 1 and not self.dp_attention:
-            return tuple(label(d, None, t) for d in range(self.dp) for t in range(self.tp))
-        per_dp_group = max(self.tp // self.dp, 1)
-        slots = [(p, t) for p in range(self.pp) for t in range(self.tp)]
-        per_node = max(len(slots) // self.nnodes, 1)
-        mine = slots[self.node_rank * per_node:(self.node_rank + 1) * per_node]
-        return tuple(label(t // per_dp_group if self.dp > 1 else None, p if self.pp > 1 else None, t)
-                     for p, t in mine)
+        return engine_module(self.engine).expected_ranks(self)
 
 
 @dataclass(frozen=True)
@@ -322,6 +309,7 @@ class _Invocation:
     lines_lost: int = 0
     server: ServerInfo | None = None
     server_args_ts: float | None = None
+    server_args: dict[str, str] = field(default_factory=dict)
     unit_phase: Phase | None = None
     unit_result: str | None = None
     exit_status: str | None = None
@@ -463,9 +451,14 @@ class Tracker:
         if kind in (EventKind.UNIT_STOPPING, EventKind.UNIT_STOPPED, EventKind.UNIT_FAILED,
                     EventKind.UNIT_EXITED, EventKind.RESTART_SCHEDULED):
             return self._lifecycle(inv, event, ts)
+        if kind is EventKind.HEARTBEAT:
+            return []  # the API server's "Waiting for core engine": it says nothing about the ranks
         if kind is EventKind.SERVER_ARGS:
-            inv.server = ServerInfo.from_args(event.args)
-            inv.server_args_ts = ts
+            # vLLM spreads them over several lines (non-default args, then the engine's config).
+            inv.server_args = {**inv.server_args, **event.args}
+            inv.server = ServerInfo.from_args(inv.server_args)
+            if inv.server_args_ts is None:
+                inv.server_args_ts = ts
             self._rank(inv, MAIN, ts)
             return []
         if kind in (EventKind.PROBE_OK, EventKind.PROBE_FAILED):
