@@ -130,9 +130,13 @@ def test_sample_goes_into_the_history(corpus: Path, case: str, tmp_path: Path) -
     from phasewatch.history import History, summarize
     from phasewatch.pipeline import Pipeline
 
+    from phasewatch.engines import detect_engine
+
     expected = EXPECTATIONS[case]
-    pipeline = Pipeline(Config(unit="sglang.service"))
-    pipeline.feed_all(parse_source((corpus / f"{case}.log").read_bytes()).records, None)
+    records = parse_source((corpus / f"{case}.log").read_bytes()).records
+    engine = detect_engine(r.message for r in records if isinstance(r.message, str))
+    pipeline = Pipeline(Config(unit="sglang.service", engine=engine), default_year=2026)
+    pipeline.feed_all(records, None)
     [inv] = pipeline.snapshot().invocations
     if inv.started_at is None:
         pytest.skip("an undated excerpt has no durations to learn")

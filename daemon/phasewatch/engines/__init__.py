@@ -66,8 +66,8 @@ DETECT_LINES = 2000
 
 
 def detect_engine(lines: Iterable[str], default: str = "sglang") -> str:
-    """The engine whose lines a log shows: the first engine a line is sure of, else the one with
-    the most hints among the first DETECT_LINES lines, else `default`."""
+    """The engine whose lines a log shows: the first engine a line is sure of, else `default` if
+    any line hints at it, else the one with the most hints among the first DETECT_LINES lines."""
     engines = list(_registry().values())
     hints = dict.fromkeys((e.name for e in engines), 0)
     for index, line in enumerate(lines):
@@ -78,6 +78,8 @@ def detect_engine(lines: Iterable[str], default: str = "sglang") -> str:
             if score >= 2:
                 return engine.name
             hints[engine.name] += score
+    if hints.get(default, 0) > 0:
+        return default  # SGLang's 2024 logs carry vLLM's loader lines: a hint of the default wins
     best = max(hints.values())
     if best == 0:
         return default

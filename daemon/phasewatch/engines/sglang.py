@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from ..lines import canonical_rank, find_prefixes
+from ..lines import LEGACY_RANK_RE, canonical_rank, find_prefixes
 from . import Engine
 
 if TYPE_CHECKING:
@@ -74,7 +74,7 @@ def expected_ranks(server: ServerInfo) -> tuple[str, ...]:
 def detect(line: str) -> int:
     if _SURE_RE.search(line):
         return 2
-    return 1 if "sglang" in line else 0
+    return 1 if "sglang" in line or LEGACY_RANK_RE.match(line) else 0
 
 
 ENGINE = Engine("sglang", find_prefixes, rank_from_title, parse_server_args, expected_ranks, detect)
