@@ -85,6 +85,8 @@ class Profile:
     rules: tuple[Rule, ...]
     causes: tuple[CauseClass, ...]
     module: str = "sglang"  # the engine module (engines/) for prefixes, titles and arguments
+    lockstep: bool = False  # a rank beginning a phase moves its group along (tracker.Tracker)
+    draft_phases: bool = True  # a second dist init / weight load is the draft model's
 
     @property
     def engine_module(self) -> Engine:
@@ -219,7 +221,13 @@ def parse_profile(document: Mapping[str, Any], origin: str) -> Profile:
     module = document.get("module", engine if engine in KNOWN_ENGINES else "sglang")
     if module not in KNOWN_ENGINES:
         raise ProfileError(f"{origin}: module", f"expected one of {', '.join(KNOWN_ENGINES)}, got {module!r}")
-    return Profile(engine, rules, causes, module)
+    lockstep = document.get("lockstep", False)
+    if not isinstance(lockstep, bool):
+        raise ProfileError(f"{origin}: lockstep", f"expected true or false, got {lockstep!r}")
+    draft_phases = document.get("draft_phases", True)
+    if not isinstance(draft_phases, bool):
+        raise ProfileError(f"{origin}: draft_phases", f"expected true or false, got {draft_phases!r}")
+    return Profile(engine, rules, causes, module, lockstep, draft_phases)
 
 
 def load_builtin_profile(engine: str) -> Profile:

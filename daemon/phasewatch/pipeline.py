@@ -39,7 +39,7 @@ class Pipeline:
         self.profile = config.engine_profile()
         self.splitter = LineSplitter(self.profile.engine_module.find_prefixes, default_year)
         self.mapper = EventMapper(self.profile)
-        self.tracker = Tracker()
+        self.tracker = Tracker(self.profile.lockstep, self.profile.draft_phases)
         self.entries = 0
         self.quarantined = 0  # records that raised in a stage: skipped, the rest goes on
 

@@ -374,6 +374,13 @@ def _family(phase: Phase | None) -> frozenset[Phase] | None:
     return None
 
 
+_PHASE_ORDER = {phase: index for index, phase in enumerate(Phase)}
+
+
+def _dp_group(label: str) -> str:
+    return next((part for part in label.split() if part.startswith("DP")), "")
+
+
 def _tp_index(label: str) -> int | None:
     for part in label.split():
         if part.startswith("TP") and part[2:].isdigit():
@@ -384,7 +391,14 @@ def _tp_index(label: str) -> int | None:
 class Tracker:
     """Applies events in journal order. Holds the last MAX_INVOCATIONS invocations."""
 
-    def __init__(self) -> None:
+    def __init__(self, lockstep: bool = False, draft_phases: bool = True) -> None:
+        """`lockstep`: the engine runs every start-up step as one call on all ranks of an engine and
+        waits for all (vLLM): a rank beginning a phase shows that the ranks of its group still in
+        an earlier one are through it (they may log only on rank 0). `draft_phases`: a second dist
+        init or weight load is a draft model's (SGLang); else it changes nothing (vLLM loads its
+        draft inside the target's load)."""
+        self.lockstep = lockstep
+        self.draft_phases = draft_phases
         self._invocations: dict[str, _Invocation] = {}
         self._current: _Invocation | None = None
         self._anonymous = itertools.count(1)
@@ -536,12 +550,12 @@ class Tracker:
         return rank
 
     # -- rank phases --------------------------------------------------------------------------
-    @staticmethod
-    def _resolve(rank: _Rank, phase: Phase, begin: bool, hint: bool = False) -> Phase | None:
+    def _resolve(self, rank: _Rank, phase: Phase, begin: bool, hint: bool = False) -> Phase | None:
         """The phase an engine line means for this rank now; None when it changes nothing."""
         if hint:
             return phase if not rank.entered(phase) else None
-        if phase in (Phase.DIST_INIT, Phase.WEIGHT_LOAD) and rank.entered(Phase.WEIGHT_LOAD):
+        if (self.draft_phases and phase in (Phase.DIST_INIT, Phase.WEIGHT_LOAD)
+                and rank.entered(Phase.WEIGHT_LOAD)):
             # The draft model's runner repeats dist init and weight loading.
             # (v0.5.23 loads the draft's right after the target's: an ended weight_load is not reopened.)
             if phase is Phase.WEIGHT_LOAD and rank.phase is Phase.WEIGHT_LOAD and not rank.phase_ended:
@@ -571,7 +585,26 @@ class Tracker:
         inv.layout += 1
         if not begin:
             rank.end_phase(ts)  # an end line without its begin (2024 logs, windows of a log)
-        return [Transition(inv.invocation_id, rank.rank, source.value, resolved.value, ts, rule)]
+        moved = [Transition(inv.invocation_id, rank.rank, source.value, resolved.value, ts, rule)]
+        if self.lockstep and begin and not hint:
+            moved.extend(self._follow(inv, rank, resolved, ts, rule))
+        return moved
+
+    @staticmethod
+    def _follow(inv: _Invocation, leader: _Rank, phase: Phase, ts: float | None,
+                rule: str | None) -> list[Transition]:
+        """Lockstep: the leader's group (same DP tag) still in an earlier phase joins it."""
+        order = _PHASE_ORDER[phase]
+        group = _dp_group(leader.rank)
+        out = []
+        for other in inv.ranks.values():
+            if (other is leader or other.rank == MAIN or other.phase in _UNIT_PHASES
+                    or _PHASE_ORDER[other.phase] >= order or other.entered(phase) or _dp_group(other.rank) != group):
+                continue
+            source = other.phase
+            other.move_to(phase, ts)
+            out.append(Transition(inv.invocation_id, other.rank, source.value, phase.value, ts, rule))
+        return out
 
     def _progress(self, inv: _Invocation, event: Event, ts: float | None) -> list[Transition]:
         owner = self._rank(inv, event.rank, ts) if event.rank else self._bar_owner(inv, event.phase)

@@ -160,7 +160,32 @@ def test_v0_driver_untagged_is_tp0_beside_its_pid_tagged_workers() -> None:
                  "(VllmWorkerProcess pid=13105) INFO 08-19 07:51:03 model_runner.py:732] "
                  "Loading model weights took 2.3 GB\n"
                  "INFO 08-19 07:51:08 distributed_gpu_executor.py:56] # GPU blocks: 22982, # CPU blocks: 6241\n")
-    assert phases(inv) == {"TP0": "kv_cache_alloc", "pid13105": "weight_load"}
+    # The driver's KV sizing follows every worker's load (lockstep): the worker is past its load too.
+    assert phases(inv) == {"TP0": "kv_cache_alloc", "pid13105": "kv_cache_alloc"}
+
+
+def test_lockstep_moves_the_quiet_ranks_of_the_same_engine_only() -> None:
+    """Recent vLLM logs many steps on the first worker only: the others follow it, within its DP group."""
+    head = "INFO 05-12 09:13:0{} [x.py:1] "
+    inv = pasted("\n".join([
+        "(Worker_DP0_TP0 pid=1) " + head.format(1) + "Starting to load model m...",
+        "(Worker_DP0_TP1 pid=2) " + head.format(1) + "Starting to load model m...",
+        "(Worker_DP1_TP0 pid=3) " + head.format(1) + "Starting to load model m...",
+        "(Worker_DP0_TP0 pid=1) " + head.format(5) + "Available KV cache memory: 10.98 GiB"]))
+    assert phases(inv) == {"DP0 TP0": "kv_cache_alloc", "DP0 TP1": "kv_cache_alloc", "DP1 TP0": "weight_load"}
+
+
+def test_a_rank_stuck_in_a_step_still_stalls_its_engine() -> None:
+    """Lockstep only moves ranks when one begins a later step, which a stuck rank prevents."""
+    pipeline = Pipeline(VLLM)
+    pipeline.feed_all(journal("(Worker_TP0 pid=1) INFO 05-12 09:13:01 [x.py:1] Starting to load model m...\n"
+                              "(Worker_TP1 pid=2) INFO 05-12 09:13:01 [x.py:1] Starting to load model m...\n"
+                              "(Worker_TP0 pid=1) INFO 05-12 09:13:09 [x.py:1] Model loading took 9 GiB and 8 s\n",
+                              T0), None)
+    deadline = VLLM.limits(Phase.WEIGHT_LOAD).deadline
+    assert deadline is not None
+    [judgement] = pipeline.judge(T0 + deadline + 60)
+    assert [(v.kind, v.rank) for v in judgement.verdicts if v.kind == "stalled"] == [("stalled", "TP1")]
 
 
 def journal(text: str, start: float, pid: int = 100) -> list[JournalRecord]:
