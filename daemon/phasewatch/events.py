@@ -374,9 +374,9 @@ class EventMapper:
             elif rule.event == "heartbeat":
                 events.append(Event(EventKind.HEARTBEAT, line.ts, rank=rule_rank, rule=rule.id, text=message,
                                     invocation_id=line.invocation_id, pid=line.pid, record_id=record_id))
-            elif rule.event == "activity" or (rule.scope == "rank" and rule_rank == MAIN
+            elif rule.event == "activity" or (rule.scope != "main" and rule_rank == MAIN
                                                and line.untagged_rank is not None):
-                # (a rank's line from a coordinator, vLLM's engine core with workers: no phase of its own)
+                # (a rank's line or frame from a coordinator, vLLM's engine core with workers: no phase of its own)
                 events.append(Event(EventKind.ACTIVITY, line.ts, rank=rule_rank, rule=rule.id, text=message,
                                     invocation_id=line.invocation_id, pid=line.pid, record_id=record_id))
             else:
