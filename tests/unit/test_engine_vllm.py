@@ -277,3 +277,12 @@ def test_replay_engine_option_overrides_detection(tmp_path: Path, capsys: pytest
     assert main(["replay", "--json", str(log)]) == 0
     vllm_view = json.loads(capsys.readouterr().out)["invocations"][0]
     assert (sglang_view["outcome"], vllm_view["outcome"]) == ("starting", "ready")
+
+
+def test_untagged_lines_are_tp0_alone_and_a_coordinator_beside_numbered_workers() -> None:
+    """0.8-0.10 tagged only the workers: the untagged engine core then coordinates; alone it is the rank."""
+    kv = "INFO 06-02 11:03:18 [kv_cache_utils.py:637] GPU KV cache size: 1,131,008 tokens"
+    load = "(VllmWorker rank={0} pid=1{0}) INFO 06-02 11:03:00 [gpu_model_runner.py:1] Starting to load model m..."
+    assert phases(pasted(kv)) == {"TP0": "kv_cache_alloc"}
+    beside = pasted("\n".join([load.format(0), load.format(1), kv]))
+    assert phases(beside) == {MAIN: "launch", "TP0": "weight_load", "TP1": "weight_load"}

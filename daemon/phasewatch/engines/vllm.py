@@ -13,7 +13,8 @@ A vLLM line is `[wrapper] [(Process pid=N) ...] LEVEL MM-DD HH:MM:SS [file.py:li
 
 Ranks: a worker tag with numbers is that rank (`Worker_DP0_TP3` -> `DP0 TP3`, `VllmWorker rank=5`
 -> `TP5`). V0 workers and Ray actors carry only a PID: they are ranks named `pid<N>` (`@ip` for
-another node), and the untagged driver in the same log is TP0. An engine core (`EngineCore_DP1`)
+another node), and the untagged driver in the same log is TP0 (an untagged header line is TP0
+while the log shows no numbered worker tag, else a coordinator's). An engine core (`EngineCore_DP1`)
 holds the GPU itself when no worker tag appears (one GPU per engine): then it is `DP1` (`TP0` for a
 bare `EngineCore`); with workers it is a coordinator, like the API server (`main`).
 """
@@ -108,6 +109,10 @@ def _prefix_at(segment: str, start: int) -> Prefix | None:
         following = ISO_YEAR_RE.match(segment, position)
         year = int(following.group("year")) if following else year
         return Prefix(start, position, rank, None, year=year, untagged_rank=untagged, anonymous=anonymous)
+    if not tags:
+        # No process tag: V0's driver or a one-process engine (then TP0), or beside numbered workers
+        # the engine core or API server of 0.8-0.10, which tagged only its workers (then main).
+        untagged = "TP0"
     return Prefix(start, header.end(), rank, None, time_only=header.group("time"), month_day=header.group("md"),
                   year=year, untagged_rank=untagged, anonymous=anonymous,
                   header=f"{' '.join(names)} {header.group('level')} {header.group('file')}:{header.group('line')}")
