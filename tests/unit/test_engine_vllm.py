@@ -4,9 +4,12 @@ ranks), its profile (profiles/vllm.yaml) through the whole pipeline, and replay'
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from phasewatch.cli import main
 from phasewatch.config import Config
@@ -286,3 +289,31 @@ def test_untagged_lines_are_tp0_alone_and_a_coordinator_beside_numbered_workers(
     assert phases(pasted(kv)) == {"TP0": "kv_cache_alloc"}
     beside = pasted("\n".join([load.format(0), load.format(1), kv]))
     assert phases(beside) == {MAIN: "launch", "TP0": "weight_load", "TP1": "weight_load"}
+
+
+VLLM_SHAPES = ["(", "(a pid=", " pid=1", "(Worker_TP0 pid=1) ", "INFO 01-01 00:00:00 [a.py:1] ", "INFO 01-01 ",
+               "2025-01-01T00:00:00 ", "(EngineCore_DP0 pid=1) ", "Traceback (most recent call last):", "-", " ",
+               ", ip=1.2.3.4)", "\u2502 ", "Free memory on device ", "Waiting for 1 local, "]
+
+
+@settings(max_examples=15, deadline=None, derandomize=True)
+@example(["("], "")
+@example(["INFO 01-01 00:00:00 [a.py:1] "], "")
+@given(st.lists(st.sampled_from(VLLM_SHAPES), min_size=1, max_size=3), st.sampled_from(["", ")", "\n", "Error:"]))
+def test_vllm_grammar_time_per_byte_stays_flat_for_adversarial_lines(units: list[str], tail: str) -> None:
+    """As test_bounded_cost's property, through the vLLM prefixes and rules: 8x the bytes, < 24x the time."""
+    unit = "".join(units)
+
+    def one_step(size: int) -> float:
+        text = unit * (size // len(unit)) + tail
+        best = float("inf")
+        for _ in range(3):
+            pipeline = Pipeline(VLLM)
+            start = time.perf_counter()
+            pipeline.feed(JournalRecord(text, T0, pid=100, invocation_id="inv"), T0)
+            pipeline.judge(T0 + 1)
+            best = min(best, time.perf_counter() - start)
+        return best
+
+    ratio = one_step(64 * 1024) / max(one_step(8 * 1024), 1e-4)
+    assert ratio < 24.0, f"{unit!r} * n + {tail!r}: 8x the bytes cost {ratio:.1f}x"

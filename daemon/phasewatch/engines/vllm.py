@@ -79,8 +79,9 @@ def _tag_rank(name: str | None, rank: str | None, pid: str, ip: str | None) -> t
 MAX_PID_DIGITS = 10
 
 
-def _prefix_at(segment: str, start: int) -> Prefix | None:
-    """The prefix (tags, then a header) that starts at `start`, or None."""
+def _prefix_at(segment: str, start: int, dated_from: int) -> Prefix | None:
+    """The prefix (tags, then a header) that starts at `start`, or None; a wrapper's date is looked
+    for from `dated_from` (the end of the previous prefix: each byte is read once)."""
     position = start
     rank: str | None = None
     untagged: str | None = None
@@ -102,7 +103,7 @@ def _prefix_at(segment: str, start: int) -> Prefix | None:
     header = HEADER_RE.match(segment, position)
     if header is None and not tags:
         return None
-    dated = [m.group("year") for m in ISO_YEAR_RE.finditer(segment, 0, start)]  # wrappers' dates
+    dated = [m.group("year") for m in ISO_YEAR_RE.finditer(segment, dated_from, start)]  # wrappers' dates
     year = int(dated[-1]) if dated else None
     if header is None:
         # Tags only: the message is someone else's text (a bar's newline, multiprocessing, uvicorn).
@@ -145,7 +146,7 @@ def _find(segment: str) -> list[Prefix]:
         start = START_RE.search(segment, position)
         if start is None:
             break
-        prefix = _prefix_at(segment, start.start())
+        prefix = _prefix_at(segment, start.start(), found[-1].end if found else 0)
         if prefix is None or (found and prefix.header is None):
             position = start.start() + 1
             continue
