@@ -309,7 +309,8 @@ class EventMapper:
         self.profile = profile
         self._engine = profile.engine_module
         self._engine_ranks: set[tuple[str | None, str]] = set()  # (invocation, label) of engine cores seen as ranks
-        self._tagged_invocations: set[str | None] = set()
+        self._tagged_invocations: set[str | None] = set()  # a rank tag with a number showed
+        self._worker_invocations: set[str | None] = set()  # any rank tag showed
         self._tp0_pids: set[tuple[str | None, int | None]] = set()
         self._record_ranks: dict[int, str | None] = {}
         self._harmless: set[int] = set()  # records whose traceback is not fatal
@@ -397,10 +398,12 @@ class EventMapper:
         if line.has_prefix and line.rank is not None:
             if not line.anonymous_rank:
                 self._tagged_invocations.add(line.invocation_id)
+            if line.untagged_rank is None and len(self._worker_invocations) < MEMO_ENTRIES:
+                self._worker_invocations.add(line.invocation_id)
             return line.rank
         if line.untagged_rank is not None and line.rank is None:
             # A process the prefix names but that is no rank by its tag (vLLM's engine core, API server).
-            if (line.untagged_rank != MAIN and line.invocation_id not in self._tagged_invocations
+            if (line.untagged_rank != MAIN and not self._coordinating(line)
                     and (line.invocation_id, line.untagged_rank) in self._engine_ranks):
                 return line.untagged_rank
             return MAIN
@@ -416,13 +419,18 @@ class EventMapper:
             return "TP0"
         return MAIN if line.has_prefix else None
 
+    def _coordinating(self, line: Line) -> bool:
+        """Whether a process that is no rank by its tag coordinates ranks that others run."""
+        workers = self._worker_invocations if line.engine_core else self._tagged_invocations
+        return line.invocation_id in workers
+
     def _rule_rank(self, line: Line, rule: Rule, rank: str | None) -> str | None:
         if line.rank is not None:
             return rank
         if rule.scope == "main":
             return MAIN
         if line.untagged_rank is not None:
-            if line.untagged_rank == MAIN or line.invocation_id in self._tagged_invocations:
+            if line.untagged_rank == MAIN or self._coordinating(line):
                 return MAIN if rank is None else rank
             if len(self._engine_ranks) >= MEMO_ENTRIES:
                 self._engine_ranks.clear()

@@ -197,6 +197,7 @@ class Prefix:
     year: int | None = None
     untagged_rank: str | None = None  # see records.Line
     anonymous: bool = False
+    engine_core: bool = False
     # "LEVEL [file:line]" of an engine that repeats its whole prefix on every line of a logged
     # traceback: a line with the same header continues the record that opened the traceback.
     header: str | None = None
@@ -420,7 +421,7 @@ class LineSplitter:
             out.append(Line(text=text, message=message, kind=LineKind.CONTINUATION, rank=stream.open_rank, ts=ts,
                             pid=record.pid, invocation_id=record.invocation_id, has_prefix=True,
                             record_id=stream.open_record, untagged_rank=prefix.untagged_rank,
-                            anonymous_rank=prefix.anonymous))
+                            anonymous_rank=prefix.anonymous, engine_core=prefix.engine_core))
             return
         stream.open_header = prefix.header
         if prefix.rank is not None:
@@ -433,7 +434,7 @@ class LineSplitter:
         out.append(Line(text=text, message=message, kind=LineKind.RECORD, rank=stream.open_rank, ts=ts,
                         pid=record.pid, invocation_id=record.invocation_id, has_prefix=True,
                         record_id=self._next_record, untagged_rank=prefix.untagged_rank,
-                        anonymous_rank=prefix.anonymous))
+                        anonymous_rank=prefix.anonymous, engine_core=prefix.engine_core))
 
     def _unprefixed(self, segment: str, record: JournalRecord, stream: _Stream, out: list[Line]) -> None:
         ts = self._timestamp(record, None)

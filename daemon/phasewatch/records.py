@@ -185,6 +185,9 @@ class Line:
     # `rank` names a process, not a rank number (vLLM V0 workers, Ray actors): such tags do not
     # make the untagged lines of the log a coordinator's.
     anonymous_rank: bool = False
+    # The prefix names an engine core (vLLM's EngineCore): any worker tag in the log, numbered or
+    # not, makes it a coordinator. (An untagged line yields to numbered tags only: V0's driver.)
+    engine_core: bool = False
 
 
 class EventKind(enum.Enum):

@@ -317,3 +317,10 @@ def test_vllm_grammar_time_per_byte_stays_flat_for_adversarial_lines(units: list
 
     ratio = one_step(64 * 1024) / max(one_step(8 * 1024), 1e-4)
     assert ratio < 24.0, f"{unit!r} * n + {tail!r}: 8x the bytes cost {ratio:.1f}x"
+
+
+def test_an_engine_core_beside_ray_workers_is_their_coordinator() -> None:
+    """Ray's workers carry a PID only; an engine core tag beside them is still no rank of its own."""
+    inv = pasted("(RayWorkerWrapper pid=9) INFO 06-02 11:03:00 [gpu_model_runner.py:1] Starting to load model m...\n"
+                 "(EngineCore_DP0 pid=7) INFO 06-02 11:03:18 [kv_cache_utils.py:637] GPU KV cache size: 1,131 tokens\n")
+    assert phases(inv) == {MAIN: "launch", "pid9": "weight_load"}

@@ -88,12 +88,14 @@ def _prefix_at(segment: str, start: int, dated_from: int) -> Prefix | None:
     anonymous = False
     names: list[str] = []
     tags = TAGS_RE.match(segment, position)
+    core = False
     if tags:
         for tag in TAG_RE.finditer(segment, tags.start(), tags.end()):
             names.append(tag.group("name") or "")
             # The innermost process wrote the line: the last tag that says anything wins.
             tag_rank, tag_untagged, tag_anonymous = _tag_rank(tag.group("name"), tag.group("rank"),
                                                               tag.group("pid"), tag.group("ip"))
+            core = core or ENGINE_CORE_RE.match(tag.group("name") or "") is not None
             if tag_rank is not None:
                 rank, untagged, anonymous = tag_rank, None, tag_anonymous
             elif rank is None or tag_untagged != MAIN:
@@ -109,13 +111,14 @@ def _prefix_at(segment: str, start: int, dated_from: int) -> Prefix | None:
         # Tags only: the message is someone else's text (a bar's newline, multiprocessing, uvicorn).
         following = ISO_YEAR_RE.match(segment, position)
         year = int(following.group("year")) if following else year
-        return Prefix(start, position, rank, None, year=year, untagged_rank=untagged, anonymous=anonymous)
+        return Prefix(start, position, rank, None, year=year, untagged_rank=untagged, anonymous=anonymous,
+                      engine_core=core)
     if not tags:
         # No process tag: V0's driver or a one-process engine (then TP0), or beside numbered workers
         # the engine core or API server of 0.8-0.10, which tagged only its workers (then main).
         untagged = "TP0"
     return Prefix(start, header.end(), rank, None, time_only=header.group("time"), month_day=header.group("md"),
-                  year=year, untagged_rank=untagged, anonymous=anonymous,
+                  year=year, untagged_rank=untagged, anonymous=anonymous, engine_core=core,
                   header=f"{' '.join(names)} {header.group('level')} {header.group('file')}:{header.group('line')}")
 
 
