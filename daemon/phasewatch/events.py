@@ -26,6 +26,7 @@ from .records import (
     MID_STOPPING,
     MID_SUPPRESSED,
     PHASE_NAMES,
+    UNIT_PHASES,
     Event,
     EventKind,
     JournalRecord,
@@ -376,7 +377,7 @@ class EventMapper:
                 events.append(Event(EventKind.HEARTBEAT, line.ts, rank=rule_rank, rule=rule.id, text=message,
                                     invocation_id=line.invocation_id, pid=line.pid, record_id=record_id))
             elif rule.event == "activity" or (rule.scope != "main" and rule_rank == MAIN
-                                               and line.untagged_rank is not None):
+                                               and line.untagged_rank is not None and rule.phase not in UNIT_PHASES):
                 # (a rank's line or frame from a coordinator, vLLM's engine core with workers: no phase of its own)
                 events.append(Event(EventKind.ACTIVITY, line.ts, rank=rule_rank, rule=rule.id, text=message,
                                     invocation_id=line.invocation_id, pid=line.pid, record_id=record_id))

@@ -324,3 +324,11 @@ def test_an_engine_core_beside_ray_workers_is_their_coordinator() -> None:
     inv = pasted("(RayWorkerWrapper pid=9) INFO 06-02 11:03:00 [gpu_model_runner.py:1] Starting to load model m...\n"
                  "(EngineCore_DP0 pid=7) INFO 06-02 11:03:18 [kv_cache_utils.py:637] GPU KV cache size: 1,131 tokens\n")
     assert phases(inv) == {MAIN: "launch", "pid9": "weight_load"}
+
+
+def test_stats_with_running_requests_after_ready_are_serving() -> None:
+    stats = ("(APIServer pid=1) INFO 06-19 15:41:02 [loggers.py:123] Engine 000: Avg prompt throughput: 120.5 "
+             "tokens/s, Avg generation throughput: 33.1 tokens/s, Running: 2 reqs, Waiting: 0 reqs")
+    inv = pasted(V1_TP1 + stats + "\n")
+    assert phases(inv) == {MAIN: "serving", "DP0": "serving"}
+    assert inv.proof_of_life is not None
