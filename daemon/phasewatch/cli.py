@@ -17,8 +17,8 @@ from typing import Iterable, Iterator, Sequence
 
 from .actions import UnitError
 from .config import Config, ConfigError, load_config, parse_duration
-from .engines import KNOWN as KNOWN_ENGINES
 from .engines import detect_engine
+from .events import builtin_engines
 from .follow import JournalError
 from .formats import InputError, parse_source
 from .journal_source import JournalUnavailable, UnitRecords
@@ -236,7 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--directory", help="with --unit: a journal directory copied from another host")
     replay.add_argument("--since", help="with --unit: start at this time (ISO)")
     replay.add_argument("--config", help="phasewatch YAML config (limits, patterns)")
-    replay.add_argument("--engine", choices=KNOWN_ENGINES,
+    replay.add_argument("--engine", choices=builtin_engines(),
                         help="the engine whose profile reads the log (default: the config's, else told by the log)")
     replay.add_argument("--json", action="store_true", help="print the JSON document")
     replay.add_argument("--rules", action="store_true",

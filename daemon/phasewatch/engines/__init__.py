@@ -11,12 +11,16 @@ An engine module gives:
   `find_prefixes` gives (empty when the engine's labels cannot be foretold);
 - `detect(line)`: how sure a line makes us that the log is this engine's (0 none, 1 a hint, 2 sure).
 
-Adding an engine is a profile YAML and, when its prefixes or titles differ, one such module.
+Adding an engine is a profile YAML and, when its prefixes or titles differ, one such module in this
+package (found by its file name; nothing else to register).
 """
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from dataclasses import dataclass
+from functools import cache
 from typing import TYPE_CHECKING, Callable, Iterable
 
 from ..lines import Prefix
@@ -35,13 +39,14 @@ class Engine:
     detect: Callable[[str], int]
 
 
+# The engine modules of this package: every module not starting with "_".
+KNOWN: tuple[str, ...] = tuple(sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")))
+
+
+@cache
 def _registry() -> dict[str, Engine]:
-    from . import sglang, vllm
-
-    return {module.ENGINE.name: module.ENGINE for module in (sglang, vllm)}
-
-
-KNOWN = ("sglang", "vllm")
+    engines = (importlib.import_module(f"{__name__}.{name}").ENGINE for name in KNOWN)
+    return {engine.name: engine for engine in engines}
 
 
 def engine_module(name: str) -> Engine:
