@@ -12,10 +12,10 @@ TARGETS = {"a": 0.5, "b": 1.0, "c": 4.0}
 FRAME_RE = re.compile(r"^(?P<func>.*?) \((?P<file>[^():]+?)(?::\d+)?\)$")
 # The pipeline's stages, as py-spy names their entry points (function, file suffix).
 STAGES = [
-    ("read: journal (follow.JournalFollower.read)", "JournalFollower.read", "phasewatch/follow.py"),
-    ("split: lines (LineSplitter.feed, .flush)", "LineSplitter.feed", "phasewatch/lines.py"),
-    ("parse: events (EventMapper.map_line)", "EventMapper.map_line", "phasewatch/events.py"),
-    ("track: tracker (Tracker.apply)", "Tracker.apply", "phasewatch/tracker.py"),
+    ("read: journal (follow.JournalFollower.read)", "JournalFollower.read", "phasewatch/sources/follow.py"),
+    ("split: lines (LineSplitter.feed, .flush)", "LineSplitter.feed", "phasewatch/stages/lines.py"),
+    ("parse: events (EventMapper.map_line)", "EventMapper.map_line", "phasewatch/stages/events.py"),
+    ("track: tracker (Tracker.apply)", "Tracker.apply", "phasewatch/stages/tracker.py"),
     ("the rest of the loop (Pipeline.feed, read_unit)", "Pipeline.feed", "phasewatch/pipeline.py"),
     ("judge + render (Pipeline.judge, render.to_json)", "Pipeline.judge", "phasewatch/pipeline.py"),
 ]

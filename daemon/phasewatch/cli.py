@@ -15,19 +15,26 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
-from .actions import UnitError
-from .config import Config, ConfigError, load_config, parse_duration
-from .engines import detect_engine
-from .events import builtin_engines
-from .follow import JournalError
-from .formats import InputError, parse_source
-from .journal_source import JournalUnavailable, UnitRecords
+from .config import Config, load_config
+from .durations import parse_duration
+from .errors import (
+    EX_NOINPUT,
+    EX_OK,
+    ConfigError,
+    HistoryUnreadable,
+    InputError,
+    NoHistory,
+    PhasewatchError,
+    UsageError,
+)
 from .pipeline import Pipeline
+from .profile import builtin_engines
 from .records import JournalRecord
 from .render import clamp_ts, json_text, terminal_safe, to_json, to_table, ts_in_range
-from .ruletally import RuleTally
-
-EX_OK, EX_USAGE, EX_DATAERR, EX_NOINPUT, EX_UNAVAILABLE, EX_CONFIG = 0, 64, 65, 66, 69, 78
+from .sources.formats import parse_source
+from .sources.journal_source import UnitRecords
+from .stages.engines import detect_engine
+from .stages.ruletally import RuleTally
 
 
 def _parse_when(text: str, last_line: float | None) -> float:
@@ -35,7 +42,10 @@ def _parse_when(text: str, last_line: float | None) -> float:
     if text.startswith("+"):
         seconds = parse_duration(text[1:])
         return (last_line or 0.0) + (seconds or 0.0)
-    when = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    try:
+        when = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     if when.tzinfo is None:
         when = when.replace(tzinfo=dt.timezone.utc)
     return when.timestamp()
@@ -43,7 +53,10 @@ def _parse_when(text: str, last_line: float | None) -> float:
 
 def _records_from_file(source: str) -> tuple[list[JournalRecord], list[str]]:
     data = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
-    parsed = parse_source(data, default_year=dt.datetime.now(dt.timezone.utc).year)
+    try:
+        parsed = parse_source(data, default_year=dt.datetime.now(dt.timezone.utc).year)
+    except InputError as exc:
+        raise InputError(str(exc), source) from None
     return list(parsed.records), list(parsed.warnings)
 
 
@@ -146,13 +159,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     import logging
     import signal
 
-    from .actions import JournalAlerter, Notifier, SystemdUnit
     from .app import Daemon, watchdog_interval_from_env
     from .clock import SystemClock
-    from .follow import JournalFollower
-    from .history import History
-    from .metrics import start_metrics
-    from .state import StateStore
+    from .sinks.actions import JournalAlerter, Notifier, SystemdUnit
+    from .sinks.history import History
+    from .sinks.http import start_metrics
+    from .sinks.state import StateStore
+    from .sources.follow import JournalFollower
 
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     config = load_config(args.config)
@@ -192,30 +205,23 @@ def cmd_check_config(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     import sqlite3
 
-    from .history import History, HistoryUnreadable
-    from .report import to_json as report_json
-    from .report import to_svg, to_table
+    from .commands.report import to_json as report_json
+    from .commands.report import to_svg, to_table
+    from .sinks.history import History
 
     config = load_config(args.config) if args.config else None
     unit = args.unit or (config.unit if config is not None else None)
     if unit is None:
-        raise ValueError("report needs a UNIT (or --config naming one)")
+        raise UsageError("report needs a UNIT (or --config naming one)")
     state_dir = Path(args.state_dir or os.environ.get("STATE_DIRECTORY", "").split(":")[0] or "/var/lib/phasewatch")
     path = state_dir / f"{unit}.history.sqlite3"
     if not path.exists():
-        print(f"phasewatch: no history for {unit} in {state_dir} (phasewatch run records start-ups there)",
-              file=sys.stderr)
-        return EX_NOINPUT
-    try:
-        history = History(path, read_only=True)  # report changes nothing on disk, even a broken file
-    except HistoryUnreadable as exc:
-        print(f"phasewatch: {exc}", file=sys.stderr)
-        return EX_DATAERR
+        raise NoHistory(f"no history for {unit} in {state_dir} (phasewatch run records start-ups there)")
+    history = History(path, read_only=True)  # report changes nothing on disk, even a broken file
     try:
         records = history.startups(unit, last=args.last)
     except sqlite3.Error as exc:
-        print(f"phasewatch: {path}: cannot read the history: {exc}", file=sys.stderr)
-        return EX_DATAERR
+        raise HistoryUnreadable(f"{path}: cannot read the history: {exc}") from None
     if args.plot:
         Path(args.plot).write_text(to_svg(records, f"{unit}: the last {len(records)} start-up(s)"))
     if args.json:
@@ -259,7 +265,7 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check-config", help="validate a config file")
     check.add_argument("config")
     check.set_defaults(func=cmd_check_config)
-    from . import logs, status, waitready  # status, logs, wait-ready: the operator's commands
+    from .commands import logs, status, waitready
 
     status.add_parser(sub)
     logs.add_parser(sub)
@@ -280,22 +286,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = args.func(args)
         return code
-    except ConfigError as exc:
-        print(terminal_safe(f"phasewatch: config error: {exc}"), file=sys.stderr)
-        return EX_CONFIG
-    except InputError as exc:
-        print(terminal_safe(f"phasewatch: {args.source}: {exc}"), file=sys.stderr)
-        return EX_DATAERR
+    except PhasewatchError as exc:
+        print(terminal_safe(f"phasewatch: {exc.describe()}"), file=sys.stderr)
+        return exc.exit_status
     except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
         print(terminal_safe(f"phasewatch: {exc.filename}: {exc.strerror}"), file=sys.stderr)
         return EX_NOINPUT
-    except (JournalUnavailable, JournalError, UnitError) as exc:
-        print(terminal_safe(f"phasewatch: {exc}"), file=sys.stderr)
-        return EX_UNAVAILABLE
-    except ValueError as exc:
-        print(terminal_safe(f"phasewatch: {exc}"), file=sys.stderr)
-        return EX_USAGE
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -8,86 +8,20 @@ The CLI turns ConfigError into exit status 78 (EX_CONFIG).
 from __future__ import annotations
 
 import math
-import os
 import re
-import reprlib
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-import yaml
+from .config_file import load_yaml, read_config_text, strip_lines
+from .durations import parse_duration, shown
+from .errors import ConfigError, ProfileError
+from .profile import Profile, load_builtin_profile, parse_profile
+from .records import PHASE_NAMES, Phase, VerdictKind
 
-from .events import Profile, ProfileError, load_builtin_profile, parse_profile
-from .records import PHASE_NAMES, Phase
-
-# What a config file may be: small, plain, shallow. Beyond these the loader refuses (exit 78) before
-# any value is built, so no file can cost more than reading its own bytes.
-MAX_CONFIG_BYTES = 1 << 20
-MAX_DEPTH = 16
-MAX_NUMBER_CHARS = 20
-MAX_ALIASES = 64
-MAX_DURATION = 365 * 86400.0
-SHOWN_CHARS = 60
 PROFILE_NAME_RE = re.compile(r"[a-z][a-z0-9_-]{0,31}")
-DURATION_RE = re.compile(r"^(?:(\d+(?:\.\d+)?)d)?(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?$")
 
 
-class ConfigError(ValueError):
-    def __init__(self, key: str, message: str, path: str | None = None, line: int | None = None) -> None:
-        where = ", ".join(part for part in (f"file: {path}" if path else "", f"line {line}" if line else "") if part)
-        shown_key = key if len(key) <= 2 * SHOWN_CHARS else key[:2 * SHOWN_CHARS] + "...(cut)"
-        super().__init__(f"{shown_key}: {message}" + (f" ({where})" if where else ""))
-        self.key, self.path, self.line = key, path, line
-
-
-_SHORT_REPR = reprlib.Repr()
-_SHORT_REPR.maxlevel, _SHORT_REPR.maxlist, _SHORT_REPR.maxdict = 2, 4, 4
-_SHORT_REPR.maxstring = _SHORT_REPR.maxother = _SHORT_REPR.maxlong = SHOWN_CHARS
-
-
-def shown(value: object) -> str:
-    """A value for an error message: its repr, cut to a short length."""
-    text = _SHORT_REPR.repr(value)  # bounded however big or shared the value is
-    return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS] + "...(cut)"
-
-
-def parse_duration(value: object) -> float | None:
-    """'90s', '20m', '1h30m', '2d', 45 (seconds), 'none' -> seconds (None = no limit).
-    A limit is finite, positive and at most a year (MAX_DURATION)."""
-    if value is None or (isinstance(value, str) and value.strip().lower() in ("none", "off", "never")):
-        return None
-    if isinstance(value, bool):
-        raise ValueError(f"expected a duration like 90s, 20m or 1h30m, got {shown(value)}")
-    total: float | None = None
-    if isinstance(value, (int, float)):
-        if not value > 0:  # also NaN (YAML .nan), which no `spent > limit` would ever exceed
-            raise ValueError(f"expected a positive duration, got {shown(value)}")
-        total = float(value)
-    elif isinstance(value, str) and len(value) <= 64:
-        match = DURATION_RE.match(value.strip().replace(" ", ""))
-        if match and any(match.groups()):
-            days, hours, minutes, seconds = (float(g) if g else 0.0 for g in match.groups())
-            total = days * 86400 + hours * 3600 + minutes * 60 + seconds
-            total = total if total > 0 else None
-    if total is None:
-        raise ValueError(f"expected a duration like 90s, 20m or 1h30m, got {shown(value)}")
-    if not math.isfinite(total) or total > MAX_DURATION:
-        raise ValueError(f"expected a duration of at most 365d, got {shown(value)}")
-    return total
-
-
-def format_duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "none"
-    whole = int(round(seconds))
-    if whole < 60:
-        return f"{whole}s"
-    hours, rest = divmod(whole, 3600)
-    minutes, secs = divmod(rest, 60)
-    if hours:
-        return f"{hours}h{minutes}m" if minutes else f"{hours}h"
-    return f"{minutes}m{secs}s" if secs else f"{minutes}m"
 
 
 @dataclass(frozen=True)
@@ -118,7 +52,7 @@ DEFAULT_LIMITS: Mapping[Phase, PhaseLimits] = {
 }
 DEFAULT_RANK_SKEW = 300.0
 
-VERDICT_KINDS = ("stalled", "straggler", "rank_died", "crashed", "unhealthy", "lines_lost")
+VERDICT_KINDS = tuple(VerdictKind)
 ACTION_NAMES = ("alert", "restart")
 DEFAULT_ACTIONS: Mapping[str, tuple[str, ...]] = {
     "stalled": ("alert", "restart"),
@@ -196,153 +130,6 @@ class Config:
         return self.profile if self.profile is not None else load_builtin_profile(self.engine)
 
 
-class _Refused(Exception):
-    """The loader met something a config may not contain; `key` and `line` say where."""
-
-    def __init__(self, key: str, message: str, line: int | None) -> None:
-        super().__init__(message)
-        self.key, self.message, self.line = key, message, line
-
-
-class _LineLoader(yaml.SafeLoader):
-    """SafeLoader that remembers the line of every mapping key and refuses, while composing, what
-    could make loading cost more than the file's size: aliases of lists or mappings (they expand),
-    nesting deeper than MAX_DEPTH; then, before building values: keys that are not plain scalars,
-    duplicate keys, numbers longer than MAX_NUMBER_CHARS."""
-
-    def __init__(self, stream: str) -> None:
-        super().__init__(stream)
-        self.key_path: list[str] = []
-        self.aliases = 0
-
-    def where(self) -> str:
-        return ".".join(self.key_path).replace(".[", "[") or "config"
-
-    def compose_node(self, parent: yaml.Node | None, index: object) -> yaml.Node | None:
-        label = index.value if isinstance(index, yaml.ScalarNode) else f"[{index}]" if isinstance(index, int) else None
-        if label is not None:
-            self.key_path.append(str(label))
-        try:
-            if self.check_event(yaml.AliasEvent):
-                event = self.peek_event()  # type: ignore[no-untyped-call]
-                self.aliases += 1
-                if self.aliases > MAX_ALIASES:
-                    raise _Refused(self.where(), f"more than {MAX_ALIASES} aliases", event.start_mark.line + 1)
-                target = self.anchors.get(event.anchor)
-                if target is not None and not isinstance(target, yaml.ScalarNode):
-                    raise _Refused(self.where(), f"alias *{shown(event.anchor)[1:-1]} of a list or mapping refused "
-                                   "(aliases that expand are not allowed in a config)", event.start_mark.line + 1)
-            elif len(self.key_path) >= MAX_DEPTH:
-                raise _Refused(self.where(), f"nested deeper than {MAX_DEPTH} levels",
-                               self.peek_event().start_mark.line + 1)  # type: ignore[no-untyped-call]
-            return super().compose_node(parent, index)  # type: ignore[arg-type]  # a key node, per PyYAML
-        finally:
-            if label is not None:
-                self.key_path.pop()
-
-
-_NUMBER_TAGS = ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
-
-
-def _check_nodes(node: yaml.Node, key: str) -> None:
-    """Refuse what would raise or blow up while building values (iterative: depth is bounded anyway)."""
-    pending: list[tuple[yaml.Node, str]] = [(node, key)]
-    seen: set[int] = set()
-    while pending:
-        node, key = pending.pop()
-        if id(node) in seen:
-            continue  # a scalar alias: checked once
-        seen.add(id(node))
-        line = node.start_mark.line + 1
-        if isinstance(node, yaml.ScalarNode):
-            if node.tag in _NUMBER_TAGS and len(node.value) > MAX_NUMBER_CHARS:
-                raise _Refused(key, f"number of {len(node.value)} characters refused "
-                               f"(at most {MAX_NUMBER_CHARS})", line)
-        elif isinstance(node, yaml.SequenceNode):
-            pending.extend((item, f"{key}[{i}]") for i, item in enumerate(node.value))
-        elif isinstance(node, yaml.MappingNode):
-            first: dict[str, int] = {}
-            for key_node, value_node in node.value:
-                key_line = key_node.start_mark.line + 1
-                if not isinstance(key_node, yaml.ScalarNode):
-                    raise _Refused(key, "a key must be a plain name, not a list or mapping", key_line)
-                child = key_node.value if key == "config" else f"{key}.{key_node.value}"
-                if key_node.tag in _NUMBER_TAGS and len(key_node.value) > MAX_NUMBER_CHARS:
-                    raise _Refused(key, "number key too long", key_line)
-                if key_node.value in first and key_node.tag != "tag:yaml.org,2002:merge":
-                    raise _Refused(child, f"duplicate key (first at line {first[key_node.value]})", key_line)
-                first.setdefault(key_node.value, key_line)
-                pending.append((value_node, child))
-
-
-def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> dict[Any, Any]:
-    mapping: dict[Any, Any] = {}
-    lines: dict[Any, int] = {}
-    for key_node, value_node in node.value:
-        key = loader.construct_object(key_node, deep=True)
-        mapping[key] = loader.construct_object(value_node, deep=True)
-        lines[key] = key_node.start_mark.line + 1
-    mapping["__lines__"] = lines
-    return mapping
-
-
-_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-
-
-def load_yaml(text: str, path: str | None) -> Any:
-    """A YAML document through the guarded loader; every refusal a ConfigError naming key, file, line."""
-    loader = _LineLoader(text)
-    try:
-        node = loader.get_single_node()
-        if node is None:
-            return None
-        _check_nodes(node, "config")
-        return loader.construct_document(node)
-    except _Refused as exc:
-        raise ConfigError(exc.key, exc.message, path, exc.line) from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError("config", f"invalid YAML: {problem}", path, mark.line + 1 if mark else None) from None
-    finally:
-        loader.dispose()
-
-
-def read_config_text(path: str, key: str = "config") -> str:
-    """A regular file's text, at most MAX_CONFIG_BYTES; a FIFO, device or directory is refused
-    without blocking (opened non-blocking, checked before reading)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as exc:
-        raise ConfigError(key, f"cannot read: {exc.strerror or exc}", path) from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise ConfigError(key, "not a regular file", path)
-        if info.st_size > MAX_CONFIG_BYTES:
-            raise ConfigError(key, f"larger than {MAX_CONFIG_BYTES} bytes", path)
-        with os.fdopen(fd, "rb", closefd=False) as stream:
-            data = stream.read(MAX_CONFIG_BYTES + 1)
-    except OSError as exc:
-        raise ConfigError(key, f"cannot read: {exc.strerror or exc}", path) from None
-    finally:
-        os.close(fd)
-    if len(data) > MAX_CONFIG_BYTES:
-        raise ConfigError(key, f"larger than {MAX_CONFIG_BYTES} bytes", path)
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ConfigError(key, "not UTF-8 text", path) from None
-
-
-def _strip_lines(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _strip_lines(v) for k, v in value.items() if k != "__lines__"}
-    if isinstance(value, list):
-        return [_strip_lines(v) for v in value]
-    return value
-
-
 TOP_KEYS = ("unit", "engine", "profile_path", "phases", "rank_skew", "patterns", "actions", "restart_budget",
             "dry_run", "metrics", "health", "adaptive", "vitals")
 LISTEN_RE = re.compile(r"^(?:\[[0-9a-fA-F:]+\]|[\w.-]+):(\d{1,5})$")
@@ -405,7 +192,7 @@ def parse_config(text: str, path: str | None = None) -> Config:
     if not isinstance(patterns, list):
         raise fail("patterns", "expected a list of rules", lines.get("patterns"))
     try:
-        profile = profile.with_overrides(_strip_lines(patterns))
+        profile = profile.with_overrides(strip_lines(patterns))
     except ProfileError as exc:
         index_match = re.match(r"patterns\[(\d+)\]", exc.key)
         line = None
@@ -544,11 +331,14 @@ def _profile_file(raw: Any, line: int | None, config_path: str | None, fail: Fai
     YAML file, read through the same guarded loader."""
     if not isinstance(raw, str) or not raw.startswith("/"):
         raise fail("profile_path", f"expected an absolute path to a profile YAML file, got {shown(raw)}", line)
-    document = _strip_lines(load_yaml(read_config_text(raw, "profile_path"), raw))
+    try:
+        document = strip_lines(load_yaml(read_config_text(raw, "profile_path"), raw))
+    except ConfigError as exc:  # named at the config's line, with the profile file it could not take
+        raise fail("profile_path", f"{exc.detail}: {shown(raw)}", line) from None
     try:
         return parse_profile(document, raw)
     except ProfileError as exc:
-        raise fail("profile_path", f"{raw}: {str(exc)[:200]}", line) from None
+        raise fail("profile_path", str(exc)[:200], line) from None
 
 
 def _vitals(doc: Any, line: int | None, fail: Fail) -> VitalsSampling:

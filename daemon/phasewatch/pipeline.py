@@ -9,13 +9,14 @@ import logging
 from dataclasses import dataclass
 from typing import Iterable
 
-from . import policy
 from .config import Config
-from .events import EventMapper, is_lifecycle_record, lifecycle_event
-from .lines import LineSplitter
-from .records import Event, EventKind, JournalRecord, Line
-from .ruletally import RuleTally
-from .tracker import InvocationView, Snapshot, Tracker, Transition
+from .records import WRONG_WHEN_STOPPED, Event, EventKind, JournalRecord, Line, Outcome, VerdictKind
+from .stages import policy
+from .stages.events import EventMapper, is_lifecycle_record, lifecycle_event
+from .stages.lines import LineSplitter
+from .stages.ruletally import RuleTally
+from .stages.snapshot import InvocationView, Snapshot, Transition
+from .stages.tracker import Tracker
 
 logger = logging.getLogger(__name__)
 # Quarantined records logged one by one, at most; past it only counted (a flood of bad lines must
@@ -39,7 +40,7 @@ class Pipeline:
         self.profile = config.engine_profile()
         self.splitter = LineSplitter(self.profile.engine_module.find_prefixes, default_year)
         self.mapper = EventMapper(self.profile)
-        self.tracker = Tracker(self.profile.lockstep, self.profile.draft_phases)
+        self.tracker = Tracker(self.profile.proof_of_life_rules, self.profile.lockstep, self.profile.draft_phases)
         self.entries = 0
         self.quarantined = 0  # records that raised in a stage: skipped, the rest goes on
 
@@ -97,8 +98,19 @@ class Pipeline:
                 out.extend(self.tracker.apply(event, now))
         return out
 
+    def use_limits(self, config: Config) -> None:
+        """Judge with these limits from now on (the ones learned for the current start-up)."""
+        self.config = config
+
+    def apply(self, event: Event, now: float | None) -> list[Transition]:
+        """An event that does not come from the journal (a rank's death, a probe, a sign of life)."""
+        return self.tracker.apply(event, now)
+
     def snapshot(self) -> Snapshot:
         return self.tracker.snapshot()
+
+    def current(self) -> InvocationView | None:
+        return self.tracker.snapshot().current
 
     def judge(self, now: float, snapshot: Snapshot | None = None) -> list[Judgement]:
         judgements = []
@@ -108,9 +120,10 @@ class Pipeline:
             if inv.before_stop is not None and inv.stopped_at is not None:
                 # What was wrong when it was stopped (phasewatch's own restart, or an operator's).
                 before = [v for v in policy.evaluate(inv.before_stop, inv.stopped_at, self.config, self.profile)
-                          if v.kind in ("stalled", "straggler", "rank_died")]
+                          if v.kind in WRONG_WHEN_STOPPED]
                 verdicts = before + verdicts
-                if before and outcome in ("stopped", "crashed") and not any(v.kind == "crashed" for v in verdicts):
-                    outcome = "stalled"
+                if before and outcome in (Outcome.STOPPED, Outcome.CRASHED) and not any(
+                        v.kind == VerdictKind.CRASHED for v in verdicts):
+                    outcome = Outcome.STALLED
             judgements.append(Judgement(inv, tuple(verdicts), outcome))
         return judgements

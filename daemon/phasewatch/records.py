@@ -49,6 +49,61 @@ FINAL_PHASES = frozenset({Phase.READY, Phase.SERVING})
 MAIN = "main"
 
 
+class VerdictKind(enum.StrEnum):
+    """What the policy says about a start-up (stages/policy.py); a config's `actions:` is keyed by these."""
+
+    STALLED = "stalled"
+    STRAGGLER = "straggler"
+    RANK_DIED = "rank_died"
+    CRASHED = "crashed"
+    UNHEALTHY = "unhealthy"
+    LINES_LOST = "lines_lost"
+
+
+# Named groups of verdict kinds.
+STUCK = frozenset({VerdictKind.STALLED, VerdictKind.STRAGGLER})  # a rank held up in its phase
+FAILED_STARTUP = STUCK | {VerdictKind.RANK_DIED, VerdictKind.CRASHED}  # counted in the restart budget
+WRONG_WHEN_STOPPED = STUCK | {VerdictKind.RANK_DIED}  # what a stop (a restart) was about
+NEWS_AFTER_THE_END = frozenset({VerdictKind.CRASHED, VerdictKind.RANK_DIED, VerdictKind.LINES_LOST})
+FAILING = FAILED_STARTUP | {VerdictKind.UNHEALTHY}  # `phasewatch status` exits non-zero for these
+
+
+class Outcome(enum.StrEnum):
+    """How a start-up went, as `replay` and the history say."""
+
+    STARTING = "starting"
+    READY = "ready"
+    SERVING = "serving"
+    STALLED = "stalled"
+    CRASHED = "crashed"
+    STOPPED = "stopped"
+
+
+ENDED_BADLY = frozenset({Outcome.STALLED, Outcome.CRASHED, Outcome.STOPPED})
+
+
+class AlertKind(enum.StrEnum):
+    """Alerts that are no verdict: about phasewatch's own acting."""
+
+    GAVE_UP = "gave_up"  # the restart budget is spent
+    RESTART_FAILED = "restart_failed"
+    STATE_DEGRADED = "state_degraded"  # the state directory cannot be written
+
+
+class MessageId(enum.StrEnum):
+    """The journal MESSAGE_ID of each alert phasewatch writes (units/phasewatch.catalog documents them)."""
+
+    STALLED = "8d4c3f6b2a1e4e0f9b7d5c3a1f2e4d60"
+    STRAGGLER = "8d4c3f6b2a1e4e0f9b7d5c3a1f2e4d61"
+    RANK_DIED = "8d4c3f6b2a1e4e0f9b7d5c3a1f2e4d62"
+    CRASHED = "8d4c3f6b2a1e4e0f9b7d5c3a1f2e4d63"
+    UNHEALTHY = "8d4c3f6b2a1e4e0f9b7d5c3a1f2e4d64"
+    LINES_LOST = "8d4c3f6b2a1e4e0f9b7d5c3a1f2e4d65"
+    GAVE_UP = "8d4c3f6b2a1e4e0f9b7d5c3a1f2e4d66"
+    RESTART_FAILED = "8d4c3f6b2a1e4e0f9b7d5c3a1f2e4d67"
+    STATE_DEGRADED = "8d4c3f6b2a1e4e0f9b7d5c3a1f2e4d7a"  # not a verdict: the state directory failed
+
+
 @dataclass(frozen=True)
 class JournalRecord:
     """One journal entry, reduced to the fields phasewatch reads.
@@ -227,6 +282,7 @@ class Event:
     invocation_id: str | None = None
     pid: int | None = None
     count: int = 0
+    echo: bool = False  # a fatal line that is a parent's reaction to a child's failure
     record_id: int = 0
     prefixed: bool = False
     args: Mapping[str, str] = field(default_factory=dict)

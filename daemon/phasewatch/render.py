@@ -13,10 +13,11 @@ import re
 import time
 from typing import Any, Callable
 
-from .config import Config, format_duration
+from .config import Config
+from .durations import format_duration
 from .pipeline import Judgement
 from .records import MAIN, PHASE_NAMES, Progress
-from .tracker import InvocationView, RankView
+from .stages.snapshot import InvocationView, RankView
 
 # C0 controls except tab (ESC, BEL, backspace, CR, ...), DEL and C1 (CSI U+009B, OSC U+009D, ...).
 _CONTROL_RE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")

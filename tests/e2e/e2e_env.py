@@ -106,3 +106,21 @@ def _message(entry: dict[str, Any]) -> str:
     if isinstance(message, list):
         return bytes(message).decode("utf-8", "replace")
     return message or ""
+
+
+STOPPED = "9d1aaa27d60140bd96365438aad20286"
+RESTART_SCHEDULED = "5eb03494b6584870a536b337290809b3"
+
+
+def at(entry: dict[str, Any]) -> float:
+    return int(entry["__REALTIME_TIMESTAMP"]) / 1e6
+
+
+def restarts_by_phasewatch(s: Scenario) -> list[dict[str, Any]]:
+    """PID 1's 'Stopped' entries of restart jobs (systemd 252 puts JOB_TYPE=restart there, not on
+    'Stopping') for the watched unit, less those of systemd's own Restart= (it logs 'Scheduled
+    restart job' first)."""
+    by_systemd = {e.get("INVOCATION_ID") for e in s.box.journal(f"UNIT={UNIT}", "_PID=1",
+                                                                f"MESSAGE_ID={RESTART_SCHEDULED}")}
+    return [e for e in s.box.journal(f"UNIT={UNIT}", "_PID=1", f"MESSAGE_ID={STOPPED}")
+            if at(e) >= s.started_at and e.get("JOB_TYPE") == "restart" and e.get("INVOCATION_ID") not in by_systemd]

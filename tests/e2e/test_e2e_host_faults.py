@@ -9,8 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from e2e_env import STATE_DIR, UNIT, WATCHER, Scenario
-from test_e2e_daemon import restarts_by_phasewatch
+from e2e_env import STATE_DIR, UNIT, WATCHER, Scenario, restarts_by_phasewatch
 
 DEGRADED_ID = "8d4c3f6b2a1e4e0f9b7d5c3a1f2e4d7a"
 METRICS = "http://127.0.0.1:9877"

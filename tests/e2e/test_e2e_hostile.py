@@ -14,8 +14,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from e2e_env import UNIT, WATCHER, Scenario
-from test_e2e_daemon import at, restarts_by_phasewatch
+from e2e_env import UNIT, WATCHER, Scenario, at, restarts_by_phasewatch
 
 DEADLINE = 6.0
 FORGED_INVOCATION = "ffffffffffffffffffffffffffffffff"

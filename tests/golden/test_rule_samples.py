@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from phasewatch.config import Config
-from phasewatch.events import Profile, load_builtin_profile
-from phasewatch.formats import parse_source
 from phasewatch.pipeline import Pipeline
-from phasewatch.ruletally import RuleTally
+from phasewatch.profile import Profile, load_builtin_profile
+from phasewatch.sources.formats import parse_source
+from phasewatch.stages.ruletally import RuleTally
 
 SAMPLES = Path(__file__).parent / "rule_samples"
 PROFILES = Path(__file__).resolve().parents[2] / "daemon" / "phasewatch" / "profiles"

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from phasewatch.history import History, PhaseRecord, StartupRecord
-from phasewatch.respond import Memory
-from phasewatch.state import Saved, StateStore
+from phasewatch.sinks.history import History, PhaseRecord, StartupRecord
+from phasewatch.sinks.state import Saved, StateStore
+from phasewatch.stages.respond import Memory
 
 UNIT = "sglang-kimi.service"
 T0 = 1_800_000_000.0

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from phasewatch.procs import ProcessTable
-from phasewatch.procstat import ProcSampler
-from phasewatch.vitals import RankVitals, compare
+from phasewatch.sources.procs import ProcessTable
+from phasewatch.sources.procstat import ProcSampler
+from phasewatch.stages.vitals import RankVitals, compare
 
 GROUP = "/phasewatch-test.service"
 SIZE = 64 << 20

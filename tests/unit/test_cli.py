@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from phasewatch.cli import EX_DATAERR, EX_NOINPUT, EX_OK, main
+from phasewatch.cli import main
+from phasewatch.errors import EX_DATAERR, EX_NOINPUT, EX_OK
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 STALL = EXAMPLES / "sglang-kimi-stall-draft-capture.json"

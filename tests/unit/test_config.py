@@ -9,18 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from phasewatch.cli import EX_CONFIG, EX_OK, main
-from phasewatch.config import (
-    DEFAULT_LIMITS,
-    DEFAULT_RANK_SKEW,
-    Config,
-    ConfigError,
-    PhaseLimits,
-    format_duration,
-    load_config,
-    parse_config,
-    parse_duration,
-)
+from phasewatch.cli import main
+from phasewatch.config import DEFAULT_LIMITS, DEFAULT_RANK_SKEW, Config, PhaseLimits, load_config, parse_config
+from phasewatch.durations import format_duration, parse_duration
+from phasewatch.errors import EX_CONFIG, EX_OK, ConfigError
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import MAIN, JournalRecord, Phase
 

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 
-from phasewatch.cli import EX_CONFIG, main
-from phasewatch.config import MAX_DEPTH, SHOWN_CHARS, ConfigError, load_config, parse_config, parse_duration
+from phasewatch.cli import main
+from phasewatch.config import load_config, parse_config
+from phasewatch.config_file import MAX_DEPTH
+from phasewatch.durations import SHOWN_CHARS, parse_duration
+from phasewatch.errors import EX_CONFIG, ConfigError
 
 FILE = "/etc/phasewatch/sglang-kimi.yaml"  # only a name for messages
 REPO = Path(__file__).resolve().parents[2]
@@ -41,21 +41,6 @@ def test_window_none_refused() -> None:
     text = "unit: sglang-kimi.service\nrestart_budget:\n  max: 3\n  window: none\n"
     with pytest.raises(ConfigError, match=r"^restart_budget\.window: expected a duration like 6h" + ".*" + where(4)):
         parse_config(text, FILE)
-
-
-def test_billion_laughs_exits_78_at_once(tmp_path: Path) -> None:
-    bad = tmp_path / "laughs.yaml"
-    bad.write_text(BILLION_LAUGHS)
-    started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "phasewatch", "check-config", str(bad)], capture_output=True,
-                          text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(REPO / "daemon")})
-    elapsed = time.monotonic() - started
-    assert done.returncode == EX_CONFIG
-    assert re.search(r"^phasewatch: config error: unit\[1\]\[0\]: alias \*a of a list or mapping refused .*"
-                     + where(3, str(bad)),
-                     done.stderr.strip()), done.stderr
-    assert len(done.stderr) < 400
-    assert elapsed < 10  # was a minute and GBs; well under a second here
 
 
 def test_unhashable_key_refused() -> None:

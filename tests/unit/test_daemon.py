@@ -9,14 +9,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fakes import ScriptedJournal
-from phasewatch.actions import RecordingAlerter, RecordingNotifier, RecordingUnit, UnitFacts
 from phasewatch.app import Daemon
 from phasewatch.clock import FakeClock
 from phasewatch.config import DEFAULT_LIMITS, Config, PhaseLimits
 from phasewatch.pipeline import Pipeline
-from phasewatch.procs import ProcessTable
 from phasewatch.records import JournalRecord, Phase
-from phasewatch.state import StateStore
+from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier, RecordingUnit, UnitFacts
+from phasewatch.sinks.state import StateStore
+from phasewatch.sources.procs import ProcessTable
 
 UNIT = "sglang-kimi.service"
 INV = "0123456789abcdef0123456789abcdef"

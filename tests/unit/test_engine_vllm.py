@@ -13,13 +13,13 @@ from hypothesis import strategies as st
 
 from phasewatch.cli import main
 from phasewatch.config import Config
-from phasewatch.engines import detect_engine, engine_module
-from phasewatch.engines import vllm as vllm_engine
-from phasewatch.lines import LineSplitter
 from phasewatch.pipeline import Pipeline
-from phasewatch.procs import rank_from_title
 from phasewatch.records import MAIN, JournalRecord, LineKind, Phase
-from phasewatch.tracker import InvocationView, ServerInfo
+from phasewatch.sources.procs import rank_from_title
+from phasewatch.stages.engines import detect_engine, engine_module
+from phasewatch.stages.engines import vllm as vllm_engine
+from phasewatch.stages.lines import LineSplitter
+from phasewatch.stages.snapshot import InvocationView, ServerInfo
 
 VLLM = Config(unit="vllm.service", engine="vllm")
 YEAR = 2026

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import httpx
 
-from phasewatch import policy
 from phasewatch.config import Config, HealthCheck, parse_config
 from phasewatch.pipeline import Pipeline
-from phasewatch.probe import default_url, probe
 from phasewatch.records import Event, EventKind, JournalRecord
+from phasewatch.sources.probe import default_url, probe
+from phasewatch.stages import policy
 
 UNIT = "sglang-kimi.service"
 T0 = 1_800_000_000.0

@@ -14,17 +14,17 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from fakes import ScriptedJournal
-from phasewatch.actions import RecordingAlerter, RecordingNotifier, RecordingUnit, UnitFacts
 from phasewatch.app import Daemon
 from phasewatch.clock import FakeClock
 from phasewatch.config import DEFAULT_LIMITS, Adaptive, Config, PhaseLimits
-from phasewatch.history import History, PhaseRecord, StartupRecord
-from phasewatch.learn import limits_in_force
-from phasewatch.metrics import Exporter
-from phasewatch.procs import ProcessTable
 from phasewatch.records import JournalRecord, Phase
-from phasewatch.respond import MESSAGE_IDS, Budget, BudgetState, Memory
-from phasewatch.state import Saved, StateStore
+from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier, RecordingUnit, UnitFacts
+from phasewatch.sinks.history import History, PhaseRecord, StartupRecord
+from phasewatch.sinks.metrics import Exporter
+from phasewatch.sinks.state import Saved, StateStore
+from phasewatch.sources.procs import ProcessTable
+from phasewatch.stages.learn import limits_in_force
+from phasewatch.stages.respond import MESSAGE_IDS, Budget, BudgetState, Memory
 
 UNIT = "sglang-kimi.service"
 INV = "0123456789abcdef0123456789abcdef"

@@ -10,16 +10,16 @@ from pathlib import Path
 import pytest
 
 from fakes import ScriptedJournal
-from phasewatch.actions import RecordingAlerter, RecordingNotifier, RecordingUnit, UnitFacts
 from phasewatch.app import Daemon
 from phasewatch.cli import main
 from phasewatch.clock import FakeClock
 from phasewatch.config import DEFAULT_LIMITS, Config, PhaseLimits
-from phasewatch.lines import bounded_int
 from phasewatch.pipeline import Pipeline
-from phasewatch.procs import ProcessTable
 from phasewatch.records import JournalRecord, Phase
-from phasewatch.state import StateStore
+from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier, RecordingUnit, UnitFacts
+from phasewatch.sinks.state import StateStore
+from phasewatch.sources.procs import ProcessTable
+from phasewatch.stages.lines import bounded_int
 
 UNIT = "sglang-kimi.service"
 INV = "0123456789abcdef0123456789abcdef"

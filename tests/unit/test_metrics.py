@@ -4,27 +4,19 @@ on an ephemeral loopback port; `promtool check metrics` on the exposition."""
 
 from __future__ import annotations
 
-import json
-import logging
-import os
-import shutil
-import socket
-import subprocess
-import urllib.error
-import urllib.request
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
-from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
-from test_policy import (
+
+from fakes import (
     INV,
-    MID_STARTED,
-    MID_SUPPRESSED,
     TP8,
     UNIT,
     Journal,
+    MetricsFixture,
+    ScriptedJournal,
     capture_bar,
     cuda_graph_capture,
     dist_init,
@@ -40,50 +32,34 @@ from test_policy import (
     warmup,
     weight_load,
 )
-
-from fakes import ScriptedJournal
-from phasewatch import __version__, policy
-from phasewatch.actions import RecordingAlerter, RecordingNotifier, RecordingUnit, UnitFacts
+from phasewatch import __version__
 from phasewatch.app import Daemon
 from phasewatch.clock import FakeClock
 from phasewatch.config import DEFAULT_LIMITS, VERDICT_KINDS, Config, PhaseLimits, RestartBudget
-from phasewatch.metrics import PHASE_BUCKETS, Exporter, parse_listen, serve
-from phasewatch.procs import ProcessTable
-from phasewatch.records import MAIN, PHASE_NAMES, JournalRecord, Phase
-from phasewatch.respond import Budget, BudgetState, Memory
-from phasewatch.state import StateStore
+from phasewatch.records import MAIN, MID_STARTED, MID_SUPPRESSED, PHASE_NAMES, JournalRecord, Phase
+from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier, RecordingUnit, UnitFacts
+from phasewatch.sinks.http import parse_listen
+from phasewatch.sinks.metrics import PHASE_BUCKETS, Exporter
+from phasewatch.sinks.state import StateStore
+from phasewatch.sources.procs import ProcessTable
+from phasewatch.stages.respond import Budget, BudgetState, Memory
 
 RANKS = (MAIN, *TP8)
 
 
-class Fixture:
-    """A journal read by a pipeline, and an exporter on a fresh registry sharing the journal's clock."""
-
-    def __init__(self, config: Config | None = None) -> None:
-        self.journal = Journal(config)
-        self.registry = CollectorRegistry()
-        self.exporter = Exporter(self.journal.config, self.registry, self.journal.clock)
-
-    def publish(self, memory: Memory | None = None) -> None:
-        self.exporter.publish(self.journal.pipeline, memory or Memory(), self.journal.now)
-
-    def value(self, name: str, **labels: str) -> float | None:
-        return self.registry.get_sample_value(name, {"unit": UNIT, **labels})
-
-
 @pytest.fixture
-def m() -> Fixture:
-    return Fixture()
+def m() -> MetricsFixture:
+    return MetricsFixture()
 
 
-def phase_of(m: Fixture, rank: str) -> list[str]:
+def phase_of(m: MetricsFixture, rank: str) -> list[str]:
     return [p for p in PHASE_NAMES if m.value("phasewatch_rank_phase", rank=rank, phase=p) == 1]
 
 
 # --- state of the current start-up ---------------------------------------------------------------
 
 
-def test_nothing_published_yet_exports_the_unit_and_its_limits_only(m: Fixture) -> None:
+def test_nothing_published_yet_exports_the_unit_and_its_limits_only(m: MetricsFixture) -> None:
     assert m.value("phasewatch_rank_phase", rank="TP0", phase="launch") is None
     assert m.value("phasewatch_unit_ready") == 0
     assert m.value("phasewatch_phase_deadline_seconds", phase="weight_load") == DEFAULT_LIMITS[
@@ -93,7 +69,7 @@ def test_nothing_published_yet_exports_the_unit_and_its_limits_only(m: Fixture) 
     assert m.value("phasewatch_restarts_total", reason="stalled") == 0
 
 
-def test_rank_phase_is_a_state_set_that_follows_every_rank(m: Fixture) -> None:
+def test_rank_phase_is_a_state_set_that_follows_every_rank(m: MetricsFixture) -> None:
     launch(m.journal)
     dist_init(m.journal)
     m.publish()
@@ -114,7 +90,7 @@ def up_to_draft_capture_rest(j: Journal) -> None:
     draft_capture_begin(j)
 
 
-def test_elapsed_is_measured_at_scrape_time_not_at_publish_time(m: Fixture) -> None:
+def test_elapsed_is_measured_at_scrape_time_not_at_publish_time(m: MetricsFixture) -> None:
     up_to_draft_capture(m.journal)
     m.publish()
     assert m.value("phasewatch_phase_elapsed_seconds", rank="TP3") == 0
@@ -127,13 +103,13 @@ def test_elapsed_is_measured_at_scrape_time_not_at_publish_time(m: Fixture) -> N
 
 def test_deadline_and_stall_per_phase_come_from_the_config() -> None:
     config = Config(unit=UNIT, phases={**DEFAULT_LIMITS, Phase.DRAFT_CUDA_GRAPH_CAPTURE: PhaseLimits(6, None)})
-    m = Fixture(config)
+    m = MetricsFixture(config)
     assert m.value("phasewatch_phase_deadline_seconds", phase="draft_cuda_graph_capture") == 6
     assert m.value("phasewatch_phase_stall_seconds", phase="draft_cuda_graph_capture") is None
     assert m.value("phasewatch_phase_stall_seconds", phase="weight_load") == DEFAULT_LIMITS[Phase.WEIGHT_LOAD].stall
 
 
-def test_progress_ratio_is_the_bar_n_over_total(m: Fixture) -> None:
+def test_progress_ratio_is_the_bar_n_over_total(m: MetricsFixture) -> None:
     launch(m.journal)
     dist_init(m.journal)
     m.journal.every("Load weight begin. avail mem=137.95 GB")
@@ -146,7 +122,7 @@ def test_progress_ratio_is_the_bar_n_over_total(m: Fixture) -> None:
     assert m.value("phasewatch_phase_progress_ratio", rank="TP1", phase="weight_load") is None  # no bar there
 
 
-def test_capture_bar_progress_is_exported_for_its_phase(m: Fixture) -> None:
+def test_capture_bar_progress_is_exported_for_its_phase(m: MetricsFixture) -> None:
     launch(m.journal)
     dist_init(m.journal)
     weight_load(m.journal)
@@ -157,7 +133,7 @@ def test_capture_bar_progress_is_exported_for_its_phase(m: Fixture) -> None:
     assert m.value("phasewatch_phase_progress_ratio", rank="TP0", phase="cuda_graph_capture") == 12 / 23
 
 
-def test_waiting_ranks_and_the_main_process_waiting_for_them(m: Fixture) -> None:
+def test_waiting_ranks_and_the_main_process_waiting_for_them(m: MetricsFixture) -> None:
     up_to_draft_capture(m.journal)
     others = tuple(r for r in TP8 if r != "TP3")
     m.journal.every("Capture draft cuda graph end. Time elapsed: 12.04 s. mem usage=0.38 GB. avail mem=17.14 GB.",
@@ -170,13 +146,13 @@ def test_waiting_ranks_and_the_main_process_waiting_for_them(m: Fixture) -> None
     assert m.value("phasewatch_rank_phases_entered", rank=MAIN) is None
 
 
-def test_last_activity_is_the_ranks_last_line(m: Fixture) -> None:
+def test_last_activity_is_the_ranks_last_line(m: MetricsFixture) -> None:
     up_to_draft_capture(m.journal)
     m.publish()
     assert m.value("phasewatch_last_activity_timestamp_seconds", rank="TP3") == m.journal.now
 
 
-def test_unit_ready_and_state_after_fired_up(m: Fixture) -> None:
+def test_unit_ready_and_state_after_fired_up(m: MetricsFixture) -> None:
     up_to_draft_capture(m.journal)
     m.publish()
     assert m.value("phasewatch_unit_ready") == 0
@@ -201,7 +177,7 @@ def up_to_ready_rest(j: Journal) -> None:
 # --- histograms: each completed span once ---------------------------------------------------------
 
 
-def test_phase_durations_observe_each_completed_span_once(m: Fixture) -> None:
+def test_phase_durations_observe_each_completed_span_once(m: MetricsFixture) -> None:
     up_to_ready(m.journal)
     for _ in range(3):
         m.publish()
@@ -219,14 +195,14 @@ def test_phase_durations_observe_each_completed_span_once(m: Fixture) -> None:
     assert len(PHASE_BUCKETS) < 20
 
 
-def test_a_phase_in_progress_is_not_observed(m: Fixture) -> None:
+def test_a_phase_in_progress_is_not_observed(m: MetricsFixture) -> None:
     up_to_draft_capture(m.journal)
     m.publish()
     assert m.value("phasewatch_phase_duration_seconds_count", phase="draft_cuda_graph_capture") == 0
     assert m.value("phasewatch_phase_duration_seconds_count", phase="cuda_graph_capture") == 8
 
 
-def test_startup_duration_once_per_invocation(m: Fixture) -> None:
+def test_startup_duration_once_per_invocation(m: MetricsFixture) -> None:
     up_to_ready(m.journal)
     m.publish()
     m.journal.wait(100)
@@ -240,9 +216,9 @@ def test_startup_duration_once_per_invocation(m: Fixture) -> None:
 # --- counters -------------------------------------------------------------------------------------
 
 
-def stalled_journal() -> Fixture:
+def stalled_journal() -> MetricsFixture:
     config = Config(unit=UNIT, phases={**DEFAULT_LIMITS, Phase.DRAFT_CUDA_GRAPH_CAPTURE: PhaseLimits(6, None)})
-    m = Fixture(config)
+    m = MetricsFixture(config)
     up_to_draft_capture(m.journal)
     m.journal.wait(7)
     return m
@@ -260,9 +236,9 @@ def test_verdicts_are_counted_once_per_key_and_shown_while_held() -> None:
     assert m.value("phasewatch_verdicts_total", kind="lines_lost", phase="") == 0
 
 
-def test_restarts_and_the_budget(m: Fixture) -> None:
+def test_restarts_and_the_budget(m: MetricsFixture) -> None:
     config = replace(m.journal.config, restart_budget=RestartBudget(max=3, window=3600, backoff=60))
-    m = Fixture(config)
+    m = MetricsFixture(config)
     up_to_draft_capture(m.journal)
     m.exporter.restarted("stalled")
     now = m.journal.now
@@ -277,7 +253,7 @@ def test_restarts_and_the_budget(m: Fixture) -> None:
     assert m.value("phasewatch_restart_budget_gave_up") == 1
 
 
-def test_counters_appear_only_when_published(m: Fixture) -> None:
+def test_counters_appear_only_when_published(m: MetricsFixture) -> None:
     """The server threads read the published object only: what the loop does in between is not seen."""
     m.publish()
     m.exporter.restarted("stalled")
@@ -286,7 +262,7 @@ def test_counters_appear_only_when_published(m: Fixture) -> None:
     assert m.value("phasewatch_restarts_total", reason="stalled") == 1
 
 
-def test_journal_entries_and_lost_lines(m: Fixture) -> None:
+def test_journal_entries_and_lost_lines(m: MetricsFixture) -> None:
     launch(m.journal)
     dist_init(m.journal)
     m.journal.record("Suppressed 1234 messages from sglang.service", None, message_id=MID_SUPPRESSED,
@@ -297,7 +273,7 @@ def test_journal_entries_and_lost_lines(m: Fixture) -> None:
     assert m.value("phasewatch_journal_lines_lost_total") == 1234
 
 
-def test_health_probes(m: Fixture) -> None:
+def test_health_probes(m: MetricsFixture) -> None:
     m.exporter.observe_probe(0.03, True)
     m.exporter.observe_probe(30.0, False)
     assert m.value("phasewatch_health_probe_seconds_count") == 2
@@ -306,7 +282,7 @@ def test_health_probes(m: Fixture) -> None:
     assert m.value("phasewatch_health_probe_failures_total") == 1
 
 
-def test_info_names_phasewatch_version_and_the_servers_layout(m: Fixture) -> None:
+def test_info_names_phasewatch_version_and_the_servers_layout(m: MetricsFixture) -> None:
     assert m.value("phasewatch_info", engine="sglang", version=__version__, tp="", dp="", pp="", nnodes="",
                    node_rank="", speculative="") == 1
     launch(m.journal)
@@ -315,7 +291,7 @@ def test_info_names_phasewatch_version_and_the_servers_layout(m: Fixture) -> Non
                    node_rank="0", speculative="EAGLE3") == 1
 
 
-def test_label_cardinality_is_ranks_times_phases(m: Fixture) -> None:
+def test_label_cardinality_is_ranks_times_phases(m: MetricsFixture) -> None:
     up_to_ready(m.journal)
     m.publish()
     families = {f.name: f for f in m.registry.collect()}
@@ -323,7 +299,7 @@ def test_label_cardinality_is_ranks_times_phases(m: Fixture) -> None:
     assert len(families["phasewatch_verdicts"].samples) <= len(VERDICT_KINDS) * (len(PHASE_NAMES) + 1)
 
 
-def test_a_second_start_up_replaces_the_first_ranks(m: Fixture) -> None:
+def test_a_second_start_up_replaces_the_first_ranks(m: MetricsFixture) -> None:
     up_to_draft_capture(m.journal)
     m.publish()
     second = "7" * 32
@@ -375,59 +351,9 @@ def test_daemon_publishes_and_counts_its_restart(tmp_path: Path) -> None:
 # --- HTTP -----------------------------------------------------------------------------------------
 
 
-def get(url: str) -> tuple[int, str, bytes]:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return response.status, response.headers["Content-Type"], response.read()
-    except urllib.error.HTTPError as error:
-        return error.code, error.headers["Content-Type"], error.read()
-
-
-def test_http_round_trip_of_metrics_and_status() -> None:
-    m = stalled_journal()
-    m.exporter.saw_verdicts(m.journal.verdicts())
-    m.publish()
-    server = serve("127.0.0.1:0", m.exporter)
-    assert server is not None
-    try:
-        host, port = server.address
-        assert host == "127.0.0.1" and port > 0
-        code, content_type, body = get(f"http://127.0.0.1:{port}/metrics")
-        assert (code, content_type) == (200, CONTENT_TYPE_LATEST)
-        text = body.decode()
-        assert f'phasewatch_rank_phase{{phase="draft_cuda_graph_capture",rank="TP3",unit="{UNIT}"}} 1.0' in text
-        assert "# TYPE phasewatch_phase_duration_seconds histogram" in text
-        code, content_type, body = get(f"http://127.0.0.1:{port}/status")
-        assert (code, content_type) == (200, "application/json")
-        status = json.loads(body)
-        assert status["unit"] == UNIT
-        assert status["invocation"]["phase"] == "draft_cuda_graph_capture"
-        assert status["invocation"]["ranks"]["TP3"]["deadline_seconds"] == 6
-        assert status["invocation"]["ranks"]["TP3"]["elapsed_seconds"] == 7
-        assert {v["kind"] for v in status["invocation"]["verdicts"]} == {"stalled"}
-        assert status["restart_budget"]["state"] == "armed"
-        assert get(f"http://127.0.0.1:{port}/nothing")[0] == 404
-        assert get(f"http://127.0.0.1:{port}/")[0] == 200
-    finally:
-        server.close()
-    with pytest.raises(OSError):
-        socket.create_connection(("127.0.0.1", port), timeout=1).close()
-
-
-def test_status_before_any_start_up(m: Fixture) -> None:
+def test_status_before_any_start_up(m: MetricsFixture) -> None:
     status = m.exporter.status()
     assert status["unit"] == UNIT and status["invocation"] is None and status["published_at"] is None
-
-
-def test_bind_failure_is_logged_and_the_daemon_runs_on(m: Fixture, caplog: pytest.LogCaptureFixture) -> None:
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
-        with caplog.at_level(logging.ERROR, logger="phasewatch.metrics"):
-            assert serve(f"127.0.0.1:{port}", m.exporter) is None
-    assert f"cannot listen on 127.0.0.1:{port}" in caplog.text
-    assert "running without /metrics and /status" in caplog.text
 
 
 def test_listen_addresses() -> None:
@@ -441,44 +367,15 @@ def test_listen_addresses() -> None:
 def test_registry_is_injected_never_the_global_one() -> None:
     from prometheus_client import REGISTRY
 
-    Fixture()
+    MetricsFixture()
     assert REGISTRY.get_sample_value("phasewatch_unit_ready", {"unit": UNIT}) is None
 
 
 # --- promtool -------------------------------------------------------------------------------------
 
 
-def promtool() -> str:
-    found = shutil.which("promtool")
-    if found is None:
-        if os.environ.get("CI"):
-            pytest.fail("promtool is missing in CI (apt-get install prometheus; scripts/setup.sh)")
-        pytest.skip("promtool not installed (apt-get install prometheus)")
-    return found
-
-
-@pytest.mark.parametrize("stage", ["empty", "stalled", "ready"])
-def test_promtool_accepts_the_exposition(stage: str) -> None:
-    tool = promtool()
-    if stage == "stalled":
-        m = stalled_journal()
-        m.exporter.saw_verdicts(policy.evaluate(m.journal.invocation(), m.journal.now, m.journal.config))
-        m.exporter.restarted("stalled")
-        m.exporter.observe_probe(0.2, False)
-        m.publish()
-    else:
-        m = Fixture()
-        if stage == "ready":
-            up_to_ready(m.journal)
-            m.publish()
-    exposition = generate_latest(m.registry)
-    result = subprocess.run([tool, "check", "metrics"], input=exposition, capture_output=True, timeout=60)
-    assert result.returncode == 0, result.stdout.decode() + result.stderr.decode()
-    assert result.stdout.decode().strip() == "" and result.stderr.decode().strip() == ""
-
-
-def test_vitals_families_per_rank_while_sampled(m: Fixture) -> None:
-    from phasewatch.vitals import ProcessSample, Sample, compare
+def test_vitals_families_per_rank_while_sampled(m: MetricsFixture) -> None:
+    from phasewatch.stages.vitals import ProcessSample, Sample, compare
 
     def tp(pid: int, label: str, faults: int, rchar: int | None) -> ProcessSample:
         return ProcessSample(pid, 1, "python3", label, faults, 0, 0, rchar, 0 if rchar is not None else None)

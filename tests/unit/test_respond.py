@@ -6,8 +6,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from phasewatch.config import Config, RestartBudget
-from phasewatch.policy import Verdict
-from phasewatch.respond import (
+from phasewatch.sinks.state import Saved, StateStore
+from phasewatch.stages.policy import Verdict
+from phasewatch.stages.respond import (
     CRASH_SETTLE,
     PRIORITY,
     BudgetState,
@@ -17,7 +18,6 @@ from phasewatch.respond import (
     reset_budget,
     respond,
 )
-from phasewatch.state import Saved, StateStore
 
 UNIT = "sglang-kimi.service"
 CONFIG = Config(unit=UNIT, restart_budget=RestartBudget(max=3, window=6 * 3600, backoff=300))

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 import tomllib
 from pathlib import Path
 
 import pytest
 
-from phasewatch.cli import EX_CONFIG
 from phasewatch.config import load_config
-from phasewatch.respond import MESSAGE_IDS
+from phasewatch.errors import EX_CONFIG
+from phasewatch.records import AlertKind, MessageId, VerdictKind
+from phasewatch.stages.respond import MESSAGE_IDS, PRIORITY
 
 REPO = Path(__file__).resolve().parents[2]
 UNITS = REPO / "units"
@@ -95,34 +94,6 @@ def test_tmpfiles_state_directory_belongs_to_the_sysusers_user() -> None:
     assert unit_settings(UNITS / "phasewatch@.service")["StateDirectory"] == ["phasewatch"]
 
 
-def make_install_files(stage: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["make", "-s", "-C", str(REPO), "install-files", f"DESTDIR={stage}"],
-                          capture_output=True, text=True, timeout=60)
-
-
-@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
-def test_make_install_keeps_the_operators_polkit_rule_and_config(tmp_path: Path) -> None:
-    rule = tmp_path / "etc" / "polkit-1" / "rules.d" / "50-phasewatch.rules"
-    config = tmp_path / "etc" / "phasewatch" / "sglang-kimi.service.yaml"
-    first = make_install_files(tmp_path)
-    assert first.returncode == 0, first.stderr
-    assert rule.read_text() == (UNITS / "polkit" / "50-phasewatch.rules").read_text()
-    edited = rule.read_text().replace('["sglang-kimi.service"]', '["sglang-kimi.service", "sglang-draft.service"]')
-    rule.write_text(edited)
-    config.write_text("unit: sglang-kimi.service\n")
-    again = make_install_files(tmp_path)
-    assert again.returncode == 0, again.stderr
-    assert rule.read_text() == edited
-    assert config.read_text() == "unit: sglang-kimi.service\n"
-    assert "kept" in again.stdout and "50-phasewatch.rules" in again.stdout
-    # The shipped rule stays available beside it, and nothing host-wide for journald is installed.
-    shipped = tmp_path / "usr" / "local" / "share" / "phasewatch" / "polkit" / "50-phasewatch.rules"
-    assert shipped.read_text() == (UNITS / "polkit" / "50-phasewatch.rules").read_text()
-    assert not (tmp_path / "etc" / "systemd").exists()
-    unit = (tmp_path / "usr" / "local" / "lib" / "systemd" / "system" / "phasewatch@.service").read_text()
-    assert "ExecStart=/usr/local/bin/phasewatch run" in unit
-
-
 def pyproject_floors() -> dict[str, str]:
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     floors = {}
@@ -156,3 +127,20 @@ def test_license_is_the_apache_license_pyproject_names() -> None:
     assert "Apache License" in text and "Version 2.0, January 2004" in text
     assert "END OF TERMS AND CONDITIONS" in text
     assert tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["license"] == {"text": "Apache-2.0"}
+
+
+@pytest.mark.parametrize("kind", [*VerdictKind, *AlertKind], ids=str)
+def test_every_kind_end_to_end_kind_message_id_catalog_docs(kind: str) -> None:
+    """A kind of alert has its MESSAGE_ID (records.MessageId), the alert carries it, the catalog
+    explains it, and docs/operations.md lists it with that id."""
+    message_id = MessageId[kind.upper()]
+    assert MESSAGE_IDS[kind] == message_id and kind in PRIORITY
+    catalog = (UNITS / "phasewatch.catalog").read_text()
+    entry = re.search(rf"^-- {message_id}$\n(.*?)(?=^-- |\Z)", catalog, flags=re.M | re.S)
+    assert entry is not None and re.search(r"^Subject: .+", entry.group(1), flags=re.M)
+    operations = (REPO / "docs" / "operations.md").read_text()
+    assert re.search(rf"^\| {kind} \| `{message_id}` \| {PRIORITY[kind]} ", operations, flags=re.M), kind
+
+
+def test_message_ids_name_every_kind_and_nothing_else() -> None:
+    assert {m.name.lower() for m in MessageId} == {*VerdictKind, *AlertKind}

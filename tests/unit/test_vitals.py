@@ -8,17 +8,17 @@ from dataclasses import replace
 from pathlib import Path
 
 from fakes import ScriptedJournal
-from phasewatch import policy
-from phasewatch.actions import RecordingAlerter, RecordingNotifier, RecordingUnit, UnitFacts
 from phasewatch.app import Daemon
 from phasewatch.clock import FakeClock
 from phasewatch.config import DEFAULT_LIMITS, Config, PhaseLimits, VitalsSampling, parse_config
 from phasewatch.pipeline import Pipeline
-from phasewatch.procs import ProcessTable
-from phasewatch.procstat import ProcSampler, parse_io_stat, parse_stat
 from phasewatch.records import Event, EventKind, JournalRecord, Phase
-from phasewatch.state import StateStore
-from phasewatch.vitals import CgroupSample, ProcessSample, Sample, compare, document, progress_events
+from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier, RecordingUnit, UnitFacts
+from phasewatch.sinks.state import StateStore
+from phasewatch.sources.procs import ProcessTable
+from phasewatch.sources.procstat import ProcSampler, parse_io_stat, parse_stat
+from phasewatch.stages import policy
+from phasewatch.stages.vitals import CgroupSample, ProcessSample, Sample, compare, document, progress_events
 
 T0 = 1_800_000_000.0
 INV = "0123456789abcdef0123456789abcdef"
@@ -282,7 +282,7 @@ def test_daemon_samples_the_cgroup_and_a_loading_rank_is_not_stalled(tmp_path: P
 
 
 def test_status_table_lists_the_signs_of_life() -> None:
-    from phasewatch.status import render_table
+    from phasewatch.commands.status import render_table
 
     vitals = compare(BEFORE, after(5, rank(TP0_PID, "TP0", rchar=10_000 + 6_000_000_000),
                                    rank(TP1_PID, "TP1", cpu=500 + 490), process(201, TP1_PID, "nvcc")))

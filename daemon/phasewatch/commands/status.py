@@ -1,0 +1,347 @@
+"""`phasewatch status`: the unit's current start-up, one row per rank.
+
+The document is the daemon's `/status` (`render.status_document`) when a phasewatch daemon for the
+unit answers on `metrics.listen`; otherwise it is computed the same way from the journal (so it
+works on any host with the unit, and on a journal directory copied from one).
+
+Exit status: 0 ready or serving; 1 starting (no verdict yet); 2 it will not become ready by itself
+(stalled, straggler, crashed, rank_died, unhealthy, or the start-up was stopped); 3 unknown unit,
+or no start-up of it in the journal; 4 something other than this unit's phasewatch daemon answers on
+`metrics.listen` (another unit's daemon, or a process that took the port first).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import signal
+import sys
+import time
+from typing import Any, Callable, TextIO
+
+import httpx
+
+from ..config import Config
+from ..durations import format_duration, shown
+from ..errors import ForeignDaemon, NoSuchUnit, UsageError
+from ..records import FAILING
+from ..render import clock_text, json_text, status_document, terminal_safe
+from ..sources.current import CurrentStartup, StartPoint, find_start, resolve_config, unit_name, warn
+from ..sources.follow import JournalFollower
+
+EXIT_READY, EXIT_STARTING, EXIT_FAILING, EXIT_UNKNOWN, EXIT_FOREIGN = 0, 1, 2, 3, 4
+FAILING_VERDICTS = FAILING
+LIVE_STATES = frozenset({"activating", "active", "reloading"})
+DAEMON_TIMEOUT = 1.0
+CLEAR = "\x1b[H\x1b[2J"
+
+
+def status_url(listen: str) -> str:
+    """`http://HOST:PORT/status`; a wildcard listen address is asked on loopback."""
+    host, _, port = listen.rpartition(":")
+    host = {"0.0.0.0": "127.0.0.1", "[::]": "[::1]", "": "127.0.0.1"}.get(host, host)
+    return f"http://{host}:{port}/status"
+
+
+
+
+def daemon_invocation(unit: str) -> str | None:
+    """The InvocationID of systemd's phasewatch@UNIT.service while it runs; None when it does not, or
+    when systemd cannot be asked (a daemon started by hand is then checked by its document only)."""
+    from ..errors import UnitError
+    from ..sinks.actions import SystemdUnit
+
+    try:
+        facts = SystemdUnit(f"phasewatch@{unit}.service").facts()
+    except UnitError:
+        return None
+    return facts.invocation_id if facts.active_state in LIVE_STATES else None
+
+
+def ask_daemon(config: Config, timeout: float = DAEMON_TIMEOUT, transport: httpx.BaseTransport | None = None,
+               expected_invocation: Callable[[str], str | None] = daemon_invocation) -> dict[str, Any] | None:
+    """The daemon's `/status` document; None when nothing answers on metrics.listen. ForeignDaemon
+    when something answers that is not this unit's daemon (another unit's, or another process that
+    took the port first): its document is never shown as this unit's state."""
+    url = status_url(config.metrics_listen)
+    try:
+        with httpx.Client(trust_env=False, timeout=timeout, transport=transport) as client:
+            response = client.get(url)
+    except httpx.HTTPError:
+        return None
+    try:
+        document = response.json() if response.status_code == 200 else None
+    except ValueError:
+        document = None
+    if not isinstance(document, dict) or not isinstance(document.get("daemon"), dict):
+        raise ForeignDaemon(f"{url} answers (HTTP {response.status_code}), but not with a phasewatch /status")
+    if document.get("unit") != config.unit:
+        raise ForeignDaemon(f"{url} is the phasewatch daemon of {shown(document.get('unit'))}, not of {config.unit}")
+    claimed = document["daemon"].get("invocation_id")
+    expected = expected_invocation(config.unit)
+    if expected is not None and claimed != expected:
+        raise ForeignDaemon(f"{url} names daemon invocation {shown(claimed)}, but "
+                            f"phasewatch@{config.unit}.service runs as invocation {expected}")
+    document.setdefault("source", "daemon")
+    return document
+
+
+class StatusSource:
+    """Where documents come from: the daemon while it answers, else the journal (followed
+    incrementally, and across restarts, when asked again and again by --watch)."""
+
+    def __init__(self, config: Config, directory: str | None = None, ask: bool = True,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.config = config
+        self.directory = directory
+        self.ask = ask and directory is None
+        self.clock = clock
+        self.start: StartPoint | None = None
+        self.startup: CurrentStartup | None = None
+        self.follower: JournalFollower | None = None
+
+    def document(self) -> dict[str, Any]:
+        if self.ask:
+            document = ask_daemon(self.config)
+            if document is not None and document.get("invocation") is not None:
+                return document
+            self.ask = False  # no daemon (or one that saw no start-up): the journal from now on
+        return self._from_journal(self.clock())
+
+    def _from_journal(self, now: float) -> dict[str, Any]:
+        if self.startup is None:
+            self.start = find_start(self.config.unit, self.directory)
+            self.follower = JournalFollower(self.config.unit, self.directory)
+            self.startup = CurrentStartup(self.config, self.follower, self.start, follow_restarts=True)
+        self.startup.read(now)
+        judgement = self.startup.judgement(now)
+        extra = {"source": "journal", "active_state": self.start.active_state if self.start else None,
+                 "daemon": None}
+        return status_document(judgement, now, self.config, None, extra)
+
+    def close(self) -> None:
+        if self.follower is not None:
+            self.follower.close()
+
+
+def exit_status(document: dict[str, Any]) -> int:
+    inv = document.get("invocation")
+    if not inv:
+        return EXIT_STARTING if document.get("active_state") in LIVE_STATES else EXIT_UNKNOWN
+    kinds = {v.get("kind") for v in inv.get("verdicts") or []}
+    outcome = inv.get("outcome")
+    if "unhealthy" in kinds:
+        return EXIT_FAILING
+    if outcome in ("ready", "serving"):
+        return EXIT_READY
+    if outcome in ("stalled", "crashed", "stopped") or kinds & FAILING_VERDICTS:
+        return EXIT_FAILING
+    return EXIT_STARTING
+
+
+# -- the table ---------------------------------------------------------------------------------
+
+def _epoch(text: object) -> float | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def local_time(ts: float | None, with_date: bool = True) -> str:
+    return "?" if ts is None else clock_text(ts, with_date=with_date)
+
+
+def _duration(seconds: object) -> str:
+    return format_duration(max(float(seconds), 0.0)) if isinstance(seconds, (int, float)) else "-"
+
+
+def _progress(rank: dict[str, Any]) -> str:
+    progress = rank.get("progress")
+    if not progress or progress.get("phase", rank.get("phase")) != rank.get("phase"):
+        return ""  # no bar, or the bar of a phase the rank has left
+    text = f"{progress['n']}/{progress['total']}" if progress.get("total") is not None else str(progress["n"])
+    return text + (f" bs={progress['bs']}" if progress.get("bs") is not None else "")
+
+
+def _phase_text(label: str, rank: dict[str, Any], schedulers: bool) -> str:
+    phase = str(rank.get("phase"))
+    if label == "main" and phase == "launch" and schedulers:
+        return "launch (waiting for the ranks)"
+    if not rank.get("seen", True):
+        return f"{phase} (silent)"
+    return phase + (" (done)" if rank.get("phase_ended") else "")
+
+
+def _in_phase(label: str, rank: dict[str, Any], schedulers: bool) -> str:
+    if label == "main" and rank.get("phase") == "launch" and schedulers:
+        return "-"
+    spent = _duration(rank.get("elapsed_seconds"))
+    limit = rank.get("deadline_seconds")
+    if spent == "-" or limit is None or rank.get("phase_ended"):
+        return spent
+    return f"{spent}/{_duration(limit)}"
+
+
+def _ago(seconds: object) -> str:
+    return "-" if not isinstance(seconds, (int, float)) else f"{_duration(seconds)} ago"
+
+
+def header(document: dict[str, Any], listen: str | None = None) -> list[str]:
+    unit = document.get("unit")
+    inv = document.get("invocation")
+    source = document.get("source")
+    where = (f"from the phasewatch daemon ({listen})" if source == "daemon" and listen
+             else "from the phasewatch daemon" if source == "daemon"
+             else "from the journal" + (f" (no phasewatch daemon answered on {listen})" if listen else ""))
+    if not inv:
+        state = document.get("active_state")
+        if state in LIVE_STATES:
+            return [f"{unit}: {state}, no line of this start-up in the journal yet", where]
+        return [f"{unit}: no start-up in the journal", where]
+    outcome = inv.get("outcome")
+    slowest = " (the slowest rank's)" if outcome in ("starting", "stalled") else ""
+    lines = [f"{unit}: {outcome}, phase {inv.get('phase')}{slowest}, "
+             f"{_duration(inv.get('elapsed_seconds'))} since start"]
+    detail = f"invocation {inv.get('invocation_id')}, started {local_time(_epoch(inv.get('started_at')))}"
+    now, last = _epoch(document.get("now")), _epoch(inv.get("last_line_at"))
+    if now is not None and last is not None:
+        detail += f", last line {_duration(now - last)} ago"
+    if inv.get("lines_lost"):
+        detail += f", {inv['lines_lost']} line(s) lost"
+    lines.append(f"{detail}; {where}")
+    return lines
+
+
+def _vitals_lines(document: dict[str, Any]) -> list[str]:
+    """Signs of life beyond log lines (the daemon's /proc samples): `TP3: reading 1.2 GB/s`."""
+    vitals = document.get("vitals")
+    if not isinstance(vitals, dict) or not vitals.get("ranks"):
+        return []
+    out = ["", f"signs of life (sampled {_duration(vitals.get('sampled_seconds_ago'))} ago):"]
+    out.extend(f"  {label}: {rank.get('text')}" for label, rank in vitals["ranks"].items() if isinstance(rank, dict))
+    if vitals.get("unit"):
+        out.append(f"  unit: {vitals['unit']}")
+    return out
+
+
+def render_table(document: dict[str, Any], listen: str | None = None) -> str:
+    out = header(document, listen)
+    inv = document.get("invocation")
+    if inv:
+        ranks: dict[str, dict[str, Any]] = inv.get("ranks") or {}
+        schedulers = any(label != "main" for label in ranks)
+        verdicts: list[dict[str, Any]] = inv.get("verdicts") or []
+        rows = [["RANK", "PHASE", "PROGRESS", "IN PHASE", "LAST ACTIVITY", "VERDICT"]]
+        for label, rank in ranks.items():
+            mine = [f"{v['kind']} ({v['cause']})" if v.get("cause") else str(v["kind"])
+                    for v in verdicts if v.get("rank") == label]
+            rows.append([label, _phase_text(label, rank, schedulers), _progress(rank),
+                         _in_phase(label, rank, schedulers), _ago(rank.get("quiet_seconds")), ", ".join(mine)])
+        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+        out.append("")
+        out.extend("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows)
+        out.extend(_vitals_lines(document))
+        out.append("")
+        out.append("verdicts:" if verdicts else "verdicts: none")
+        out.extend(f"  {v.get('kind')}: {v.get('message')}" for v in verdicts)
+    budget = document.get("restart_budget")
+    if isinstance(budget, dict) and budget:
+        out.append("restart budget: " + ", ".join(
+            f"{k.removesuffix('_seconds')} {_duration(v)}" if k.endswith("_seconds") else f"{k} {v}"
+            for k, v in budget.items()))
+    return "\n".join(terminal_safe(line) for line in out) + "\n"
+
+
+# -- --watch ---------------------------------------------------------------------------------------
+
+def _signatures(document: dict[str, Any]) -> tuple[object, dict[str, str]]:
+    """What makes a new block (phases, outcome, verdicts) and what makes a progress line."""
+    inv = document.get("invocation") or {}
+    ranks: dict[str, dict[str, Any]] = inv.get("ranks") or {}
+    block = (document.get("unit"), inv.get("invocation_id"), inv.get("outcome"), inv.get("phase"),
+             tuple((label, r.get("phase"), r.get("phase_ended"), r.get("seen")) for label, r in ranks.items()),
+             tuple((v.get("kind"), v.get("rank"), v.get("phase")) for v in inv.get("verdicts") or []))
+    progress = {label: text for label, r in ranks.items() if (text := _progress(r))}
+    return block, progress
+
+
+def watch(fetch: Callable[[], dict[str, Any]], out: TextIO, tty: bool, listen: str | None = None,
+          interval: float = 1.0, sleep: Callable[[float], None] = time.sleep,
+          clock: Callable[[], float] = time.time) -> int:
+    """Redraw every `interval` on a terminal; elsewhere (a log) print a block when a phase, the
+    outcome or a verdict changes, and one line when only a progress bar moved. Ends on ^C/SIGTERM
+    with the exit status of the last document."""
+    last_block: object = None
+    last_progress: dict[str, str] = {}
+    code = EXIT_UNKNOWN
+    try:
+        while True:
+            document = fetch()
+            code = exit_status(document)
+            if tty:
+                out.write(CLEAR + f"{local_time(clock())}  (every {interval:g}s, ^C to stop)\n" +
+                          render_table(document, listen))
+            else:
+                block, progress = _signatures(document)
+                if block != last_block:
+                    out.write(f"--- {local_time(clock())}\n" + render_table(document, listen) + "\n")
+                else:
+                    phases = {label: r.get("phase") for label, r in
+                              ((document.get("invocation") or {}).get("ranks") or {}).items()}
+                    for label, text in progress.items():
+                        if last_progress.get(label) != text:
+                            out.write(terminal_safe(f"{local_time(clock(), with_date=False)}  {label} "
+                                                    f"{phases.get(label)} {text}") + "\n")
+                last_block, last_progress = block, progress
+            out.flush()
+            sleep(interval)
+    except KeyboardInterrupt:
+        return code
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    unit = unit_name(args.unit) if args.unit else None
+    config = resolve_config(unit, args.config, warn)
+    if args.json and args.watch:
+        raise UsageError("--json and --watch do not go together (--json prints one document)")
+    source = StatusSource(config, args.directory)
+    listen = None if args.directory else config.metrics_listen
+    try:
+        if args.watch:
+            signal.signal(signal.SIGTERM, _terminate)
+            return watch(source.document, sys.stdout, sys.stdout.isatty(), listen)
+        document = source.document()
+        if args.json:
+            sys.stdout.write(json_text(document) + "\n")
+        else:
+            sys.stdout.write(render_table(document, listen))
+        return exit_status(document)
+    except NoSuchUnit:
+        print(f"phasewatch: {config.unit}: no such unit (systemd does not know it, and the journal has "
+              "nothing of it)", file=sys.stderr)
+        return EXIT_UNKNOWN
+    except ForeignDaemon as exc:
+        print(f"phasewatch: {terminal_safe(str(exc))}: not showing it as {config.unit}'s state "
+              "(is another process on metrics.listen? check the config)", file=sys.stderr)
+        return EXIT_FOREIGN
+    finally:
+        source.close()
+
+
+def add_parser(sub: Any) -> None:
+    status = sub.add_parser("status", help="the unit's current start-up, per rank (exit 0 ready, 1 starting, "
+                            "2 stalled/crashed/stopped, 3 unknown, 4 a foreign daemon on metrics.listen)")
+    status.add_argument("unit", nargs="?", metavar="UNIT", help="the server's unit (default: the config's unit)")
+    status.add_argument("--config", help="phasewatch YAML config (default /etc/phasewatch/UNIT.yaml if readable)")
+    status.add_argument("--json", action="store_true", help="print the /status JSON document")
+    status.add_argument("--watch", action="store_true", help="redraw every second until interrupted")
+    status.add_argument("--directory", help="read this journal directory (copied from another host); "
+                        "no daemon is asked")
+    status.set_defaults(func=cmd_status)

@@ -1,0 +1,127 @@
+"""Every error phasewatch raises on purpose, and the exit status (sysexits.h) each one means.
+
+    PhasewatchError                      70  (EX_SOFTWARE: an error without a more precise class)
+    ├── UsageError                       64  a command line that cannot be carried out
+    │   └── DurationError                    "20x" where a duration was expected (also a ValueError)
+    ├── DataError                        65  input that is there but cannot be read
+    │   ├── InputError                       a log file in no format replay knows
+    │   └── HistoryUnreadable                a history database that is not one
+    ├── NoInputError                     66  input that is not there
+    │   └── NoHistory                        no history recorded for the unit yet
+    ├── UnavailableError                 69  a service phasewatch needs does not answer
+    │   ├── JournalError                     the journal cannot be opened or read
+    │   │   └── JournalUnavailable           ... for replay --unit (says which journal)
+    │   ├── UnitError                        systemd (D-Bus) refused or could not be reached
+    │   ├── NoSuchUnit                       neither systemd nor the journal knows the unit
+    │   └── ForeignDaemon                    something else answers on metrics.listen
+    ├── ConfigError                      78  a bad config, naming key, file and line (also a ValueError)
+    ├── ProfileError                     78  a malformed rule in a profile or in `patterns:` (a ValueError)
+    └── ListenError                      78  metrics.listen is not HOST:PORT (a ValueError)
+
+`cli.main` catches `PhasewatchError` once and exits with its `exit_status`; the operator's commands
+(status, logs, wait-ready) map the ones they expect to their own documented statuses.
+"""
+
+from __future__ import annotations
+
+EX_OK, EX_USAGE, EX_DATAERR, EX_NOINPUT, EX_UNAVAILABLE, EX_SOFTWARE, EX_CONFIG = 0, 64, 65, 66, 69, 70, 78
+
+
+class PhasewatchError(Exception):
+    exit_status = EX_SOFTWARE
+
+    def describe(self) -> str:
+        """The one line the command line prints after `phasewatch: `."""
+        return str(self)
+
+
+class UsageError(PhasewatchError):
+    exit_status = EX_USAGE
+
+
+class DurationError(UsageError, ValueError):
+    pass
+
+
+class DataError(PhasewatchError):
+    exit_status = EX_DATAERR
+
+
+class InputError(DataError):
+    """The input cannot be read; the message is one human-readable line. `source` names the input."""
+
+    def __init__(self, message: str, source: str | None = None) -> None:
+        super().__init__(message)
+        self.source = source
+
+    def describe(self) -> str:
+        return f"{self.source}: {self}" if self.source is not None else str(self)
+
+
+class HistoryUnreadable(DataError):
+    """A read-only open (`report`) found no readable history: nothing was changed on disk."""
+
+
+class NoInputError(PhasewatchError):
+    exit_status = EX_NOINPUT
+
+
+class NoHistory(NoInputError):
+    pass
+
+
+class UnavailableError(PhasewatchError):
+    exit_status = EX_UNAVAILABLE
+
+
+class JournalError(UnavailableError):
+    """The journal could not be opened or read."""
+
+
+class JournalUnavailable(JournalError):
+    """The journal could not be opened or read (replay --unit)."""
+
+
+class UnitError(UnavailableError):
+    """systemd refused an action on the unit, or could not be reached over D-Bus."""
+
+
+class NoSuchUnit(UnavailableError):
+    """The unit is not loaded by systemd and the journal has nothing of it."""
+
+
+class ForeignDaemon(UnavailableError):
+    """Something answers on metrics.listen, but not as the phasewatch daemon of this unit."""
+
+
+class ConfigError(PhasewatchError, ValueError):
+    exit_status = EX_CONFIG
+
+    def __init__(self, key: str, message: str, path: str | None = None, line: int | None = None) -> None:
+        where = ", ".join(part for part in (f"file: {path}" if path else "", f"line {line}" if line else "") if part)
+        shown_key = key if len(key) <= 2 * SHOWN_KEY_CHARS else key[:2 * SHOWN_KEY_CHARS] + "...(cut)"
+        super().__init__(f"{shown_key}: {message}" + (f" ({where})" if where else ""))
+        self.key, self.path, self.line, self.detail = key, path, line, message
+
+    def describe(self) -> str:
+        return f"config error: {self}"
+
+
+SHOWN_KEY_CHARS = 60
+
+
+class ProfileError(PhasewatchError, ValueError):
+    """A rule in a profile or in a config's `patterns:` is malformed. `key` names it; the config
+    loader turns it into a ConfigError naming the file and line."""
+
+    exit_status = EX_CONFIG
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(f"{key}: {message}")
+        self.key = key
+
+
+class ListenError(PhasewatchError, ValueError):
+    """metrics.listen is not HOST:PORT (the daemon runs on without /metrics)."""
+
+    exit_status = EX_CONFIG

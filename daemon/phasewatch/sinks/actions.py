@@ -1,0 +1,170 @@
+"""Edge: the side effects. Each seam has a recording fake beside it.
+
+- `SystemdUnit`: the watched unit over D-Bus (pystemd): its state, and RestartUnit(unit, "replace").
+- `JournalAlerter`: structured journal entries (`systemd.journal.send`) with a MESSAGE_ID per kind.
+- `Notifier`: sd_notify READY=1 / WATCHDOG=1 / STATUS=.
+
+Errors from D-Bus become `UnitError` (the daemon logs and alerts, never dies of them).
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+from ..errors import UnitError
+from ..stages.respond import Action, UnitStatus
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class UnitFacts(UnitStatus):
+    control_group: str | None = None
+    started_at: float | None = None  # InactiveExitTimestamp: when this start began (realtime)
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class SystemdUnit:
+    """The watched unit, through pystemd. `unit_factory` is the seam (tests pass a fake bus)."""
+
+    def __init__(self, name: str, unit_factory: Callable[[bytes], Any] | None = None) -> None:
+        self.name = name
+        self._factory = unit_factory
+        self._unit: Any = None
+
+    def _load(self) -> Any:
+        if self._unit is None:
+            with self._dbus(f"cannot reach systemd over D-Bus for {self.name}"):
+                if self._factory is not None:
+                    self._unit = self._factory(self.name.encode())
+                else:
+                    from pystemd.systemd1 import Unit  # pragma: systemd no cover
+
+                    self._unit = Unit(self.name.encode(), _autoload=True)
+        return self._unit
+
+    @contextmanager
+    def _dbus(self, failure: str) -> Iterator[None]:
+        """The one place a D-Bus failure becomes a `UnitError`: `failure` says what could not be
+        done; the connection is dropped so that the next call reconnects."""
+        try:
+            yield
+        except UnitError:
+            raise
+        except Exception as exc:  # pystemd raises its own D-Bus exception tree
+            self._unit = None
+            raise UnitError(f"{failure}: {exc}") from None
+
+    def facts(self) -> UnitFacts:
+        with self._dbus(f"cannot read {self.name}'s state over D-Bus"):
+            unit = self._load()
+            raw_invocation = unit.Unit.InvocationID
+            invocation = bytes(raw_invocation).hex() if raw_invocation else None
+            job = unit.Unit.Job
+            job_id = job[0] if isinstance(job, (tuple, list)) else 0
+            try:
+                control_group = _text(unit.Service.ControlGroup) or None
+            except AttributeError:
+                control_group = None
+            exit_ts = int(unit.Unit.InactiveExitTimestamp)
+            return UnitFacts(active_state=_text(unit.Unit.ActiveState), sub_state=_text(unit.Unit.SubState),
+                             invocation_id=invocation or None, job_pending=bool(job_id),
+                             control_group=control_group, started_at=exit_ts / 1e6 if exit_ts else None)
+
+    def load_state(self) -> str:
+        """loaded, not-found, masked, error..."""
+        with self._dbus(f"cannot read {self.name}'s state over D-Bus"):
+            return _text(self._load().Unit.LoadState)
+
+    def restart(self) -> str:
+        """RestartUnit(unit, "replace"); returns the job path."""
+        with self._dbus(f"systemd refused to restart {self.name}"):
+            job = self._load().Unit.Restart(b"replace")
+        return _text(job)
+
+
+@dataclass
+class RecordingUnit:
+    """A fake `SystemdUnit`: facts are set by the test, restarts are recorded (or refused)."""
+
+    status: UnitFacts
+    restarts: list[str] = field(default_factory=list)
+    refuse: str | None = None
+
+    def facts(self) -> UnitFacts:
+        return self.status
+
+    def restart(self) -> str:
+        if self.refuse:
+            raise UnitError(self.refuse)
+        self.restarts.append(self.status.invocation_id or "")
+        return f"/org/freedesktop/systemd1/job/{len(self.restarts)}"
+
+
+def alert_fields(action: Action, unit: str) -> dict[str, str]:
+    fields = {
+        "MESSAGE": action.message,
+        "MESSAGE_ID": action.message_id,
+        "PRIORITY": str(action.priority),
+        "SYSLOG_IDENTIFIER": "phasewatch",
+        "PHASEWATCH_UNIT": unit,
+        "PHASEWATCH_VERDICT": action.verdict_kind,
+    }
+    optional = {"PHASEWATCH_INVOCATION": action.invocation_id, "PHASEWATCH_PHASE": action.phase,
+                "PHASEWATCH_RANK": action.rank, "PHASEWATCH_CAUSE": action.cause}
+    fields.update({k: v for k, v in optional.items() if v})
+    if action.dry_run:
+        fields["PHASEWATCH_DRY_RUN"] = "1"
+    return fields
+
+
+class JournalAlerter:
+    def __init__(self, unit: str, send: Callable[..., Any] | None = None) -> None:
+        self.unit = unit
+        if send is None:
+            from systemd import journal  # pragma: systemd no cover
+
+            send = journal.send
+        self._send = send
+
+    def alert(self, action: Action) -> None:
+        fields = alert_fields(action, self.unit)
+        message = fields.pop("MESSAGE")
+        self._send(message, **fields)
+
+
+@dataclass
+class RecordingAlerter:
+    unit: str
+    sent: list[dict[str, str]] = field(default_factory=list)
+
+    def alert(self, action: Action) -> None:
+        self.sent.append(alert_fields(action, self.unit))
+
+
+class Notifier:
+    """sd_notify; a no-op outside systemd (no NOTIFY_SOCKET)."""
+
+    def __init__(self, notify: Callable[[str], Any] | None = None) -> None:
+        if notify is None:
+            from systemd import daemon  # pragma: systemd no cover
+
+            notify = daemon.notify
+        self._notify = notify
+
+    def send(self, state: str) -> None:
+        self._notify(state)
+
+
+@dataclass
+class RecordingNotifier:
+    sent: list[str] = field(default_factory=list)
+
+    def send(self, state: str) -> None:
+        self.sent.append(state)

@@ -1,0 +1,427 @@
+"""Past start-ups: what each phase really took on this host with this model.
+
+`summarize()` (pure) turns a finished start-up into a `StartupRecord`; `History` keeps them in
+SQLite in the state directory (WAL, synchronous=FULL: a kill -9 mid-write loses at most the record
+being written, never the file), at most `KEEP` per unit. A file that is demonstrably corrupt (SQLite
+says it is not a database, or it fails the quick check) is moved aside with a warning and a fresh one
+is started; a host that cannot write (full, read-only, permissions) never gets a file moved: the
+history goes on in memory (`degraded`). Every value read back is checked; a bad one is dropped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import sqlite3
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from .. import __version__
+from ..errors import HistoryUnreadable
+from ..records import MAIN, PHASE_NAMES, Phase
+from ..stages.snapshot import InvocationView, ServerInfo
+
+logger = logging.getLogger(__name__)
+KEEP = 500  # start-ups kept per unit
+MAX_JSON = 4 << 20  # a spans or verdicts value longer than this is not ours
+
+
+@dataclass(frozen=True)
+class PhaseRecord:
+    phase: str
+    duration: float  # first rank's begin to last rank's end: the phase's wall time
+    spread: float  # last rank's end minus first rank's end
+    progress_total: int | None  # shards, capture batch sizes, ...
+    max_silence: float  # the longest time no rank in the phase showed a sign of life
+    slowest_rank: str | None = None
+
+
+@dataclass(frozen=True)
+class StartupRecord:
+    unit: str
+    invocation_id: str
+    fingerprint: str
+    started_at: float
+    ended_at: float
+    outcome: str
+    cause: str | None
+    phases: tuple[PhaseRecord, ...]
+    spans: dict[str, list[tuple[str, float | None, float | None]]] = field(default_factory=dict)  # rank -> phases
+    verdicts: tuple[tuple[str, str | None, str | None, float], ...] = ()  # kind, rank, phase, at
+
+    def phase(self, name: str) -> PhaseRecord | None:
+        return next((p for p in self.phases if p.phase == name), None)
+
+    @property
+    def duration(self) -> float:
+        return self.ended_at - self.started_at
+
+
+def fingerprint(server: ServerInfo | None) -> str:
+    """What changes timing: model and draft, parallelism, speculative algorithm, graph sizes, us."""
+    if server is None:
+        parts: dict[str, Any] = {"server": None}
+    else:
+        parts = {"model": server.model_path, "draft": server.draft_model_path, "tp": server.tp, "dp": server.dp,
+                 "pp": server.pp, "ep": server.ep, "nnodes": server.nnodes, "spec": server.speculative,
+                 "graph_max_bs": server.cuda_graph_max_bs, "graph_bs": server.cuda_graph_bs}
+    parts["phasewatch"] = __version__.rsplit(".", 1)[0]  # minor versions share history
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def summarize(unit: str, inv: InvocationView, outcome: str, cause: str | None, ended_at: float,
+              verdicts: Sequence[tuple[str, str | None, str | None, float]] = ()) -> StartupRecord | None:
+    """A finished start-up (ready, or failed) as a record; None when it has no time at all."""
+    if inv.started_at is None:
+        return None
+    ranks = [r for r in inv.ranks if r.rank != MAIN and r.seen]
+    phases: list[PhaseRecord] = []
+    for name in PHASE_NAMES:
+        phase = Phase(name)
+        spans = [(r.rank, s) for r in ranks for s in r.spans if s.phase is phase and s.start is not None]
+        if not spans:
+            continue
+        starts = [s.start for _, s in spans if s.start is not None]
+        ends = [s.end for _, s in spans if s.end is not None]
+        if not ends:
+            continue  # never finished: a failed start-up's last phase has no duration to learn from
+        totals = [r.progress_totals[phase] for r in ranks if phase in r.progress_totals]
+        slowest = max(spans, key=lambda item: item[1].end or 0.0)[0]
+        phases.append(PhaseRecord(name, max(ends) - min(starts), max(ends) - min(ends),
+                                  max(totals) if totals else None, inv.phase_silence.get(phase, 0.0), slowest))
+    spans_by_rank = {r.rank: [(s.phase.value, s.start, s.end) for s in r.spans] for r in inv.ranks if r.seen}
+    return StartupRecord(unit, inv.invocation_id, fingerprint(inv.server), inv.started_at, ended_at, outcome,
+                         cause, tuple(phases), spans_by_rank, tuple(verdicts))
+
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS startups (
+    id INTEGER PRIMARY KEY,
+    unit TEXT NOT NULL,
+    invocation TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    started_at REAL NOT NULL,
+    ended_at REAL NOT NULL,
+    outcome TEXT NOT NULL,
+    cause TEXT,
+    spans TEXT NOT NULL,
+    verdicts TEXT NOT NULL,
+    UNIQUE (unit, invocation)
+);
+CREATE TABLE IF NOT EXISTS phases (
+    startup INTEGER NOT NULL REFERENCES startups(id) ON DELETE CASCADE,
+    phase TEXT NOT NULL,
+    duration REAL NOT NULL,
+    spread REAL NOT NULL,
+    progress_total INTEGER,
+    max_silence REAL NOT NULL,
+    slowest_rank TEXT
+);
+CREATE INDEX IF NOT EXISTS phases_by_startup ON phases(startup);
+CREATE INDEX IF NOT EXISTS startups_by_unit ON startups(unit, fingerprint, started_at);
+"""
+
+
+
+
+def _corrupt(exc: sqlite3.Error) -> bool:
+    """The file itself is bad (not a database, malformed), as opposed to the host failing to write it
+    (disk full, read-only, permissions, I/O): only the first may be moved aside."""
+    if isinstance(exc, _QuickCheckFailed):
+        return True
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code is not None and code & 0xFF in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
+
+
+class _QuickCheckFailed(sqlite3.DatabaseError):
+    pass
+
+
+def _check(db: sqlite3.Connection) -> None:
+    db.execute("SELECT count(*) FROM startups").fetchone()
+    if db.execute("PRAGMA quick_check").fetchone()[0] != "ok":
+        raise _QuickCheckFailed("quick_check failed")
+
+
+class History:
+    """The history file, or, once the host cannot keep it (full, read-only or unwritable state
+    directory), a copy in memory for the rest of this run: `degraded` then says why."""
+
+    def __init__(self, path: str | Path, *, read_only: bool = False) -> None:
+        self.path = Path(path)
+        self.degraded: str | None = None
+        self._db = self._open_read_only() if read_only else self._open()
+
+    def _open(self) -> sqlite3.Connection:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            db = self._connect()
+            _check(db)
+            return db
+        except OSError as exc:
+            return self._in_memory(f"cannot open {self.path}: {exc}")
+        except sqlite3.Error as exc:
+            if not _corrupt(exc):
+                return self._in_memory(f"cannot open {self.path}: {exc}")
+            cause = exc
+        self._move_aside(cause)
+        try:
+            return self._connect()
+        except (OSError, sqlite3.Error) as exc:
+            return self._in_memory(f"cannot start a fresh {self.path}: {exc}")
+
+    def _move_aside(self, exc: sqlite3.Error) -> None:
+        aside = self.path.with_name(f"{self.path.name}.corrupt-{int(time.time())}")
+        logger.warning("history %s is unreadable (%s): moved to %s, starting a fresh one", self.path, exc,
+                       aside.name)
+        for suffix in ("", "-wal", "-shm"):
+            try:
+                os.replace(f"{self.path}{suffix}", f"{aside}{suffix}")
+            except FileNotFoundError:
+                pass
+            except OSError as error:
+                logger.warning("history: cannot move %s%s aside: %s", self.path, suffix, error)
+
+    def _connect(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, isolation_level=None, timeout=5)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=FULL")
+            db.execute("PRAGMA foreign_keys=ON")
+            db.executescript(SCHEMA)
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    def _open_read_only(self) -> sqlite3.Connection:
+        """For `report`: never creates, writes or renames anything. Without a write-ahead log beside
+        it (no daemon has it open) the file is complete and is read as immutable, which creates no
+        -wal/-shm; with one, read-only through the log (immutable as a fallback: the last checkpoint)."""
+        errors = []
+        live = Path(f"{self.path}-wal").exists()
+        for options in ("mode=ro", "immutable=1") if live else ("immutable=1",):
+            try:
+                db = sqlite3.connect(f"{self.path.resolve().as_uri()}?{options}", uri=True, isolation_level=None,
+                                     timeout=5)
+            except sqlite3.Error as exc:
+                errors.append(str(exc))
+                continue
+            try:
+                _check(db)
+                return db
+            except sqlite3.Error as exc:
+                db.close()
+                errors.append(str(exc))
+                if _corrupt(exc):
+                    break
+        raise HistoryUnreadable(f"{self.path}: not a readable history ({'; '.join(errors)})")
+
+    def _in_memory(self, reason: str) -> sqlite3.Connection:
+        """Keep going in memory, starting from whatever of the file can still be read."""
+        self.degraded = reason
+        memory = sqlite3.connect(":memory:", isolation_level=None)
+        source = getattr(self, "_db", None)
+        copied = False
+        if source is not None:
+            try:
+                source.backup(memory)
+                copied = True
+            except sqlite3.Error:
+                pass
+            source.close()
+        if not copied and self.path.exists():
+            try:
+                reader = History(self.path, read_only=True)
+                reader._db.backup(memory)
+                reader.close()
+                copied = True
+            except (HistoryUnreadable, OSError, sqlite3.Error):
+                pass
+        memory.execute("PRAGMA foreign_keys=ON")
+        memory.executescript(SCHEMA)
+        logger.warning("history degraded: %s; start-ups are kept in memory until phasewatch restarts (%s)",
+                       reason, "past start-ups copied" if copied else "past start-ups not available")
+        return memory
+
+    def close(self) -> None:
+        self._db.close()
+
+    def add(self, record: StartupRecord) -> bool:
+        """Store a start-up once (an invocation seen again is ignored); trim to KEEP per unit. A write
+        the host refuses moves the history to memory (once) and stores it there."""
+        try:
+            return self._insert(record)
+        except sqlite3.Error as exc:
+            if self.degraded is not None:
+                raise
+            self._db = self._in_memory(f"cannot write {self.path}: {exc}")
+            return self._insert(record)
+
+    def _insert(self, record: StartupRecord) -> bool:
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            cursor = db.execute(
+                "INSERT OR IGNORE INTO startups (unit, invocation, fingerprint, started_at, ended_at, outcome, cause,"
+                " spans, verdicts) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (record.unit, record.invocation_id, record.fingerprint, record.started_at, record.ended_at,
+                 record.outcome, record.cause, json.dumps(record.spans), json.dumps(record.verdicts)))
+            if cursor.rowcount == 0:
+                db.execute("ROLLBACK")
+                return False
+            startup = cursor.lastrowid
+            db.executemany("INSERT INTO phases VALUES (?, ?, ?, ?, ?, ?, ?)",
+                           [(startup, p.phase, p.duration, p.spread, p.progress_total, p.max_silence, p.slowest_rank)
+                            for p in record.phases])
+            db.execute("DELETE FROM startups WHERE unit = ? AND id NOT IN (SELECT id FROM startups WHERE unit = ? "
+                       "ORDER BY started_at DESC LIMIT ?)", (record.unit, record.unit, KEEP))
+            db.execute("COMMIT")
+            return True
+        except BaseException:
+            if db.in_transaction:  # SQLITE_FULL may have rolled back already
+                db.execute("ROLLBACK")
+            raise
+
+    def startups(self, unit: str, fingerprint: str | None = None, last: int | None = None) -> list[StartupRecord]:
+        """Past start-ups, oldest first; a row or value that is not what this version writes is dropped
+        with a warning."""
+        query = "SELECT id, unit, invocation, fingerprint, started_at, ended_at, outcome, cause, spans, verdicts " \
+                "FROM startups WHERE unit = ?"
+        args: list[Any] = [unit]
+        if fingerprint is not None:
+            query += " AND fingerprint = ?"
+            args.append(fingerprint)
+        query += " ORDER BY started_at DESC"
+        if last is not None:
+            query += " LIMIT ?"
+            args.append(last)
+        out = []
+        for row in self._db.execute(query, args).fetchall():
+            phase_rows = self._db.execute(
+                "SELECT phase, duration, spread, progress_total, max_silence, slowest_rank FROM phases "
+                "WHERE startup = ?", (row[0],)).fetchall()
+            record = _startup_from_row(row, phase_rows)
+            if record is None:
+                logger.warning("history %s: start-up row %s has invalid values: ignored", self.path, row[0])
+            else:
+                out.append(record)
+        return list(reversed(out))
+
+    def durations(self, unit: str, fingerprint: str, phase: str, outcome: str = "ready") -> list[float]:
+        return self._seconds("SELECT p.duration FROM phases p JOIN startups s ON s.id = p.startup WHERE s.unit = ? "
+                             "AND s.fingerprint = ? AND p.phase = ? AND s.outcome IN (?, 'serving')",
+                             (unit, fingerprint, phase, outcome), "duration", phase)
+
+    def silences(self, unit: str, fingerprint: str, phase: str) -> list[float]:
+        return self._seconds("SELECT p.max_silence FROM phases p JOIN startups s ON s.id = p.startup WHERE "
+                             "s.unit = ? AND s.fingerprint = ? AND p.phase = ? AND s.outcome IN ('ready', 'serving')",
+                             (unit, fingerprint, phase), "max_silence", phase)
+
+    def _seconds(self, query: str, args: tuple[str, ...], column: str, phase: str) -> list[float]:
+        """Valid durations only; none (judged with the configured limits) when the file cannot be read."""
+        try:
+            rows = self._db.execute(query, args).fetchall()
+        except sqlite3.Error as exc:
+            logger.warning("history %s: cannot read %s of %s: %s", self.path, column, phase, exc)
+            return []
+        values = [_seconds(r[0]) for r in rows]
+        bad = values.count(None)
+        if bad:
+            logger.warning("history %s: %d %s value(s) of %s are not durations: ignored", self.path, bad, column,
+                           phase)
+        return [v for v in values if v is not None]
+
+
+def _seconds(value: object) -> float | None:
+    """A finite, non-negative number of seconds, or None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        return None
+    return float(value)
+
+
+def _timestamp(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def _optional_text(value: object) -> bool:
+    return value is None or isinstance(value, str)
+
+
+def _phase_from_row(row: Sequence[Any]) -> PhaseRecord | None:
+    phase, duration, spread, total, silence, slowest = row
+    duration, spread, silence = _seconds(duration), _seconds(spread), _seconds(silence)
+    if phase not in PHASE_NAMES or duration is None or spread is None or silence is None:
+        return None
+    if total is not None and (isinstance(total, bool) or not isinstance(total, int) or total < 0):
+        total = None
+    return PhaseRecord(phase, duration, spread, total, silence, slowest if isinstance(slowest, str) else None)
+
+
+def _load_json(text: object) -> Any:
+    if not isinstance(text, str) or len(text) > MAX_JSON:
+        return None
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+
+
+def _spans(text: object) -> dict[str, list[tuple[str, float | None, float | None]]] | None:
+    document = _load_json(text)
+    if not isinstance(document, dict):
+        return None
+    out: dict[str, list[tuple[str, float | None, float | None]]] = {}
+    for rank, items in document.items():
+        if not isinstance(items, list):
+            return None
+        spans = []
+        for item in items:
+            if not (isinstance(item, list) and len(item) == 3 and item[0] in PHASE_NAMES):
+                return None
+            start, end = (None if v is None else _timestamp(v) for v in item[1:])
+            if (start is None) != (item[1] is None) or (end is None) != (item[2] is None):
+                return None
+            spans.append((item[0], start, end))
+        out[rank] = spans
+    return out
+
+
+def _verdicts(text: object) -> tuple[tuple[str, str | None, str | None, float], ...] | None:
+    document = _load_json(text)
+    if not isinstance(document, list):
+        return None
+    out = []
+    for item in document:
+        if not (isinstance(item, list) and len(item) == 4 and isinstance(item[0], str)
+                and _optional_text(item[1]) and _optional_text(item[2])):
+            return None
+        at = _timestamp(item[3])
+        if at is None:
+            return None
+        out.append((item[0], item[1], item[2], at))
+    return tuple(out)
+
+
+def _startup_from_row(row: Sequence[Any], phase_rows: Sequence[Sequence[Any]]) -> StartupRecord | None:
+    """A stored start-up, every value checked: None when a field it cannot do without is invalid; an
+    invalid phase, span list or verdict list is left out."""
+    _, unit, invocation, key, started, ended, outcome, cause, spans_text, verdicts_text = row
+    started_at, ended_at = _timestamp(started), _timestamp(ended)
+    if not all(isinstance(v, str) for v in (unit, invocation, key, outcome)) or not _optional_text(cause) \
+            or started_at is None or ended_at is None:
+        return None
+    phases = tuple(p for p in map(_phase_from_row, phase_rows) if p is not None)
+    spans = _spans(spans_text)
+    verdicts = _verdicts(verdicts_text)
+    if len(phases) < len(phase_rows) or spans is None or verdicts is None:
+        logger.warning("history: start-up %s has invalid phases, spans or verdicts: those left out", invocation)
+    return StartupRecord(unit, invocation, key, started_at, ended_at, outcome, cause, phases, spans or {},
+                         verdicts or ())

@@ -1,0 +1,289 @@
+"""The metric families of a published snapshot (docs/metrics.md), and the frozen records the
+exporter publishes: built at scrape time, never kept in gauges."""
+from __future__ import annotations
+
+import bisect
+import logging
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client.metrics_core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    InfoMetricFamily,
+    Metric,
+)
+
+from .. import __version__
+from ..config import VERDICT_KINDS, Config
+from ..pipeline import Judgement
+from ..records import MAIN, UNIT_PHASES, Phase
+from ..stages.respond import BudgetState, Memory
+from ..stages.snapshot import LIVE_STATES, UP_STATES, InvocationView, ServerInfo, UnitState
+from ..stages.vitals import Vitals
+
+logger = logging.getLogger(__name__)
+
+# Buckets in seconds. Phases: a few seconds (dist init) to an hour (weight loading of a 1 TB model).
+PHASE_BUCKETS = (0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 900.0, 1200.0, 1800.0, 2700.0, 3600.0)
+STARTUP_BUCKETS = (10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 900.0, 1200.0, 1500.0, 1800.0, 2400.0, 3000.0, 3600.0,
+                   5400.0, 7200.0)
+# SGLang's /health_generate answers within a second when idle, 503 after 20 s without a scheduler.
+PROBE_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0)
+# Phases whose completed spans are observed: a scheduler rank's own phases, and the main process's
+# http_server_start and warmup (once per start-up, not once per rank). ready/serving never complete.
+RANK_PHASES = tuple(p for p in Phase if p not in UNIT_PHASES)
+TIMED_PHASES = (*RANK_PHASES, Phase.HTTP_SERVER_START, Phase.WARMUP)
+DEGRADABLE = ("history", "state")  # what the daemon keeps in its state directory
+
+
+@dataclass(frozen=True)
+class Histogram:
+    """A frozen cumulative histogram: `observe()` returns a new one."""
+
+    bounds: tuple[float, ...]
+    counts: tuple[int, ...] = ()  # per bucket, +Inf last; () = nothing observed yet
+    total: float = 0.0
+
+    def observe(self, value: float) -> Histogram:
+        counts = list(self.counts or (0,) * (len(self.bounds) + 1))
+        counts[bisect.bisect_left(self.bounds, value)] += 1  # the first bucket with value <= le
+        return Histogram(self.bounds, tuple(counts), self.total + value)
+
+    @property
+    def count(self) -> int:
+        return sum(self.counts)
+
+    def buckets(self) -> list[tuple[str, float]]:
+        counts = self.counts or (0,) * (len(self.bounds) + 1)
+        out, cumulative = [], 0
+        for bound, n in zip((*self.bounds, math.inf), counts, strict=True):
+            cumulative += n
+            out.append(("+Inf" if math.isinf(bound) else repr(bound), float(cumulative)))
+        return out
+
+
+@dataclass(frozen=True)
+class BudgetView:
+    state: str
+    remaining: int
+    max: int
+    window_seconds: float
+    backoff_seconds: float
+    restarts: int
+
+    @staticmethod
+    def of(memory: Memory, now: float, config: Config) -> BudgetView:
+        limits = config.restart_budget
+        return BudgetView(memory.budget.state.value, memory.budget.remaining(now, config), limits.max,
+                          limits.window, limits.backoff, memory.budget.restarts)
+
+    def document(self) -> dict[str, Any]:
+        return {"state": self.state, "remaining": self.remaining, "max": self.max,
+                "window_seconds": self.window_seconds, "backoff_seconds": self.backoff_seconds,
+                "restarts": self.restarts}
+
+
+@dataclass(frozen=True)
+class Published:
+    """What the daemon knew after its last step. Frozen; replaced whole, never changed."""
+
+    now: float | None = None  # when it was published (None: nothing yet)
+    invocation: InvocationView | None = None  # the current start-up
+    judgement: Judgement | None = None
+    budget: BudgetView | None = None
+    server: ServerInfo | None = None  # the last server_args seen
+    entries: int = 0
+    lines_lost: int = 0
+    verdicts: Mapping[tuple[str, str], int] = field(default_factory=dict)  # (kind, phase) -> count
+    restarts: Mapping[str, int] = field(default_factory=dict)  # reason (verdict kind) -> count
+    phase_durations: Mapping[str, Histogram] = field(default_factory=dict)
+    startup_durations: Histogram = Histogram(STARTUP_BUCKETS)
+    judged_with: Config | None = None  # the limits in force (learned ones with `adaptive`)
+    limit_reasons: Mapping[str, str] = field(default_factory=dict)  # phase -> why that limit
+    eta: float | None = None  # seconds to ready, from past start-ups
+    rejected: Mapping[str, int] = field(default_factory=dict)  # reason -> untrusted entries ignored (trust.py)
+    degraded: Mapping[str, str] = field(default_factory=dict)  # "history"/"state" -> why kept in memory only
+
+
+@dataclass(frozen=True)
+class Probes:
+    seconds: Histogram = Histogram(PROBE_BUCKETS)
+    failures: int = 0
+
+
+
+def _rank_waits(inv: InvocationView, rank_label: str, phase: Phase, ended: bool) -> bool:
+    """Not held to its phase's deadline: done and waiting for others, or the main process waiting for
+    the ranks (policy judges the main process only in the unit's own phases or before any rank)."""
+    if ended:
+        return True
+    return rank_label == MAIN and phase not in UNIT_PHASES and any(r.seen for r in inv.scheduler_ranks)
+
+
+def families(published: Published, probes: Probes, now: float, config: Config) -> list[Metric]:
+    """Every phasewatch metric family for `published`, ages measured at `now`. Pure."""
+    unit = config.unit
+    inv = published.invocation
+    ranks = inv.ranks if inv is not None else ()
+    live = inv is not None and inv.state in LIVE_STATES
+    out: list[Metric] = []
+
+    def gauge(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
+        family = GaugeMetricFamily(name, doc, labels=["unit", *labels])
+        out.append(family)
+        return family
+
+    def counter(name: str, doc: str, labels: list[str]) -> CounterMetricFamily:
+        family = CounterMetricFamily(name, doc, labels=["unit", *labels])
+        out.append(family)
+        return family
+
+    def histogram(name: str, doc: str, labels: list[str]) -> HistogramMetricFamily:
+        family = HistogramMetricFamily(name, doc, labels=["unit", *labels])
+        out.append(family)
+        return family
+
+    rank_phase = gauge("phasewatch_rank_phase", "1 for the phase each rank of the current start-up is in, "
+                       "0 for the others (state set over the canonical phases)", ["rank", "phase"])
+    for rank in ranks:
+        for phase in Phase:
+            rank_phase.add_metric([unit, rank.rank, phase.value], 1.0 if rank.phase is phase else 0.0)
+
+    elapsed = gauge("phasewatch_phase_elapsed_seconds", "Seconds since the rank entered its current phase "
+                    "(while the unit is starting, ready or serving)", ["rank"])
+    waiting = gauge("phasewatch_rank_waiting", "1 when the rank is not held to its phase's deadline: it finished "
+                    "the phase and waits for the others, or it is the main process waiting for the ranks", ["rank"])
+    entered = gauge("phasewatch_rank_phases_entered", "Number of per-rank phases (launch to "
+                    "draft_cuda_graph_capture) the scheduler rank has entered in this start-up", ["rank"])
+    activity = gauge("phasewatch_last_activity_timestamp_seconds", "When the rank last printed a line or moved "
+                     "a progress bar (Unix time)", ["rank"])
+    progress = gauge("phasewatch_phase_progress_ratio", "A rank's progress bar in its phase, n/total (0 to 1)",
+                     ["rank", "phase"])
+    for rank in ranks:
+        if live and rank.phase_start is not None:
+            elapsed.add_metric([unit, rank.rank], max(now - rank.phase_start, 0.0))
+        if inv is not None:
+            waiting.add_metric([unit, rank.rank], float(_rank_waits(inv, rank.rank, rank.phase, rank.phase_ended)))
+        if rank.rank != MAIN:
+            phases = {s.phase for s in rank.spans if s.phase not in UNIT_PHASES}
+            entered.add_metric([unit, rank.rank], float(len(phases)))
+        if rank.last_activity is not None:
+            activity.add_metric([unit, rank.rank], rank.last_activity)
+        bar = rank.progress
+        if bar is not None and bar.total and rank.progress_phase is not None:
+            progress.add_metric([unit, rank.rank, rank.progress_phase.value], min(max(bar.n / bar.total, 0.0), 1.0))
+
+    deadline = gauge("phasewatch_phase_deadline_seconds", "Longest a rank may stay in the phase (config; "
+                     "absent: no limit)", ["phase"])
+    stall = gauge("phasewatch_phase_stall_seconds", "Longest a rank may stay silent in the phase (config; "
+                  "absent: no limit)", ["phase"])
+    learned = gauge("phasewatch_phase_deadline_learned", "1 when the phase's limits in force were learned from "
+                    "past start-ups (adaptive), 0 when configured", ["phase"])
+    for phase in Phase:
+        limits = config.limits(phase)
+        if limits.deadline is not None:
+            deadline.add_metric([unit, phase.value], limits.deadline)
+        if limits.stall is not None:
+            stall.add_metric([unit, phase.value], limits.stall)
+        why = published.limit_reasons.get(phase.value, "configured")
+        learned.add_metric([unit, phase.value], 1.0 if why.startswith("learned") else 0.0)
+    eta = gauge("phasewatch_startup_eta_seconds", "Estimated seconds until the current start-up is ready, from "
+                "past start-ups (absent: no history, or not starting)", [])
+    if published.eta is not None:
+        eta.add_metric([unit], published.eta)
+
+    state = gauge("phasewatch_unit_state", "1 for the state of the current start-up (starting, ready, serving, "
+                  "stopping, stopped, failed), 0 for the others", ["state"])
+    for value in UnitState:
+        state.add_metric([unit, value.value], 1.0 if inv is not None and inv.state is value else 0.0)
+    ready = gauge("phasewatch_unit_ready", "1 when the current start-up reached ready (ready or serving)", [])
+    ready.add_metric([unit], 1.0 if inv is not None and inv.state in UP_STATES else 0.0)
+    startup = gauge("phasewatch_startup_elapsed_seconds", "Seconds since the current start-up began (while it "
+                    "is starting)", [])
+    if inv is not None and inv.state is UnitState.STARTING and inv.started_at is not None:
+        startup.add_metric([unit], max(now - inv.started_at, 0.0))
+
+    active = gauge("phasewatch_active_verdicts", "Verdicts the latest judgement of the current start-up holds",
+                   ["kind"])
+    held = [v.kind for v in published.judgement.verdicts] if published.judgement is not None else []
+    for kind in VERDICT_KINDS:
+        active.add_metric([unit, kind], float(held.count(kind)))
+    verdicts = counter("phasewatch_verdicts", "Verdicts, each counted once when first seen", ["kind", "phase"])
+    for (kind_name, phase_name), count in sorted(published.verdicts.items()):
+        verdicts.add_metric([unit, kind_name, phase_name], float(count))
+    restarts = counter("phasewatch_restarts", "Restarts of the unit phasewatch asked systemd for, by the verdict "
+                       "that caused them", ["reason"])
+    for reason, count in sorted(published.restarts.items()):
+        restarts.add_metric([unit, reason], float(count))
+    remaining = gauge("phasewatch_restart_budget_remaining", "Failed start-ups the restart budget still allows "
+                      "within its window (0 once given up)", [])
+    gave_up = gauge("phasewatch_restart_budget_gave_up", "1 when the restart budget is spent and phasewatch no "
+                    "longer restarts the unit (until a start-up reaches ready or an operator restarts it)", [])
+    budget = published.budget
+    if budget is not None:
+        remaining.add_metric([unit], float(budget.remaining))
+        gave_up.add_metric([unit], 1.0 if budget.state == BudgetState.GAVE_UP.value else 0.0)
+
+    degraded = gauge("phasewatch_state_degraded", "1 when the state directory cannot keep it (full, read-only "
+                     "or unwritable): history or state kept in memory only, lost when phasewatch restarts", ["what"])
+    for what in DEGRADABLE:
+        degraded.add_metric([unit, what], 1.0 if what in published.degraded else 0.0)
+
+    counter("phasewatch_journal_entries", "Journal entries of the unit read", []).add_metric(
+        [unit], float(published.entries))
+    counter("phasewatch_journal_lines_lost", "Lines journald dropped (rate limit) or elided", []).add_metric(
+        [unit], float(published.lines_lost))
+    rejected = counter("phasewatch_entries_rejected", "Journal entries that claimed the unit without the trusted "
+                       "fields that vouch for it, ignored", ["reason"])
+    for reason, count in published.rejected.items():
+        rejected.add_metric([unit, reason], float(count))
+
+    durations = histogram("phasewatch_phase_duration_seconds", "Durations of completed phases: each rank's own "
+                          "phases per rank, http_server_start and warmup once per start-up", ["phase"])
+    for phase_name, observed in published.phase_durations.items():
+        durations.add_metric([unit, phase_name], observed.buckets(), observed.total)
+    startups = histogram("phasewatch_startup_duration_seconds", "From the start of an invocation to ready, once "
+                         "per start-up", [])
+    startups.add_metric([unit], published.startup_durations.buckets(), published.startup_durations.total)
+    probe = histogram("phasewatch_health_probe_seconds", "Duration of the health probes after ready", [])
+    probe.add_metric([unit], probes.seconds.buckets(), probes.seconds.total)
+    counter("phasewatch_health_probe_failures", "Health probes that failed (error, timeout, not 200)", []).add_metric(
+        [unit], float(probes.failures))
+
+    server = published.server
+    info = InfoMetricFamily("phasewatch", "phasewatch and the watched server (version: phasewatch's own; server "
+                            "fields from SGLang's server_args, empty until seen)")
+    info.add_metric([], {"unit": unit, "engine": config.engine, "version": __version__,
+                         "tp": _text(server, "tp"), "dp": _text(server, "dp"), "pp": _text(server, "pp"),
+                         "nnodes": _text(server, "nnodes"), "node_rank": _text(server, "node_rank"),
+                         "speculative": "" if server is None else (server.speculative or "none")})
+    out.append(info)
+    return out
+
+
+def vitals_families(vitals: Vitals | None, unit: str) -> list[Metric]:
+    """Signs of life beyond log lines, per rank of the current start-up (while it starts). Pure."""
+    intake = CounterMetricFamily("phasewatch_rank_intake_bytes", "Bytes the rank's process has read so far (the "
+                                 "larger of rchar and read_bytes of /proc/PID/io; absent where not permitted)",
+                                 labels=["unit", "rank"])
+    faults = CounterMetricFamily("phasewatch_rank_page_faults", "Page faults (minor and major) of the rank's "
+                                 "process so far", labels=["unit", "rank"])
+    compilers = GaugeMetricFamily("phasewatch_rank_compilers", "Compiler processes (nvcc, ptxas, cicc, c++...) "
+                                  "running under the rank at the last sample", labels=["unit", "rank"])
+    alive = GaugeMetricFamily("phasewatch_rank_progress", "1 when the last sample showed the rank taking in data "
+                              "or compiling (a sign of life without a log line), 0 when not", labels=["unit", "rank"])
+    for rank in vitals.ranks if vitals is not None else ():
+        if rank.intake_bytes is not None:
+            intake.add_metric([unit, rank.rank], float(rank.intake_bytes))
+        faults.add_metric([unit, rank.rank], float(rank.faults))
+        compilers.add_metric([unit, rank.rank], float(sum(n for _, n in rank.compilers)))
+        alive.add_metric([unit, rank.rank], 1.0 if rank.alive else 0.0)
+    return [intake, faults, compilers, alive]
+
+
+def _text(server: ServerInfo | None, name: str) -> str:
+    return "" if server is None else str(getattr(server, name))

@@ -1,0 +1,35 @@
+"""The shape every input of the daemon has, so that the loop (app.py) treats them alike.
+
+A source names the file descriptors it waits on (`fds()`: none, one, or a pidfd per rank), says when
+it wants to be asked next (`next_deadline(now)`, on the monotonic clock; None: only when an fd is
+readable), and `collect(now, readable)` returns what it saw as tracker events. The loop applies those
+through `Pipeline.apply`; no source touches the tracker.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Protocol, Sequence
+
+from ..records import Event
+from ..stages.snapshot import InvocationView
+
+
+@dataclass(frozen=True)
+class Instant:
+    """One moment on both clocks: `wall` for what is compared with journal times, `monotonic` for the
+    loop's own timers (a wall clock stepped backwards must not delay them)."""
+
+    wall: float
+    monotonic: float
+
+
+Current = Callable[[], "InvocationView | None"]  # the start-up the tracker sees now (read only)
+
+
+class Source(Protocol):
+    def fds(self) -> Sequence[int]: ...
+
+    def next_deadline(self, now: Instant) -> float | None: ...
+
+    def collect(self, now: Instant, readable: Sequence[int]) -> list[Event]: ...

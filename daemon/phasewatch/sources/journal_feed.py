@@ -1,0 +1,67 @@
+"""Source: the watched unit's journal, followed. Its entries go through the pipeline's line stages
+(`Pipeline.feed`); the source counts them per start-up and reopens the journal when it changed under it."""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Callable, Sequence
+
+from ..clock import Clock
+from ..pipeline import Pipeline
+from ..records import Event
+from .base import Instant
+from .follow import INVALIDATE, JournalFollower
+
+logger = logging.getLogger(__name__)
+
+READ_BATCH = 1000
+READS_PER_STEP = 10  # bounded, so the watchdog is fed during a flood
+KEPT_COUNTS = 16
+
+
+class JournalFeed:
+    def __init__(self, follower: JournalFollower, pipeline: Pipeline, unit: str, clock: Clock,
+                 after_batch: Callable[[], None]) -> None:
+        self.follower = follower
+        self.pipeline = pipeline
+        self.unit = unit
+        self.clock = clock
+        self.after_batch = after_batch  # the loop notices a new start-up between batches
+        self.entries_by_invocation: dict[str, int] = {}
+        self.last_entries_at = -math.inf  # monotonic: when the journal last gave entries
+        self.read_any = False  # in the last collect
+
+    def fds(self) -> Sequence[int]:
+        return (self.follower.fileno(),)
+
+    def next_deadline(self, now: Instant) -> float | None:
+        return now.monotonic if self.follower.behind else None  # more than the last reads took
+
+    def collect(self, now: Instant, readable: Sequence[int]) -> list[Event]:
+        if self.follower.fileno() in readable and self.follower.wait_result() == INVALIDATE:
+            logger.info("[%s] journal changed (rotation, vacuum or journald restart): reopening at the cursor",
+                        self.unit)
+            self.follower.reopen()
+        self.read_any = False
+        for _ in range(READS_PER_STEP):
+            if not self.read():
+                break
+            self.read_any = True
+        return []
+
+    def read(self) -> bool:
+        records = self.follower.read(READ_BATCH)
+        if not records:
+            return self.follower.behind  # only forged entries in that read: more to come
+        wall, self.last_entries_at = self.clock.wall(), self.clock.monotonic()
+        counts = self.entries_by_invocation
+        for record in records:
+            self.pipeline.feed(record, wall)
+            if record.invocation_id is not None:
+                counts[record.invocation_id] = counts.get(record.invocation_id, 0) + 1
+        if len(counts) > KEPT_COUNTS:
+            for stale in list(counts)[:-KEPT_COUNTS]:
+                del counts[stale]
+        self.after_batch()
+        return True

@@ -1,0 +1,132 @@
+"""Source: the unit's rank processes. While the unit starts, its cgroup is scanned every SCAN_INTERVAL
+for rank processes, each watched through a pidfd; a pidfd turning readable is a death, confirmed after
+DEATH_GRACE unless the unit is being torn down as a whole meanwhile (then no rank is to blame).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+from ..errors import UnitError
+from ..records import Event, EventKind
+from ..sinks.actions import UnitFacts
+from ..stages.snapshot import InvocationView, UnitState
+from .base import Current, Instant
+from .procs import ProcessTable, RankProcess, RankWatch
+
+logger = logging.getLogger(__name__)
+
+SCAN_INTERVAL = 1.0  # how often the unit's cgroup is read while it starts
+DEATH_GRACE = 0.5  # a rank death is confirmed only if the unit is not being torn down meanwhile
+
+
+class Unit(Protocol):
+    def facts(self) -> UnitFacts: ...
+
+    def restart(self) -> str: ...
+
+
+class UnitFactsReader:
+    """The watched unit's facts over D-Bus; `known` holds the last ones kept (its cgroup, its start)."""
+
+    def __init__(self, unit: Unit, name: str) -> None:
+        self.unit = unit
+        self.name = name
+        self.known: UnitFacts | None = None
+
+    def read(self) -> UnitFacts | None:
+        try:
+            return self.unit.facts()
+        except UnitError as exc:
+            logger.warning("[%s] %s", self.name, exc)
+            return None
+
+    def control_group_of(self, inv: InvocationView) -> str | None:
+        """The cgroup of this start-up, once D-Bus said so (None while the journal lags behind)."""
+        known = self.known
+        if known is None or not known.control_group or known.invocation_id not in (None, inv.invocation_id):
+            return None
+        return known.control_group
+
+
+@dataclass
+class _PendingDeath:
+    process: RankProcess
+    seen_at: float  # wall clock: the event's time
+    seen_mono: float
+
+
+class RankProcesses:
+    def __init__(self, facts: UnitFactsReader, processes: ProcessTable, current: Current) -> None:
+        self.facts = facts
+        self.processes = processes
+        self.current = current
+        self.watch = RankWatch()
+        self.pending: list[_PendingDeath] = []
+        self.last_scan = -math.inf
+
+    def new_startup(self) -> None:
+        self.watch.forget()
+        self.pending.clear()
+        self.last_scan = -math.inf
+
+    def fds(self) -> Sequence[int]:
+        return self.watch.fds()
+
+    def scanning(self, inv: InvocationView | None) -> bool:
+        """Rank processes are looked for while the unit starts, until every rank server_args promised
+        has its pidfd (ranks do not respawn within a start-up)."""
+        if inv is None or inv.state is not UnitState.STARTING:
+            return False
+        expected = inv.server.expected_ranks() if inv.server is not None else ()
+        return not expected or not self.watch.watching(expected)
+
+    def next_deadline(self, now: Instant) -> float | None:
+        deadlines = [d.seen_mono + DEATH_GRACE for d in self.pending]
+        if self.scanning(self.current()):
+            deadlines.append(self.last_scan + SCAN_INTERVAL)
+        return min(deadlines, default=None)
+
+    def collect(self, now: Instant, readable: Sequence[int]) -> list[Event]:
+        for process in self.watch.dead(list(readable)):
+            self.pending.append(_PendingDeath(process, now.wall, now.monotonic))
+        self._scan(now)
+        return self._confirm(now)
+
+    def _scan(self, now: Instant) -> None:
+        inv = self.current()
+        if inv is None or not self.scanning(inv) or now.monotonic - self.last_scan < SCAN_INTERVAL:
+            return
+        self.last_scan = now.monotonic
+        known = self.facts.known
+        if known is None or not known.control_group or known.invocation_id != inv.invocation_id:
+            # D-Bus only until this start-up's cgroup is known (a dozen calls a time): then the file alone.
+            self.facts.known = self.facts.read() or self.facts.known
+        facts = self.facts.known
+        if facts is None or not facts.control_group:
+            return
+        if facts.invocation_id is not None and facts.invocation_id != inv.invocation_id:
+            return  # the journal has not caught up with the new start yet
+        self.watch.update(self.processes.ranks(facts.control_group))
+
+    def _confirm(self, now: Instant) -> list[Event]:
+        due = [d for d in self.pending if now.monotonic >= d.seen_mono + DEATH_GRACE]
+        if not due:
+            return []
+        self.pending = [d for d in self.pending if d not in due]
+        inv = self.current()
+        facts = self.facts.read()
+        torn_down = (inv is None or inv.state is not UnitState.STARTING or bool(inv.fatals) or facts is None
+                     or facts.active_state not in ("active", "activating") or len(due) > 1
+                     and len(due) >= len(inv.scheduler_ranks) // 2)
+        if torn_down:
+            return []  # the unit is stopping or crashing as a whole: not one rank's death
+        events = []
+        for death in due:
+            logger.info("[%s rank=%s] process %d vanished", self.facts.name, death.process.rank, death.process.pid)
+            events.append(Event(EventKind.RANK_DIED, death.seen_at, rank=death.process.rank, pid=death.process.pid,
+                                invocation_id=inv.invocation_id if inv else None))
+        return events

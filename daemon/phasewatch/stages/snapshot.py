@@ -1,0 +1,255 @@
+"""The tracker's frozen views: what every later stage, sink and command reads of a start-up.
+
+`Snapshot` holds one `InvocationView` per start of the unit; each has its ranks (`RankView`),
+fatal records (`FatalView`), server facts (`ServerInfo`) and phase spans. `UnitState` is the unit's
+lifecycle state machine's state.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Mapping
+
+from ..records import MAIN, Phase, Progress
+from .lines import MAX_NUMBER_DIGITS
+
+# Scheduler ranks one node is expected to run, at most. The largest SGLang deployments run 8-16 GPUs
+# per node (a few hundred ranks over all nodes). `server_args` asking for more (tp_size=1000000000)
+# is an anomaly: no silent rank is expected (only ranks the journal shows are judged), and nothing
+# is allocated per claimed rank.
+MAX_EXPECTED_RANKS = 1024
+
+class UnitState(enum.StrEnum):
+    """The unit's lifecycle: starting -> ready -> serving; any live state -> stopping -> stopped; -> failed."""
+
+    STARTING = "starting"
+    READY = "ready"
+    SERVING = "serving"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+    FAILED = "failed"
+
+
+# Named groups (tuples: membership by identity, not Enum's Python-level __hash__).
+UP_STATES = (UnitState.READY, UnitState.SERVING)  # reached ready
+LIVE_STATES = (UnitState.STARTING, *UP_STATES)
+ENDED_STATES = (UnitState.FAILED, UnitState.STOPPED, UnitState.STOPPING)
+
+
+UNIT_PHASE_ORDER = (Phase.HTTP_SERVER_START, Phase.WARMUP, Phase.READY, Phase.SERVING)
+LOADING_PHASES = frozenset({Phase.WEIGHT_LOAD, Phase.DRAFT_WEIGHT_LOAD})
+CAPTURE_PHASES = frozenset({Phase.CUDA_GRAPH_CAPTURE, Phase.DRAFT_CUDA_GRAPH_CAPTURE})
+
+
+@dataclass(frozen=True)
+class Transition:
+    invocation_id: str
+    subject: str  # a rank label, or "unit"
+    source: str | None
+    target: str
+    ts: float | None
+    rule: str | None = None
+
+
+@dataclass(frozen=True)
+class PhaseSpan:
+    phase: Phase
+    start: float | None
+    end: float | None
+
+
+@dataclass(frozen=True)
+class RankView:
+    rank: str
+    phase: Phase
+    phase_start: float | None
+    phase_ended: bool
+    progress: Progress | None
+    progress_phase: Phase | None
+    last_activity: float | None
+    spans: tuple[PhaseSpan, ...]
+    seen: bool = True
+    died_at: float | None = None  # its process vanished (seen in the unit's cgroup)
+    died_pid: int | None = None
+    progress_totals: Mapping[Phase, int] = field(default_factory=dict)  # the bar's total, per phase
+    last_vital: float | None = None  # last sign of life outside the log (vitals.py): data taken in, a compiler ran
+
+
+@dataclass(frozen=True)
+class FatalView:
+    rank: str | None
+    rule: str | None
+    cause: str | None
+    ts: float | None
+    echo: bool
+    texts: tuple[str, ...]
+    prefixed: bool = False
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    tp: int = 1
+    dp: int = 1
+    pp: int = 1
+    ep: int = 1
+    nnodes: int = 1
+    node_rank: int = 0
+    dp_attention: bool = False
+    speculative: str | None = None
+    model_path: str | None = None
+    draft_model_path: str | None = None
+    host: str | None = None
+    port: int | None = None
+    cuda_graph_max_bs: str | None = None
+    cuda_graph_bs: str | None = None
+    engine: str = "sglang"  # whose rank labels expected_ranks() names (stages/engines/)
+    version: str | None = None
+
+    @staticmethod
+    def from_args(args: Mapping[str, str]) -> ServerInfo:
+        def number(key: str, default: int) -> int:
+            text = args.get(key)
+            if text is None or len(text) > MAX_NUMBER_DIGITS:
+                return default  # Python's int() refuses past 4300 digits; no size needs 19
+            try:
+                return max(int(text), 0)
+            except ValueError:
+                return default
+
+        speculative = args.get("speculative_algorithm")
+        return ServerInfo(
+            tp=max(number("tp_size", 1), 1), dp=max(number("dp_size", 1), 1), pp=max(number("pp_size", 1), 1),
+            ep=max(number("ep_size", 1), 1), nnodes=max(number("nnodes", 1), 1), node_rank=number("node_rank", 0),
+            dp_attention=args.get("enable_dp_attention") == "True",
+            speculative=None if speculative in (None, "None") else speculative,
+            model_path=args.get("model_path"),
+            draft_model_path=args.get("speculative_draft_model_path"),
+            host=args.get("host"),
+            port=number("port", 0) or None,
+            cuda_graph_max_bs=args.get("cuda_graph_max_bs"),
+            cuda_graph_bs=args.get("cuda_graph_bs"),
+            engine=args.get("engine", "sglang"),
+            version=args.get("version"),
+        )
+
+    @property
+    def expected_rank_count(self) -> int:
+        """How many scheduler ranks `expected_ranks()` names at most (computed without naming them)."""
+        if self.dp > 1 and not self.dp_attention:
+            return self.dp * self.tp * (self.pp if self.engine != "sglang" else 1)
+        slots = self.pp * self.tp
+        per_node = max(slots // self.nnodes, 1)
+        return max(min(per_node, slots - self.node_rank * per_node), 0)
+
+    @property
+    def plausible(self) -> bool:
+        """False when the arguments ask for more than MAX_EXPECTED_RANKS ranks on this node."""
+        return self.expected_rank_count <= MAX_EXPECTED_RANKS
+
+    def expected_ranks(self) -> tuple[str, ...]:
+        """Rank labels this node should print, as the engine names them (stages/engines/); none when
+        the arguments are implausible (more than MAX_EXPECTED_RANKS)."""
+        if not self.plausible:
+            return ()
+        from .engines import engine_module
+
+        return engine_module(self.engine).expected_ranks(self)
+
+
+
+@dataclass(frozen=True)
+class PhaseIndex:
+    """Per phase: the earliest exit of a scheduler, the latest activity of any rank in it, how many
+    schedulers are in it, and how many of those have not finished it."""
+
+    first_exit: dict[Phase, float]
+    activity: dict[Phase, float]
+    schedulers: dict[Phase, int]
+    unfinished: dict[Phase, int]
+
+
+@dataclass(frozen=True)
+class InvocationView:
+    invocation_id: str
+    started_at: float | None
+    last_ts: float | None
+    state: UnitState
+    ranks: tuple[RankView, ...]
+    fatals: tuple[FatalView, ...]
+    lines_lost: int
+    server: ServerInfo | None
+    unit_result: str | None
+    exit_status: str | None
+    restart_scheduled: bool
+    stop_job: str | None
+    stopped_at: float | None = None
+    before_stop: InvocationView | None = None  # how it stood when systemd began stopping it
+    health_failures: int = 0  # health probes failed in a row since ready
+    health_episode: int = 0  # how many runs of failed probes there were
+    health_error: str | None = None
+    proof_of_life: float | None = None  # the last batch line after ready
+    phase_silence: Mapping[Phase, float] = field(default_factory=dict)  # longest quiet spell per phase
+    ranks_ignored: int = 0  # events of ranks past MAX_RANKS (an anomaly)
+
+    # Judging asks these for every rank: each is computed once per view, in one pass over the ranks
+    # (judging stays linear in ranks). The view is immutable, so the cached values stay true.
+    def rank(self, label: str) -> RankView | None:
+        return self._by_label.get(label)
+
+    @cached_property
+    def _by_label(self) -> dict[str, RankView]:
+        by_label: dict[str, RankView] = {}
+        for r in self.ranks:
+            by_label.setdefault(r.rank, r)
+        return by_label
+
+    @cached_property
+    def scheduler_ranks(self) -> tuple[RankView, ...]:
+        return tuple(r for r in self.ranks if r.rank != MAIN)
+
+    def first_exit(self, phase: Phase) -> float | None:
+        """When the first rank left `phase` (finished it, or moved on)."""
+        return self._phases.first_exit.get(phase)
+
+    def phase_activity(self, phase: Phase) -> float | None:
+        """Latest sign of life of any rank now in `phase`: ranks in a collective move together."""
+        return self._phases.activity.get(phase)
+
+    def schedulers_in(self, phase: Phase) -> int:
+        """How many scheduler ranks are in `phase` now."""
+        return self._phases.schedulers.get(phase, 0)
+
+    def unfinished_in(self, phase: Phase) -> int:
+        """How many scheduler ranks are in `phase` now and have not finished it."""
+        return self._phases.unfinished.get(phase, 0)
+
+    @cached_property
+    def _phases(self) -> PhaseIndex:
+        index = PhaseIndex({}, {}, {}, {})
+        for r in self.ranks:
+            if r.last_activity is not None:
+                latest = index.activity.get(r.phase)
+                if latest is None or r.last_activity > latest:
+                    index.activity[r.phase] = r.last_activity
+            if r.rank == MAIN:
+                continue
+            index.schedulers[r.phase] = index.schedulers.get(r.phase, 0) + 1
+            if not r.phase_ended:
+                index.unfinished[r.phase] = index.unfinished.get(r.phase, 0) + 1
+            for s in r.spans:
+                if s.end is not None:
+                    first = index.first_exit.get(s.phase)
+                    if first is None or s.end < first:
+                        index.first_exit[s.phase] = s.end
+        return index
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    invocations: tuple[InvocationView, ...]
+
+    @property
+    def current(self) -> InvocationView | None:
+        return self.invocations[-1] if self.invocations else None

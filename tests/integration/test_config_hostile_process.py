@@ -1,0 +1,49 @@
+"""Config files written to hurt: each refused at once, exit 78, naming key, file and line."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from phasewatch.errors import EX_CONFIG
+
+FILE = "/etc/phasewatch/sglang-kimi.yaml"  # only a name for messages
+REPO = Path(__file__).resolve().parents[2]
+
+
+def where(line: int, path: str = FILE) -> str:
+    return re.escape(f" (file: {path}, line {line})") + "$"
+
+
+BILLION_LAUGHS = textwrap.dedent("""\
+    unit:
+      - &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]
+      - &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]
+      - &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]
+      - &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]
+      - &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]
+      - &f [*e,*e,*e,*e,*e,*e,*e,*e,*e]
+      - &g [*f,*f,*f,*f,*f,*f,*f,*f,*f]
+      - &h [*g,*g,*g,*g,*g,*g,*g,*g,*g]
+      - &i [*h,*h,*h,*h,*h,*h,*h,*h,*h]
+    """)  # 9**9 strings once expanded: the repr() in the old "got ..." message took a minute and GBs
+
+
+def test_billion_laughs_exits_78_at_once(tmp_path: Path) -> None:
+    bad = tmp_path / "laughs.yaml"
+    bad.write_text(BILLION_LAUGHS)
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "phasewatch", "check-config", str(bad)], capture_output=True,
+                          text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(REPO / "daemon")})
+    elapsed = time.monotonic() - started
+    assert done.returncode == EX_CONFIG
+    assert re.search(r"^phasewatch: config error: unit\[1\]\[0\]: alias \*a of a list or mapping refused .*"
+                     + where(3, str(bad)),
+                     done.stderr.strip()), done.stderr
+    assert len(done.stderr) < 400
+    assert elapsed < 10  # was a minute and GBs; well under a second here

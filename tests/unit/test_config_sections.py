@@ -1,0 +1,92 @@
+"""One config error per top-level section, each through `check-config`: exit 78 and a message that
+names the key path, the file and the line, matched whole (anchored at both ends).
+
+These are the errors test_config.py and test_config_hostile.py do not already show for the section;
+each file starts with a comment line so a line number counted from the wrong place shows."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from phasewatch.cli import main
+from phasewatch.config import TOP_KEYS, ConfigError, load_config
+from phasewatch.errors import EX_CONFIG
+
+HEAD = "# phasewatch for the Kimi server\nunit: sglang-kimi.service\n"
+
+SECTIONS = [
+    ("unit", "# phasewatch for the Kimi server\nunit: [sglang-kimi.service]\n", "unit", 2,
+     r"expected a unit name like sglang-kimi\.service, got \['sglang-kimi\.service'\]"),
+    ("engine", HEAD + "engine: 7\n", "engine", 3,
+     r"expected a built-in profile name like sglang, got 7 \(a profile file goes in profile_path:\)"),
+    ("phases", HEAD + "phases:\n  - weight_load\n", "phases", 3, r"expected a mapping of phase names"),
+    ("rank_skew", HEAD + "rank_skew: 5 minutes\n", "rank_skew", 3,
+     r"expected a duration like 90s, 20m or 1h30m, got '5 minutes'"),
+    ("patterns", HEAD + "patterns:\n  - id: nccl_init\n    event: fatal\n    scope: everywhere\n"
+                        "    match: 'NCCL error'\n",
+     "patterns[0].scope", 6, r"expected one of rank, main, any, got 'everywhere'"),
+    ("actions", HEAD + "actions:\n  stalled: [alert]\n  crashed: [alert, reboot]\n", "actions.crashed", 5,
+     r"expected a list of alert, restart, got \['alert', 'reboot'\]"),
+    ("restart_budget", HEAD + "restart_budget:\n  max: -1\n", "restart_budget.max", 4,
+     r"expected a whole number >= 0, got -1"),
+    ("dry_run", HEAD + "dry_run: maybe\n", "dry_run", 3, r"expected true or false, got 'maybe'"),
+    ("metrics", HEAD + "metrics:\n  listen: localhost\n", "metrics.listen", 4,
+     r"expected HOST:PORT like 127\.0\.0\.1:9877, got 'localhost'"),
+    ("health", HEAD + "health:\n  url: ftp://127.0.0.1:30000/health\n", "health.url", 4,
+     r"expected an http:// or https:// URL, got 'ftp://127\.0\.0\.1:30000/health'"),
+    ("adaptive", HEAD + "adaptive:\n  enabled: true\n  floor: 3\n  ceiling: 2\n", "adaptive.floor", 5,
+     r"floor 3 is above ceiling 2"),
+    ("vitals", HEAD + "vitals:\n  enabled: true\n  period: 0.1s\n", "vitals.period", 5,
+     r"expected a duration of at least 0\.5s, got '0\.1s'"),
+]
+
+
+def expected(key: str, message: str, path: Path, line: int) -> str:
+    return "^" + re.escape(key) + ": " + message + re.escape(f" (file: {path}, line {line})") + "$"
+
+
+def check_config(path: Path, capsys: pytest.CaptureFixture[str]) -> str:
+    """check-config's stderr, once it has exited 78."""
+    assert main(["check-config", str(path)]) == EX_CONFIG == 78
+    out, err = capsys.readouterr()
+    assert out == ""
+    prefix = "phasewatch: config error: "
+    assert err.startswith(prefix) and err.endswith("\n")
+    return err[len(prefix):-1]
+
+
+@pytest.mark.parametrize(("text", "key", "line", "message"), [case[1:] for case in SECTIONS],
+                         ids=[case[0] for case in SECTIONS])
+def test_a_bad_section_exits_78_naming_key_file_and_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                         text: str, key: str, line: int, message: str) -> None:
+    path = tmp_path / "sglang-kimi.yaml"
+    path.write_text(text, "utf-8")
+    with pytest.raises(ConfigError, match=expected(key, message, path, line)) as info:
+        load_config(str(path))
+    assert (info.value.key, info.value.path, info.value.line) == (key, str(path), line)
+    assert re.fullmatch(expected(key, message, path, line)[1:-1], check_config(path, capsys))
+
+
+def test_a_profile_that_is_not_one_exits_78_naming_the_config_line(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    profile = tmp_path / "vllm.yaml"
+    profile.write_text("engine: vllm\n", "utf-8")
+    path = tmp_path / "sglang-kimi.yaml"
+    path.write_text(HEAD + f"profile_path: {profile}\n", "utf-8")
+    message = re.escape(f"{profile}: ") + r".*rules: expected a list"
+    assert re.fullmatch(expected("profile_path", message, path, 3)[1:-1], check_config(path, capsys))
+
+
+def test_an_unreadable_profile_exits_78_naming_the_config_line(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "sglang-kimi.yaml"
+    path.write_text(HEAD + f"profile_path: {tmp_path / 'absent.yaml'}\n", "utf-8")
+    message = r"cannot read: No such file or directory.*"
+    assert re.fullmatch(expected("profile_path", message, path, 3)[1:-1], check_config(path, capsys))
+
+
+def test_every_section_has_its_error_case() -> None:
+    assert {case[0] for case in SECTIONS} | {"profile_path"} == set(TOP_KEYS)

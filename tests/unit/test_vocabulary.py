@@ -1,0 +1,51 @@
+"""The typed vocabulary: verdict kinds, outcomes, message ids, and the rule attributes the tracker
+and the policy read from the profile instead of naming rules in code."""
+
+from __future__ import annotations
+
+import pytest
+
+from phasewatch.config import VERDICT_KINDS
+from phasewatch.errors import ProfileError
+from phasewatch.profile import load_builtin_profile, parse_rule
+from phasewatch.records import FAILED_STARTUP, STUCK, EventKind, JournalRecord, Outcome, VerdictKind
+from phasewatch.stages import policy
+from phasewatch.stages.events import EventMapper
+from phasewatch.stages.lines import LineSplitter
+
+
+def test_kinds_and_outcomes_are_the_strings_they_always_were() -> None:
+    assert VERDICT_KINDS == ("stalled", "straggler", "rank_died", "crashed", "unhealthy", "lines_lost")
+    assert policy.OUTCOMES == ("starting", "ready", "serving", "stalled", "crashed", "stopped")
+    assert f"{VerdictKind.RANK_DIED}" == "rank_died" and Outcome.CRASHED == "crashed"
+    assert STUCK < FAILED_STARTUP and VerdictKind.UNHEALTHY not in FAILED_STARTUP
+
+
+def test_the_profile_names_the_rules_that_prove_life_and_the_per_request_ones() -> None:
+    profile = load_builtin_profile("sglang")
+    assert profile.proof_of_life_rules == {"decode_batch", "prefill_batch"}
+    assert profile.per_request_rules == {"uncaught_exception", "logged_traceback", "cuda_error"}
+
+
+@pytest.mark.parametrize("flag", ["proof_of_life", "per_request"])
+def test_a_rule_flag_must_be_a_boolean(flag: str) -> None:
+    with pytest.raises(ProfileError, match=rf"^patterns\[0\]\.{flag}: expected true or false, got 'yes'$"):
+        parse_rule({"id": "x", "match": "x", "event": "activity", flag: "yes"}, "patterns[0]")
+
+
+def test_an_echo_is_its_own_flag_on_the_event() -> None:
+    profile = load_builtin_profile("sglang")
+    record = JournalRecord("[2026-11-29 08:00:00] Received sigquit from a child process. It usually means "
+                           "the child failed.", 1_800_000_000.0, pid=1, invocation_id="inv")
+    lines = LineSplitter().feed(record)
+    events = [e for line in lines for e in EventMapper(profile).map_line(line)]
+    [fatal] = [e for e in events if e.kind is EventKind.FATAL]
+    assert fatal.echo and fatal.rule == "parent_sigquit"
+
+
+def test_an_override_keeps_what_the_rule_meant_unless_it_says() -> None:
+    profile = load_builtin_profile("sglang")
+    kept = profile.with_overrides([{"id": "decode_batch", "event": "activity", "match": "^Decode"}])
+    assert "decode_batch" in kept.proof_of_life_rules
+    dropped = profile.with_overrides([{"id": "cuda_error", "event": "fatal", "match": "x", "per_request": False}])
+    assert "cuda_error" not in dropped.per_request_rules
