@@ -182,7 +182,7 @@ class Prefix:
     ts: float | None
     time_only: str | None = None  # "HH:MM:SS" of the 2024 form, resolved against the last date
     date: str | None = None
-    # Engine hooks (engines/): a "MM-DD" without its year (vLLM), resolved against the year a
+    # Engine hooks (stages/engines/): a "MM-DD" without its year (vLLM), resolved against the year a
     # dated wrapper showed or the splitter's default year; a year seen in the segment.
     month_day: str | None = None
     year: int | None = None
