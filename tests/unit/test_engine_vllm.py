@@ -337,3 +337,14 @@ def test_stats_with_running_requests_after_ready_are_serving() -> None:
     inv = pasted(V1_TP1 + stats + "\n")
     assert phases(inv) == {MAIN: "serving", "DP0": "serving"}
     assert inv.proof_of_life is not None
+
+
+def test_a_worker_first_seen_compiling_is_tracked_with_its_jit_sub_phase() -> None:
+    # A window that opens in the profiling run: the worker's first line is torch.compile's.
+    inv = pasted("""\
+(Worker_TP0 pid=8) INFO 05-12 09:13:45 [backends.py:1] Dynamo bytecode transform time: 5.2 s
+(Worker_TP0 pid=8) INFO 05-12 09:14:20 [monitor.py:1] torch.compile takes 35.0 s in total
+""")
+    rank = inv.rank("TP0")
+    assert rank is not None and rank.jit is not None and rank.jit.first is not None and rank.jit.end is not None
+    assert rank.jit.end - rank.jit.first == 35.0 and inv.cold

@@ -135,6 +135,8 @@ class Tracker:
             return []
         if event.phase is Phase.JIT_COMPILE:  # a compiler runs inside the rank's phase (stages/jit.py)
             inv.cold = True
+            if event.rank is not None and event.rank != MAIN:
+                self._rank(inv, event.rank, ts)  # a rank whose first line in the log is a compiler's
             return compile_event(inv.ranks, event, ts, lambda rank: alive(inv, rank, ts))
         if event.rank is None and kind is not EventKind.PROGRESS:
             if kind is EventKind.FATAL:
