@@ -425,7 +425,15 @@ def _play(plan: Plan, writer: int, start: float, base: float, port: int, decode_
         if delay > 0:
             time.sleep(delay)
         os.kill(os.getpid(), signal.SIGKILL)
-    while True:  # a scheduler waits for requests (or hangs) until killed
+    if writer in plan.hung:
+        simulated_hang_in_collective()
+    while True:  # a scheduler waits for requests until killed
+        time.sleep(3600)
+
+
+def simulated_hang_in_collective() -> None:
+    """A hung rank blocks here for good: a named frame that `py-spy dump` shows (the e2e looks for it)."""
+    while True:
         time.sleep(3600)
 
 

@@ -18,9 +18,13 @@ from typing import Callable, Sequence
 from .clock import Clock
 from .config import Config
 from .durations import format_duration
-from .errors import ConfigError
+from .errors import ConfigError, UnitError
 from .pipeline import Pipeline
+from .sinks.evidence import EvidenceTaker, EvidenceWriter
 from .sinks.history import History
+from .sinks.hold import HoldFile
+from .sinks.hooks import HookRunner
+from .sinks.leftovers import GuardedRestart, survivors
 from .sinks.metrics import Exporter
 from .sinks.responder import Alerter, Responder
 from .sinks.state import StateStore
@@ -73,9 +77,15 @@ class Daemon:
         self.signs = SignsOfLife(config, sampler or ProcSampler(processes), self.facts, current,
                                  exporter.saw_vitals if exporter is not None else None)
         self.sources: Sequence[Source] = (self.journal, self.health, self.ranks, self.signs)
+        guarded = GuardedRestart(unit, lambda group: survivors(processes, group), alerter.alert,
+                                 config.leftovers.wait) if config.leftovers.check else None
         self.responder = Responder(config, self.pipeline, unit=unit, read_facts=self.facts.read, alerter=alerter,
                                    store=store, clock=clock, history=history, exporter=exporter,
-                                   cursor=lambda: follower.cursor)
+                                   cursor=lambda: follower.cursor, hold=HoldFile(store.path.parent, config.unit).read,
+                                   run_hook=HookRunner(config.unit, dict(config.hooks)), guarded=guarded,
+                                   evidence=EvidenceTaker(
+                                       EvidenceWriter(store.path.parent, config.unit, config.evidence),
+                                       lambda group: [(p.rank, p.pid) for p in processes.ranks(group)]))
         self.systemd = SystemdStatus(config, notifier, store, watchdog_interval)
 
     @property
@@ -144,6 +154,7 @@ class Daemon:
             for event in source.collect(now, readable):
                 self.pipeline.apply(event, now.wall)
         self.responder.judge_and_act()
+        self._tick_guarded()
         self._tell_sinks()
 
     def reload(self) -> bool:
@@ -176,6 +187,15 @@ class Daemon:
         self._tell_sinks()
         return True
 
+    def _tick_guarded(self) -> None:
+        guarded = self.responder.guarded
+        if guarded is None:
+            return
+        try:
+            guarded.tick(self.clock.wall())
+        except UnitError as exc:
+            logger.error("[%s] %s", self.config.unit, exc)
+
     def _starting(self) -> bool:
         inv = self.pipeline.current()
         return inv is not None and inv.state is UnitState.STARTING
@@ -189,6 +209,8 @@ class Daemon:
         if inv is not None:  # the policy's deadlines are journal (wall-clock) times
             deadlines.append(now.monotonic + policy.next_deadline(inv, now.wall, self.pipeline.config) - now.wall
                              + 0.05)
+        guarded = self.responder.guarded.next_deadline(now.monotonic) if self.responder.guarded else None
+        deadlines += [guarded] if guarded is not None else []
         if self.responder.retry_at is not None:
             deadlines.append(now.monotonic + self.responder.retry_at - now.wall)
         return max(min(deadlines, default=math.inf) - now.monotonic, 0.0)
@@ -216,7 +238,10 @@ class Daemon:
         result = StepResult(self.clock.wall(), inv, self.pipeline.config, self.responder.eta, self.responder.memory,
                             dict(self.responder.degraded), self.signs.vitals,
                             self.journal.entries_by_invocation.get(inv.invocation_id, 0) if inv else 0,
-                            dict(self.follower.rejected), tuple(w.message for w in self.responder.timer_warnings))
+                            dict(self.follower.rejected), tuple(w.message for w in self.responder.timer_warnings),
+                            self.responder.why(inv.invocation_id if inv else None, self.clock.wall()))
+        if self.exporter is not None:
+            self.exporter.set_why(result.why)
         self.systemd.tell(result, self.clock.monotonic())
         self._publish()
 

@@ -33,10 +33,12 @@ from .errors import (
 )
 from .instances import other_spelling, watched_unit
 from .pipeline import Pipeline
+from .profile import builtin_engines
 from .records import JournalRecord
 from .render import clamp_ts, json_text, terminal_safe, to_json, to_table, ts_in_range
 from .sources.formats import parse_source
 from .sources.journal_source import UnitRecords
+from .stages.engines import detect_engine
 from .stages.ruletally import RuleTally
 
 
@@ -90,6 +92,14 @@ class TimeClamp:
         return self._clamped_records + self._clamped_stamps
 
 
+def _messages(records: Iterable[JournalRecord]) -> Iterator[str]:
+    for record in records:
+        if isinstance(record.message, str):
+            yield record.message
+        elif isinstance(record.message, bytes):
+            yield record.message.decode("utf-8", "replace")
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
     config = load_config(args.config) if args.config else Config(unit=args.unit or Config.unit)
     if args.unit and not args.config:
@@ -109,15 +119,20 @@ def cmd_replay(args: argparse.Namespace) -> int:
         named = next((r.extra.get("_SYSTEMD_UNIT") or r.unit for r in records
                       if r.extra.get("_SYSTEMD_UNIT") or r.unit), None)
         config = Config(unit=named) if named else config
+    if args.engine:
+        config = replace(config, engine=args.engine, profile=None)
+    elif not args.config:
+        config = replace(config, engine=detect_engine(_messages(records)))  # the log's own lines say
+    year = dt.datetime.now(dt.timezone.utc).year  # for prefixes without a year (vLLM), as for syslog's
     tally = RuleTally() if args.rules else None
-    pipeline = Pipeline(config, tally)
+    pipeline = Pipeline(config, tally, default_year=year)
     pipeline.feed_all(records, now=None)
     snapshot = pipeline.snapshot()
     last_line = max((inv.last_ts for inv in snapshot.invocations if inv.last_ts is not None), default=None)
     if last_line is None and snapshot.invocations:
         # A log without a single time stamp: judged as if every line was written at time 0.
         tally = RuleTally() if args.rules else None
-        pipeline = Pipeline(config, tally)
+        pipeline = Pipeline(config, tally, default_year=year)
         pipeline.feed_all(records, now=0.0)
         snapshot = pipeline.snapshot()
     if tally is not None:
@@ -264,6 +279,8 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--directory", help="with --unit: a journal directory copied from another host")
     replay.add_argument("--since", help="with --unit: start at this time (ISO)")
     replay.add_argument("--config", help="phasewatch YAML config (limits, patterns)")
+    replay.add_argument("--engine", choices=builtin_engines(),
+                        help="the engine whose profile reads the log (default: the config's, else told by the log)")
     replay.add_argument("--json", action="store_true", help="print the JSON document")
     replay.add_argument("--rules", action="store_true",
                         help="print how many lines each rule of the profile matched, and the lines none matched")
@@ -285,12 +302,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "names with a legend, within 100 columns)")
     report.add_argument("--plot", metavar="FILE", help="write an SVG timeline of them")
     report.set_defaults(func=cmd_report)
-    from .commands import checkconfig, init, logs, status, waitready
+    from .commands import checkconfig, hold, init, logs, status, waitready
 
     checkconfig.add_parser(sub)
 
     init.add_parser(sub)
     status.add_parser(sub)
+    hold.add_parser(sub)
     logs.add_parser(sub)
     waitready.add_parser(sub)
     for command in sub.choices.values():

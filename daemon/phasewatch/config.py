@@ -9,11 +9,20 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from .config_file import load_yaml, read_config_text, strip_lines
+
+# Re-exported: the section records are part of what a Config is.
+from .config_sections import Adaptive as Adaptive
+from .config_sections import EvidenceCapture as EvidenceCapture
+from .config_sections import HealthCheck as HealthCheck
+from .config_sections import Hook as Hook
+from .config_sections import Leftovers as Leftovers
+from .config_sections import RestartBudget as RestartBudget
+from .config_sections import VitalsSampling as VitalsSampling
 from .durations import parse_duration, shown
 from .errors import ConfigError, ProfileError
 from .profile import Profile, load_builtin_profile, parse_profile
@@ -54,7 +63,7 @@ DEFAULT_LIMITS: Mapping[Phase, PhaseLimits] = {
 DEFAULT_RANK_SKEW = 300.0
 
 VERDICT_KINDS = tuple(VerdictKind)
-ACTION_NAMES = ("alert", "restart")
+ACTION_NAMES = ("evidence", "alert", "restart")
 DEFAULT_ACTIONS: Mapping[str, tuple[str, ...]] = {
     "stalled": ("alert", "restart"),
     "straggler": ("alert", "restart"),
@@ -63,49 +72,6 @@ DEFAULT_ACTIONS: Mapping[str, tuple[str, ...]] = {
     "unhealthy": ("alert",),
     "lines_lost": ("alert",),
 }
-
-
-@dataclass(frozen=True)
-class RestartBudget:
-    """At most `max` failed start-ups within `window`, restarts at least `backoff` apart."""
-
-    max: int = 3
-    window: float = 6 * 3600.0
-    backoff: float = 300.0
-
-
-@dataclass(frozen=True)
-class HealthCheck:
-    """After ready: probe `url` every `interval` (skipped while batch lines prove life); `failures`
-    probes in a row that fail or exceed `timeout` make the verdict `unhealthy`. `url` None: the
-    server's /health_generate on the port from its server_args."""
-
-    url: str | None = None
-    interval: float = 30.0
-    timeout: float = 30.0  # more than SGLang's own 20 s generation timeout (SGLANG_HEALTH_CHECK_TIMEOUT)
-    failures: int = 3
-    enabled: bool = True
-
-
-@dataclass(frozen=True)
-class VitalsSampling:
-    """While a start-up runs: sample the rank processes every `period` for signs of life that are not
-    log lines (data intake, compilers; vitals.py). They end a silence, never a phase's deadline."""
-
-    period: float = 5.0
-    enabled: bool = True
-
-
-@dataclass(frozen=True)
-class Adaptive:
-    """Limits learned from past start-ups (learn.py): deadline = clamp(k x p95, floor x configured,
-    ceiling x configured) once a phase has `min_samples` past durations."""
-
-    enabled: bool = False
-    k: float = 1.5
-    min_samples: int = 5
-    floor: float = 0.25
-    ceiling: float = 2.0
 
 
 @dataclass(frozen=True)
@@ -124,6 +90,9 @@ class Config:
     adaptive: Adaptive = Adaptive()
     vitals: VitalsSampling = VitalsSampling()
     rank_processes: str = "cgroup"  # "host": also look for rank titles outside the cgroup (containers)
+    evidence: EvidenceCapture = EvidenceCapture()
+    hooks: Mapping[str, Hook] = field(default_factory=dict)
+    leftovers: Leftovers = Leftovers()
 
     def limits(self, phase: Phase) -> PhaseLimits:
         return self.phases.get(phase, PhaseLimits(None, None))
@@ -133,7 +102,8 @@ class Config:
 
 
 TOP_KEYS = ("unit", "engine", "profile_path", "phases", "rank_skew", "patterns", "actions", "restart_budget",
-            "dry_run", "metrics", "health", "adaptive", "vitals", "rank_processes")
+            "dry_run", "metrics", "health", "adaptive", "vitals", "rank_processes",
+            "evidence", "hooks", "leftovers")
 LISTEN_RE = re.compile(r"^(?:\[[0-9a-fA-F:]+\]|[\w.-]+):(\d{1,5})$")
 
 
@@ -204,19 +174,22 @@ def parse_config(text: str, path: str | None = None) -> Config:
             field_name = exc.key.rsplit(".", 1)[-1]
             line = item_lines.get(field_name) or min(item_lines.values(), default=None)
         raise ConfigError(exc.key, str(exc).split(": ", 1)[1], path, line or lines.get("patterns")) from None
+    hooks = _hooks(document.get("hooks", {}) or {}, lines.get("hooks"), fail)
     actions = dict(DEFAULT_ACTIONS)
     for kind, listed, at in _entries(document.get("actions", {}) or {}, "actions", lines.get("actions"),
                                      "a mapping of verdict kinds to action lists", fail):
         if kind not in VERDICT_KINDS:
             raise fail(f"actions.{kind}", f"unknown verdict kind (known: {', '.join(VERDICT_KINDS)})", at)
-        if not isinstance(listed, list) or any(a not in ACTION_NAMES for a in listed):
-            raise fail(f"actions.{kind}", f"expected a list of {', '.join(ACTION_NAMES)}, got {shown(listed)}", at)
+        known = (*ACTION_NAMES, *(f"hook:{name}" for name in hooks))
+        if not isinstance(listed, list) or any(a not in known for a in listed):
+            raise fail(f"actions.{kind}", f"expected a list of {', '.join(known)}, got {shown(listed)}", at)
         actions[kind] = tuple(listed)
 
     budget = RestartBudget()
-    settings: dict[str, Any] = {"max": budget.max, "window": budget.window, "backoff": budget.backoff}
+    settings: dict[str, Any] = {"max": budget.max, "window": budget.window, "backoff": budget.backoff,
+                                "stable": budget.stable}
     for key, raw, at in _entries(document.get("restart_budget", {}) or {}, "restart_budget",
-                                 lines.get("restart_budget"), "a mapping with max, window, backoff", fail):
+                                 lines.get("restart_budget"), "a mapping with max, window, backoff, stable", fail):
         if key == "max":
             settings["max"] = _whole(raw, 0, "restart_budget.max", at, fail)
         elif key == "window":  # `none` would mean no limit on restarts at all
@@ -225,11 +198,11 @@ def parse_config(text: str, path: str | None = None) -> Config:
                 raise fail("restart_budget.window", "expected a duration like 6h (none would remove the restart "
                            "limit)", at)
             settings["window"] = window
-        elif key == "backoff":
-            settings[key] = _duration(raw, "restart_budget.backoff", at, fail) or 0.0
+        elif key in ("backoff", "stable"):
+            settings[key] = _duration(raw, f"restart_budget.{key}", at, fail) or 0.0
         else:
-            raise fail(f"restart_budget.{key}", "unknown setting (known: max, window, backoff)", at)
-    budget = RestartBudget(settings["max"], settings["window"], settings["backoff"])
+            raise fail(f"restart_budget.{key}", "unknown setting (known: max, window, backoff, stable)", at)
+    budget = RestartBudget(settings["max"], settings["window"], settings["backoff"], settings["stable"])
 
     dry_run = document.get("dry_run", False)
     if not isinstance(dry_run, bool):
@@ -252,12 +225,66 @@ def parse_config(text: str, path: str | None = None) -> Config:
     if rank_processes not in ("cgroup", "host"):
         raise fail("rank_processes", f"expected cgroup or host, got {shown(rank_processes)}",
                    lines.get("rank_processes"))
+    evidence = EvidenceCapture()
+    for key, raw, at in _entries(document.get("evidence", {}) or {}, "evidence", lines.get("evidence"),
+                                 "a mapping with timeout", fail):
+        if key != "timeout":
+            raise fail(f"evidence.{key}", "unknown setting (known: timeout)", at)
+        timeout = _duration(raw, "evidence.timeout", at, fail)
+        if not timeout:
+            raise fail("evidence.timeout", "expected a duration like 15s", at)
+        evidence = replace(evidence, timeout=timeout)
     return Config(unit=unit, engine=engine, phases=phases, rank_skew=rank_skew, profile=profile, source=path,
                   actions=actions, restart_budget=budget, dry_run=dry_run, metrics_listen=listen, health=health,
-                  adaptive=adaptive, vitals=vitals, rank_processes=rank_processes)
+                  adaptive=adaptive, vitals=vitals, rank_processes=rank_processes, evidence=evidence, hooks=hooks,
+                  leftovers=_leftovers(document.get("leftovers", {}) or {}, lines.get("leftovers"), fail))
 
 
 Fail = Callable[[str, str, "int | None"], ConfigError]
+
+
+def _leftovers(section: Any, line: int | None, fail: Fail) -> Leftovers:
+    leftovers = Leftovers()
+    for key, raw, at in _entries(section, "leftovers", line, "a mapping with check, wait", fail):
+        if key == "check":
+            if not isinstance(raw, bool):
+                raise fail("leftovers.check", f"expected true or false, got {shown(raw)}", at)
+            leftovers = replace(leftovers, check=raw)
+        elif key == "wait":
+            wait = _duration(raw, "leftovers.wait", at, fail)
+            if wait is None:
+                raise fail("leftovers.wait", "expected a duration like 10m (the wait is always bounded)", at)
+            leftovers = replace(leftovers, wait=wait)
+        else:
+            raise fail(f"leftovers.{key}", "unknown setting (known: check, wait)", at)
+    return leftovers
+
+
+def _hooks(section: Any, line: int | None, fail: Fail) -> dict[str, Hook]:
+    hooks = {}
+    for name, raw, at in _entries(section, "hooks", line, "a mapping of hook names to {exec, timeout}", fail):
+        if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", name):
+            raise fail(f"hooks.{name}", "expected a name of letters, digits, '_', '.', '-'", at)
+        settings = {"timeout": 30.0}
+        argv: list[str] | None = None
+        for key, value, key_at in _entries(raw, f"hooks.{name}", at, "a mapping with exec, timeout", fail):
+            if key == "exec":
+                if not (isinstance(value, list) and value and all(isinstance(a, str) for a in value)):
+                    raise fail(f"hooks.{name}.exec", f"expected a command as a list of strings, got {shown(value)}",
+                               key_at)
+                argv = value
+            elif key == "timeout":
+                timeout = _duration(value, f"hooks.{name}.timeout", key_at, fail)
+                if timeout is None:
+                    raise fail(f"hooks.{name}.timeout", "expected a duration like 30s (a hook is always bounded)",
+                               key_at)
+                settings["timeout"] = timeout
+            else:
+                raise fail(f"hooks.{name}.{key}", "unknown setting (known: exec, timeout)", key_at)
+        if argv is None:
+            raise fail(f"hooks.{name}.exec", "missing: the command to run", at)
+        hooks[name] = Hook(tuple(argv), settings["timeout"])
+    return hooks
 
 
 def _entries(section: Any, key: str, line: int | None, expected: str, fail: Fail) -> list[tuple[str, Any, int | None]]:

@@ -32,13 +32,15 @@ class Judgement:
 
 
 class Pipeline:
-    def __init__(self, config: Config, tally: RuleTally | None = None) -> None:
+    def __init__(self, config: Config, tally: RuleTally | None = None, default_year: int | None = None) -> None:
+        """`default_year`: the year of log prefixes that show none (vLLM's), for a pasted log; the
+        journal dates every entry itself."""
         self.config = config
         self.tally = tally  # replay --rules: which rule matched which line (an observer only)
         self.profile = config.engine_profile()
-        self.splitter = LineSplitter()
+        self.splitter = LineSplitter(self.profile.engine_module.find_prefixes, default_year)
         self.mapper = EventMapper(self.profile)
-        self.tracker = Tracker(self.profile.proof_of_life_rules)
+        self.tracker = Tracker(self.profile.proof_of_life_rules, self.profile.lockstep, self.profile.draft_phases)
         self.entries = 0
         self.quarantined = 0  # records that raised in a stage: skipped, the rest goes on
 

@@ -14,8 +14,10 @@ import yaml
 from .errors import ProfileError
 from .families import Families, FamilyError, parse_families
 from .records import PHASE_NAMES, Phase
+from .stages.engines import KNOWN as KNOWN_ENGINES
+from .stages.engines import Engine, engine_module
 
-RULE_EVENTS = ("phase_begin", "phase_end", "phase_hint", "progress", "fatal", "activity", "server_args")
+RULE_EVENTS = ("phase_begin", "phase_end", "phase_hint", "progress", "fatal", "activity", "server_args", "heartbeat")
 SCOPES = ("rank", "main", "any")
 # A rule's pattern: at most this long, and no {m,n} above MAX_PATTERN_REPEAT (a{4294967296} makes
 # re.compile raise; a{100000} compiles to a program that size).
@@ -49,6 +51,13 @@ class Profile:
     rules: tuple[Rule, ...]
     causes: tuple[CauseClass, ...]
     families: Families = field(default_factory=Families)  # the fallback vocabulary (families.py)
+    module: str = "sglang"  # the engine module (stages/engines/) for prefixes, titles and arguments
+    lockstep: bool = False  # a rank beginning a phase moves its engine's ranks along (stages/lockstep.py)
+    draft_phases: bool = True  # a second dist init / weight load is the draft model's
+
+    @property
+    def engine_module(self) -> Engine:
+        return engine_module(self.module)
 
     @cached_property
     def proof_of_life_rules(self) -> frozenset[str]:
@@ -197,12 +206,30 @@ def parse_profile(document: Mapping[str, Any], origin: str) -> Profile:
     clash = next((f.id for f in families.rules if f.id in ids), None)
     if clash:
         raise ProfileError(f"{origin}: families.rules", f"id {clash!r} is also a rule's id")
-    return Profile(str(document.get("engine", origin)), rules, causes, families)
+    engine = str(document.get("engine", origin))
+    # A profile of another engine without a module of its own reads SGLang-style prefixes.
+    module = document.get("module", engine if engine in KNOWN_ENGINES else "sglang")
+    if module not in KNOWN_ENGINES:
+        raise ProfileError(f"{origin}: module", f"expected one of {', '.join(KNOWN_ENGINES)}, got {module!r}")
+    flags = []
+    for name, default in (("lockstep", False), ("draft_phases", True)):
+        value = document.get(name, default)
+        if not isinstance(value, bool):
+            raise ProfileError(f"{origin}: {name}", f"expected true or false, got {value!r}")
+        flags.append(value)
+    return Profile(engine, rules, causes, families, module, *flags)
+
+
+def builtin_engines() -> list[str]:
+    """The engines with a profile shipped in the package (profiles/<engine>.yaml)."""
+    return sorted(f.name[:-5] for f in resources.files("phasewatch").joinpath("profiles").iterdir()
+                  if f.name.endswith(".yaml"))
 
 
 def load_builtin_profile(engine: str) -> Profile:
     try:
         text = resources.files("phasewatch").joinpath("profiles", f"{engine}.yaml").read_text("utf-8")
     except FileNotFoundError:
-        raise ProfileError("engine", f"no built-in profile for engine {engine!r} (known: sglang)") from None
+        raise ProfileError("engine", f"no built-in profile for engine {engine!r} "
+                                     f"(known: {', '.join(builtin_engines())})") from None
     return parse_profile(yaml.safe_load(text), f"{engine}.yaml")

@@ -91,6 +91,7 @@ class AlertKind(enum.StrEnum):
     RESTART_FAILED = "restart_failed"
     STATE_DEGRADED = "state_degraded"  # the state directory cannot be written
     TIMER_LINT = "timer_lint"  # an engine or systemd timer ends a phase before a limit can (stages/timerlint.py)
+    RESTART_BLOCKED = "restart_blocked"  # processes of the stopped start-up survived (sinks/leftovers.py)
 
 
 class MessageId(enum.StrEnum):
@@ -106,6 +107,7 @@ class MessageId(enum.StrEnum):
     RESTART_FAILED = "8d4c3f6b2a1e4e0f9b7d5c3a1f2e4d67"
     STATE_DEGRADED = "8d4c3f6b2a1e4e0f9b7d5c3a1f2e4d7a"  # not a verdict: the state directory failed
     TIMER_LINT = "8d4c3f6b2a1e4e0f9b7d5c3a1f2e4d7b"  # not a verdict: a timer pre-empts a limit
+    RESTART_BLOCKED = "8d4c3f6b2a1e4e0f9b7d5c3a1f2e4d7c"
 
 
 @dataclass(frozen=True)
@@ -238,6 +240,15 @@ class Line:
     has_prefix: bool = False
     progress: Progress | None = None
     record_id: int = 0  # lines of one multi-line record share it
+    # The rank this line's process is when the log shows no rank tag at all (a vLLM engine core
+    # holds the one GPU itself), `main` for a known front end; None: not said by the prefix.
+    untagged_rank: str | None = None
+    # `rank` names a process, not a rank number (vLLM V0 workers, Ray actors): such tags do not
+    # make the untagged lines of the log a coordinator's.
+    anonymous_rank: bool = False
+    # The prefix names an engine core (vLLM's EngineCore): any worker tag in the log, numbered or
+    # not, makes it a coordinator. (An untagged line yields to numbered tags only: V0's driver.)
+    engine_core: bool = False
 
 
 class EventKind(enum.Enum):
@@ -258,6 +269,7 @@ class EventKind(enum.Enum):
     RANK_DIED = "rank_died"  # from the process table, not from the journal
     PROBE_OK = "probe_ok"  # from the health probe after ready
     PROBE_FAILED = "probe_failed"
+    HEARTBEAT = "heartbeat"  # a line a process prints on a timer while it waits: no sign that anything moved
     RANK_PROGRESS = "rank_progress"  # a sign of life from /proc (vitals.py): data taken in, a compiler ran
 
 

@@ -217,7 +217,7 @@ def test_shipped_example_config_is_valid() -> None:
 def test_error_unknown_top_level_key() -> None:
     text = "unit: sglang-kimi.service\ntimeouts:\n  weight_load: 20m\n"
     known = (r"\(known: unit, engine, profile_path, phases, rank_skew, patterns, actions, restart_budget, dry_run, "
-             r"metrics, health, adaptive, vitals, rank_processes\)")
+             r"metrics, health, adaptive, vitals, rank_processes, evidence, hooks, leftovers\)")
     with pytest.raises(ConfigError, match=r"^timeouts: unknown setting " + known + where(2)) as info:
         parse_config(text, FILE)
     assert (info.value.key, info.value.path, info.value.line) == ("timeouts", FILE, 2)
@@ -283,9 +283,16 @@ def test_error_bad_unit_name() -> None:
 
 
 def test_error_unknown_engine() -> None:
-    with pytest.raises(ConfigError, match=r"^engine: no built-in profile for engine 'vllm' \(known: sglang\)"
+    with pytest.raises(ConfigError, match=r"^engine: no built-in profile for engine 'tgi' \(known: sglang, vllm\)"
                                           + where(2)):
-        parse_config("unit: sglang-kimi.service\nengine: vllm\n", FILE)
+        parse_config("unit: sglang-kimi.service\nengine: tgi\n", FILE)
+
+
+def test_engine_vllm_selects_the_vllm_profile_and_module() -> None:
+    config = parse_config("unit: vllm.service\nengine: vllm\n", FILE)
+    profile = config.engine_profile()
+    assert (profile.engine, profile.module) == ("vllm", "vllm")
+    assert any(rule.id == "waiting_core_engines" and rule.event == "heartbeat" for rule in profile.rules)
 
 
 def test_error_bad_regex_in_patterns() -> None:

@@ -30,7 +30,7 @@ SECTIONS = [
                         "    match: 'NCCL error'\n",
      "patterns[0].scope", 6, r"expected one of rank, main, any, got 'everywhere'"),
     ("actions", HEAD + "actions:\n  stalled: [alert]\n  crashed: [alert, reboot]\n", "actions.crashed", 5,
-     r"expected a list of alert, restart, got \['alert', 'reboot'\]"),
+     r"expected a list of evidence, alert, restart, got \['alert', 'reboot'\]"),
     ("restart_budget", HEAD + "restart_budget:\n  max: -1\n", "restart_budget.max", 4,
      r"expected a whole number >= 0, got -1"),
     ("dry_run", HEAD + "dry_run: maybe\n", "dry_run", 3, r"expected true or false, got 'maybe'"),
@@ -44,6 +44,11 @@ SECTIONS = [
      r"expected a duration of at least 0\.5s, got '0\.1s'"),
     ("rank_processes", HEAD + "rank_processes: everywhere\n", "rank_processes", 3,
      r"expected cgroup or host, got 'everywhere'"),
+    ("evidence", HEAD + "evidence:\n  timeout: none\n", "evidence.timeout", 4, r"expected a duration like 15s"),
+    ("hooks", HEAD + "hooks:\n  collect-logs:\n    timeout: 10s\n", "hooks.collect-logs.exec", 4,
+     r"missing: the command to run"),
+    ("leftovers", HEAD + "leftovers:\n  check: yes please\n", "leftovers.check", 4,
+     r"expected true or false, got 'yes please'"),
 ]
 
 

@@ -6,12 +6,12 @@ from hypothesis import strategies as st
 
 from phasewatch.records import JournalRecord, Line, LineKind, Progress
 from phasewatch.stages import lines as lines_module
+from phasewatch.stages.engines.sglang import find_prefixes
 from phasewatch.stages.lines import (
     SEGMENT_SPLIT_RE,
     LineSplitter,
     canonical_rank,
     decode,
-    find_prefixes,
     parse_progress,
     strip_ansi,
 )

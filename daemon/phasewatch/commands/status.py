@@ -302,7 +302,26 @@ def render_table(document: dict[str, Any], listen: str | None = None) -> str:
         out.append("restart budget: " + ", ".join(
             f"{k.removesuffix('_seconds')} {_duration(v)}" if k.endswith("_seconds") else f"{k} {v}"
             for k, v in budget.items()))
+    out.extend(_why_lines(document))
     return "\n".join(terminal_safe(line) for line in out) + "\n"
+
+
+def _why_lines(document: dict[str, Any]) -> list[str]:
+    """The operator's hold, this start-up's evidence, and why phasewatch started it (issue 12)."""
+    out = []
+    hold = document.get("hold")
+    if isinstance(hold, dict):
+        out.append(f"held until {local_time(_epoch(hold.get('until')))}: {hold.get('reason')} "
+                   "(verdicts alerted, nothing restarted)")
+    if document.get("evidence"):
+        out.append(f"evidence: {document['evidence']}")
+    previous = document.get("previous_startup")
+    if isinstance(previous, dict):
+        out.append(f"started by phasewatch: the previous start-up {previous.get('invocation_id')} was "
+                   f"{previous.get('verdict')}: {previous.get('message')}")
+        if previous.get("evidence"):
+            out.append(f"  evidence: {previous['evidence']}")
+    return out
 
 
 # -- --watch ---------------------------------------------------------------------------------------

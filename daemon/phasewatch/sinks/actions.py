@@ -105,6 +105,15 @@ class SystemdUnit:
             job = self._load().Unit.Restart(b"replace")
         return _text(job)
 
+    def stop(self) -> str:
+        """StopUnit(unit, "replace") (a restart with a leftovers check: stop, check, start)."""
+        with self._dbus(f"systemd refused to stop {self.name}"):
+            return _text(self._load().Unit.Stop(b"replace"))
+
+    def start(self) -> str:
+        with self._dbus(f"systemd refused to start {self.name}"):
+            return _text(self._load().Unit.Start(b"replace"))
+
 
 @dataclass
 class RecordingUnit:
@@ -113,6 +122,7 @@ class RecordingUnit:
     status: UnitFacts
     restarts: list[str] = field(default_factory=list)
     refuse: str | None = None
+    calls: list[str] = field(default_factory=list)  # "stop", "start"
     unit_timers: UnitTimers = field(default_factory=UnitTimers)
 
     def facts(self) -> UnitFacts:
@@ -127,6 +137,14 @@ class RecordingUnit:
         self.restarts.append(self.status.invocation_id or "")
         return f"/org/freedesktop/systemd1/job/{len(self.restarts)}"
 
+    def stop(self) -> str:
+        self.calls.append("stop")
+        return "/org/freedesktop/systemd1/job/stop"
+
+    def start(self) -> str:
+        self.calls.append("start")
+        return "/org/freedesktop/systemd1/job/start"
+
 
 def alert_fields(action: Action, unit: str) -> dict[str, str]:
     fields = {
@@ -138,7 +156,8 @@ def alert_fields(action: Action, unit: str) -> dict[str, str]:
         "PHASEWATCH_VERDICT": action.verdict_kind,
     }
     optional = {"PHASEWATCH_INVOCATION": action.invocation_id, "PHASEWATCH_PHASE": action.phase,
-                "PHASEWATCH_RANK": action.rank, "PHASEWATCH_CAUSE": action.cause}
+                "PHASEWATCH_RANK": action.rank, "PHASEWATCH_CAUSE": action.cause,
+                "PHASEWATCH_EVIDENCE": action.evidence}
     fields.update({k: v for k, v in optional.items() if v})
     if action.dry_run:
         fields["PHASEWATCH_DRY_RUN"] = "1"

@@ -20,6 +20,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import (
+    GaugeMetricFamily,
     Metric,
 )
 
@@ -73,6 +74,7 @@ class Exporter:
         self._server: ServerInfo | None = None
         self._known: frozenset[str] = frozenset()
         self._degraded: dict[str, str] = {}
+        self._why: dict[str, Any] = {}  # hold, previous start-up, evidence (responder.why)
         # read by the server threads
         self._published = self._freeze(Published())
         self._probes = Probes()
@@ -111,6 +113,9 @@ class Exporter:
     def saw_rejected(self, rejected: Mapping[str, int]) -> None:
         """The journal reader's running totals of entries that claimed the unit untrusted, by reason."""
         self._rejected.update(rejected)
+
+    def set_why(self, why: Mapping[str, Any]) -> None:
+        self._why = dict(why)
 
     def set_degraded(self, degraded: Mapping[str, str]) -> None:
         """What of the state directory is kept in memory only ("history", "state"), and why."""
@@ -191,6 +196,7 @@ class Exporter:
                                     "limits": limits, "degraded": dict(published.degraded),
                                     "daemon": daemon_identity()})
         document["vitals"] = vitals_document(self._vitals, now)
+        document.update(self._why)
         document["timer_warnings"] = list(self._timer_warnings)
         return document
 
@@ -199,6 +205,12 @@ class Exporter:
             probes = self._probes
         yield from families(self._published, probes, self.clock.wall(), self._published.judged_with or self.config)
         yield from vitals_families(self._vitals, self.config.unit)
+        hold = self._why.get("hold")
+        held = GaugeMetricFamily("phasewatch_hold_until_seconds", "When the operator's hold ends (Unix time; "
+                                 "0: not held). While held, verdicts are alerted but nothing is restarted.",
+                                 labels=["unit"])
+        held.add_metric([self.config.unit], float(hold["until_seconds"]) if hold else 0.0)
+        yield held
 
 
 def daemon_identity() -> dict[str, Any]:

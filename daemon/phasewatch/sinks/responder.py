@@ -16,14 +16,16 @@ from ..durations import format_duration
 from ..errors import UnitError
 from ..pipeline import Pipeline
 from ..records import MAIN, NEWS_AFTER_THE_END, Phase, VerdictKind
+from ..render import iso
 from ..stages import policy
 from ..stages.learn import LimitInForce, adapted, eta_seconds, limits_in_force, typical_durations
-from ..stages.respond import PRIORITY, Action, BudgetState, Memory, Response, reset_budget, respond
+from ..stages.respond import PRIORITY, Action, BudgetState, Hold, Memory, Response, reset_budget, respond, settled
 from ..stages.snapshot import ENDED_STATES, UP_STATES, InvocationView, Snapshot, UnitState
 from ..stages.timerlint import TimerWarning, UnitTimers, lint
 from ..stages.timerlint import summary as lint_summary
 from .actions import UnitFacts
 from .history import History, fingerprint, summarize
+from .leftovers import GuardedRestart
 from .metrics import Exporter
 from .state import Saved, StateStore
 
@@ -42,6 +44,10 @@ class Alerter(Protocol):
     def alert(self, action: Action) -> None: ...
 
 
+class Evidence(Protocol):
+    def take(self, inv: InvocationView, actions: list[Action], facts: UnitFacts) -> str | None: ...
+
+
 @dataclass(frozen=True)
 class Learned:
     config: Config  # with the limits in force
@@ -52,7 +58,10 @@ class Learned:
 class Responder:
     def __init__(self, config: Config, pipeline: Pipeline, *, unit: Unit, read_facts: Callable[[], UnitFacts | None],
                  alerter: Alerter, store: StateStore, clock: Clock, history: History | None,
-                 exporter: Exporter | None, cursor: Callable[[], str | None]) -> None:
+                 exporter: Exporter | None, cursor: Callable[[], str | None], evidence: Evidence | None = None,
+                 hold: Callable[[float], Hold | None] = lambda now: None,
+                 run_hook: Callable[[Action], object] | None = None, guarded: GuardedRestart | None = None
+                 ) -> None:
         self.config = config
         self.pipeline = pipeline
         self.unit = unit
@@ -63,6 +72,12 @@ class Responder:
         self.history = history  # past start-ups: learned limits, ETA (None: none)
         self.exporter = exporter
         self.cursor = cursor
+        self.evidence = evidence
+        self.hold = hold  # the operator's hold in force at a time (sinks/hold.py)
+        self.run_hook = run_hook  # sinks/hooks.py (None: hooks are not run)
+        self.guarded = guarded  # restart as stop, leftovers check, start (None: RestartUnit)
+        self.evidence_paths: dict[str, str] = {}  # invocation -> its last evidence file
+        self.last_restart: dict[str, str | None] | None = None  # the start-up phasewatch last restarted, and why
         self.memory = Memory()
         self.retry_at: float | None = None  # wall clock, like the memory it comes with
         self.watched_invocation: str | None = None
@@ -84,28 +99,29 @@ class Responder:
 
     def _judge(self, inv: InvocationView, current: bool) -> None:
         now = self.clock.wall()
-        if current and inv.state in UP_STATES and (
-                self.memory.budget.failures or self.memory.budget.state is not BudgetState.ARMED):
-            self.memory = reset_budget(self.memory)  # GAVE_UP -> ARMED: a start-up reached ready
-            self.save()
         learned = self.learned_for(inv)
         if current:
             self.pipeline.use_limits(learned.config)  # judged with the limits in force for this start-up
             self.eta = eta_seconds(inv, now, learned.typical)
             self._lint_timers(inv, learned)
         verdicts = policy.evaluate(inv, now, learned.config, self.pipeline.profile)
+        ready_at = _ready_time(inv) if current and inv.state in UP_STATES else None
+        if settled(self.memory, ready_at, verdicts, now, self.config):
+            self.memory = reset_budget(self.memory)  # GAVE_UP -> ARMED: ready and healthy for `stable`
+            self.save()
         self._record(inv, current, now)
         if not current:
             verdicts = [v for v in verdicts if v.kind in NEWS_AFTER_THE_END]
         if self.exporter is not None:
             self.exporter.saw_verdicts(verdicts)
-        if not any(self._unhandled(v) for v in verdicts):
+        hold = self.hold(now) if verdicts else None  # a file read: only when there is something to decide
+        if not any(self._unhandled(v, hold is not None) for v in verdicts):
             return
         if self.retry_at is not None and now < self.retry_at and all(v.key in self.memory.alerted for v in verdicts):
             return  # only a restart is left to do, after the backoff
         status = self.read_facts() or UnitFacts("unknown", "unknown", None)
-        response = respond(verdicts, self.memory, status, now, self.config)
-        self._execute(response)
+        response = respond(verdicts, self.memory, status, now, self.config, hold)
+        self._execute(response, inv, status)
 
     def _lint_timers(self, inv: InvocationView, learned: Learned) -> None:
         """Once per start-up, when its server_args are known: warn about engine and systemd timers that
@@ -167,17 +183,32 @@ class Responder:
         self.check_host()
 
     # -- acting ------------------------------------------------------------------------------------
-    def _unhandled(self, verdict: policy.Verdict) -> bool:
+    def _unhandled(self, verdict: policy.Verdict, held: bool = False) -> bool:
         wanted = self.config.actions.get(verdict.kind, ("alert",))
         return ("alert" in wanted and verdict.key not in self.memory.alerted) or (
-            "restart" in wanted and verdict.invocation_id not in self.memory.restarted
+            "restart" in wanted and not held and verdict.invocation_id not in self.memory.restarted
             and self.memory.budget.state is BudgetState.ARMED)
 
-    def _execute(self, response: Response) -> None:
+    def _execute(self, response: Response, inv: InvocationView, facts: UnitFacts) -> None:
         self.memory = response.memory
         self.retry_at = response.retry_at
         self.save()  # remember before acting: a crash here must not act twice
+        wanted = [a for a in response.actions if a.kind == "evidence"]
+        path = self._take_evidence(inv, wanted, facts) if wanted else None
+        hooks_run: set[tuple[str | None, str | None, str]] = set()
         for action in response.actions:
+            if path is not None and action.invocation_id == inv.invocation_id:
+                action = replace(action, evidence=path)
+            if action.kind == "evidence":
+                continue
+            if action.kind == "hook":
+                once = (action.hook, action.invocation_id, action.verdict_kind)
+                if once not in hooks_run and self.run_hook is not None and not action.dry_run:
+                    hooks_run.add(once)
+                    ranks = ",".join(a.rank for a in response.actions if a.kind == "hook" and a.rank
+                                     and (a.hook, a.invocation_id, a.verdict_kind) == once)
+                    self.run_hook(replace(action, rank=ranks or None))
+                continue
             if action.kind == "alert":
                 logger.info("[%s rank=%s phase=%s] alert %s: %s", self.config.unit, action.rank, action.phase,
                             action.verdict_kind, action.message)
@@ -186,7 +217,10 @@ class Responder:
                 logger.info("[%s] dry run: would restart (%s)", self.config.unit, action.verdict_kind)
             else:
                 try:
-                    job = self.unit.restart()
+                    self.last_restart = {"invocation_id": action.invocation_id, "verdict": action.verdict_kind,
+                                         "message": action.message, "evidence": action.evidence}
+                    job = (self.guarded.begin(action, facts.control_group, self.clock.wall())
+                           if self.guarded is not None else self.unit.restart())
                     if self.exporter is not None:
                         self.exporter.restarted(action.verdict_kind)
                     logger.info("[%s] restart requested (%s), job %s", self.config.unit, action.verdict_kind, job)
@@ -194,6 +228,32 @@ class Responder:
                     logger.error("[%s] %s", self.config.unit, exc)
                     self.alerter.alert(replace(action, kind="alert", verdict_kind="restart_failed", priority=3,
                                                message=f"{self.config.unit}: restart failed: {exc}"))
+
+    def why(self, current: str | None, now: float) -> dict[str, object]:
+        """For status: the hold in force, and why the current start-up exists when phasewatch started it."""
+        hold = self.hold(now)
+        document: dict[str, object] = {"hold": None if hold is None else {
+            "until": iso(hold.until), "until_seconds": hold.until, "reason": hold.reason}}
+        last = self.last_restart
+        started_by_us = last is not None and current is not None and current != last["invocation_id"]
+        document["previous_startup"] = dict(last, outcome="restarted by phasewatch") if started_by_us and last else None
+        if current is not None and current in self.evidence_paths:
+            document["evidence"] = self.evidence_paths[current]
+        return document
+
+    def _take_evidence(self, inv: InvocationView, actions: list[Action], facts: UnitFacts) -> str | None:
+        """Bounded by `evidence.timeout`; a failure to capture never stops the alert or the restart."""
+        if self.evidence is None:
+            return None
+        try:
+            path = self.evidence.take(inv, actions, facts)
+        except OSError as exc:
+            logger.error("[%s] evidence not captured: %s", self.config.unit, exc)
+            return None
+        if path is not None:
+            self.evidence_paths[inv.invocation_id] = path
+            logger.info("[%s] evidence for %s written to %s", self.config.unit, actions[0].verdict_kind, path)
+        return path
 
     def save(self) -> None:
         try:

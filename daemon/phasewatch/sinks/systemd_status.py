@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping, Protocol
 
 from ..config import Config
@@ -38,6 +38,7 @@ class StepResult:
     entries: int  # journal entries of the current start-up
     rejected: Mapping[str, int]  # entries that only claimed to be the unit's, by reason
     timer_warnings: tuple[str, ...] = ()  # engine or systemd timers that pre-empt a limit (timerlint)
+    why: Mapping[str, object] = field(default_factory=dict)  # hold, previous start-up, evidence (responder.why)
 
 
 class SystemdStatus:
@@ -77,6 +78,7 @@ class SystemdStatus:
         status["budget"] = result.memory.budget.state.value
         status["restarted"] = sorted(result.memory.restarted)
         status["entries_rejected"] = dict(result.rejected)
+        status.update(result.why)
         if status != self.last_status:
             self.last_status = status
             try:

@@ -1,30 +1,26 @@
 """Edge: which rank runs in which process, from the unit's cgroup and the process titles.
 
-SGLang titles its schedulers `sglang::scheduler_TP3`, `sglang::scheduler_DP0_TP3`, ...; the
-main process and others keep their command line. A rank whose process vanishes while the unit is
-still starting is reported at once (pidfd readable), long before SGLang's own NCCL timeout.
+Engines title their rank processes (SGLang `sglang::scheduler_DP0_TP3`, vLLM `VLLM::Worker_TP3`;
+stages/engines/ reads them); the main process and others keep their command line. A rank whose
+process vanishes while the unit is still starting is reported at once (pidfd readable), long
+before the engine's own NCCL timeout.
 """
 
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
-TITLE_RE = re.compile(r"^sglang::scheduler((?:_(?:DP|PP|ATTN_CP|MOE_DP|TP|EP)\d+)*)")
 CGROUP_ROOTS = ("/sys/fs/cgroup", "/sys/fs/cgroup/unified", "/sys/fs/cgroup/systemd")
 
 
 def rank_from_title(cmdline: bytes) -> str | None:
-    """`sglang::scheduler_DP0_TP3` (the title, argv[0]) -> `DP0 TP3`; None for other processes."""
-    first = cmdline.split(b"\0", 1)[0].decode("utf-8", "replace")
-    match = TITLE_RE.match(first)
-    if match is None:
-        return None
-    from ..stages.lines import canonical_rank
+    """The rank a process title (argv[0]) names, as any engine module reads it
+    (`sglang::scheduler_DP0_TP3` -> `DP0 TP3`, `VLLM::Worker_TP3` -> `TP3`); None for other processes."""
+    from ..stages.engines import rank_from_any_title
 
-    return canonical_rank(match.group(1).replace("_", " ")) or "TP0"
+    return rank_from_any_title(cmdline.split(b"\0", 1)[0].decode("utf-8", "replace"))
 
 
 @dataclass(frozen=True)

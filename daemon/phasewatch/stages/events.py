@@ -20,12 +20,14 @@ from ..records import (
     MID_STOPPED,
     MID_STOPPING,
     MID_SUPPRESSED,
+    UNIT_PHASES,
     Event,
     EventKind,
     JournalRecord,
     Line,
     LineKind,
 )
+from .engines import engine_module
 from .lines import rank_number
 
 # Patterns see a line through pattern_view(): at most PATTERN_VIEW_CHARS from each end.
@@ -41,20 +43,11 @@ def pattern_view(text: str) -> str:
 C10D_RANK_RE = re.compile(r"^\[rank(\d+)\]:")
 
 
-SERVER_ARG_KEYS = ("tp_size", "dp_size", "pp_size", "ep_size", "nnodes", "node_rank", "enable_dp_attention",
-                   "speculative_algorithm", "model_path", "speculative_draft_model_path", "cuda_graph_max_bs",
-                   "cuda_graph_bs", "moe_dp_size", "attn_cp_size", "version", "host", "port",
-                   "watchdog_timeout", "soft_watchdog_timeout", "dist_timeout", "disaggregation_mode")
 
 
 def parse_server_args(message: str) -> dict[str, str]:
-    """Values from `server_args=ServerArgs(k=v, ...)` (v0.5.9) or `server_args={'k': v, ...}` (v0.5.23)."""
-    found: dict[str, str] = {}
-    for key in SERVER_ARG_KEYS:
-        match = re.search(r"[(,{\s]'?" + key + r"'?\s*[=:]\s*('[^']*'|\"[^\"]*\"|\[[^\]]*\]|[^,)}\s]+)", message)
-        if match:
-            found[key] = match.group(1).strip("'\"")
-    return found
+    """SGLang's `server_args=...` (stages/engines/sglang.py); a profile's own engine module reads its own."""
+    return engine_module("sglang").parse_server_args(message)
 
 
 _PHASE_EVENTS = {"phase_begin": EventKind.PHASE_BEGIN, "phase_end": EventKind.PHASE_END,
@@ -120,7 +113,10 @@ class EventMapper:
 
     def __init__(self, profile: Profile) -> None:
         self.profile = profile
-        self._tagged_invocations: set[str | None] = set()
+        self._engine = profile.engine_module
+        self._engine_ranks: set[tuple[str | None, str]] = set()  # (invocation, label) of engine cores seen as ranks
+        self._tagged_invocations: set[str | None] = set()  # a rank tag with a number showed
+        self._worker_invocations: set[str | None] = set()  # any rank tag showed
         self._tp0_pids: set[tuple[str | None, int | None]] = set()
         self._record_ranks: dict[int, str | None] = {}
         self._harmless: set[int] = set()  # records whose traceback is not fatal
@@ -181,12 +177,17 @@ class EventMapper:
             if rule.event == "server_args":
                 events.append(Event(EventKind.SERVER_ARGS, line.ts, rank=MAIN, rule=rule.id, text=message,
                                     invocation_id=line.invocation_id, pid=line.pid, record_id=record_id,
-                                    args=parse_server_args(message)))
+                                    args=self._engine.parse_server_args(message)))
             elif rule.event == "fatal":
                 events.append(Event(EventKind.FATAL, line.ts, rank=rule_rank, rule=rule.id, cause=rule.cause,
                                     text=message, invocation_id=line.invocation_id, pid=line.pid,
                                     echo=rule.echo, record_id=record_id, prefixed=line.has_prefix))
-            elif rule.event == "activity":
+            elif rule.event == "heartbeat":
+                events.append(Event(EventKind.HEARTBEAT, line.ts, rank=rule_rank, rule=rule.id, text=message,
+                                    invocation_id=line.invocation_id, pid=line.pid, record_id=record_id))
+            elif rule.event == "activity" or (rule.scope != "main" and rule_rank == MAIN
+                                               and line.untagged_rank is not None and rule.phase not in UNIT_PHASES):
+                # (a rank's line or frame from a coordinator, vLLM's engine core with workers: no phase of its own)
                 events.append(Event(EventKind.ACTIVITY, line.ts, rank=rule_rank, rule=rule.id, text=message,
                                     invocation_id=line.invocation_id, pid=line.pid, record_id=record_id))
             else:
@@ -195,7 +196,8 @@ class EventMapper:
                                     record_id=record_id))
         if not events and line.kind is LineKind.RECORD:
             events = self._family_events(line, message, rank)
-        if not events and message.strip():
+        # A prefix alone (a bar's newline tagged by vLLM's prefixer) is its rank's sign of life too.
+        if not events and (message.strip() or (line.has_prefix and line.rank is not None)):
             events.append(Event(EventKind.ACTIVITY, line.ts, rank=rank, text=message,
                                 invocation_id=line.invocation_id, pid=line.pid, record_id=record_id))
         if line.kind is LineKind.RECORD:
@@ -231,8 +233,17 @@ class EventMapper:
 
     def _rank(self, line: Line) -> str | None:
         if line.has_prefix and line.rank is not None:
-            self._tagged_invocations.add(line.invocation_id)
+            if not line.anonymous_rank:
+                self._tagged_invocations.add(line.invocation_id)
+            if line.untagged_rank is None and len(self._worker_invocations) < MEMO_ENTRIES:
+                self._worker_invocations.add(line.invocation_id)
             return line.rank
+        if line.untagged_rank is not None and line.rank is None:
+            # A process the prefix names but that is no rank by its tag (vLLM's engine core, API server).
+            if (line.untagged_rank != MAIN and not self._coordinating(line)
+                    and (line.invocation_id, line.untagged_rank) in self._engine_ranks):
+                return line.untagged_rank
+            return MAIN
         c10d = C10D_RANK_RE.match(line.message)
         if c10d and (number := rank_number(c10d.group(1))) is not None:
             # torch's "[rank3]:" is the global rank; with TP only it is the TP rank.
@@ -245,11 +256,24 @@ class EventMapper:
             return "TP0"
         return MAIN if line.has_prefix else None
 
+    def _coordinating(self, line: Line) -> bool:
+        """Whether a process that is no rank by its tag coordinates ranks that others run."""
+        workers = self._worker_invocations if line.engine_core else self._tagged_invocations
+        return line.invocation_id in workers
+
     def _rule_rank(self, line: Line, scope: str, rank: str | None, phase_event: bool = False) -> str | None:
         if line.rank is not None:
             return rank
         if scope == "main":
             return MAIN
+        if line.untagged_rank is not None:
+            if line.untagged_rank == MAIN or self._coordinating(line):
+                return MAIN if rank is None else rank
+            if len(self._engine_ranks) >= MEMO_ENTRIES:
+                self._engine_ranks.clear()
+            # An engine core that holds its GPU itself (no worker tags in this log): its rank.
+            self._engine_ranks.add((line.invocation_id, line.untagged_rank))
+            return line.untagged_rank
         # A pasted log without any prefix (no PID either): a scheduler's phase line is the one
         # scheduler's of a one-GPU server. Not its fatal lines: an unprefixed traceback in a paste is
         # as often the launcher's.

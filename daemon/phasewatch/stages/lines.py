@@ -8,7 +8,7 @@ What it undoes, in order:
   the unfinished tail is held and joined with that PID's next entry;
 - `\\r` and `\\n` inside one entry (tqdm frames, several records glued together);
 - ANSI escape sequences;
-- SGLang record prefixes found anywhere in a segment (a tqdm frame glued before a record);
+- record prefixes anywhere in a segment (a tqdm frame glued before a record), by the engine's grammar;
 - unprefixed lines (tqdm bars, tracebacks, C++ logs): they get the rank of their PID once that PID
   has printed a prefixed line, and traceback lines stay with the record that opened them.
 """
@@ -18,7 +18,7 @@ from __future__ import annotations
 import calendar
 import re
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Callable, Iterable
 
 from ..records import JournalRecord, Line, LineKind, Progress
 from .timestamps import ForeignTime, foreign_time
@@ -26,16 +26,6 @@ from .timestamps import ForeignTime, foreign_time
 ANSI_RE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
 SEGMENT_SPLIT_RE = re.compile(r"\r\n|\r|\n")
 
-_TAG = r"(?:DP|PP|ATTN_CP|MOE_DP|TP|EP)\d+"
-# [2026-02-22 23:59:15 DP0 TP3], with optional .mmm; [12:01:02 TP3] (2024); [gpu_id=3], [gpu=3] (2024).
-PREFIX_RE = re.compile(
-    r"\[(?:(?P<date>\d{4}-\d{2}-\d{2}) (?P<time>\d{2}:\d{2}:\d{2})(?P<ms>\.\d{3})?"
-    r"(?P<tags>(?: " + _TAG + r")*)"
-    r"|(?P<stime>\d{2}:\d{2}:\d{2})(?P<stags>(?: " + _TAG + r")+)"
-    r"|gpu(?:_id)?=(?P<gpu>\d+))\] ?"
-)
-# v0.1 (2024) router era: "Rank 1: load weight begin." at the start of a line.
-LEGACY_RANK_RE = re.compile(r"^Rank (?P<n>\d+): ")
 TAG_RE = re.compile(r"(DP|PP|ATTN_CP|MOE_DP|TP|EP)(\d+)")
 TAG_ORDER = ("DP", "PP", "ATTN_CP", "MOE_DP", "TP", "EP")
 
@@ -194,6 +184,16 @@ class Prefix:
     ts: float | None
     time_only: str | None = None  # "HH:MM:SS" of the 2024 form, resolved against the last date
     date: str | None = None
+    # Engine hooks (stages/engines/): a "MM-DD" without its year (vLLM), resolved against the year a
+    # dated wrapper showed or the splitter's default year; a year seen in the segment.
+    month_day: str | None = None
+    year: int | None = None
+    untagged_rank: str | None = None  # see records.Line
+    anonymous: bool = False
+    engine_core: bool = False
+    # "LEVEL [file:line]" of an engine that repeats its whole prefix on every line of a logged
+    # traceback: a line with the same header continues the record that opened the traceback.
+    header: str | None = None
 
 
 _last_epoch: tuple[str, str, str | None, float | None] = ("", "", None, None)
@@ -207,6 +207,9 @@ def _epoch(date: str, time: str, ms: str | None) -> float | None:
     value = _epoch_of(date, time, ms)
     _last_epoch = (date, time, ms, value)
     return value
+
+
+epoch = _epoch  # for engines' prefixes: `2026-02-22`, `23:59:15`, `.123` as UTC; None when no real date
 
 
 _DAY_EPOCH: dict[str, int | None] = {}
@@ -234,28 +237,6 @@ def _epoch_of(date: str, time: str, ms: str | None) -> float | None:
     return float(day + (hour * 60 + minute) * 60 + second) + (float(ms) if ms else 0.0)
 
 
-def find_prefixes(segment: str) -> list[Prefix]:
-    found: list[Prefix] = []
-    if "[" in segment:
-        for match in PREFIX_RE.finditer(segment):
-            date, time, ms, tags = match.group("date", "time", "ms", "tags")
-            if date:
-                found.append(Prefix(match.start(), match.end(), canonical_rank(tags or ""), _epoch(date, time, ms),
-                                    date=date))
-            elif match.group("stime"):
-                found.append(Prefix(match.start(), match.end(), canonical_rank(match.group("stags")), None,
-                                    time_only=match.group("stime")))
-            else:
-                gpu = rank_number(match.group("gpu"))
-                found.append(Prefix(match.start(), match.end(), None if gpu is None else f"TP{gpu}", None))
-    if not found:
-        legacy = LEGACY_RANK_RE.match(segment)
-        if legacy:
-            number = rank_number(legacy.group("n"))
-            found.append(Prefix(0, legacy.end(), None if number is None else f"TP{number}", None))
-    return found
-
-
 @dataclass
 class _Stream:
     """Bookkeeping for one writer (invocation, PID)."""
@@ -265,6 +246,7 @@ class _Stream:
     open_record: int = 0
     open_rank: str | None = None
     block_open: bool = False
+    open_header: str | None = None
     pending: bytes | str = ""  # the unfinished tail of a line_break entry, undecoded
     pending_ts: float | None = None  # the journal time of the entry that brought it
 
@@ -272,7 +254,16 @@ class _Stream:
 class LineSplitter:
     """Turns JournalRecords into Lines. One instance per source; state is per (invocation, PID)."""
 
-    def __init__(self) -> None:
+    def __init__(self, find: Callable[[str], list[Prefix]] | None = None,
+                 default_year: int | None = None) -> None:
+        """`find`: the engine's prefix grammar (SGLang's by default); `default_year`: the year of a
+        prefix that shows none (vLLM's "MM-DD"): None leaves such lines undated."""
+        from .engines.sglang import find_prefixes  # the default grammar
+
+        self._find: Callable[[str], list[Prefix]] = find or find_prefixes
+        self._default_year = default_year
+        self._last_year: int | None = None
+        self._last_month = 0
         self._streams: dict[tuple[str | None, int | None], _Stream] = {}  # least recently fed first
         self._pending_chars = 0  # of all streams' held fragments
         self._next_record = 0
@@ -342,7 +333,7 @@ class LineSplitter:
         return out
 
     def _split_segment(self, segment: str, record: JournalRecord, stream: _Stream, out: list[Line]) -> None:
-        prefixes = find_prefixes(segment)
+        prefixes = self._find(segment)
         if not prefixes:
             self._unprefixed(segment, record, stream, out)
             return
@@ -369,9 +360,13 @@ class LineSplitter:
         ts = record.realtime
         if prefix is not None and prefix.date is not None:
             self._last_date = prefix.date
+        if prefix is not None and prefix.year is not None:
+            self._last_year = prefix.year
         if ts is None and prefix is not None:
             if prefix.ts is not None:
                 ts = prefix.ts
+            elif prefix.time_only is not None and prefix.month_day is not None:
+                ts = self._month_day_epoch(prefix.month_day, prefix.time_only)
             elif prefix.time_only is not None:
                 # no date known: a time of day in the epoch's first day (timestamps.is_dated: undated)
                 ts = _epoch(self._last_date or "1970-01-01", prefix.time_only, None)
@@ -388,19 +383,35 @@ class LineSplitter:
             self._last_ts = ts
         return ts
 
+    def _month_day_epoch(self, month_day: str, time: str) -> float | None:
+        year = self._last_year or self._default_year
+        if year is None:
+            return None  # no year anywhere: undated rather than 1970
+        month = bounded_int(month_day[:2]) or 0
+        if month < self._last_month - 6:
+            year += 1  # December -> January: the year turned
+        self._last_year, self._last_month = year, month
+        return _epoch(f"{year:04d}-{month_day}", time, None)
+
     def _prefixed(self, text: str, message: str, prefix: Prefix, record: JournalRecord,
                   stream: _Stream, out: list[Line]) -> None:
         ts = self._timestamp(record, prefix)
-        if prefix.rank is not None:
-            stream.rank = prefix.rank
-            stream.tagged = True
-        self._next_record += 1
-        stream.open_record = self._next_record
-        stream.open_rank = prefix.rank
-        stream.block_open = opens_block(message)
-        out.append(Line(text=text, message=message, kind=LineKind.RECORD, rank=stream.open_rank, ts=ts,
-                        pid=record.pid, invocation_id=record.invocation_id, has_prefix=True,
-                        record_id=self._next_record))
+        continues = (prefix.header is not None and stream.block_open and stream.open_record > 0
+                     and prefix.header == stream.open_header and prefix.rank == stream.open_rank
+                     and TRACEBACK_LINE_RE.match(message) is not None)
+        if not continues:
+            stream.open_header = prefix.header
+            if prefix.rank is not None:
+                stream.rank = prefix.rank
+                stream.tagged = True
+            self._next_record += 1
+            stream.open_record = self._next_record
+            stream.open_rank = prefix.rank
+            stream.block_open = opens_block(message)
+        out.append(Line(text=text, message=message, kind=LineKind.CONTINUATION if continues else LineKind.RECORD,
+                        rank=stream.open_rank, ts=ts, pid=record.pid, invocation_id=record.invocation_id,
+                        has_prefix=True, record_id=stream.open_record, untagged_rank=prefix.untagged_rank,
+                        anonymous_rank=prefix.anonymous, engine_core=prefix.engine_core))
 
     def _unprefixed(self, segment: str, record: JournalRecord, stream: _Stream, out: list[Line]) -> None:
         wrapper = WRAPPER_RE.match(segment)

@@ -67,13 +67,14 @@ def goes_back(visited: frozenset[Phase], target: Phase) -> bool:
 
 
 def resolve(phase: Phase, begin: bool, hint: bool, current: Phase, ended: bool,
-            visited: frozenset[Phase]) -> Phase | None:
+            visited: frozenset[Phase], draft_phases: bool = True) -> Phase | None:
     """The phase an engine line about `phase` means for a rank in `current` (`ended`: its end line
     was seen) that has been in `visited`; None when it changes nothing. `hint`: a guess (a frame, a
-    bar) that only names a phase not visited yet."""
+    bar) that only names a phase not visited yet. `draft_phases=False` (an engine without a draft
+    model runner, e.g. vLLM): a repeated dist init or weight load line is never the draft's."""
     if hint:
         return phase if phase not in visited else None
-    if phase in (Phase.DIST_INIT, Phase.WEIGHT_LOAD) and (
+    if draft_phases and phase in (Phase.DIST_INIT, Phase.WEIGHT_LOAD) and (
             Phase.WEIGHT_LOAD in visited or current in PAST_TARGET_WEIGHTS):
         # The draft model's runner repeats dist init and weight loading, also when the log's window
         # starts after the target's weights. (v0.5.23 loads the draft's right after the target's: an

@@ -2,9 +2,10 @@
 what was already done, and the restart budget. `app.py` executes the actions.
 
 The restart budget (supervisor's shape): a list of failed start-ups (invocations with a failure
-verdict) within `window`; a restart only while there were at most `max` of them, and at least
-`backoff` after the previous restart; past that, GAVE_UP (one critical alert) until a start-up
-reaches ready or the operator restarts the unit.
+verdict, or any verdict phasewatch restarts for, `unhealthy` too) within `window`; a restart only
+while there were at most `max` of them, and at least `backoff` after the previous restart; past that,
+GAVE_UP (one critical alert) until a start-up stayed healthy for `stable` after ready, or the
+operator restarts the unit.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ FAILURE_KINDS = FAILED_STARTUP
 CRASH_SETTLE = 5.0  # seconds between a crash verdict and a restart decision about it
 # syslog priorities
 PRIORITY = {"stalled": 4, "straggler": 4, "lines_lost": 4, "unhealthy": 4, "rank_died": 3, "crashed": 3,
-            "gave_up": 2, "restart_failed": 3, "state_degraded": 3, "timer_lint": 4}
+            "gave_up": 2, "restart_failed": 3, "state_degraded": 3, "timer_lint": 4,
+            "restart_blocked": 2}
 # journal MESSAGE_IDs, one per kind of alert (records.MessageId; docs: units/phasewatch.catalog)
 MESSAGE_IDS = {kind.value: MessageId[kind.name] for kind in (*VerdictKind, *AlertKind)}
 
@@ -67,7 +69,7 @@ class UnitStatus:
 
 @dataclass(frozen=True)
 class Action:
-    kind: str  # "alert" or "restart"
+    kind: str  # "evidence", "alert", "hook" or "restart"
     message: str
     verdict_kind: str
     priority: int
@@ -76,6 +78,8 @@ class Action:
     rank: str | None = None
     cause: str | None = None
     dry_run: bool = False
+    evidence: str | None = None  # the evidence file captured for this verdict (PHASEWATCH_EVIDENCE)
+    hook: str | None = None  # kind "hook": the name of the hook to run
 
     @property
     def message_id(self) -> str:
@@ -92,6 +96,18 @@ class Memory:
 
 
 @dataclass(frozen=True)
+class Hold:
+    """`phasewatch hold`: until `until` (wall clock) verdicts are judged and alerted, but nothing is
+    restarted (and no hook runs)."""
+
+    until: float
+    reason: str
+
+    def active(self, now: float) -> bool:
+        return now < self.until
+
+
+@dataclass(frozen=True)
 class Response:
     actions: tuple[Action, ...]
     memory: Memory
@@ -103,14 +119,25 @@ def reset_budget(memory: Memory) -> Memory:
     return replace(memory, budget=Budget(last_restart=memory.budget.last_restart))
 
 
-def respond(verdicts: list[Verdict], memory: Memory, status: UnitStatus, now: float, config: Config) -> Response:
+def settled(memory: Memory, ready_at: float | None, verdicts: list[Verdict], now: float, config: Config) -> bool:
+    """Should a start-up that reached ready at `ready_at` free the budget now? Only once it stayed
+    healthy (no verdict phasewatch restarts for) for `restart_budget.stable`."""
+    if ready_at is None or (not memory.budget.failures and memory.budget.state is BudgetState.ARMED):
+        return False
+    if any(v.kind in FAILURE_KINDS or "restart" in config.actions.get(v.kind, ()) for v in verdicts):
+        return False
+    return now - ready_at >= config.restart_budget.stable
+
+
+def respond(verdicts: list[Verdict], memory: Memory, status: UnitStatus, now: float, config: Config,
+            hold: Hold | None = None) -> Response:
     actions: list[Action] = []
     budget = memory.budget
     retry_at: float | None = None
     alerted = set(memory.alerted)
     restarted = set(memory.restarted)
 
-    failing = [v for v in verdicts if v.kind in FAILURE_KINDS]
+    failing = [v for v in verdicts if v.kind in FAILURE_KINDS or "restart" in config.actions.get(v.kind, ())]
     for invocation in dict.fromkeys(v.invocation_id for v in failing):
         if invocation not in {f[0] for f in budget.failures}:
             budget = replace(budget, failures=budget.failures + ((invocation, now),))
@@ -118,7 +145,22 @@ def respond(verdicts: list[Verdict], memory: Memory, status: UnitStatus, now: fl
     for verdict in verdicts:
         wanted = config.actions.get(verdict.kind, ("alert",))
         note = ""
-        if "restart" in wanted and verdict.invocation_id not in restarted:
+        evidence_key = (verdict.key[0], f"evidence:{verdict.kind}", verdict.key[2], verdict.key[3])
+        if "evidence" in wanted and evidence_key not in alerted:
+            alerted.add(evidence_key)
+            actions.append(Action("evidence", verdict.message, verdict.kind, PRIORITY[verdict.kind],
+                                  verdict.invocation_id, verdict.phase, verdict.rank, verdict.cause, config.dry_run))
+        held = hold is not None and hold.active(now)
+        for hook in (a.removeprefix("hook:") for a in wanted if a.startswith("hook:") and not held):
+            hook_key = (verdict.key[0], f"hook:{hook}:{verdict.kind}", verdict.key[2], verdict.key[3])
+            if hook_key not in alerted:
+                alerted.add(hook_key)
+                actions.append(Action("hook", verdict.message, verdict.kind, PRIORITY[verdict.kind],
+                                      verdict.invocation_id, verdict.phase, verdict.rank, verdict.cause,
+                                      config.dry_run, hook=hook))
+        if "restart" in wanted and held and hold is not None:
+            note = f"not restarting: held by the operator for {format_duration(hold.until - now)} ({hold.reason})"
+        elif "restart" in wanted and verdict.invocation_id not in restarted:
             restart_now, budget, note, wait_until = _restart_decision(verdict, budget, status, now, config)
             if restart_now:
                 restarted.add(verdict.invocation_id)
@@ -141,9 +183,9 @@ def respond(verdicts: list[Verdict], memory: Memory, status: UnitStatus, now: fl
             message = verdict.message + (f"; {note}" if note else "")
             actions.append(Action("alert", message, verdict.kind, PRIORITY[verdict.kind], verdict.invocation_id,
                                   verdict.phase, verdict.rank, verdict.cause, config.dry_run))
-    # Restart actions go last: alerts first tell why.
+    # Evidence first (before anything changes), restart actions last: alerts first tell why.
     actions = _grouped(actions)
-    actions.sort(key=lambda a: a.kind == "restart")
+    actions.sort(key=lambda a: {"evidence": 0, "alert": 1, "hook": 2}.get(a.kind, 3))
     return Response(tuple(actions), Memory(frozenset(alerted), frozenset(restarted), budget), retry_at)
 
 

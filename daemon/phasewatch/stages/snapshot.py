@@ -134,6 +134,8 @@ class ServerInfo:
     cuda_graph_bs: str | None = None
     role: str | None = None  # prefill/decode disaggregation: "prefill" or "decode"; None when unified
     timer_args: Mapping[str, str] = field(default_factory=dict)  # the engine's timers (timerlint.py)
+    engine: str = "sglang"  # whose rank labels expected_ranks() names (stages/engines/)
+    version: str | None = None
 
     @staticmethod
     def from_args(args: Mapping[str, str]) -> ServerInfo:
@@ -160,13 +162,15 @@ class ServerInfo:
             cuda_graph_bs=args.get("cuda_graph_bs"),
             role=args.get("disaggregation_mode") if args.get("disaggregation_mode") in ("prefill", "decode") else None,
             timer_args={k: v[:32] for k in TIMER_ARGS if (v := args.get(k)) is not None},
+            engine=args.get("engine", "sglang"),
+            version=args.get("version"),
         )
 
     @property
     def expected_rank_count(self) -> int:
-        """How many scheduler ranks `expected_ranks()` names (computed without naming them)."""
+        """How many scheduler ranks `expected_ranks()` names at most (computed without naming them)."""
         if self.dp > 1 and not self.dp_attention:
-            return self.dp * self.tp
+            return self.dp * self.tp * (self.pp if self.engine != "sglang" else 1)
         slots = self.pp * self.tp
         per_node = max(slots // self.nnodes, 1)
         return max(min(per_node, slots - self.node_rank * per_node), 0)
@@ -177,30 +181,14 @@ class ServerInfo:
         return self.expected_rank_count <= MAX_EXPECTED_RANKS
 
     def expected_ranks(self) -> tuple[str, ...]:
-        """Scheduler rank labels this node should print, in SGLang's tag order; none when the
-        arguments are implausible (more than MAX_EXPECTED_RANKS)."""
+        """Rank labels this node should print, as the engine names them (stages/engines/); none when
+        the arguments are implausible (more than MAX_EXPECTED_RANKS)."""
         if not self.plausible:
             return ()
-        def label(dp: int | None, pp: int | None, tp: int) -> str:
-            tags = []
-            if dp is not None:
-                tags.append(f"DP{dp}")
-            if pp is not None:
-                tags.append(f"PP{pp}")
-            if self.tp > 1:
-                tags.append(f"TP{tp}")
-            if self.ep > 1:
-                tags.append(f"EP{tp // max(self.tp // self.ep, 1)}")
-            return " ".join(tags) or "TP0"
+        from .engines import engine_module
 
-        if self.dp > 1 and not self.dp_attention:
-            return tuple(label(d, None, t) for d in range(self.dp) for t in range(self.tp))
-        per_dp_group = max(self.tp // self.dp, 1)
-        slots = [(p, t) for p in range(self.pp) for t in range(self.tp)]
-        per_node = max(len(slots) // self.nnodes, 1)
-        mine = slots[self.node_rank * per_node:(self.node_rank + 1) * per_node]
-        return tuple(label(t // per_dp_group if self.dp > 1 else None, p if self.pp > 1 else None, t)
-                     for p, t in mine)
+        return engine_module(self.engine).expected_ranks(self)
+
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from dataclasses import replace
 from ..ranks import tp_index
 from ..records import FINAL_PHASES, MAIN, Event, EventKind, Phase
 from .jit import compile_event
+from .lockstep import followers
 from .phaseorder import Anomaly, goes_back, resolve
 from .snapshot import (
     UNIT_PHASE_ORDER,
@@ -42,8 +43,10 @@ from .tracker_state import (
 class Tracker:
     """Applies events in journal order. Holds the last MAX_INVOCATIONS invocations."""
 
-    def __init__(self, proof_of_life_rules: frozenset[str] = frozenset()) -> None:
+    def __init__(self, proof_of_life_rules: frozenset[str] = frozenset(), lockstep: bool = False,
+                 draft_phases: bool = True) -> None:
         self.proof_of_life_rules = proof_of_life_rules  # the profile's rules that prove the server serves
+        self.lockstep, self.draft_phases = lockstep, draft_phases  # the profile's (stages/lockstep.py)
         self._invocations: dict[str, InvocationState] = {}
         self._current: InvocationState | None = None
         self._anonymous = itertools.count(1)
@@ -110,9 +113,14 @@ class Tracker:
         if kind in (EventKind.UNIT_STOPPING, EventKind.UNIT_STOPPED, EventKind.UNIT_FAILED,
                     EventKind.UNIT_EXITED, EventKind.RESTART_SCHEDULED):
             return self._lifecycle(inv, event, ts)
+        if kind is EventKind.HEARTBEAT:
+            return []  # the API server's "Waiting for core engine": it says nothing about the ranks
         if kind is EventKind.SERVER_ARGS:
-            inv.server = ServerInfo.from_args(event.args)
-            inv.server_args_ts = ts
+            # vLLM spreads its arguments over several lines (non-default args, then the engine's config).
+            inv.server_args = {**inv.server_args, **event.args}
+            inv.server = ServerInfo.from_args(inv.server_args)
+            if inv.server_args_ts is None:
+                inv.server_args_ts = ts
             self._rank(inv, MAIN, ts)
             return []
         if kind in (EventKind.PROBE_OK, EventKind.PROBE_FAILED):
@@ -127,6 +135,8 @@ class Tracker:
             return []
         if event.phase is Phase.JIT_COMPILE:  # a compiler runs inside the rank's phase (stages/jit.py)
             inv.cold = True
+            if event.rank is not None and event.rank != MAIN:
+                self._rank(inv, event.rank, ts)  # a rank whose first line in the log is a compiler's
             return compile_event(inv.ranks, event, ts, lambda rank: alive(inv, rank, ts))
         if event.rank is None and kind is not EventKind.PROGRESS:
             if kind is EventKind.FATAL:
@@ -187,7 +197,7 @@ class Tracker:
         if rank.phase in UNIT_PHASE_TUPLE:
             return []
         visited = frozenset(span.phase for span in rank.spans)
-        resolved = resolve(phase, begin, hint, rank.phase, rank.phase_ended, visited)
+        resolved = resolve(phase, begin, hint, rank.phase, rank.phase_ended, visited, self.draft_phases)
         if resolved is None or (hint and resolved is rank.phase):
             return []
         if resolved is not rank.phase and goes_back(visited, resolved):
@@ -202,7 +212,13 @@ class Tracker:
         inv.layout += 1
         if not begin:
             rank.end_phase(ts)  # an end line without its begin (2024 logs, windows of a log)
-        return [Transition(inv.invocation_id, rank.rank, source.value, resolved.value, ts, rule, confidence)]
+        moved = [Transition(inv.invocation_id, rank.rank, source.value, resolved.value, ts, rule, confidence)]
+        if self.lockstep and begin and not hint:
+            for follower in followers(inv.ranks.values(), rank, resolved):
+                moved.append(Transition(inv.invocation_id, follower.rank, follower.phase.value, resolved.value, ts,
+                                        rule, confidence))
+                follower.move_to(resolved, ts, confidence)
+        return moved
 
     def _progress(self, inv: InvocationState, event: Event, ts: float | None) -> list[Transition]:
         owner = self._rank(inv, event.rank, ts) if event.rank else bar_owner(inv, event.phase)

@@ -93,6 +93,7 @@ class InvocationState:
     lines_lost: int = 0
     server: ServerInfo | None = None
     server_args_ts: float | None = None
+    server_args: dict[str, str] = field(default_factory=dict)  # all argument lines so far (vLLM: several)
     unit_phase: Phase | None = None
     unit_result: str | None = None
     exit_status: str | None = None

@@ -1,0 +1,78 @@
+"""The frozen records of the config's sections (restart budget, health probe, signs of life, learned
+limits, evidence, hooks, leftovers): what `config.py` validates into, and what the rest reads."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class RestartBudget:
+    """At most `max` restarts (or failed start-ups) within `window`, restarts at least `backoff` apart;
+    a start-up that reached ready frees the budget only after it stayed healthy for `stable`."""
+
+    max: int = 3
+    window: float = 6 * 3600.0
+    backoff: float = 300.0
+    stable: float = 600.0
+
+
+@dataclass(frozen=True)
+class Leftovers:
+    """`leftovers: {check: true, wait: 10m}`: restart as stop, check that nothing of the old start-up
+    survives, then start (waiting at most `wait` for survivors to end); sinks/leftovers.py."""
+
+    check: bool = False
+    wait: float = 600.0
+
+
+@dataclass(frozen=True)
+class Hook:
+    """`hooks: {name: {exec: [...], timeout: 30s}}`: a command run by the `hook:name` action."""
+
+    argv: tuple[str, ...]
+    timeout: float = 30.0
+
+
+@dataclass(frozen=True)
+class EvidenceCapture:
+    """The `evidence` action: stacks and process state of the named ranks, at most `timeout` in all."""
+
+    timeout: float = 15.0
+    peers: int = 8  # at most this many other ranks in the same phase
+    keep: int = 20  # evidence files kept in the state directory (oldest removed first)
+    max_bytes: int = 512 * 1024  # one file's size cap
+
+
+@dataclass(frozen=True)
+class HealthCheck:
+    """After ready: probe `url` every `interval` (skipped while batch lines prove life); `failures`
+    probes in a row that fail or exceed `timeout` make the verdict `unhealthy`. `url` None: the
+    server's /health_generate on the port from its server_args."""
+
+    url: str | None = None
+    interval: float = 30.0
+    timeout: float = 30.0  # more than SGLang's own 20 s generation timeout (SGLANG_HEALTH_CHECK_TIMEOUT)
+    failures: int = 3
+    enabled: bool = True
+
+
+@dataclass(frozen=True)
+class VitalsSampling:
+    """While a start-up runs: sample the rank processes every `period` for signs of life that are not
+    log lines (data intake, compilers; vitals.py). They end a silence, never a phase's deadline."""
+
+    period: float = 5.0
+    enabled: bool = True
+
+
+@dataclass(frozen=True)
+class Adaptive:
+    """Limits learned from past start-ups (learn.py): deadline = clamp(k x p95, floor x configured,
+    ceiling x configured) once a phase has `min_samples` past durations."""
+
+    enabled: bool = False
+    k: float = 1.5
+    min_samples: int = 5
+    floor: float = 0.25
+    ceiling: float = 2.0

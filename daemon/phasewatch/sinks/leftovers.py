@@ -1,0 +1,139 @@
+"""Edge: a restart that is safe. With `leftovers: {check: true}` phasewatch restarts a unit as a stop,
+a check, and a start: after the stop, no process of the old start-up may survive, neither in the
+unit's cgroup nor (by its rank title, `sglang::scheduler_TP3`) anywhere on the host outside another
+service; survivors are alerted once (`restart_blocked`, critical, naming PIDs and what they hold)
+and the start waits for them, at most `leftovers.wait`. Past that the unit stays stopped and
+phasewatch says so: starting a server next to ranks that hold its GPU memory ends in OOM.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Protocol, Sequence
+
+from ..durations import format_duration
+from ..sources.procs import ProcessTable, rank_from_title
+from ..stages.respond import Action
+from .actions import UnitFacts
+
+logger = logging.getLogger(__name__)
+POLL = 1.0  # seconds between checks while a start waits
+CRITICAL = 2
+
+
+@dataclass(frozen=True)
+class Survivor:
+    pid: int
+    title: str
+    rss_kb: int | None
+    where: str  # its cgroup
+
+    def text(self) -> str:
+        held = f", {self.rss_kb // 1024} MiB resident" if self.rss_kb is not None else ""
+        return f"pid {self.pid} ({self.title}{held}, cgroup {self.where})"
+
+
+def survivors(table: ProcessTable, control_group: str | None) -> list[Survivor]:
+    """Processes of the stopped unit's cgroup, and rank-titled processes outside any other service."""
+    found: dict[int, Survivor] = {}
+    in_group = set(table.pids(control_group)) if control_group else set()
+    for entry in table.proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        pid = int(entry.name)
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            cgroup = _cgroup(entry.joinpath("cgroup").read_text())
+        except OSError:
+            continue
+        title = cmdline.split(b"\0", 1)[0].decode("utf-8", "replace")
+        rank = rank_from_title(cmdline)
+        foreign_service = cgroup.endswith(".service") and cgroup != control_group
+        if pid in in_group or (rank is not None and not foreign_service):
+            found[pid] = Survivor(pid, title[:80], _rss_kb(entry), cgroup)
+    return sorted(found.values(), key=lambda s: s.pid)
+
+
+def _cgroup(text: str) -> str:
+    """The unified (`0::`) path, or systemd's own hierarchy's under cgroup v1 / hybrid."""
+    paths = dict(line.split(":", 2)[1:] for line in text.splitlines() if line.count(":") >= 2)
+    unified = paths.get("", "/")
+    return unified if unified != "/" else paths.get("name=systemd", unified)
+
+
+def _rss_kb(entry: Path) -> int | None:
+    try:
+        for line in (entry / "status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+class StopStart(Protocol):
+    def facts(self) -> UnitFacts: ...
+
+    def stop(self) -> str: ...
+
+    def start(self) -> str: ...
+
+
+@dataclass
+class Pending:
+    action: Action
+    control_group: str | None
+    until: float
+    blocked_alerted: bool = False
+
+
+class GuardedRestart:
+    def __init__(self, unit: StopStart, scan: Callable[[str | None], Sequence[Survivor]],
+                 alert: Callable[[Action], None], wait: float) -> None:
+        self.unit = unit
+        self.scan = scan
+        self.alert = alert
+        self.wait = wait
+        self.pending: Pending | None = None
+
+    def begin(self, action: Action, control_group: str | None, now: float) -> str:
+        self.pending = Pending(action, control_group, now + self.wait)
+        return self.unit.stop()
+
+    def next_deadline(self, now: float) -> float | None:
+        return now + POLL if self.pending is not None else None
+
+    def tick(self, now: float) -> None:
+        """While a start waits: once the stop is done and nothing survives, start."""
+        pending = self.pending
+        if pending is None:
+            return
+        facts = self.unit.facts()
+        if facts.active_state not in ("inactive", "failed") or facts.job_pending:
+            return  # still stopping (or someone else is acting on the unit)
+        left = self.scan(pending.control_group)
+        name = pending.action.message.split(":", 1)[0]
+        if not left:
+            logger.info("[%s] nothing of the old start-up survived; starting", name)
+            self.unit.start()  # a refusal (UnitError) keeps it pending: tried again at the next tick
+            self.pending = None
+            return
+        listed = "; ".join(s.text() for s in left)
+        if now >= pending.until:
+            self.pending = None
+            self.alert(_blocked(pending.action, f"{name}: gave up waiting for the old start-up's processes to "
+                                f"end after {format_duration(self.wait)}; the unit stays stopped. Still there: "
+                                f"{listed}"))
+            return
+        if not pending.blocked_alerted:
+            pending.blocked_alerted = True
+            self.alert(_blocked(pending.action, f"{name}: restart blocked: processes of the stopped start-up "
+                                f"survived and may hold its GPU memory: {listed}; the start waits for them (at "
+                                f"most {format_duration(self.wait)})"))
+
+
+def _blocked(action: Action, message: str) -> Action:
+    return Action("alert", message, "restart_blocked", CRITICAL, action.invocation_id, action.phase, action.rank,
+                  "leftovers", action.dry_run)

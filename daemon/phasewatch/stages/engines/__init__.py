@@ -1,0 +1,91 @@
+"""What differs between inference engines beyond the rule table: the per-engine module a profile
+names (`module:` in profiles/<engine>.yaml, the engine's name by default).
+
+An engine module gives:
+- `find_prefixes(segment)`: where the engine's record prefixes are in a line, and the rank, time and
+  process each names (lines.Prefix);
+- `rank_from_title(argv0)`: the rank a process title names (procs.py), or None;
+- `parse_server_args(message)`: the launch arguments a `server_args` rule's line holds, in the common
+  vocabulary (tp_size, dp_size, pp_size, ep_size, nnodes, node_rank, model_path, host, port, ...);
+- `expected_ranks(server)`: the rank labels those arguments promise on this node, in the labels
+  `find_prefixes` gives (empty when the engine's labels cannot be foretold);
+- `detect(line)`: how sure a line makes us that the log is this engine's (0 none, 1 a hint, 2 sure).
+
+Adding an engine is a profile YAML and, when its prefixes or titles differ, one such module in this
+package (found by its file name; nothing else to register).
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from dataclasses import dataclass
+from functools import cache
+from typing import TYPE_CHECKING, Callable, Iterable
+
+from ..lines import Prefix
+
+if TYPE_CHECKING:
+    from ..snapshot import ServerInfo
+
+
+@dataclass(frozen=True)
+class Engine:
+    name: str
+    find_prefixes: Callable[[str], list[Prefix]]
+    rank_from_title: Callable[[str], str | None]
+    parse_server_args: Callable[[str], dict[str, str]]
+    expected_ranks: Callable[[ServerInfo], tuple[str, ...]]
+    detect: Callable[[str], int]
+
+
+# The engine modules of this package: every module not starting with "_".
+KNOWN: tuple[str, ...] = tuple(sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")))
+
+
+@cache
+def _registry() -> dict[str, Engine]:
+    engines = (importlib.import_module(f"{__name__}.{name}").ENGINE for name in KNOWN)
+    return {engine.name: engine for engine in engines}
+
+
+def engine_module(name: str) -> Engine:
+    """The module `name` (an engine's name); ValueError names the known ones."""
+    found = _registry().get(name)
+    if found is None:
+        raise ValueError(f"no engine module {name!r} (known: {', '.join(KNOWN)})")
+    return found
+
+
+def rank_from_any_title(argv0: str) -> str | None:
+    """A process title read from /proc, tried against every engine: a unit runs one engine, and no
+    engine's rank titles look like another's."""
+    for engine in _registry().values():
+        rank = engine.rank_from_title(argv0)
+        if rank is not None:
+            return rank
+    return None
+
+
+DETECT_LINES = 2000
+
+
+def detect_engine(lines: Iterable[str], default: str = "sglang") -> str:
+    """The engine whose lines a log shows: the first engine a line is sure of, else `default` if
+    any line hints at it, else the one with the most hints among the first DETECT_LINES lines."""
+    engines = list(_registry().values())
+    hints = dict.fromkeys((e.name for e in engines), 0)
+    for index, line in enumerate(lines):
+        if index >= DETECT_LINES:
+            break
+        for engine in engines:
+            score = engine.detect(line)
+            if score >= 2:
+                return engine.name
+            hints[engine.name] += score
+    if hints.get(default, 0) > 0:
+        return default  # SGLang's 2024 logs carry vLLM's loader lines: a hint of the default wins
+    best = max(hints.values())
+    if best == 0:
+        return default
+    return next(name for name, count in hints.items() if count == best)

@@ -1,0 +1,92 @@
+"""Issue 12, point 5: `phasewatch hold` — verdicts alerted, nothing restarted, across a daemon
+restart (the hold is a file in the state directory), and the hold ends by itself."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from fakes import ScriptedJournal
+from phasewatch.app import Daemon
+from phasewatch.cli import main
+from phasewatch.clock import FakeClock
+from phasewatch.config import DEFAULT_LIMITS, Config, PhaseLimits
+from phasewatch.records import JournalRecord, Phase
+from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier, RecordingUnit, UnitFacts
+from phasewatch.sinks.hold import HoldFile
+from phasewatch.sinks.state import StateStore
+from phasewatch.sources.procs import ProcessTable
+from phasewatch.stages.respond import Hold
+
+UNIT = "sglang-kimi.service"
+INV = "0123456789abcdef0123456789abcdef"
+T0 = 1_800_000_000.0
+CONFIG = Config(unit=UNIT, phases={**DEFAULT_LIMITS, Phase.WEIGHT_LOAD: PhaseLimits(60, None)})
+
+
+def daemon(tmp_path: Path, at: float) -> tuple[Daemon, ScriptedJournal, RecordingUnit, RecordingAlerter, FakeClock]:
+    clock = FakeClock(wall=at)
+    journal = ScriptedJournal()
+    unit = RecordingUnit(UnitFacts("activating", "start", INV, control_group=None, started_at=T0))
+    alerter = RecordingAlerter(UNIT)
+    app = Daemon(CONFIG, follower=journal, unit=unit, alerter=alerter,  # type: ignore[arg-type]
+                 notifier=RecordingNotifier(), store=StateStore(tmp_path, UNIT), clock=clock,
+                 processes=ProcessTable(proc=str(tmp_path / "proc"), cgroup_roots=(str(tmp_path / "cg"),)))
+    journal.push(*(JournalRecord(f"[2026-11-29 08:00:00 TP{n}] Load weight begin. avail mem=137.95 GB", T0,
+                                 pid=100 + n, invocation_id=INV) for n in range(8)))
+    return app, journal, unit, alerter, clock
+
+
+def test_a_hold_is_respected_across_a_daemon_restart_and_ends_by_itself(tmp_path: Path) -> None:
+    HoldFile(tmp_path, UNIT).write(Hold(T0 + 600, "debugging NCCL by hand"))
+    first, _, unit, alerter, clock = daemon(tmp_path, T0)
+    first.start()
+    clock.jump(61)
+    first.step(max_wait=0)
+    [alert] = alerter.sent
+    assert "not restarting: held by the operator for 8m" in alert["MESSAGE"]
+    assert "(debugging NCCL by hand)" in alert["MESSAGE"]
+    assert unit.restarts == []
+    status = json.loads((tmp_path / f"{UNIT}.status.json").read_text())
+    assert status["hold"]["reason"] == "debugging NCCL by hand" and status["hold"]["until_seconds"] == T0 + 600
+    # phasewatch itself restarts during the hold: the hold still stands, the alert is not repeated.
+    again, _, unit2, alerter2, clock2 = daemon(tmp_path, T0 + 120)
+    again.start()
+    again.step(max_wait=0)
+    assert unit2.restarts == [] and alerter2.sent == []
+    clock2.jump(599 - 120)
+    again.step(max_wait=0)
+    assert unit2.restarts == []
+    clock2.jump(2)  # the hold ended: the stall that still stands is acted on now
+    again.step(max_wait=0)
+    assert unit2.restarts == [INV]
+
+
+def test_hold_and_release_from_the_command_line(tmp_path: Path, capsys: object) -> None:
+    assert main(["hold", UNIT, "--for", "1h", "--reason", "bisecting a driver", "--state-dir", str(tmp_path)]) == 0
+    hold = HoldFile(tmp_path, UNIT).read(T0 - 1e9)  # written for "now": in force at any earlier time
+    assert hold is not None and hold.reason == "bisecting a driver"
+    assert main(["release", UNIT, "--state-dir", str(tmp_path)]) == 0
+    assert HoldFile(tmp_path, UNIT).read(T0 - 1e9) is None
+
+
+def test_a_hold_without_an_end_is_refused(tmp_path: Path) -> None:
+    assert main(["hold", UNIT, "--for", "never", "--reason", "x", "--state-dir", str(tmp_path)]) != 0
+    assert not HoldFile(tmp_path, UNIT).path.exists()
+
+
+def test_a_hold_file_that_is_not_ours_is_no_hold(tmp_path: Path) -> None:
+    HoldFile(tmp_path, UNIT).path.write_text('{"until": "soon"}')
+    assert HoldFile(tmp_path, UNIT).read(T0) is None
+
+
+def test_status_table_shows_the_hold_and_why_the_current_start_up_exists() -> None:
+    from phasewatch.commands.status import render_table
+
+    document = {"unit": UNIT, "hold": {"until": "2027-01-15T08:00:00Z", "reason": "bisecting a driver"},
+                "previous_startup": {"invocation_id": "aaaa", "verdict": "stalled", "message": "TP3 stalled",
+                                     "evidence": "/var/lib/phasewatch/evidence/x-aaaa-stalled.txt"}}
+    table = render_table(document)
+    assert "bisecting a driver (verdicts alerted, nothing restarted)" in table
+    assert "started by phasewatch: the previous start-up aaaa was stalled: TP3 stalled" in table
+    assert "evidence: /var/lib/phasewatch/evidence/x-aaaa-stalled.txt" in table
