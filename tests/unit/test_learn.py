@@ -10,38 +10,14 @@ from pathlib import Path
 import pytest
 from sglang_sim import Faults, build, journal_json
 
-from phasewatch.config import Adaptive, Config
+from learn_startups import ADAPTIVE, BASE, CONFIG, LOADS, UNIT, finished, run
+from phasewatch.config import Config
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import Phase, record_from_fields
-from phasewatch.sinks.history import History, StartupRecord, summarize
+from phasewatch.sinks.history import History, StartupRecord
 from phasewatch.stages import policy
 from phasewatch.stages.learn import adapted, eta_seconds, limits_in_force, typical_durations
 from phasewatch.stages.snapshot import InvocationView
-
-UNIT = "sglang-kimi.service"
-BASE = 1_800_000_000.0
-ADAPTIVE = Adaptive(enabled=True, k=1.5, min_samples=5, floor=0.25, ceiling=2.0)
-CONFIG = Config(unit=UNIT, adaptive=ADAPTIVE)
-
-
-def run(n: int, faults: Faults | None = None, config: Config = CONFIG) -> Pipeline:
-    pipeline = Pipeline(config)
-    plan = build(1.0, faults or Faults())
-    for entry in journal_json(plan, base=BASE + n * 10_000, unit=UNIT, invocation=f"{n:032x}"):
-        pipeline.feed(record_from_fields(entry), None)
-    pipeline.flush(None)
-    return pipeline
-
-
-def finished(n: int, slow_load: float) -> StartupRecord:
-    inv = run(n, Faults(slow_load=slow_load)).snapshot().current
-    assert inv is not None and inv.state.value == "ready"
-    record = summarize(UNIT, inv, "ready", None, inv.last_ts or 0.0)
-    assert record is not None
-    return record
-
-
-LOADS = [1.0, 0.9, 1.1, 1.05, 0.95, 1.2]
 
 
 @pytest.fixture(scope="module")
