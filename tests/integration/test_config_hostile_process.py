@@ -6,32 +6,15 @@ import os
 import re
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
+from hostile_configs import BILLION_LAUGHS, where
 from phasewatch.errors import EX_CONFIG
 
-FILE = "/etc/phasewatch/sglang-kimi.yaml"  # only a name for messages
 REPO = Path(__file__).resolve().parents[2]
 
 
-def where(line: int, path: str = FILE) -> str:
-    return re.escape(f" (file: {path}, line {line})") + "$"
-
-
-BILLION_LAUGHS = textwrap.dedent("""\
-    unit:
-      - &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]
-      - &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]
-      - &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]
-      - &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]
-      - &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]
-      - &f [*e,*e,*e,*e,*e,*e,*e,*e,*e]
-      - &g [*f,*f,*f,*f,*f,*f,*f,*f,*f]
-      - &h [*g,*g,*g,*g,*g,*g,*g,*g,*g]
-      - &i [*h,*h,*h,*h,*h,*h,*h,*h,*h]
-    """)  # 9**9 strings once expanded: the repr() in the old "got ..." message took a minute and GBs
 
 
 def test_billion_laughs_exits_78_at_once(tmp_path: Path) -> None:

@@ -4,37 +4,20 @@ from __future__ import annotations
 
 import os
 import re
-import textwrap
 from pathlib import Path
 
 import pytest
 
+from hostile_configs import BILLION_LAUGHS, FILE, where
 from phasewatch.cli import main
 from phasewatch.config import load_config, parse_config
 from phasewatch.config_file import MAX_DEPTH
 from phasewatch.durations import SHOWN_CHARS, parse_duration
 from phasewatch.errors import EX_CONFIG, ConfigError
 
-FILE = "/etc/phasewatch/sglang-kimi.yaml"  # only a name for messages
 REPO = Path(__file__).resolve().parents[2]
 
 
-def where(line: int, path: str = FILE) -> str:
-    return re.escape(f" (file: {path}, line {line})") + "$"
-
-
-BILLION_LAUGHS = textwrap.dedent("""\
-    unit:
-      - &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]
-      - &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]
-      - &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]
-      - &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]
-      - &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]
-      - &f [*e,*e,*e,*e,*e,*e,*e,*e,*e]
-      - &g [*f,*f,*f,*f,*f,*f,*f,*f,*f]
-      - &h [*g,*g,*g,*g,*g,*g,*g,*g,*g]
-      - &i [*h,*h,*h,*h,*h,*h,*h,*h,*h]
-    """)  # 9**9 strings once expanded: the repr() in the old "got ..." message took a minute and GBs
 
 
 def test_window_none_refused() -> None:
