@@ -5,6 +5,8 @@
     inside.py count --unit U                entries of the unit (the same match as every reader)
     inside.py catchup --unit U --reps R     (a)-(d) interleaved, R times each; JSON on stdout
     inside.py replay --unit U --reps R      (a) and (d) only, with (d)'s max RSS (the scale series)
+    inside.py watch-status --status F --out O   each new status file (inotify): "time entries invocation"
+    inside.py latency --unit U --seen O --since T --until T2   entry -> status latencies of that window
 
 Every reader is timed as a whole process (interpreter start included), from the same journal.
 """
@@ -137,13 +139,95 @@ def catchup(unit: str, reps: int, methods: list[str]) -> dict[str, object]:
             "median": {k: statistics.median(v) for k, v in times.items()}}
 
 
+IN_MOVED_TO, IN_CLOSE_WRITE = 0x80, 0x08
+
+
+def watch_status(status: str, out: str) -> None:
+    """Wait on the status file's directory (inotify: the daemon renames each new status into place)
+    and append, per new status, the time it was seen, its `entries` and its invocation. Until killed."""
+    import ctypes
+    import struct
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = libc.inotify_init1(0)
+    directory, name = os.path.split(status)
+    if fd < 0 or libc.inotify_add_watch(fd, directory.encode(), IN_MOVED_TO | IN_CLOSE_WRITE) < 0:
+        raise SystemExit(f"inotify: {os.strerror(ctypes.get_errno())}")
+    last = None
+    with open(out, "a", encoding="utf-8") as sink:
+        while True:
+            data = os.read(fd, 65536)
+            seen = time.time()
+            offset, hit = 0, False
+            while offset < len(data):
+                _, _, _, length = struct.unpack_from("iIII", data, offset)
+                hit = hit or data[offset + 16:offset + 16 + length].rstrip(b"\0").decode() == name
+                offset += 16 + length
+            if not hit:
+                continue
+            try:
+                with open(status, encoding="utf-8") as handle:
+                    document = json.load(handle)
+            except (OSError, ValueError):
+                continue
+            key = (document.get("entries"), document.get("invocation_id"))
+            if key != last:
+                last = key
+                sink.write(f"{seen:.6f} {key[0]} {key[1]}\n")
+                sink.flush()
+
+
+def latency(unit: str, seen_path: str, since: float, until: float) -> dict[str, object]:
+    """For each entry of the unit's current start-up journald stamped within [since, until]: the time
+    from its journal timestamp to the first status whose `entries` count includes it. The entries are
+    counted as the daemon counts them (phasewatch's own follower, per invocation, in journal order)."""
+    from phasewatch.sources.follow import JournalFollower
+
+    seen: list[tuple[float, int, str]] = []
+    with open(seen_path, encoding="utf-8") as handle:
+        for line in handle:
+            at, entries, invocation = line.split()
+            if entries != "None":
+                seen.append((float(at), int(entries), invocation.replace("-", "")))
+    invocation = seen[-1][2]
+    seen = [s for s in seen if s[2] == invocation]
+    follower = JournalFollower(unit)
+    follower.seek_head()
+    stamps: list[float] = []
+    while records := follower.read(1000):
+        stamps += [r.realtime for r in records if (r.invocation_id or "").replace("-", "") == invocation]
+    delays, missed = [], 0
+    cursor = 0
+    for index, stamp in enumerate(stamps, start=1):
+        while cursor < len(seen) and seen[cursor][1] < index:
+            cursor += 1
+        if not since <= stamp <= until:
+            continue
+        if cursor == len(seen):
+            missed += 1
+        else:
+            delays.append(max(seen[cursor][0] - stamp, 0.0))
+    return {"entries": len(delays) + missed, "missed": missed, "delays": delays}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(prog="inside.py")
-    parser.add_argument("command", choices=("raw", "count", "settle", "catchup"))
-    parser.add_argument("--unit", required=True)
+    parser.add_argument("command", choices=("raw", "count", "settle", "catchup", "watch-status", "latency"))
+    parser.add_argument("--unit")
+    parser.add_argument("--status")
+    parser.add_argument("--out")
+    parser.add_argument("--seen")
+    parser.add_argument("--since", type=float, default=0.0)
+    parser.add_argument("--until", type=float, default=float("inf"))
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--methods", default="a_raw_reader,b_journalctl_grep,c_fail2ban_regex,d_phasewatch_replay")
     args = parser.parse_args()
+    if args.command == "watch-status":
+        watch_status(args.status, args.out)
+        return 0
+    if args.command == "latency":
+        print(json.dumps(latency(args.unit, args.seen, args.since, args.until)))
+        return 0
     if args.command == "raw":
         raw(args.unit)
     elif args.command == "count":

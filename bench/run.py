@@ -228,6 +228,39 @@ class Bench:
                 "reader_p50": percentile(reader, 50), "reader_p99": percentile(reader, 99),
                 "waiting_reader_p50": percentile(waiting, 50), "waiting_reader_p99": percentile(waiting, 99)}
 
+    def watch_status(self) -> str:
+        """Start inside.py watch-status in the background (a transient unit); returns its output file."""
+        seen = f"{WORK}/seen.txt"
+        self.box.systemctl("stop", "bench-watch-status.service", check=False)
+        self.box.run("rm", "-f", seen)
+        self.box.run("systemd-run", "--quiet", "--collect", "--unit=bench-watch-status", f"{VENV}/bin/python",
+                     f"{REPO}/bench/inside.py", "watch-status", "--status", STATUS, "--out", seen)
+        return seen
+
+    def latencies(self, seen: str, since: float, until: float) -> dict[str, Any]:
+        """Entry -> status latencies of the entries journald stamped in [since, until] (inside.py latency)."""
+        self.box.systemctl("stop", "bench-watch-status.service", check=False)
+        found = json.loads(self.inside("latency", "--unit", UNIT, "--seen", seen, "--since", str(since),
+                                       "--until", str(until)))
+        delays = found["delays"]
+        return {"entries": found["entries"], "missed_status": found["missed"], "p50": percentile(delays, 50),
+                "p99": percentile(delays, 99), "max": max(delays, default=float("nan"))}
+
+    def follow_rate(self) -> dict[str, Any]:
+        """Entry -> status latency while the ready unit writes 100 Decode lines a second."""
+        seconds = max(self.s["idle_seconds"] / 2, 2)
+        log(f"follow latency: 100 lines/s for {seconds:g}s")
+        self.reset(f"rate --per-second 100 --seconds {seconds + 30}")
+        seen = self.watch_status()
+        self.start()
+        self.wait_state("serving", timeout=60)
+        time.sleep(1)
+        since = self.now()
+        time.sleep(seconds)
+        result = self.latencies(seen, since, self.now() - 0.5)
+        self.box.systemctl("stop", WATCHER, UNIT, check=False)
+        return result
+
     # -- 3: action latency -----------------------------------------------------------------------
     def action(self, busy: bool) -> dict[str, Any]:
         deadline = 2.0
@@ -310,6 +343,7 @@ class Bench:
         trigger, out = f"{WORK}/burst.go", f"{WORK}/burst.json"
         self.box.run("rm", "-f", trigger, out)
         self.reset(f"burst --lines {lines} --seconds {seconds} --trigger {trigger} --out {out}")
+        seen = self.watch_status()
         self.start()
         invocation = self.wait_state("ready", timeout=60)["invocation_id"]
         daemon = self.main_pid(WATCHER)
@@ -340,7 +374,8 @@ class Bench:
         time.sleep(3)
         after = median([self.proc(daemon)["rss_kib"] for _ in range(3)])
         status = self.status() or {}
-        return {"lines": times.get("lines"), "write_seconds": times["ended"] - times["began"],
+        follow = self.latencies(seen, times["began"], times["ended"] + 60)
+        return {"follow": follow, "lines": times.get("lines"), "write_seconds": times["ended"] - times["began"],
                 "journal_entries": expected, "daemon_entries": status.get("entries"),
                 "lost": expected - int(status.get("entries", 0)),
                 "journal_done_after_s": journal_final - times["ended"] if journal_final else None,
@@ -394,6 +429,7 @@ def main() -> int:
             results["profile"] = bench.profile()
         if "follow" in parts:
             results["follow"] = bench.follow()
+            results["follow_rate"] = bench.follow_rate()
         if "action" in parts:
             results["action_idle"] = bench.action(busy=False)
             results["action_busy"] = bench.action(busy=True)

@@ -38,20 +38,13 @@ from .sources.procs import ProcessTable
 from .sources.procstat import ProcSampler
 from .sources.signs_of_life import SignsOfLife
 from .sources.unit_processes import RankProcesses, Unit, UnitFactsReader
-from .stages import policy
+from .stages import policy, wakeups
 from .stages.respond import reset_budget
-from .stages.snapshot import UnitState
 from .stages.vitals import Vitals
 
 logger = logging.getLogger(__name__)
 
 REBUILD_MARGIN = 5.0  # read from this long before the unit's start
-# journald tells a follower about new entries only when its post-change timer fires (250 ms, coalesced;
-# here a bare reader waiting on the fd woke 0.25-0.5 s after the write, docs/performance.md). While a
-# start-up is talking, the loop also looks for entries every JOURNAL_POLL; a look that finds nothing
-# costs one read and goes back to sleep. Quiet for TALKING: only the fd, deadlines and the watchdog.
-JOURNAL_POLL = 0.05
-TALKING = 2.0
 
 
 class Daemon:
@@ -123,15 +116,18 @@ class Daemon:
         while not self.stopping:
             self.step()
 
+    def next_wait(self, now: Instant, until_deadline: float | None = None) -> wakeups.Wait:
+        """How long the next step may sleep, and whether that is only a look for unannounced entries."""
+        full = self._timeout(now) if until_deadline is None else until_deadline
+        return wakeups.plan(now.monotonic, now.monotonic + full, self.journal.last_entries_at,
+                            self.journal.entries_left)
+
     def step(self, max_wait: float | None = None) -> None:
         now = self.now()
-        timeout = full = self._timeout(now)
-        polling = (max_wait is None and self._starting() and now.monotonic - self.journal.last_entries_at < TALKING
-                   and timeout > JOURNAL_POLL)
-        if polling:
-            timeout = JOURNAL_POLL
-        if max_wait is not None:
-            timeout = min(timeout, max_wait)
+        full = self._timeout(now)
+        wait = self.next_wait(now, full)
+        timeout = wait.seconds if max_wait is None else min(wait.seconds, max_wait)
+        polling = wait.look and max_wait is None
         poller = select.poll()
         for source in self.sources:
             for fd in source.fds():
@@ -149,6 +145,7 @@ class Daemon:
             # Only looked for entries journald had not announced, and no deadline passed meanwhile
             # (next_deadline() forgets a deadline once it is past: it must be judged in this step).
             return
+        self.ranks.saw_pids(self.journal.take_pids())
         now = self.now()
         for source in self.sources[1:]:
             for event in source.collect(now, readable):
@@ -195,10 +192,6 @@ class Daemon:
             guarded.tick(self.clock.wall())
         except UnitError as exc:
             logger.error("[%s] %s", self.config.unit, exc)
-
-    def _starting(self) -> bool:
-        inv = self.pipeline.current()
-        return inv is not None and inv.state is UnitState.STARTING
 
     def _timeout(self, now: Instant) -> float:
         """Seconds until the earliest deadline of any source, the policy, the backoff or the watchdog."""

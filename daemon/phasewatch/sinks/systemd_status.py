@@ -49,6 +49,7 @@ class SystemdStatus:
         self.watchdog_interval = watchdog_interval
         self.last_watchdog = -math.inf  # monotonic
         self.last_status: dict[str, object] = {}
+        self.last_sent = ""  # the last STATUS= line: sent again only when it changed or with a ping
         self.status_unwritable = False
 
     def next_deadline(self) -> float | None:
@@ -59,6 +60,11 @@ class SystemdStatus:
         if result.degraded:
             parts[0] += f" ({' and '.join(sorted(result.degraded))} in memory only: state directory not writable)"
         self._write_status(result)
+        deadline = self.next_deadline()
+        ping = deadline is not None and monotonic >= deadline
+        if parts[0] == self.last_sent and not ping:
+            return  # nothing new for systemd: no message (a step at 100 lines/s is not a D-Bus-free ping)
+        self.last_sent = parts[0]
         if self.watchdog_interval is not None:
             parts.append("WATCHDOG=1")
             self.last_watchdog = monotonic

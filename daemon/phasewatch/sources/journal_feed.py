@@ -15,8 +15,11 @@ from .follow import INVALIDATE, JournalFollower
 
 logger = logging.getLogger(__name__)
 
-READ_BATCH = 1000
-READS_PER_STEP = 10  # bounded, so the watchdog is fed during a flood
+READ_BATCH = 250
+READS_PER_STEP = 40  # bounded, so the watchdog is fed during a flood
+# A step reads for at most this long, then publishes what it read (the status shows a burst's entries
+# as they come, not a whole backlog late) and the next step comes at once (`entries_left`).
+READ_TIME = 0.025
 KEPT_COUNTS = 16
 
 
@@ -31,24 +34,34 @@ class JournalFeed:
         self.entries_by_invocation: dict[str, int] = {}
         self.last_entries_at = -math.inf  # monotonic: when the journal last gave entries
         self.read_any = False  # in the last collect
+        self.entries_left = False  # the last collect stopped on its bound, not at the journal's end
+        self.pids: set[int] = set()  # the `_PID`s of the entries read since the daemon last took them
 
     def fds(self) -> Sequence[int]:
         return (self.follower.fileno(),)
 
     def next_deadline(self, now: Instant) -> float | None:
-        return now.monotonic if self.follower.behind else None  # more than the last reads took
+        return now.monotonic if self.follower.behind or self.entries_left else None
 
     def collect(self, now: Instant, readable: Sequence[int]) -> list[Event]:
         if self.follower.fileno() in readable and self.follower.wait_result() == INVALIDATE:
             logger.info("[%s] journal changed (rotation, vacuum or journald restart): reopening at the cursor",
                         self.unit)
             self.follower.reopen()
-        self.read_any = False
+        self.read_any = self.entries_left = False
+        until = self.clock.monotonic() + READ_TIME
         for _ in range(READS_PER_STEP):
             if not self.read():
-                break
+                return []
             self.read_any = True
+            if self.clock.monotonic() >= until:
+                break
+        self.entries_left = True
         return []
+
+    def take_pids(self) -> set[int]:
+        pids, self.pids = self.pids, set()
+        return pids
 
     def read(self) -> bool:
         records = self.follower.read(READ_BATCH)
@@ -60,6 +73,7 @@ class JournalFeed:
             self.pipeline.feed(record, wall)
             if record.invocation_id is not None:
                 counts[record.invocation_id] = counts.get(record.invocation_id, 0) + 1
+        self.pids.update({record.pid for record in records if record.pid is not None})
         if len(counts) > KEPT_COUNTS:
             for stale in list(counts)[:-KEPT_COUNTS]:
                 del counts[stale]

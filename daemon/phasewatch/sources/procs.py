@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable
 
 CGROUP_ROOTS = ("/sys/fs/cgroup", "/sys/fs/cgroup/unified", "/sys/fs/cgroup/systemd")
 
@@ -108,6 +109,11 @@ class RankWatch:
 
     def fds(self) -> list[int]:
         return list(self._by_fd)
+
+    def watches_all(self, pids: Iterable[int]) -> bool:
+        """Every one of `pids` is a rank process watched now."""
+        watched = {process.pid for process in self._by_fd.values()}
+        return all(pid in watched for pid in pids)
 
     def dead(self, readable: list[int]) -> list[RankProcess]:
         out = []

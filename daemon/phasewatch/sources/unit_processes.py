@@ -1,6 +1,12 @@
-"""Source: the unit's rank processes. While the unit starts, its cgroup is scanned every SCAN_INTERVAL
-for rank processes, each watched through a pidfd; a pidfd turning readable is a death, confirmed after
-DEATH_GRACE unless the unit is being torn down as a whole meanwhile (then no rank is to blame).
+"""Source: the unit's rank processes. While the unit starts, its cgroup is read for rank processes,
+each then watched through a pidfd; a pidfd turning readable is a death, confirmed after DEATH_GRACE
+unless the unit is being torn down as a whole meanwhile (then no rank is to blame).
+
+The cgroup is read when there is reason to (not on a timer): at a new start-up, and when the journal
+shows a `_PID` that is not a watched rank (a new process talking, the unit's main process, or, with
+`rank_processes: host`, the container client relaying its server's lines); at most once per
+SCAN_SPACING. A silent start-up costs no reads. (`cgroup.events` is no trigger: it changes only when
+the cgroup becomes populated or empty, or frozen, not when a process forks inside it.)
 """
 
 from __future__ import annotations
@@ -8,7 +14,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Iterable, Protocol, Sequence
 
 from ..errors import UnitError
 from ..records import Event, EventKind
@@ -20,7 +26,7 @@ from .procs import ProcessTable, RankProcess, RankWatch
 
 logger = logging.getLogger(__name__)
 
-SCAN_INTERVAL = 1.0  # how often the unit's cgroup is read while it starts
+SCAN_SPACING = 1.0  # at most one read of the unit's cgroup per this while lines keep asking for one
 DEATH_GRACE = 0.5  # a rank death is confirmed only if the unit is not being torn down meanwhile
 
 
@@ -76,11 +82,18 @@ class RankProcesses:
         self.watch = RankWatch()
         self.pending: list[_PendingDeath] = []
         self.last_scan = -math.inf
+        self.scan_wanted = True  # something happened that a read of the cgroup could explain
 
     def new_startup(self) -> None:
         self.watch.forget()
         self.pending.clear()
         self.last_scan = -math.inf
+        self.scan_wanted = True
+
+    def saw_pids(self, pids: Iterable[int]) -> None:
+        """The journal's `_PID`s since the last step: one that is not a watched rank asks for a read."""
+        if not self.scan_wanted and not self.watch.watches_all(pids):
+            self.scan_wanted = True
 
     def fds(self) -> Sequence[int]:
         return self.watch.fds()
@@ -95,8 +108,8 @@ class RankProcesses:
 
     def next_deadline(self, now: Instant) -> float | None:
         deadlines = [d.seen_mono + DEATH_GRACE for d in self.pending]
-        if self.scanning(self.current()):
-            deadlines.append(self.last_scan + SCAN_INTERVAL)
+        if self.scan_wanted and self.scanning(self.current()):
+            deadlines.append(self.last_scan + SCAN_SPACING)
         return min(deadlines, default=None)
 
     def collect(self, now: Instant, readable: Sequence[int]) -> list[Event]:
@@ -107,18 +120,20 @@ class RankProcesses:
 
     def _scan(self, now: Instant) -> None:
         inv = self.current()
-        if inv is None or not self.scanning(inv) or now.monotonic - self.last_scan < SCAN_INTERVAL:
+        if not self.scan_wanted or inv is None or not self.scanning(inv) \
+                or now.monotonic - self.last_scan < SCAN_SPACING:
             return
         self.last_scan = now.monotonic
+        self.scan_wanted = False
         known = self.facts.known
         if known is None or not known.control_group or known.invocation_id != inv.invocation_id:
             # D-Bus only until this start-up's cgroup is known (a dozen calls a time): then the file alone.
             self.facts.known = self.facts.read() or self.facts.known
         facts = self.facts.known
-        if facts is None or not facts.control_group:
+        if facts is None or not facts.control_group or \
+                facts.invocation_id is not None and facts.invocation_id != inv.invocation_id:
+            self.scan_wanted = True  # D-Bus does not know this start-up's cgroup yet: ask again
             return
-        if facts.invocation_id is not None and facts.invocation_id != inv.invocation_id:
-            return  # the journal has not caught up with the new start yet
         self.watch.update(self.processes.ranks(facts.control_group, self.host_wide))
 
     def _confirm(self, now: Instant) -> list[Event]:

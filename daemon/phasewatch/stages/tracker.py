@@ -51,9 +51,11 @@ class Tracker:
         self._current: InvocationState | None = None
         self._anonymous = itertools.count(1)
         self._adopted: list[Transition] = []  # moves made when a new rank took over an unowned bar
+        self._snapshot: Snapshot | None = None  # the views until the next apply() (a step asks a dozen times)
 
     def snapshot(self) -> Snapshot:
-        return Snapshot(tuple(inv.view() for inv in self._invocations.values()))
+        self._snapshot = self._snapshot or Snapshot(tuple(inv.view() for inv in self._invocations.values()))
+        return self._snapshot
 
     # -- invocations ------------------------------------------------------------------------
     def _start(self, invocation_id: str | None, ts: float | None) -> tuple[InvocationState, list[Transition]]:
@@ -77,7 +79,7 @@ class Tracker:
 
     def apply(self, event: Event, now: float | None) -> list[Transition]:
         """`now` dates events that carry no time; None (a replay) leaves them undated."""
-        ts = event.ts if event.ts is not None else now
+        self._snapshot, ts = None, event.ts if event.ts is not None else now  # (the views change)
         if event.kind is EventKind.RANK_PROGRESS:
             return self._rank_progress(event, ts)
         if event.kind is EventKind.INVOCATION_START:
