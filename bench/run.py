@@ -327,14 +327,36 @@ class Bench:
         seconds = self.s["silent_seconds"]
         log(f"idle cost: no lines for {seconds}s ({'starting' if starting else 'ready'})")
         self.reset("silent --starting" if starting else "silent")
+        started = self.now()
         self.start()
         self.wait_state("starting" if starting else "ready", timeout=60)
         if starting:  # every rank has printed its lines (the kv cache pool)
             self.box.wait_for(lambda: (s := self.status()) and s.get("phase") == "kv_cache_alloc", 30, "kv cache")
         time.sleep(1)
+        window = self.now()
         result = self.sample(seconds, strace=True)
-        result["watchdog_interval_s"] = 15.0
+        result.update(self.expected_wakeups(result["seconds"], starting, window - started,
+                                            (self.status() or {}).get("phase")))
         return result
+
+    def expected_wakeups(self, seconds: float, starting: bool, since_start: float, phase: str | None) -> dict[str, Any]:
+        """What the daemon has reason to wake for in a silent window of `seconds`, from its config: the
+        watchdog (every WatchdogSec/2), the signs-of-life sampling (every vitals.period, while starting),
+        and the policy's deadlines (a phase's deadline or stall window ending in the window; counted if it
+        could: the phase began after the unit started, `since_start` before the window)."""
+        from phasewatch.config import Config
+        from phasewatch.records import Phase
+
+        usec = self.box.show(WATCHER, "WatchdogUSec")["WatchdogUSec"]
+        watchdog = parse_seconds(usec) / 2
+        period = Config(unit=UNIT).vitals.period
+        limits = Config(unit=UNIT).limits(Phase(phase)) if starting and phase else None
+        ends = [x for x in (limits.deadline, limits.stall) if x is not None] if limits else []
+        deadlines = sum(1 for x in ends if x <= since_start + seconds)
+        return {"watchdog_interval_s": watchdog, "vitals_period_s": period if starting else None,
+                "expected": {"watchdog": int(seconds // watchdog), "deadlines": deadlines,
+                             "sampling": int(seconds // period) if starting else 0},
+                "phase_limits_s": ends}
 
     # -- 5: burst --------------------------------------------------------------------------------
     def burst(self) -> dict[str, Any]:
@@ -389,6 +411,16 @@ def catchup_unit(n: int) -> str:
 
 def at(entry: dict[str, Any]) -> float:
     return int(entry["__REALTIME_TIMESTAMP"]) / 1e6
+
+
+def parse_seconds(text: str) -> float:
+    """systemd's time span as `systemctl show` prints it ("30s", "1min 30s", "500ms")."""
+    units = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "min": 60.0, "h": 3600.0}
+    total = 0.0
+    for part in text.split():
+        number = part.rstrip("abcdefghijklmnopqrstuvwxyz")
+        total += float(number) * units[part[len(number):] or "s"]
+    return total
 
 
 def parse_strace(text: str) -> dict[str, int]:
