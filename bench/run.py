@@ -105,7 +105,8 @@ class Bench:
 
     def proc(self, pid: int) -> dict[str, Any]:
         """CPU seconds (all threads), RSS in KiB, and each thread's voluntary context switches."""
-        script = (f"cat /proc/{pid}/stat; grep VmRSS /proc/{pid}/status; "
+        script = (f"cat /proc/{pid}/stat; grep VmRSS /proc/{pid}/status; grep -E '^Rss(Anon|File|Shmem)' "
+                  f"/proc/{pid}/status | tr '\\n' ' '; echo; "
                   f"for t in /proc/{pid}/task/*; do echo \"T $(basename $t) $(cat $t/comm) "
                   f"$(grep ^voluntary_ctxt_switches $t/status | cut -f2)\"; done")
         out = self.box.run("sh", "-c", script).stdout.splitlines()
@@ -113,11 +114,13 @@ class Bench:
         ticks = os.sysconf("SC_CLK_TCK")
         cpu = (int(stat[11]) + int(stat[12])) / ticks
         rss = int(out[1].split()[1])
+        parts = out[2].split()  # RssAnon: N kB RssFile: N kB RssShmem: N kB
+        kinds = {parts[i].rstrip(":"): int(parts[i + 1]) for i in range(0, len(parts) - 1, 3)}
         threads = {}
-        for line in out[2:]:
+        for line in out[3:]:
             _, tid, *comm, switches = line.split()
             threads[f"{' '.join(comm)}:{tid}"] = int(switches)
-        return {"cpu": cpu, "rss_kib": rss, "threads": threads}
+        return {"cpu": cpu, "rss_kib": rss, "rss_kinds_kib": kinds, "threads": threads}
 
     def journal_since(self, since: float, *matches: str) -> list[dict[str, Any]]:
         return [e for e in self.box.journal(*matches) if int(e["__REALTIME_TIMESTAMP"]) / 1e6 >= since]
@@ -332,7 +335,7 @@ class Bench:
         self.wait_state("starting" if starting else "ready", timeout=60)
         if starting:  # every rank has printed its lines (the kv cache pool)
             self.box.wait_for(lambda: (s := self.status()) and s.get("phase") == "kv_cache_alloc", 30, "kv cache")
-        time.sleep(1)
+        time.sleep(3)  # past the looks for entries that follow the last ones (stages/wakeups.py TALKING)
         window = self.now()
         result = self.sample(seconds, strace=True)
         result.update(self.expected_wakeups(result["seconds"], starting, window - started,
@@ -371,6 +374,7 @@ class Bench:
         daemon = self.main_pid(WATCHER)
         time.sleep(1)
         baseline = median([self.proc(daemon)["rss_kib"] for _ in range(3)])
+        kinds_before = self.proc(daemon)["rss_kinds_kib"]
         self.box.run("touch", trigger)
         peak = baseline
         while not self.box.read(out):
@@ -395,9 +399,11 @@ class Bench:
             time.sleep(0.05)
         time.sleep(3)
         after = median([self.proc(daemon)["rss_kib"] for _ in range(3)])
+        kinds_after = self.proc(daemon)["rss_kinds_kib"]
         status = self.status() or {}
         follow = self.latencies(seen, times["began"], times["ended"] + 60)
-        return {"follow": follow, "lines": times.get("lines"), "write_seconds": times["ended"] - times["began"],
+        return {"follow": follow, "rss_kinds_before_kib": kinds_before, "rss_kinds_after_kib": kinds_after,
+                "lines": times.get("lines"), "write_seconds": times["ended"] - times["began"],
                 "journal_entries": expected, "daemon_entries": status.get("entries"),
                 "lost": expected - int(status.get("entries", 0)),
                 "journal_done_after_s": journal_final - times["ended"] if journal_final else None,

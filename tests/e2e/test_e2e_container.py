@@ -103,7 +103,7 @@ def test_container_rank_killed_is_named_with_rank_processes_host(container: Scen
     s.start()
     s.box.wait_for(lambda: (st := s.status()) and st.get("ranks", {}).get("TP5") == "weight_load", 30,
                    "weight loading")
-    time.sleep(1.5)  # phasewatch looks for rank processes once a second
+    time.sleep(1.5)  # phasewatch looks for rank processes within a second of a new process's first line
     pid = s.box.run("pgrep", "-f", "^sglang::scheduler_TP5").stdout.split()[0]
     killed = time.time()
     s.box.run("kill", "-KILL", pid)

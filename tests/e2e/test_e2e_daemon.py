@@ -72,7 +72,7 @@ def test_rank_process_killed_during_weight_load_is_named_within_two_seconds(scen
     scenario.start()
     scenario.box.wait_for(lambda: (s := scenario.status()) and s.get("phase") == "weight_load"
                           and s.get("ranks", {}).get("TP5") == "weight_load", 30, "weight loading")
-    time.sleep(1.5)  # phasewatch reads the cgroup once a second
+    time.sleep(1.5)  # phasewatch reads the cgroup within a second of a new process's first line
     pid = scenario.box.run("pgrep", "-f", "^sglang::scheduler_TP5").stdout.split()[0]
     killed = time.time()
     scenario.box.run("kill", "-KILL", pid)

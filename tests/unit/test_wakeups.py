@@ -1,6 +1,7 @@
 """When the daemon's loop wakes: the pure plan (stages/wakeups.py), the cgroup scan triggered by the
-journal instead of a timer (sources/unit_processes.py), and a silent start-up on a fake clock that
-wakes only for the watchdog, the signs-of-life sampling and the policy's deadlines."""
+journal instead of a timer (sources/unit_processes.py), a silent start-up on a fake clock that wakes
+only for the watchdog, the signs-of-life sampling and the policy's deadlines; and when the memory a
+burst took is given back (sources/journal_feed.py)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from phasewatch.records import JournalRecord
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier, RecordingUnit, UnitFacts
 from phasewatch.sinks.state import StateStore
 from phasewatch.sources.base import Instant
+from phasewatch.sources.journal_feed import READ_BATCH, READS_PER_STEP, RELEASE_AFTER, JournalFeed
 from phasewatch.sources.procs import ProcessTable, RankProcess
 from phasewatch.sources.unit_processes import SCAN_SPACING, RankProcesses, UnitFactsReader
 from phasewatch.stages.wakeups import LOOK, TALKING, Wait, plan
@@ -182,3 +184,32 @@ def test_a_line_from_a_new_process_wakes_a_scan_in_the_next_step(tmp_path: Path)
     clock.jump(SCAN_SPACING)
     app.step(max_wait=0)
     assert table.scans == scans + 1
+
+
+# -- memory after a burst -----------------------------------------------------------------------
+
+class CountingJournal(ScriptedJournal):
+    def __init__(self) -> None:
+        super().__init__()
+        self.reopened = 0
+
+    def reopen(self) -> None:
+        self.reopened += 1
+
+
+def test_memory_is_released_once_caught_up_after_a_burst_not_during_it() -> None:
+    journal = CountingJournal()
+    clock = FakeClock(wall=T0)
+    feed = JournalFeed(journal, Pipeline(Config(unit=UNIT)), UNIT, clock, lambda: None)  # type: ignore[arg-type]
+    journal.push(*(JournalRecord(f"[2026-11-29 08:00:00 TP0] Decode batch, #running-req: {n}", T0, pid=101,
+                                 invocation_id=INV) for n in range(RELEASE_AFTER + READ_BATCH * READS_PER_STEP)))
+    feed.collect(Instant(T0, 1000.0), [])
+    assert feed.entries_left and not feed.release_memory()  # still reading the burst
+    while feed.entries_left:
+        feed.collect(Instant(T0, 1000.0), [])
+    assert feed.release_memory() and journal.reopened == 1
+    assert not feed.release_memory()  # not again until RELEASE_AFTER more entries
+    journal.push(JournalRecord("[2026-11-29 08:00:01 TP0] Decode batch, #running-req: 1", T0 + 1, pid=101,
+                               invocation_id=INV))
+    feed.collect(Instant(T0 + 1, 1001.0), [])
+    assert not feed.release_memory() and journal.reopened == 1

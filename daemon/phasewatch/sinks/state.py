@@ -79,7 +79,7 @@ def _write_atomically(path: Path, document: dict[str, Any], sync: bool) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         with open(temporary, "w", encoding="utf-8") as handle:
-            json.dump(document, handle)
+            handle.write(json.dumps(document))  # (json.dump streams through the pure-Python encoder)
             if sync:
                 handle.flush()
                 os.fsync(handle.fileno())
