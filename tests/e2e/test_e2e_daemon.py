@@ -49,9 +49,17 @@ def test_hung_rank_in_draft_capture_gets_one_alert_and_one_restart_in_time(scena
     # The new start-up is tracked from zero, and it is a healthy one.
     status = scenario.wait_state("ready", timeout=90)
     assert status["invocation_id"] != first
-    assert len(scenario.invocations()) == 2
+    assert len(scenario.invocations()) == 2, startups_told(scenario)
     assert [a["PHASEWATCH_INVOCATION"] for a in scenario.alerts()] == [first]
     assert status["restarted"] == [first]
+
+
+def startups_told(scenario: Scenario) -> str:
+    """What a failure needs to be read: PID 1's words about the unit and phasewatch's log."""
+    pid1 = [f"{e['__REALTIME_TIMESTAMP']} {e.get('JOB_TYPE', '')} {e['MESSAGE']}"
+            for e in scenario.box.journal(f"UNIT={UNIT}", "_PID=1")
+            if int(e["__REALTIME_TIMESTAMP"]) / 1e6 >= scenario.started_at]
+    return "PID 1:\n" + "\n".join(pid1) + "\nphasewatch:\n" + scenario.watcher_log()
 
 
 def test_slow_but_progressing_weight_load_is_not_restarted(scenario: Scenario) -> None:
