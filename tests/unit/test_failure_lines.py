@@ -114,6 +114,26 @@ def test_vllm_near_misses_are_no_crash(line: str) -> None:
     assert crash("vllm", [line]) is None
 
 
+@pytest.mark.parametrize(("line", "phase"), [
+    ("(APIServer pid=1) INFO 06-02 11:03:56 [api_server.py:1336] Starting vLLM API server on http://0.0.0.0:8000",
+     "http_server_start"),
+    ("(APIServer pid=1) INFO 10-06 15:56:40 [api_server.py:1971] Starting vLLM API server 0 on http://0.0.0.0:8000",
+     "http_server_start"),
+    ("(APIServer pid=1) INFO 03-02 09:12:40 [api_server.py:1100] Starting vLLM server on http://0.0.0.0:8000",
+     "http_server_start"),
+    # a launcher's line before vLLM runs (corpus 053, GPUStack): the API server has not started
+    ("2025-08-17 19:54:47.873656+00:00 - gpustack.worker.backends.vllm - INFO - Starting vLLM server: "
+     "/opt/torchenv/bin/vllm", "launch"),
+    ("Starting vLLM server: /opt/torchenv/bin/vllm serve /models/m --port 8000", "launch"),
+])
+def test_vllm_api_server_start_across_versions(line: str, phase: str) -> None:
+    pipeline = Pipeline(Config(unit="x.service", engine="vllm"), default_year=2026)
+    pipeline.feed_all(parse_source((line + "\n").encode("utf-8"), default_year=2026).records, None)
+    [inv] = pipeline.snapshot().invocations
+    phases = {r.phase.value for r in inv.ranks} or {"launch"}
+    assert phases == {phase}
+
+
 # --- SGLang ----------------------------------------------------------------------------------------
 
 S = "[2026-02-22 23:55:20 TP1] "
