@@ -149,3 +149,21 @@ def test_the_wait_is_configurable(text: str, wait: float) -> None:
 def test_the_wait_is_bounded() -> None:
     with pytest.raises(ConfigError, match=r"^crash_cause_wait: at most 60s"):
         parse_config("unit: vllm.service\ncrash_cause_wait: 2m\n")
+
+
+def test_the_wait_counts_from_the_culprits_line_not_from_an_older_request_error() -> None:
+    """After ready, one request's traceback is no crash; hours later a worker dies: its generic line
+    still waits for its own cause line."""
+    unit = VllmUnit()
+    unit.start()
+    unit.record("(APIServer pid=100) INFO:     Application startup complete.", 100)
+    unit.record("(APIServer pid=100) ValueError: prompt is too long", 100)  # a request's error: no crash
+    assert unit.crashes() == []
+    unit.clock.jump(3600)
+    unit.log("Worker_TP1", "WorkerProc failed.", "ERROR")
+    failed_at = unit.clock.wall()
+    assert unit.crashes() == []
+    assert unit.next_deadline() == failed_at + WAIT
+    unit.raw("Worker_TP1", OOM_TRACEBACK)
+    [crash] = unit.crashes()
+    assert (crash.rank, crash.cause) == ("TP1", "oom")

@@ -197,5 +197,5 @@ def test_cause_near_misses_are_not_that_cause(engine: str, cause: str, line: str
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
 def test_the_uvicorn_rule_no_longer_fires_on_any_mention_of_a_busy_address(engine: str) -> None:
     assert "uvicorn_failure" not in fatal_rules(engine, "retrying: address already in use")
-    assert "uvicorn_failure" in fatal_rules(
-        engine, "ERROR:    [Errno 98] error while attempting to bind on address ('0.0.0.0', 8000): address already in use")
+    bind = "ERROR:    [Errno 98] error while attempting to bind on address ('0.0.0.0', 8000): address already in use"
+    assert "uvicorn_failure" in fatal_rules(engine, bind)

@@ -274,7 +274,7 @@ def crashed_verdict(inv: InvocationView, now: float, config: Config, profile: Pr
                  or profile.classify_cause(own_texts) or culprit.cause)
     if cause is None and failed:
         cause = "killed" if inv.unit_result in ("signal", "core-dump") else "exit_code"
-    if now < cause_wait_until(inv, config) and (cause is None or cause in GENERIC_CAUSES):
+    if (cause is None or cause in GENERIC_CAUSES) and now < _cause_wait_until(inv, culprit, config):
         return None  # "WorkerProc failed to start." comes before its traceback's OutOfMemoryError
     phase = _crash_phase(inv, culprit, rank, facts)
     at = culprit.ts if culprit is not None and culprit.ts is not None else now
@@ -290,13 +290,20 @@ def crashed_verdict(inv: InvocationView, now: float, config: Config, profile: Pr
                    facts=facts if facts.known else None)
 
 
-def cause_wait_until(inv: InvocationView, config: Config) -> float:
-    """Until when a crash whose cause is only generic waits for a line naming a specific one
-    (`crash_cause_wait` after its first failure line), while the unit's invocation still runs."""
-    if not inv.fatals or inv.state not in LIVE_STATES or config.crash_cause_wait <= 0:
+def _cause_wait_until(inv: InvocationView, culprit: FatalView | None, config: Config) -> float:
+    """Until when a crash whose cause is only generic waits for a line naming a specific one:
+    `crash_cause_wait` after the culprit's first line, while the unit's invocation still runs."""
+    if culprit is None or culprit.ts is None or inv.state not in LIVE_STATES:
         return -math.inf
-    first = min((f.ts for f in inv.fatals if f.ts is not None), default=None)
-    return first + config.crash_cause_wait if first is not None else -math.inf
+    return culprit.ts + config.crash_cause_wait
+
+
+def _cause_waits_ending(inv: InvocationView, now: float, config: Config) -> float:
+    """The earliest end after `now` of such a wait, whichever fatal record turns out the culprit."""
+    if inv.state not in LIVE_STATES or config.crash_cause_wait <= 0:
+        return math.inf
+    ends = [f.ts + config.crash_cause_wait for f in inv.fatals if f.ts is not None]
+    return min((t for t in ends if t > now), default=math.inf)
 
 
 def rank_facts(inv: InvocationView) -> CrashFacts:
@@ -406,8 +413,7 @@ def next_deadline(inv: InvocationView, now: float, config: Config) -> float:
         if first_echo + ECHO_GRACE > now:
             return first_echo + ECHO_GRACE
     if inv.fatals:
-        wait_until = cause_wait_until(inv, config)
-        return wait_until if wait_until > now else math.inf
+        return _cause_waits_ending(inv, now, config)
     if inv.state not in START_UP_STATES or node_done(inv):
         return math.inf
     candidates: list[float] = []
