@@ -42,8 +42,8 @@ journald-server.c): a bare reader waiting on the journal's fd (what `journalctl 
 (polling row). So while the unit talks (an entry within the last 2 s) the daemon also looks for
 entries every 50 ms (`stages/wakeups.py`); a look that finds nothing costs a `poll` and a `_next()`.
 Measured before this work, on the same writer and machine: a start-up's lines p50 24 ms, p99 52 ms
-(the 388 ms of the older full run did not come back in three runs; it was about 2 % of its lines
-waiting for journald's notification, and the loop has been rebuilt since); 100 `Decode batch`
+(the 388 ms of the older full run did not come back in two runs of main; at least 1 % of its lines
+had waited for journald's notification; its cause is not known, and the loop has been rebuilt since); 100 `Decode batch`
 lines/s after ready p50 128 ms, p99 256 ms; the burst p50 1.27 s, p99 1.80 s. The causes, found by
 these rows: (1) the looks were made only while the start-up was `starting`: after ready the daemon
 kept journald's cadence; (2) a step read up to 10,000 entries (about 0.3 s of work under the burst)
@@ -56,8 +56,17 @@ of all 16 kept start-ups); they are now built once per change (`Tracker.snapshot
 `apply`); the status file is encoded with `json.dumps` instead of the pure-Python streaming
 encoder; the metrics exporter's view is rebuilt at most 4 times a second (`PUBLISH_SPACING`, with
 a deadline so the last change is published); `sd_notify` is sent only when the STATUS= line
-changed or the watchdog ping is due. One step that reads 5 lines fell from about 3.0 ms to
-0.3 ms (this machine, outside the sandbox). The first line after more than 2 s of silence still
+changed or the watchdog ping is due. One step that reads 5 lines, outside the sandbox: 3.0 ms →
+1.9 ms with the views cached (status file on a disk), and on a tmpfs 0.55 ms → 0.29 ms with the
+publish spacing and `json.dumps`. In the run of 2026-11-30 04:44 (`--only
+follow,idle,burst`, before the merge with the catch-up fast path): a start-up's lines p50 29 ms,
+p99 54 ms; 100 lines/s p50 23 ms, p99 52 ms (met); the burst p50 75 ms, p99 145 ms (missed by
+45 ms: the daemon reads the burst about as fast as journald stores it, 1.9 s after the writers
+stopped both were done, so an entry waits behind those before it; a cheaper entry, the catch-up
+fast path, is what would lower it). The price is CPU at 100 lines/s: 20 steps a second instead of
+4, 2.3 % of a core in that run (0.9 % before; target 4 missed by it); what would meet both: a
+step that costs less than the 0.5 ms it takes there (the status file is written and the tracker's
+views rebuilt at every step that read an entry). The first line after more than 2 s of silence still
 waits for journald (0.25–0.5 s): looking every 50 ms while silent would be the periodic wake-up
 target 4 forbids; nothing cheaper tells a follower that an entry was appended (journald writes
 through `mmap`, which inotify does not see).
@@ -79,8 +88,13 @@ none: in the sandbox (cgroup v2 beside v1, systemd 252) it changed when the unit
 populated or empty, never when a process forked or joined an already populated cgroup. A rank that
 dies before printing a line is left to the log (the parent's traceback, or a stall). The looks for
 entries stop 2 s after the last entry, so a silent window is measured from 3 s after the last
-line. At 100 lines/s the daemon now takes a step every 50 ms instead of 4 a second (the price of
-target 2): see the CPU row; the metrics HTTP server's thread sleeps until a request comes.
+line. In the run of 2026-11-30 04:44: silent start-up 17 wake-ups in 60 s for 16 due (4 pings +
+12 samples), met; silent and ready 8 for 4 pings (under strace: `poll` 7, `sendmsg` 4; a separate
+`strace -tt` of the same scenario showed one `poll` per ping and nothing else, so the extra ones
+were most likely the journal's fd, which wakes a follower for any unit's entries; not confirmed).
+At 100 lines/s the daemon now takes a step every 50 ms instead of 4 a second (the price of
+target 2): see the CPU row and section 2; the metrics HTTP server's thread sleeps until a request
+comes.
 
 **5. Burst.** Nothing is lost. RSS grew by about 23 MB in the burst and stayed there; by kind
 (`/proc/PID/status`), it was `RssShmem`: the pages of the journal files (a tmpfs here) that
@@ -90,7 +104,8 @@ measured alone on the 50,000-line burst (`--only burst`, RSS after minus before)
 closing and reopening the journal reader at its cursor +1.7 MB. The daemon now does the reopen and
 the trim once it has caught up after 10,000 entries (`JournalFeed.release_memory`; nothing lost or
 read twice: it is the reopen that a journal rotation already uses), so at 100 lines/s once every
-100 s. Smaller reads (250 entries, at most 25 ms per step) also lower the peak.
+100 s. Smaller reads (250 entries, at most 25 ms per step) also lower the peak. In the run of
+2026-11-30 04:44: RSS 43.3 → 53.1 → 44.0 MB, +0.7 MB (met).
 
 ## Reproduce
 

@@ -39,9 +39,12 @@ def test_quick_bench_produces_every_row(tmp_path: Path) -> None:
         assert r[key]["daemon_rss_max_kib"] > 0 and r[key]["thread_wakeups"]
     assert r["burst"]["journal_entries"] > r["burst"]["lines"] > 0
     assert r["burst"]["daemon_entries"] is not None
+    assert r["follow_rate"]["entries"] > 0 and r["burst"]["follow"]["entries"] > 0
+    assert set(r["idle_silent_starting"]["expected"]) == {"watchdog", "sampling", "deadlines"}
 
     doc = (tmp_path / "performance.md").read_text()
     for heading in ("## Targets", "## 1. Catch-up", "## 2. Follow latency", "## 3. Action latency",
                     "## 4. Idle cost", "## 5. Burst", "## 6. Scale", "## Reproduce"):
         assert heading in doc
     assert doc.count("| 1 | replay ≥") == 3
+    assert doc.count("| 2 | entry → daemon status") == 2
