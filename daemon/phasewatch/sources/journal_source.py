@@ -8,31 +8,146 @@ of every entry and was the slowest stage of `replay --unit` (docs/performance.md
 
 from __future__ import annotations
 
-from typing import Iterator
+import time
+from typing import Any, Iterator, Union
 
 from ..errors import JournalError, JournalUnavailable
-from ..records import JournalRecord
-from .follow import JournalFollower
+from ..records import JournalRecord, record_from_fields
+from ..trust import rejection
+from .follow import _LIFECYCLE_FIELDS, JournalFollower
 
 BATCH = 4096
+# A whole line of the unit's own processes, as read: (MESSAGE bytes, seconds, _PID, invocation).
+UnitLine = tuple[bytes, float, Union[int, None], Union[str, None]]
+Entry = Union[UnitLine, JournalRecord]
 
 
+
+
+def _open(unit: str, directory: str | None, since: float | None) -> JournalFollower:
+    try:
+        follower = JournalFollower(unit, directory)
+    except JournalError as exc:
+        where = f" in {directory}" if directory else ""
+        raise JournalUnavailable(str(exc).replace("the journal", f"the journal{where}", 1)) from None
+    if since is not None:
+        follower.seek_realtime(since)
+    else:
+        follower.seek_head()
+    return follower
+
+
+def _broken_times(unit: str, directory: str | None, reader: Any) -> tuple[frozenset[int], int]:
+    """The times (µs) of the unit's entries that carry `_LINE_BREAK`, and a horizon: entries dated
+    at or after it were maybe written after this look, and are asked for the field themselves.
+    One indexed look instead of a failed `_get("_LINE_BREAK")` (a KeyError) per entry."""
+    horizon = int(time.time() * 1_000_000)
+    values = reader.query_unique("_LINE_BREAK")
+    if not values:
+        return frozenset(), horizon
+    from systemd import _reader  # pragma: systemd no cover
+
+    looker = _reader._Reader(0, directory) if directory else _reader._Reader()
+    try:
+        looker.add_match(f"_SYSTEMD_UNIT={unit}")
+        for value in values:
+            looker.add_match(b"_LINE_BREAK=" + (value if isinstance(value, bytes) else str(value).encode()))
+        looker.seek_head()
+        times = set()
+        while looker._next():
+            times.add(looker._get_realtime())
+        return frozenset(times), horizon
+    finally:
+        looker.close()
+
+
+def unit_entries(unit: str, directory: str | None = None, since: float | None = None,
+                 rejected: dict[str, int] | None = None) -> Iterator[list[Entry]]:
+    """`read_unit`'s entries in batches, the unit's whole lines as `UnitLine` tuples (no record
+    built: `Pipeline.feed_line`), the rest as JournalRecords. Reads the fields a line needs only."""
+    follower = _open(unit, directory, since)
+    reader = follower._reader
+    try:
+        broken, horizon = _broken_times(unit, directory, reader)
+        get, next_entry, realtime = reader._get, reader._next, reader._get_realtime
+        unit_bytes = unit.encode()
+        more = True
+        while more:
+            batch: list[Entry] = []
+            append = batch.append
+            for _ in range(BATCH):
+                if not next_entry():
+                    more = False
+                    break
+                try:
+                    owner = get("_SYSTEMD_UNIT")
+                except KeyError:
+                    owner = None
+                if owner != unit_bytes:
+                    _other(get, realtime(), unit, append, follower.rejected)
+                    continue
+                stamp = realtime()
+                try:
+                    message = get("MESSAGE")
+                    pid = get("_PID")
+                    invocation = get("_SYSTEMD_INVOCATION_ID").decode()
+                except KeyError:
+                    append(_record(get, stamp))  # a field is missing: the general way
+                    continue
+                if stamp in broken or stamp >= horizon:
+                    try:
+                        line_break = get("_LINE_BREAK")
+                    except KeyError:
+                        line_break = None
+                    if line_break is not None:
+                        append(_record(get, stamp))
+                        continue
+                append((message, stamp / 1e6, int(pid) if pid else None, invocation))
+            yield batch
+    finally:
+        follower.close()
+        if rejected is not None:
+            for reason, count in follower.rejected.items():
+                rejected[reason] = rejected.get(reason, 0) + count
+
+
+def _record(get: Any, stamp: int) -> JournalRecord:
+    """A line of the unit's processes the way `JournalFollower.read` builds it."""
+    def field(name: str) -> Any:
+        try:
+            return get(name)
+        except KeyError:
+            return None
+
+    pid, invocation, line_break = field("_PID"), field("_SYSTEMD_INVOCATION_ID"), field("_LINE_BREAK")
+    return JournalRecord(message=field("MESSAGE"), realtime=stamp / 1e6, pid=int(pid) if pid else None,
+                         invocation_id=invocation.decode() if isinstance(invocation, bytes) else invocation,
+                         line_break=line_break.decode() if isinstance(line_break, bytes) else line_break)
+
+
+def _other(get: Any, stamp: int, unit: str, append: Any, rejected: dict[str, int]) -> None:
+    """PID 1's or journald's entry about the unit, as `JournalFollower.read` takes it."""
+    fields: dict[str, object] = {}
+    for name in _LIFECYCLE_FIELDS:
+        try:
+            fields[name] = get(name)
+        except KeyError:
+            pass
+    fields["__REALTIME_TIMESTAMP"] = stamp
+    record = record_from_fields(fields)
+    reason = rejection(record, unit)
+    if reason is None:
+        append(record)
+    else:
+        rejected[reason] = rejected.get(reason, 0) + 1
 
 
 def read_unit(unit: str, directory: str | None = None, since: float | None = None,
               rejected: dict[str, int] | None = None) -> Iterator[JournalRecord]:
     """Entries the unit's processes wrote, PID 1 wrote about it, and journald's notices about it.
     Entries that only claim to be (trust.py) are left out and, with `rejected`, counted there by reason."""
+    follower = _open(unit, directory, since)
     try:
-        follower = JournalFollower(unit, directory)
-    except JournalError as exc:
-        where = f" in {directory}" if directory else ""
-        raise JournalUnavailable(str(exc).replace("the journal", f"the journal{where}", 1)) from None
-    try:
-        if since is not None:
-            follower.seek_realtime(since)
-        else:
-            follower.seek_head()
         while (batch := follower.read(BATCH)) or follower.behind:
             yield from batch
     finally:
@@ -53,3 +168,8 @@ class UnitRecords:
     def __iter__(self) -> Iterator[JournalRecord]:
         self.rejected = {}
         return read_unit(self.unit, self.directory, self.since, self.rejected)
+
+    def batches(self) -> Iterator[list[Entry]]:
+        """The same entries as `unit_entries` gives them (one pass)."""
+        self.rejected = {}
+        return unit_entries(self.unit, self.directory, self.since, self.rejected)

@@ -9,7 +9,10 @@ An engine module gives:
   vocabulary (tp_size, dp_size, pp_size, ep_size, nnodes, node_rank, model_path, host, port, ...);
 - `expected_ranks(server)`: the rank labels those arguments promise on this node, in the labels
   `find_prefixes` gives (empty when the engine's labels cannot be foretold);
-- `detect(line)`: how sure a line makes us that the log is this engine's (0 none, 1 a hint, 2 sure).
+- `detect(line)`: how sure a line makes us that the log is this engine's (0 none, 1 a hint, 2 sure);
+- optionally `fast_prefix(message)`: for the catch-up fast path (stages/fastpath.py), the prefix of a
+  one-line ASCII MESSAGE (bytes) when `find_prefixes` would find exactly that one prefix at its start
+  and no other; None when unsure (the line then takes the full path).
 
 Adding an engine is a profile YAML and, when its prefixes or titles differ, one such module in this
 package (found by its file name; nothing else to register).
@@ -37,6 +40,7 @@ class Engine:
     parse_server_args: Callable[[str], dict[str, str]]
     expected_ranks: Callable[[ServerInfo], tuple[str, ...]]
     detect: Callable[[str], int]
+    fast_prefix: Callable[[bytes], Prefix | None] | None = None
 
 
 # The engine modules of this package: every module not starting with "_".
