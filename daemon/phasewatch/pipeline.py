@@ -50,10 +50,10 @@ class Pipeline:
         self.fast = self._fast_path()
 
     def _fast_path(self) -> FastPath | None:
-        find = self.profile.engine_module.fast_prefix
-        if not self._fast_wanted or find is None or self.tally is not None:
+        engine = self.profile.engine_module
+        if not self._fast_wanted or engine.fast_prefix is None or self.tally is not None:
             return None
-        return FastPath(find, self.splitter, self.mapper, self.tracker)
+        return FastPath(engine.fast_prefix, engine.prefix_marks, self.splitter, self.mapper, self.tracker)
 
     def feed_line(self, message: bytes, realtime: float, pid: int | None, invocation: str | None,
                   now: float | None) -> list[Transition]:

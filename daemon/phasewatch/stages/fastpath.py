@@ -17,7 +17,8 @@ and tests/integration/test_fastpath_journal.py compare both paths' outputs).
 
 from __future__ import annotations
 
-from typing import Callable
+import re
+from typing import Any, Callable, Union
 
 from ..records import MAIN, Phase
 from ..profile import Rule
@@ -28,6 +29,7 @@ from .tracker import Tracker
 from .tracker_state import alive
 
 _MASK_DIGITS = bytes.maketrans(b"123456789", b"000000000")
+Plan = Union[tuple[tuple[Rule, ...], bool, tuple[int, ...], bool, tuple[Rule, ...]], tuple[()]]
 _READY_INDEX = UNIT_PHASE_ORDER.index(Phase.READY)
 _SERVING_INDEX = UNIT_PHASE_ORDER.index(Phase.SERVING)
 _PHASE_INDEX = {phase: index for index, phase in enumerate(UNIT_PHASE_ORDER)}
@@ -41,6 +43,27 @@ def _quiet(rule: Rule) -> bool:
         rule.event in ("phase_begin", "phase_end", "phase_hint") and rule.phase in _PHASE_INDEX))
 
 
+def needle(pattern: re.Pattern[str]) -> bytes | None:
+    """The longest run of literal characters at the top level of `pattern` (every match contains
+    it), as ASCII bytes; None when there is none, or the pattern ignores case."""
+    if pattern.flags & re.IGNORECASE:
+        return None
+    try:
+        from re import _parser  # type: ignore[attr-defined]
+
+        tree: Any = _parser.parse(pattern.pattern, pattern.flags)
+    except Exception:  # noqa: BLE001 - a private module: any doubt means "no needle"
+        return None
+    best, run = "", ""
+    for op, av in tree:
+        if op is _parser.LITERAL:
+            run += chr(av)
+            best = max(best, run, key=len)
+        else:
+            run = ""
+    return best.encode("ascii") if best and best.isascii() else None
+
+
 def _orders(rules: tuple[Rule, ...]) -> tuple[int, ...]:
     """Each rule's unit phase as its place in UNIT_PHASE_ORDER; -1 for an activity rule."""
     return tuple(-1 if r.event == "activity" else _PHASE_INDEX[r.phase] for r in rules)  # type: ignore[index]
@@ -49,68 +72,94 @@ def _orders(rules: tuple[Rule, ...]) -> tuple[int, ...]:
 class FastPath:
     """One per pipeline; reads and writes the state of its stages (they stay the owners of it)."""
 
-    def __init__(self, find: Callable[[bytes], Prefix | None], splitter: LineSplitter, mapper: EventMapper,
-                 tracker: Tracker) -> None:
+    def __init__(self, find: Callable[[bytes], Prefix | None], marks: tuple[bytes, ...], splitter: LineSplitter,
+                 mapper: EventMapper, tracker: Tracker) -> None:
         self._find = find
+        # After the prefix, a line qualifies only without these (each masked text is checked once):
+        # another prefix's mark, the splitter's line ends and ANSI escapes.
+        self._unsafe = (*marks, b"\r", b"\n", b"\x1b")
         self._splitter, self._mapper, self._tracker = splitter, mapper, tracker
-        # digit-masked message -> (the digit-blind rules it matches, whether it opens a block); None
-        # when a rule it matches can never take the fast path.
-        self._plans: dict[bytes, tuple[tuple[Rule, ...], bool, tuple[int, ...]] | None] = {}
+        self._streams = splitter._streams  # the splitter's own dict (never replaced)
+        # digit-masked message -> (the digit-blind rules it matches, whether it opens a block, their
+        # unit phases' places, whether one proves serving, the other rules to search it with); ()
+        # when it can never take the fast path.
+        self._plans: dict[bytes, Plan] = {}
+        # The rules that tell digits apart, each with a text any match of it contains (None: no such
+        # text known), so that most lines are not searched with them.
+        # Masked too: a text absent from a line's masked text is absent from the line.
+        self._others = tuple((rule, None if (n := needle(rule.pattern)) is None else n.translate(_MASK_DIGITS))
+                             for rule in mapper._other_rules)
         self.taken = 0
 
-    def _plan(self, rest: bytes) -> tuple[tuple[Rule, ...], bool, tuple[int, ...]] | None:
-        key = rest.translate(_MASK_DIGITS)
-        plans = self._plans
-        if key in plans:
-            return plans[key]
+    def _plan(self, key: bytes, rest: bytes) -> Plan:
+        plan: Plan = ()
+        if rest and len(rest) <= MEMO_MAX_CHARS and key.isascii() and not any(u in key for u in self._unsafe):
+            plan = self._quiet_plan(key, rest)
+        if len(self._plans) >= MEMO_ENTRIES:
+            self._plans.clear()
+        self._plans[key] = plan
+        return plan
+
+    def _quiet_plan(self, key: bytes, rest: bytes) -> Plan:
         message = rest.decode("ascii")
         rules = tuple(r for r in self._mapper._blind_rules if r.pattern.search(message))
-        plan = (rules, opens_block(message), _orders(rules)) if all(_quiet(r) for r in rules) else None
-        if len(plans) >= MEMO_ENTRIES:
-            plans.clear()
-        plans[key] = plan
-        return plan
+        if not all(_quiet(r) for r in rules):
+            return ()
+        # The other rules this text may match (searched line by line): those whose text it holds.
+        others = tuple(rule for rule, text in self._others if text is None or text in key)
+        return rules, opens_block(message), _orders(rules), self._proves(rules), others
+
+    def _proves(self, rules: tuple[Rule, ...]) -> bool:
+        return not self._tracker.proof_of_life_rules.isdisjoint(r.id for r in rules)
+
+    def _with_others(self, rules: tuple[Rule, ...], candidates: tuple[Rule, ...],
+                     rest: bytes) -> tuple[Rule, ...] | None:
+        """`rules` and the `candidates` `rest` matches, in profile order; None if one is not quiet."""
+        text = rest.decode("ascii")
+        others = [rule for rule in candidates if rule.pattern.search(text)]
+        if not others:
+            return rules
+        if not all(_quiet(r) for r in others):
+            return None
+        position = self._mapper._position
+        return tuple(sorted((*rules, *others), key=lambda r: position[r.id]))
 
     def apply(self, message: bytes, ts: float, pid: int | None, invocation: str | None) -> bool:
         """Take the line if it qualifies (True: done); False: nothing was changed."""
-        if not message.isascii() or b"\n" in message or b"\r" in message or b"\x1b" in message:
-            return False
         prefix = self._find(message)
-        if prefix is None or prefix.header is not None or prefix.untagged_rank is not None or pid is None:
+        if prefix is None or pid is None or prefix.header is not None or prefix.untagged_rank is not None:
             return False
         rest = message[prefix.end:]
-        if not rest or len(rest) > MEMO_MAX_CHARS:
-            return False
-        splitter = self._splitter
         key = (invocation, pid)
-        stream = splitter._streams.get(key)
+        stream = self._streams.get(key)
         if stream is None or stream.pending:
             return False
-        plan = self._plan(rest)
+        masked = rest.translate(_MASK_DIGITS)
+        plan = self._plans.get(masked)
         if plan is None:
+            plan = self._plan(masked, rest)
+        if not plan:
             return False
-        rules, block, orders = plan
-        mapper = self._mapper
-        if mapper._other_rules:
-            text = rest.decode("ascii")
-            others = [r for r in mapper._other_rules if r.pattern.search(text)]
-            if others:
-                if not all(_quiet(r) for r in others):
-                    return False
-                position = mapper._position
-                rules = tuple(sorted((*rules, *others), key=lambda r: position[r.id]))
-                orders = _orders(rules)
+        rules, block, orders, proves, others = plan
+        if others:
+            found = self._with_others(rules, others, rest)
+            if found is None:
+                return False
+            if found is not rules:
+                rules, orders, proves = found, _orders(found), self._proves(found)
         if not rules:
             return False
         tracker = self._tracker
         inv = tracker._invocations.get(invocation) if invocation is not None else tracker._current
         if inv is None:
             return False
+        mapper = self._mapper
         rank = prefix.rank
         untagged_rank = rank is None
         if untagged_rank:
             # The mapper's rank of a prefixed line without a tag (no c10d "[rank": no '[' after the prefix).
-            rank = "TP0" if (invocation, pid) in mapper._tp0_pids else MAIN
+            rank = "TP0" if key in mapper._tp0_pids else MAIN
+        inv_ranks = inv.ranks
         ranks = []
         current = -2  # not yet looked up
         for rule, order in zip(rules, orders):
@@ -120,7 +169,7 @@ class FastPath:
                     rule_rank = MAIN
                 elif rule.scope == "rank" and rank == MAIN and invocation not in mapper._tagged_invocations:
                     return False  # the mapper would learn a one-GPU scheduler here
-            state = inv.ranks.get(rule_rank)
+            state = inv_ranks.get(rule_rank)
             if state is None:
                 return False
             if order >= 0:
@@ -130,8 +179,9 @@ class FastPath:
                         or inv.state not in _OPEN_STATES):
                     return False  # the unit would move on
             ranks.append(state)
+        splitter = self._splitter
         # -- from here on: the full path's changes, in its order --
-        streams = splitter._streams
+        streams = self._streams
         del streams[key]
         streams[key] = stream  # the most recently fed writer
         if prefix.date is not None:
@@ -165,7 +215,7 @@ class FastPath:
         alive(inv, ranks[0], ts)
         for state in ranks[1:]:
             alive(inv, state, ts)
-        if inv.state in UP_STATES and not tracker.proof_of_life_rules.isdisjoint(r.id for r in rules):
+        if proves and inv.state in UP_STATES:
             inv.proof_of_life, inv.health_failures, inv.health_error = ts, 0, None
         self.taken += 1
         return True

@@ -10,9 +10,10 @@ An engine module gives:
 - `expected_ranks(server)`: the rank labels those arguments promise on this node, in the labels
   `find_prefixes` gives (empty when the engine's labels cannot be foretold);
 - `detect(line)`: how sure a line makes us that the log is this engine's (0 none, 1 a hint, 2 sure);
-- optionally `fast_prefix(message)`: for the catch-up fast path (stages/fastpath.py), the prefix of a
-  one-line ASCII MESSAGE (bytes) when `find_prefixes` would find exactly that one prefix at its start
-  and no other; None when unsure (the line then takes the full path).
+- optionally, for the catch-up fast path (stages/fastpath.py), `fast_prefix(message)`: the prefix at
+  the start of a MESSAGE (bytes), as `find_prefixes` would find it first, or None when unsure (the
+  line then takes the full path); and `prefix_marks`: bytes of which every prefix holds one, so a
+  text without any holds no further prefix.
 
 Adding an engine is a profile YAML and, when its prefixes or titles differ, one such module in this
 package (found by its file name; nothing else to register).
@@ -41,6 +42,7 @@ class Engine:
     expected_ranks: Callable[[ServerInfo], tuple[str, ...]]
     detect: Callable[[str], int]
     fast_prefix: Callable[[bytes], Prefix | None] | None = None
+    prefix_marks: tuple[bytes, ...] = ()
 
 
 # The engine modules of this package: every module not starting with "_".

@@ -61,10 +61,10 @@ _FAST_MEMO: dict[bytes, Prefix] = {}
 
 
 def fast_prefix(message: bytes) -> Prefix | None:
-    """The prefix `find_prefixes` finds in an ASCII one-line `message` when it is the only one and
-    starts the line: PREFIX_RE tries its dated form first, and a prefix needs a '['."""
+    """The dated prefix at the start of `message`, as `find_prefixes` finds it (PREFIX_RE tries its
+    dated form first); every prefix holds a '[' (PREFIX_MARKS)."""
     match = FAST_PREFIX_RE.match(message)
-    if match is None or message.find(b"[", 1) != -1:
+    if match is None:
         return None
     head = match.group(0)
     found = _FAST_MEMO.get(head)
@@ -134,4 +134,5 @@ def detect(line: str) -> int:
     return 1 if "sglang" in line or LEGACY_RANK_RE.match(line) else 0
 
 
-ENGINE = Engine("sglang", find_prefixes, rank_from_title, parse_server_args, expected_ranks, detect, fast_prefix)
+ENGINE = Engine("sglang", find_prefixes, rank_from_title, parse_server_args, expected_ranks, detect, fast_prefix,
+                (b"[",))
