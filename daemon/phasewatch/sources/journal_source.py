@@ -71,6 +71,8 @@ def unit_entries(unit: str, directory: str | None = None, since: float | None = 
         broken, horizon = _broken_times(unit, directory, reader)
         get, next_entry, realtime = reader._get, reader._next, reader._get_realtime
         unit_bytes = unit.encode()
+        pids: dict[bytes, int | None] = {}  # field bytes -> value: a unit has few of each
+        invocations: dict[bytes, str] = {}
         more = True
         while more:
             batch: list[Entry] = []
@@ -89,8 +91,8 @@ def unit_entries(unit: str, directory: str | None = None, since: float | None = 
                 stamp = realtime()
                 try:
                     message = get("MESSAGE")
-                    pid = get("_PID")
-                    invocation = get("_SYSTEMD_INVOCATION_ID").decode()
+                    pid_field = get("_PID")
+                    invocation_field = get("_SYSTEMD_INVOCATION_ID")
                 except KeyError:
                     append(_record(get, stamp))  # a field is missing: the general way
                     continue
@@ -102,7 +104,17 @@ def unit_entries(unit: str, directory: str | None = None, since: float | None = 
                     if line_break is not None:
                         append(_record(get, stamp))
                         continue
-                append((message, stamp / 1e6, int(pid) if pid else None, invocation))
+                pid = pids.get(pid_field, -1)
+                if pid == -1:
+                    pid = pids[pid_field] = int(pid_field) if pid_field else None
+                    if len(pids) > 4096:
+                        pids.clear()
+                invocation = invocations.get(invocation_field)
+                if invocation is None:
+                    invocation = invocations[invocation_field] = invocation_field.decode()
+                    if len(invocations) > 4096:
+                        invocations.clear()
+                append((message, stamp / 1e6, pid, invocation))
             yield batch
     finally:
         follower.close()
