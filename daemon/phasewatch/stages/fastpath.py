@@ -17,12 +17,11 @@ and tests/integration/test_fastpath_journal.py compare both paths' outputs).
 
 from __future__ import annotations
 
-import re
-from typing import Any, Callable, Union
+from typing import Callable, Union
 
-from ..records import MAIN, Phase
 from ..profile import Rule
-from .events import MEMO_ENTRIES, MEMO_MAX_CHARS, EventMapper
+from ..records import MAIN, Phase
+from .events import MEMO_ENTRIES, MEMO_MAX_CHARS, EventMapper, needles
 from .lines import LineSplitter, Prefix, opens_block
 from .snapshot import UNIT_PHASE_ORDER, UP_STATES, UnitState
 from .tracker import Tracker
@@ -41,27 +40,6 @@ def _quiet(rule: Rule) -> bool:
     """A rule whose event changes nothing but last activity, or nothing once its unit phase is passed."""
     return not rule.harmless and (rule.event == "activity" or (
         rule.event in ("phase_begin", "phase_end", "phase_hint") and rule.phase in _PHASE_INDEX))
-
-
-def needle(pattern: re.Pattern[str]) -> bytes | None:
-    """The longest run of literal characters at the top level of `pattern` (every match contains
-    it), as ASCII bytes; None when there is none, or the pattern ignores case."""
-    if pattern.flags & re.IGNORECASE:
-        return None
-    try:
-        from re import _parser  # type: ignore[attr-defined]
-
-        tree: Any = _parser.parse(pattern.pattern, pattern.flags)
-    except Exception:  # noqa: BLE001 - a private module: any doubt means "no needle"
-        return None
-    best, run = "", ""
-    for op, av in tree:
-        if op is _parser.LITERAL:
-            run += chr(av)
-            best = max(best, run, key=len)
-        else:
-            run = ""
-    return best.encode("ascii") if best and best.isascii() else None
 
 
 def _orders(rules: tuple[Rule, ...]) -> tuple[int, ...]:
@@ -87,8 +65,8 @@ class FastPath:
         # The rules that tell digits apart, each with a text any match of it contains (None: no such
         # text known), so that most lines are not searched with them.
         # Masked too: a text absent from a line's masked text is absent from the line.
-        self._others = tuple((rule, None if (n := needle(rule.pattern)) is None else n.translate(_MASK_DIGITS))
-                             for rule in mapper._other_rules)
+        self._others = tuple((rule, None if (texts := needles(rule.pattern)) is None else tuple(
+            t.encode("utf-8", "surrogatepass").translate(_MASK_DIGITS) for t in texts)) for rule in mapper._other_rules)
         self.taken = 0
 
     def _plan(self, key: bytes, rest: bytes) -> Plan:
@@ -106,7 +84,7 @@ class FastPath:
         if not all(_quiet(r) for r in rules):
             return ()
         # The other rules this text may match (searched line by line): those whose text it holds.
-        others = tuple(rule for rule, text in self._others if text is None or text in key)
+        others = tuple(rule for rule, texts in self._others if texts is None or any(t in key for t in texts))
         return rules, opens_block(message), _orders(rules), self._proves(rules), others
 
     def _proves(self, rules: tuple[Rule, ...]) -> bool:
@@ -154,15 +132,15 @@ class FastPath:
         if inv is None:
             return False
         mapper = self._mapper
-        rank = prefix.rank
-        untagged_rank = rank is None
+        rank: str = prefix.rank or MAIN
+        untagged_rank = prefix.rank is None
         if untagged_rank:
             # The mapper's rank of a prefixed line without a tag (no c10d "[rank": no '[' after the prefix).
             rank = "TP0" if key in mapper._tp0_pids else MAIN
         inv_ranks = inv.ranks
         ranks = []
         current = -2  # not yet looked up
-        for rule, order in zip(rules, orders):
+        for rule, order in zip(rules, orders, strict=True):
             rule_rank = rank
             if untagged_rank:
                 if rule.scope == "main":
@@ -213,7 +191,7 @@ class FastPath:
         if inv.started_at is None:
             inv.started_at = ts
         alive(inv, ranks[0], ts)
-        for state in ranks[1:]:
+        for state in ranks[1:]:  # (several rules: one event each)
             alive(inv, state, ts)
         if proves and inv.state in UP_STATES:
             inv.proof_of_life, inv.health_failures, inv.health_error = ts, 0, None
