@@ -36,6 +36,7 @@ from .pipeline import Pipeline
 from .profile import builtin_engines
 from .records import JournalRecord
 from .render import MAX_TS, clamp_ts, json_text, terminal_safe, to_json, to_table, ts_in_range
+from .sources import journal_source
 from .sources.formats import parse_source
 from .sources.journal_source import UnitRecords
 from .stages.engines import detect_engine
@@ -87,7 +88,7 @@ class TimeClamp:
         """Every record through `pipeline`; a journal's unit read in batches, its whole lines without
         a JournalRecord each (`Pipeline.feed_line`, the catch-up fast path)."""
         source = self._records
-        if not isinstance(source, UnitRecords):
+        if not isinstance(source, journal_source.UnitRecords):
             pipeline.feed_all(self, now)
             return
         self._clamped_records = 0
