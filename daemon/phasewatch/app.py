@@ -21,10 +21,11 @@ from .durations import format_duration
 from .errors import ConfigError, UnitError
 from .pipeline import Pipeline
 from .sinks.evidence import EvidenceTaker, EvidenceWriter
+from .sinks.gpu_memory import GpuMemory
 from .sinks.history import History
 from .sinks.hold import HoldFile
 from .sinks.hooks import HookRunner
-from .sinks.leftovers import GuardedRestart, survivors
+from .sinks.leftovers import GuardedRestart, LeftoverScan
 from .sinks.metrics import Exporter
 from .sinks.responder import Alerter, Responder
 from .sinks.state import StateStore
@@ -77,8 +78,9 @@ class Daemon:
         self.signs = SignsOfLife(config, sampler or ProcSampler(processes), self.facts, current,
                                  exporter.saw_vitals if exporter is not None else None)
         self.sources: Sequence[Source] = (self.journal, self.health, self.ranks, self.signs)
-        guarded = GuardedRestart(unit, lambda group: survivors(processes, group), alerter.alert,
-                                 config.leftovers.wait) if config.leftovers.check else None
+        scan = LeftoverScan(processes, GpuMemory())
+        guarded = GuardedRestart(unit, scan, alerter.alert, config.leftovers.wait,
+                                 scan.before_stop) if config.leftovers.check else None
         self.responder = Responder(config, self.pipeline, unit=unit, read_facts=self.facts.read, alerter=alerter,
                                    store=store, clock=clock, history=history, exporter=exporter,
                                    cursor=lambda: follower.cursor, hold=HoldFile(store.path.parent, config.unit).read,

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
 from e2e_env import REPO, UNIT, WATCHER, Scenario
 
 RESTART_STOPPED = "9d1aaa27d60140bd96365438aad20286"
@@ -45,9 +44,6 @@ def test_stacks_of_the_hung_rank_are_captured_before_the_restart(scenario: Scena
     assert (status["previous_startup"]["verdict"], status["previous_startup"]["evidence"]) == ("stalled", path)
 
 
-@pytest.mark.skip(reason="flaky (4 of 7 runs passed): restart_blocked and 'no start while it lives' held every "
-                         "time, but the start after the survivor's kill -9 sometimes did not come within 30 s; "
-                         "cause not found (issue 12 stays open on it)")
 def test_a_rank_that_escaped_the_cgroup_blocks_the_start_until_it_is_gone(scenario: Scenario) -> None:
     scenario.box.write("/etc/polkit-1/rules.d/51-phasewatch-leftovers.rules",
                        (REPO / "units" / "polkit" / "51-phasewatch-leftovers.rules.example").read_text())
@@ -72,5 +68,11 @@ def test_a_rank_that_escaped_the_cgroup_blocks_the_start_until_it_is_gone(scenar
     assert scenario.unit("ActiveState")["ActiveState"] in ("inactive", "failed")
     assert len(scenario.invocations()) == 1  # no new start while it lives
     scenario.box.run("kill", "-9", pid)
-    scenario.box.wait_for(lambda: len(scenario.invocations()) == 2, 30, "the start once it is gone")
+    # The sim's ranks die with their parent (PR_SET_PDEATHSIG, as SGLang's): this sandbox's systemd at
+    # times cannot kill the cgroup ("Failed to kill control group ... Input/output error"), and then
+    # the ranks of the old start-up were rightly reported as survivors too (the cause of the old flake).
+    try:
+        scenario.box.wait_for(lambda: len(scenario.invocations()) == 2, 30, "the start once it is gone")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\nphasewatch said:\n{scenario.watcher_log()}") from None
     scenario.wait_state("ready", timeout=90)
