@@ -103,7 +103,8 @@ class Daemon:
 
     def start(self) -> None:
         """Rebuild the current start-up from the journal, then tell systemd we are ready."""
-        self.responder.memory = self.store.load().memory
+        saved = self.store.load()
+        self.responder.memory, self.responder.last_restart = saved.memory, saved.last_restart
         facts = self.facts.known = self.facts.read()
         if facts is not None and facts.started_at is not None and facts.active_state != "inactive":
             self.follower.seek_realtime(facts.started_at - REBUILD_MARGIN)

@@ -129,6 +129,7 @@ class Pending:
     control_group: str | None
     until: float
     blocked_alerted: bool = False
+    next_check: float = 0.0  # wall clock: the scan (/proc, nvidia-smi) runs at most every POLL
 
 
 class GuardedRestart:
@@ -156,6 +157,9 @@ class GuardedRestart:
         pending = self.pending
         if pending is None:
             return
+        if now < pending.next_check:
+            return
+        pending.next_check = now + POLL
         facts = self.unit.facts()
         if facts.active_state not in ("inactive", "failed") or facts.job_pending:
             return  # still stopping (or someone else is acting on the unit)

@@ -219,6 +219,7 @@ class Responder:
                 try:
                     self.last_restart = {"invocation_id": action.invocation_id, "verdict": action.verdict_kind,
                                          "message": action.message, "evidence": action.evidence}
+                    self.save()  # status says why after phasewatch itself restarts too
                     job = (self.guarded.begin(action, facts.control_group, self.clock.wall())
                            if self.guarded is not None else self.unit.restart())
                     if self.exporter is not None:
@@ -257,7 +258,7 @@ class Responder:
 
     def save(self) -> None:
         try:
-            self.store.save(Saved(self.memory, self.cursor(), self.watched_invocation))
+            self.store.save(Saved(self.memory, self.cursor(), self.watched_invocation, self.last_restart))
         except OSError:
             pass  # the store says why in `degraded`: logged and alerted once, below
         self.check_host()
