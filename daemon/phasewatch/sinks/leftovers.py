@@ -114,6 +114,25 @@ class LeftoverScan:
         holders = self.gpu.holders() if self.gpu is not None else None
         return with_gpu(found, holders or [], self.old)
 
+    def unguarded(self, old: dict[int, str], titles: bool = True) -> list[Survivor]:
+        """After a stop phasewatch did not make (a new start-up may already run in the unit's cgroup):
+        the old start-up's rank processes still alive as the same rank (`old`: pid -> rank), and with
+        `titles` rank-titled processes outside every service (not with `rank_processes: host`, where the
+        new start-up's ranks themselves run outside the unit's cgroup)."""
+        found = {s.pid: s for s in survivors(self.table, None)} if titles else {}
+        for pid, rank in old.items():
+            entry = self.table.proc / str(pid)
+            try:
+                cmdline = (entry / "cmdline").read_bytes()
+                cgroup = _cgroup((entry / "cgroup").read_text())
+            except OSError:
+                continue
+            if pid not in found and rank_from_title(cmdline) == rank:
+                title = cmdline.split(b"\0", 1)[0].decode("utf-8", "replace")[:80]
+                found[pid] = Survivor(pid, title, _rss_kb(entry), cgroup)
+        holders = self.gpu.holders() if self.gpu is not None else None
+        return with_gpu(list(found.values()), holders or [], {pid: f"rank {rank}" for pid, rank in old.items()})
+
 
 class StopStart(Protocol):
     def facts(self) -> UnitFacts: ...
@@ -142,9 +161,13 @@ class GuardedRestart:
         self.alert = alert
         self.wait = wait
         self.pending: Pending | None = None
+        self.stopped: set[str] = set()  # start-ups this stopped (their end is checked here, not as unguarded)
+        self.survivors_seen_at: float | None = None  # the last time survivors blocked a start (wall)
 
     def begin(self, action: Action, control_group: str | None, now: float) -> str:
         self.pending = Pending(action, control_group, now + self.wait)
+        if action.invocation_id is not None:
+            self.stopped.add(action.invocation_id)
         if self.before_stop is not None:
             self.before_stop(control_group)
         return self.unit.stop()
@@ -171,6 +194,7 @@ class GuardedRestart:
             self.pending = None
             return
         listed = "; ".join(s.text() for s in left)
+        self.survivors_seen_at = now
         if now >= pending.until:
             self.pending = None
             self.alert(_blocked(pending.action, f"{name}: gave up waiting for the old start-up's processes to "

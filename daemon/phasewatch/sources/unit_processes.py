@@ -76,8 +76,10 @@ class RankProcesses:
         self.watch = RankWatch()
         self.pending: list[_PendingDeath] = []
         self.last_scan = -math.inf
+        self.previous_pids: dict[int, str] = {}  # the previous start-up's rank processes: pid -> rank
 
     def new_startup(self) -> None:
+        self.previous_pids = self.watch.known_pids()
         self.watch.forget()
         self.pending.clear()
         self.last_scan = -math.inf
