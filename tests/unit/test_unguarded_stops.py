@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fakes import ScriptedJournal
-from learn_startups import BASE, UNIT, run
 from sglang_sim import Faults, build, journal_json
 
+from fakes import ScriptedJournal
+from learn_startups import BASE, UNIT, run
 from phasewatch.app import Daemon
 from phasewatch.clock import FakeClock
 from phasewatch.config import Config
