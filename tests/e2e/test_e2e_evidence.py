@@ -76,3 +76,31 @@ def test_a_rank_that_escaped_the_cgroup_blocks_the_start_until_it_is_gone(scenar
     except AssertionError as exc:
         raise AssertionError(f"{exc}\nphasewatch said:\n{scenario.watcher_log()}") from None
     scenario.wait_state("ready", timeout=90)
+
+
+def test_an_operators_restart_during_a_startup_is_checked_for_leftovers(scenario: Scenario) -> None:
+    # No leftovers.check: the check after a stop phasewatch did not make is on by default (alert only).
+    scenario.configure("--scale 0.01 --hang TP3:draft_cuda_graph_capture")
+    scenario.start()
+    scenario.box.wait_for(lambda: scenario.lines("Capture draft cuda graph begin"), 60, "the draft capture")
+    scenario.box.run("sh", "-c", "setsid systemd-run --scope --unit=escaped-rank -q bash -c "
+                     "\"trap '' TERM; exec -a sglang::scheduler_TP3 sleep 600\" </dev/null >/dev/null 2>&1 &")
+    procs = " ".join(f"{root}/system.slice/escaped-rank.scope/cgroup.procs"
+                     for root in ("/sys/fs/cgroup", "/sys/fs/cgroup/unified", "/sys/fs/cgroup/systemd"))
+    pid = scenario.box.wait_for(
+        lambda: scenario.box.run("sh", "-c", f"cat {procs} 2>/dev/null | head -1", check=False).stdout.strip(),
+        20, "the escaped rank")
+    scenario.sim("--scale 0.01")
+    scenario.box.systemctl("restart", UNIT)  # the operator's: systemd starts again at once
+    try:
+        blocked = scenario.box.wait_for(
+            lambda: [a for a in scenario.alerts() if a.get("PHASEWATCH_VERDICT") == "restart_blocked"], 30,
+            "the restart_blocked alert")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\nphasewatch said:\n{scenario.watcher_log()}") from None
+    [first] = scenario.invocations()[:1]
+    assert f"pid {pid} (sglang::scheduler_TP3" in blocked[0]["MESSAGE"] and blocked[0]["PRIORITY"] == "2"
+    assert "cannot hold a start systemd makes by itself" in blocked[0]["MESSAGE"]
+    assert blocked[0]["PHASEWATCH_INVOCATION"] == first["INVOCATION_ID"]  # the start-up that left it behind
+    assert len(scenario.invocations()) == 2 and len(blocked) == 1
+    scenario.box.run("kill", "-9", pid)
