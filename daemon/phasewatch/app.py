@@ -199,8 +199,9 @@ class Daemon:
     def _tick_guarded(self) -> None:
         guarded, now = self.responder.guarded, self.clock.wall()
         if self.unguarded is not None:
-            self.unguarded.observe(self.pipeline.snapshot().invocations, self._old_pids,
-                                   lambda invocation: guarded is not None and invocation in guarded.stopped, now)
+            if self.journal.read_any:  # an end is only ever learned from the journal
+                self.unguarded.observe(self.pipeline.snapshot().invocations, self._old_pids,
+                                       lambda invocation: guarded is not None and invocation in guarded.stopped, now)
             self.unguarded.tick(now)
         if guarded is None:
             return
