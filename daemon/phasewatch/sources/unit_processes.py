@@ -130,8 +130,11 @@ class RankProcesses:
         self.pending = [d for d in self.pending if d not in due]
         inv = self.current()
         facts = self.facts.read()
+        # A restart can be done before the journal says the old start-up stopped: the unit then already
+        # runs another invocation, and these deaths were its stop's.
         torn_down = (inv is None or inv.state is not UnitState.STARTING or bool(inv.fatals) or facts is None
-                     or facts.active_state not in ("active", "activating") or len(due) > 1
+                     or facts.active_state not in ("active", "activating")
+                     or facts.invocation_id not in (None, inv.invocation_id) or len(due) > 1
                      and len(due) >= len(inv.scheduler_ranks) // 2)
         if torn_down:
             return []  # the unit is stopping or crashing as a whole: not one rank's death
