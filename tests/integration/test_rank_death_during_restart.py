@@ -51,3 +51,29 @@ def test_a_rank_death_during_the_startup_is_one(tmp_path: Path) -> None:
 
 def test_a_rank_death_when_the_unit_already_runs_another_invocation_is_the_stops(tmp_path: Path) -> None:
     assert deaths_seen(tmp_path, "f" * 32) == []
+
+
+def test_a_rank_of_the_previous_startup_left_in_the_cgroup_is_not_adopted(tmp_path: Path) -> None:
+    first = run(1, Faults(hang={3: "cuda_graph_capture"})).snapshot().current
+    second = run(2, Faults(hang={3: "cuda_graph_capture"})).snapshot().current
+    assert first is not None and second is not None
+    current = [first]
+    rank = subprocess.Popen(["sglang::scheduler_TP5", "60"], executable="sleep")
+    try:
+        (tmp_path / "cg" / GROUP.lstrip("/")).mkdir(parents=True)
+        (tmp_path / "cg" / GROUP.lstrip("/") / "cgroup.procs").write_text(f"{rank.pid}\n")
+        unit = RecordingUnit(UnitFacts("activating", "start", first.invocation_id, control_group=GROUP))
+        ranks = RankProcesses(UnitFactsReader(unit, "sglang-kimi.service"),
+                              ProcessTable(cgroup_roots=(str(tmp_path / "cg"),)), lambda: current[0])
+        time.sleep(0.2)
+        ranks.collect(Instant(time.time(), time.monotonic()), [])
+        assert ranks.fds()
+        # Restarted, but the old TP5 is still in the cgroup when the new start-up is scanned.
+        current[0] = second
+        unit.status = UnitFacts("activating", "start", second.invocation_id, control_group=GROUP)
+        ranks.new_startup()
+        ranks.collect(Instant(time.time(), time.monotonic()), [])
+        assert ranks.fds() == [] and ranks.previous_pids == {rank.pid: "TP5"}
+    finally:
+        rank.kill()
+        rank.wait()

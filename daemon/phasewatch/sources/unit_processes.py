@@ -121,7 +121,10 @@ class RankProcesses:
             return
         if facts.invocation_id is not None and facts.invocation_id != inv.invocation_id:
             return  # the journal has not caught up with the new start yet
-        self.watch.update(self.processes.ranks(facts.control_group, self.host_wide))
+        # A rank of the previous start-up still in the cgroup (a stop that did not end it) is a
+        # leftover (sinks/unguarded_stops.py), not a rank of this one: its death must not count here.
+        self.watch.update([p for p in self.processes.ranks(facts.control_group, self.host_wide)
+                           if p.pid not in self.previous_pids])
 
     def _confirm(self, now: Instant) -> list[Event]:
         due = [d for d in self.pending if now.monotonic >= d.seen_mono + DEATH_GRACE]
