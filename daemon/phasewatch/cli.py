@@ -123,6 +123,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
         config = replace(config, engine=args.engine, profile=None)
     elif not args.config:
         config = replace(config, engine=detect_engine(_messages(records)))  # the log's own lines say
+    # A saved log is complete: no line naming a crash's cause is still to come.
+    config = replace(config, crash_cause_wait=0.0)
     year = dt.datetime.now(dt.timezone.utc).year  # for prefixes without a year (vLLM), as for syslog's
     tally = RuleTally() if args.rules else None
     pipeline = Pipeline(config, tally, default_year=year)

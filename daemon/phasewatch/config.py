@@ -61,6 +61,8 @@ DEFAULT_LIMITS: Mapping[Phase, PhaseLimits] = {
     Phase.JIT_COMPILE: PhaseLimits(2400, 1200),
 }
 DEFAULT_RANK_SKEW = 300.0
+DEFAULT_CRASH_CAUSE_WAIT = 3.0
+MAX_CRASH_CAUSE_WAIT = 60.0
 
 VERDICT_KINDS = tuple(VerdictKind)
 ACTION_NAMES = ("evidence", "alert", "restart")
@@ -80,6 +82,9 @@ class Config:
     engine: str = "sglang"
     phases: Mapping[Phase, PhaseLimits] = field(default_factory=lambda: dict(DEFAULT_LIMITS))
     rank_skew: float = DEFAULT_RANK_SKEW
+    # How long a crash whose cause is only generic ("WorkerProc failed to start.") waits for the line
+    # naming a specific one (the OutOfMemoryError at the end of its traceback), unless the unit ends first.
+    crash_cause_wait: float = DEFAULT_CRASH_CAUSE_WAIT
     profile: Profile | None = None
     source: str | None = None
     actions: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: dict(DEFAULT_ACTIONS))
@@ -101,8 +106,8 @@ class Config:
         return self.profile if self.profile is not None else load_builtin_profile(self.engine)
 
 
-TOP_KEYS = ("unit", "engine", "profile_path", "phases", "rank_skew", "patterns", "actions", "restart_budget",
-            "dry_run", "metrics", "health", "adaptive", "vitals", "rank_processes",
+TOP_KEYS = ("unit", "engine", "profile_path", "phases", "rank_skew", "crash_cause_wait", "patterns", "actions",
+            "restart_budget", "dry_run", "metrics", "health", "adaptive", "vitals", "rank_processes",
             "evidence", "hooks", "leftovers")
 LISTEN_RE = re.compile(r"^(?:\[[0-9a-fA-F:]+\]|[\w.-]+):(\d{1,5})$")
 
@@ -159,6 +164,14 @@ def parse_config(text: str, path: str | None = None) -> Config:
     if "rank_skew" in document:
         parsed = _duration(document["rank_skew"], "rank_skew", lines.get("rank_skew"), fail)
         rank_skew = parsed if parsed is not None else float("inf")
+
+    crash_cause_wait = DEFAULT_CRASH_CAUSE_WAIT
+    if "crash_cause_wait" in document:
+        crash_cause_wait = _duration(document["crash_cause_wait"], "crash_cause_wait", lines.get("crash_cause_wait"),
+                                     fail) or 0.0
+        if crash_cause_wait > MAX_CRASH_CAUSE_WAIT:
+            raise fail("crash_cause_wait", f"at most {MAX_CRASH_CAUSE_WAIT:g}s: a crash's alert and restart wait "
+                       "this long", lines.get("crash_cause_wait"))
 
     patterns = document.get("patterns", []) or []
     if not isinstance(patterns, list):
@@ -234,7 +247,8 @@ def parse_config(text: str, path: str | None = None) -> Config:
         if not timeout:
             raise fail("evidence.timeout", "expected a duration like 15s", at)
         evidence = replace(evidence, timeout=timeout)
-    return Config(unit=unit, engine=engine, phases=phases, rank_skew=rank_skew, profile=profile, source=path,
+    return Config(unit=unit, engine=engine, phases=phases, rank_skew=rank_skew, crash_cause_wait=crash_cause_wait,
+                  profile=profile, source=path,
                   actions=actions, restart_budget=budget, dry_run=dry_run, metrics_listen=listen, health=health,
                   adaptive=adaptive, vitals=vitals, rank_processes=rank_processes, evidence=evidence, hooks=hooks,
                   leftovers=_leftovers(document.get("leftovers", {}) or {}, lines.get("leftovers"), fail))

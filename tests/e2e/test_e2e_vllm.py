@@ -60,10 +60,6 @@ def test_vllm_hang_in_torch_compile_gets_one_alert_and_one_restart(vllm: Scenari
     assert [a["PHASEWATCH_INVOCATION"] for a in vllm.alerts()] == [first]
 
 
-@pytest.mark.skip(reason="racy: the daemon judges after each record and may report the worker's generic "
-                         "'WorkerProc failed to start.' (python_exception) before its OutOfMemoryError line "
-                         "arrives; replaying the lines one at a time shows the same. Needs a grace period for "
-                         "crashes whose cause is only generic (issue 14 stays open on it)")
 def test_vllm_worker_oom_is_crashed_with_oom_cause_on_that_worker(vllm: Scenario) -> None:
     vllm.configure("--scale 0.02 --oom TP1:kv_cache_alloc", engine="vllm", actions={"crashed": ["alert"]})
     vllm.start()

@@ -135,7 +135,8 @@ def test_sample_goes_into_the_history(corpus: Path, case: str, tmp_path: Path) -
     # the year a syslog line leaves out, as replay supplies it (else it is no date: nothing to store)
     records = parse_source((corpus / f"{case}.log").read_bytes(), default_year=2026).records
     engine = detect_engine(r.message for r in records if isinstance(r.message, str))
-    pipeline = Pipeline(Config(unit="sglang.service", engine=engine), default_year=2026)
+    # a saved log is complete, as replay judges it: no cause line is still to come
+    pipeline = Pipeline(Config(unit="sglang.service", engine=engine, crash_cause_wait=0), default_year=2026)
     pipeline.feed_all(records, None)
     [inv] = pipeline.snapshot().invocations
     if inv.started_at is None:

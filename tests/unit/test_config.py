@@ -216,8 +216,9 @@ def test_shipped_example_config_is_valid() -> None:
 
 def test_error_unknown_top_level_key() -> None:
     text = "unit: sglang-kimi.service\ntimeouts:\n  weight_load: 20m\n"
-    known = (r"\(known: unit, engine, profile_path, phases, rank_skew, patterns, actions, restart_budget, dry_run, "
-             r"metrics, health, adaptive, vitals, rank_processes, evidence, hooks, leftovers\)")
+    known = (r"\(known: unit, engine, profile_path, phases, rank_skew, crash_cause_wait, patterns, actions, "
+             r"restart_budget, dry_run, metrics, health, adaptive, vitals, rank_processes, evidence, hooks, "
+             r"leftovers\)")
     with pytest.raises(ConfigError, match=r"^timeouts: unknown setting " + known + where(2)) as info:
         parse_config(text, FILE)
     assert (info.value.key, info.value.path, info.value.line) == ("timeouts", FILE, 2)

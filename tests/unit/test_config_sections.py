@@ -26,6 +26,8 @@ SECTIONS = [
     # "5 minutes" is a systemd time span, accepted; a fortnight is not a unit of one
     ("rank_skew", HEAD + "rank_skew: 5 fortnights\n", "rank_skew", 3,
      r"expected a duration like 90s, 20m or 1h30m, got '5 fortnights'"),
+    ("crash_cause_wait", HEAD + "crash_cause_wait: 5m\n", "crash_cause_wait", 3,
+     r"at most 60s: a crash's alert and restart wait this long"),
     ("patterns", HEAD + "patterns:\n  - id: nccl_init\n    event: fatal\n    scope: everywhere\n"
                         "    match: 'NCCL error'\n",
      "patterns[0].scope", 6, r"expected one of rank, main, any, got 'everywhere'"),

@@ -169,7 +169,7 @@ ARGS = ("[2026-02-22 23:55:02] server_args=ServerArgs(model_path='m', tp_size={t
 
 def judge(lines: list[str], now_offset: float = 0.0) -> Verdict:
     records = parse_source(("\n".join(lines) + "\n").encode("utf-8"), default_year=2026).records
-    pipeline = Pipeline(Config(unit="sglang.service"))
+    pipeline = Pipeline(Config(unit="sglang.service", crash_cause_wait=0))  # a complete log, as replay judges it
     pipeline.feed_all(records, None)
     [inv] = pipeline.snapshot().invocations
     [judgement] = pipeline.judge((inv.last_ts or 0.0) + now_offset)

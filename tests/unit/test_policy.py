@@ -28,7 +28,7 @@ from fakes import (
     up_to_ready,
     warmup,
 )
-from phasewatch.config import DEFAULT_LIMITS, Config, PhaseLimits
+from phasewatch.config import DEFAULT_CRASH_CAUSE_WAIT, DEFAULT_LIMITS, Config, PhaseLimits
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import (
     MAIN,
@@ -271,7 +271,7 @@ def test_crashed_verdict_key_is_stable_when_the_culprit_shows_up_late(journal: J
     journal.log(MAIN, "Received sigquit from a child process. It usually means the child failed.")
     (early,) = journal.verdicts(at=journal.now + ECHO_GRACE)
     journal.log("TP3", "Scheduler hit an exception: Traceback (most recent call last):")
-    (late,) = journal.verdicts()
+    (late,) = journal.verdicts(at=journal.now + DEFAULT_CRASH_CAUSE_WAIT)
     assert (early.rank, late.rank) == (MAIN, "TP3")
     assert early.key == late.key
 
@@ -440,6 +440,7 @@ def test_next_deadline_is_inf_when_nothing_is_pending(journal: Journal, end_stat
         journal.log("TP1", "Scheduler hit an exception: Traceback (most recent call last):")
         journal.raw("TP1", "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. "
                            "Current value: self.server_args.mem_fraction_static=0.85")
+        journal.wait(DEFAULT_CRASH_CAUSE_WAIT)  # past the wait for a specific cause: nothing pending
     else:
         up_to_capture(journal)
         journal.systemd(MID_STOPPING, "Stopping sglang.service - SGLang server...", JOB_TYPE="stop")
@@ -528,7 +529,8 @@ def test_a_request_error_after_ready_is_not_a_crash(journal: Journal) -> None:
     assert [v.kind for v in journal.verdicts()] == []
     assert journal.outcome() in ("ready", "serving")
     journal.log("TP0", "Scheduler hit an exception: Traceback (most recent call last):")
-    assert [(v.kind, v.rank) for v in journal.verdicts()] == [("crashed", "TP0")]
+    assert [(v.kind, v.rank) for v in journal.verdicts(at=journal.now + DEFAULT_CRASH_CAUSE_WAIT)] == [
+        ("crashed", "TP0")]
 
 
 def test_an_asgi_request_error_during_warmup_is_not_a_crash(journal: Journal) -> None:

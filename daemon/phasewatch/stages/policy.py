@@ -15,7 +15,7 @@ from ..durations import format_duration
 from ..profile import Profile
 from ..records import MAIN, PHASE_NAMES, STUCK, UNIT_PHASES, WRONG_WHEN_STOPPED, Outcome, Phase, VerdictKind
 from .crashfacts import CrashFacts, ServerRanks, crash_facts, describe, mentions_in, traceback_phase
-from .snapshot import UP_STATES, FatalView, InvocationView, RankView, UnitState
+from .snapshot import LIVE_STATES, UP_STATES, FatalView, InvocationView, RankView, UnitState
 
 OUTCOMES = tuple(Outcome)
 START_UP_STATES = (UnitState.STARTING,)
@@ -274,6 +274,8 @@ def crashed_verdict(inv: InvocationView, now: float, config: Config, profile: Pr
                  or profile.classify_cause(own_texts) or culprit.cause)
     if cause is None and failed:
         cause = "killed" if inv.unit_result in ("signal", "core-dump") else "exit_code"
+    if (cause is None or cause in GENERIC_CAUSES) and now < _cause_wait_until(inv, culprit, config):
+        return None  # "WorkerProc failed to start." comes before its traceback's OutOfMemoryError
     phase = _crash_phase(inv, culprit, rank, facts)
     at = culprit.ts if culprit is not None and culprit.ts is not None else now
     where = f" in {phase}" if phase else ""
@@ -286,6 +288,22 @@ def crashed_verdict(inv: InvocationView, now: float, config: Config, profile: Pr
     return Verdict(VerdictKind.CRASHED, inv.invocation_id, phase, rank, cause,
                    f"{config.unit}: {who} crashed{where} ({cause_text}){named}{detail}{status}", at,
                    facts=facts if facts.known else None)
+
+
+def _cause_wait_until(inv: InvocationView, culprit: FatalView | None, config: Config) -> float:
+    """Until when a crash whose cause is only generic waits for a line naming a specific one:
+    `crash_cause_wait` after the culprit's first line, while the unit's invocation still runs."""
+    if culprit is None or culprit.ts is None or inv.state not in LIVE_STATES:
+        return -math.inf
+    return culprit.ts + config.crash_cause_wait
+
+
+def _cause_waits_ending(inv: InvocationView, now: float, config: Config) -> float:
+    """The earliest end after `now` of such a wait, whichever fatal record turns out the culprit."""
+    if inv.state not in LIVE_STATES or config.crash_cause_wait <= 0:
+        return math.inf
+    ends = [f.ts + config.crash_cause_wait for f in inv.fatals if f.ts is not None]
+    return min((t for t in ends if t > now), default=math.inf)
 
 
 def rank_facts(inv: InvocationView) -> CrashFacts:
@@ -394,7 +412,9 @@ def next_deadline(inv: InvocationView, now: float, config: Config) -> float:
         first_echo = min((f.ts for f in inv.fatals if f.ts is not None), default=now)
         if first_echo + ECHO_GRACE > now:
             return first_echo + ECHO_GRACE
-    if inv.state not in START_UP_STATES or inv.fatals or node_done(inv):
+    if inv.fatals:
+        return _cause_waits_ending(inv, now, config)
+    if inv.state not in START_UP_STATES or node_done(inv):
         return math.inf
     candidates: list[float] = []
     paces: PaceCache = {}
