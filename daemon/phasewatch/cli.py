@@ -260,8 +260,8 @@ def _wakeup_pipe() -> tuple[int, int]:
 
 def cmd_report(args: argparse.Namespace) -> int:
 
+    from .commands.report import evidence_for, evidence_lines, to_svg, to_table
     from .commands.report import to_json as report_json
-    from .commands.report import to_svg, to_table
     from .sinks.history import History
 
     config = load_config(args.config) if args.config else None
@@ -277,13 +277,14 @@ def cmd_report(args: argparse.Namespace) -> int:
         records = history.startups(unit, last=args.last)
     except sqlite3.Error as exc:
         raise HistoryUnreadable(f"{path}: cannot read the history: {exc}") from None
+    evidence = evidence_for(records, unit, [str(p) for p in sorted((state_dir / "evidence").glob("*.txt"))])
     if args.plot:
         Path(args.plot).write_text(to_svg(records, f"{unit}: the last {len(records)} start-up(s)"))
     if args.json:
-        json.dump(report_json(records), sys.stdout, indent=2)
+        json.dump(report_json(records, evidence), sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        sys.stdout.write(to_table(records, wide=args.wide))
+        sys.stdout.write(to_table(records, wide=args.wide) + evidence_lines(records, evidence))
     return EX_OK
 
 

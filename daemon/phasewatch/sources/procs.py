@@ -109,6 +109,10 @@ class RankWatch:
     def fds(self) -> list[int]:
         return list(self._by_fd)
 
+    def known_pids(self) -> dict[int, str]:
+        """Every rank process seen in this start-up, alive or not: pid -> rank."""
+        return {pid: rank for rank, pid in self._known.items()}
+
     def dead(self, readable: list[int]) -> list[RankProcess]:
         out = []
         for fd in readable:
