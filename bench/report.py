@@ -12,11 +12,13 @@ TARGETS = {"a": 0.5, "b": 1.0, "c": 4.0}
 FRAME_RE = re.compile(r"^(?P<func>.*?) \((?P<file>[^():]+?)(?::\d+)?\)$")
 # The pipeline's stages, as py-spy names their entry points (function, file suffix).
 STAGES = [
+    ("read: journal (journal_source.unit_entries)", "unit_entries", "phasewatch/sources/journal_source.py"),
     ("read: journal (follow.JournalFollower.read)", "JournalFollower.read", "phasewatch/sources/follow.py"),
+    ("fast path: whole lines (FastPath.apply)", "FastPath.apply", "phasewatch/stages/fastpath.py"),
     ("split: lines (LineSplitter.feed, .flush)", "LineSplitter.feed", "phasewatch/stages/lines.py"),
     ("parse: events (EventMapper.map_line)", "EventMapper.map_line", "phasewatch/stages/events.py"),
     ("track: tracker (Tracker.apply)", "Tracker.apply", "phasewatch/stages/tracker.py"),
-    ("the rest of the loop (Pipeline.feed, read_unit)", "Pipeline.feed", "phasewatch/pipeline.py"),
+    ("the rest of the loop (Pipeline.feed, .feed_line, TimeClamp.feed)", "TimeClamp.feed", "phasewatch/cli.py"),
     ("judge + render (Pipeline.judge, render.to_json)", "Pipeline.judge", "phasewatch/pipeline.py"),
 ]
 
@@ -72,6 +74,18 @@ def verdict(ok: bool | None) -> str:
     return "–" if ok is None else ("**met**" if ok else "**missed**")
 
 
+# The catch-up journals: heading -> (results key, what the journal holds).
+MIXES = {
+    "serving-heavy": ("catchup", "8 rank processes, tqdm frames with `\\r`, the long `server_args=` line, ASGI "
+                      "tracebacks, uvicorn access lines, mostly TP0 `Decode batch`."),
+    "crash-heavy": ("catchup_crash", "a crash loop: each start-up, then a short serving spell with KB-long "
+                    "batch dumps every 25 lines and an ASGI traceback every 100, then every rank's fatal "
+                    "traceback with a long CUDA out-of-memory line."),
+}
+
+MIX_ARGS = {"catchup": "serving", "catchup_crash": "crash"}
+
+
 def catchup_rows(c: dict[str, Any]) -> list[str]:
     m = c["median"]
     entries = c["entries"]
@@ -108,16 +122,19 @@ def markdown(r: dict[str, Any]) -> str:
            ""]
     summary = ["## Targets", "", "| # | target | measured | reference in the same run | |", "|---|---|---|---|---|"]
     c = r.get("catchup")
-    if c:
-        m = c["median"]
+    for mix, (key_, _) in MIXES.items():
+        cm = r.get(key_)
+        if not cm:
+            continue
+        m = cm["median"]
         d = m["d_phasewatch_replay"]
         for letter, key, what in (("a", "a_raw_reader", "the raw reader (a)"),
                                   ("b", "b_journalctl_grep", "journalctl \\| grep (b)"),
                                   ("c", "c_fail2ban_regex", "fail2ban-regex (c)")):
             if key in m:
                 ratio = m[key] / d
-                summary.append(f"| 1 | replay ≥ {TARGETS[letter]:g} × {what} in entries/s | {ratio:.2f} × | "
-                               f"{c['entries']:,} entries: {m[key]:.3f} s vs {d:.3f} s | "
+                summary.append(f"| 1 | {mix}: replay ≥ {TARGETS[letter]:g} × {what} in entries/s | {ratio:.2f} × | "
+                               f"{cm['entries']:,} entries: {m[key]:.3f} s vs {d:.3f} s | "
                                f"{verdict(ratio >= TARGETS[letter])} |")
     f = r.get("follow")
     if f:
@@ -182,14 +199,20 @@ def markdown(r: dict[str, Any]) -> str:
                        + verdict(linear and flat) + " |")
     out += summary + [""]
     if c:
-        out += [f"## 1. Catch-up: {c['entries']:,} entries of one unit", "",
-                f"`{c['unit']}`: {s['invocations']} start-ups written by `bench/writer.py catchup` from inside the "
-                "sandbox (8 rank processes, tqdm frames with `\\r`, the long `server_args=` line, ASGI tracebacks, "
-                "uvicorn access lines, mostly TP0 `Decode batch`). Every reader is a whole process, timed from "
-                f"inside the sandbox, interleaved, {s['reps']} runs each; each reads the same match "
-                "(`_SYSTEMD_UNIT=`, PID 1's `UNIT=`, `OBJECT_SYSTEMD_UNIT=`).", ""]
-        out += catchup_rows(c) + [""]
-        found = c.get("found", {})
+        out += [f"## 1. Catch-up: {c['entries']:,} entries of one unit, two journal mixes", "",
+                "Every reader is a whole process, timed from inside the sandbox, interleaved, "
+                f"{s['reps']} runs each; each reads the same match (`_SYSTEMD_UNIT=`, PID 1's `UNIT=`, "
+                "`OBJECT_SYSTEMD_UNIT=`).", ""]
+    for mix, (key_, shape) in MIXES.items():
+        cm = r.get(key_)
+        if not cm:
+            continue
+        starts = s["invocations"] if key_ == "catchup" else s.get("crash_invocations")
+        out += [f"### {mix}: `{cm['unit']}`, {cm['entries']:,} entries", "",
+                f"{starts} start-ups written by `bench/writer.py catchup --mix {MIX_ARGS[key_]}` from inside the "
+                f"sandbox: {shape}", ""]
+        out += catchup_rows(cm) + [""]
+        found = cm.get("found", {})
         if found:
             out += ["What each found: " + "; ".join(f"{k[0]}: {v}" for k, v in found.items()), ""]
     if sc:
@@ -205,14 +228,15 @@ def markdown(r: dict[str, Any]) -> str:
                        f"{max(v['max_rss_kib']['a_raw_reader']) / 1024:.0f} MB | "
                        f"{max(v['max_rss_kib']['d_phasewatch_replay']) / 1024:.0f} MB | {own_rss(v) / 1024:.1f} MB |")
         out.append("")
-    p = r.get("profile")
-    if p and p.get("samples"):
-        out += ["## Where replay's time goes (py-spy, one replay of the catch-up journal)", "",
-                f"{p['samples']:,} samples at 250 Hz.", "", "| stage | share |", "|---|---:|"]
-        out += [f"| {label} | {share * 100:.0f} % |" for label, share in p["stages"]]
-        out += ["", "| function (self time) | share |", "|---|---:|"]
-        out += [f"| `{name}` | {share * 100:.1f} % |" for name, share in p["self"]]
-        out.append("")
+    for key_, mix in (("profile", "serving-heavy"), ("profile_crash", "crash-heavy")):
+        p = r.get(key_)
+        if p and p.get("samples"):
+            out += [f"## Where replay's time goes (py-spy, one replay of the {mix} catch-up journal)", "",
+                    f"{p['samples']:,} samples at 250 Hz.", "", "| stage | share |", "|---|---:|"]
+            out += [f"| {label} | {share * 100:.0f} % |" for label, share in p["stages"]]
+            out += ["", "| function (self time) | share |", "|---|---:|"]
+            out += [f"| `{name}` | {share * 100:.1f} % |" for name, share in p["self"]]
+            out.append("")
     if f:
         out += ["## 2. Follow latency", "", f"`bench/writer.py paced`: {f['lines']} lines (a start-up's lines in "
                 "random order, without the ready line so that it stays a start-up, then TP0 Decode lines) written "

@@ -32,9 +32,11 @@ from sandbox import REPO, Sandbox  # noqa: E402
 
 PROFILES: dict[str, dict[str, Any]] = {
     "full": {"n": 300_000, "scale": [30_000, 100_000, 300_000, 1_000_000], "reps": 5, "scale_reps": 3,
-             "invocations": 3, "follow_lines": 220, "action_reps": 5, "idle_seconds": 60, "silent_seconds": 60,
+             "invocations": 3, "crash_invocations": 12, "follow_lines": 220, "action_reps": 5, "idle_seconds": 60,
+             "silent_seconds": 60,
              "burst_lines": 50_000, "burst_seconds": 2.0, "profile": True},
     "quick": {"n": 3_000, "scale": [1_000, 3_000], "reps": 1, "scale_reps": 1, "invocations": 1,
+              "crash_invocations": 2,
               "follow_lines": 12, "action_reps": 1, "idle_seconds": 2, "silent_seconds": 2,
               "burst_lines": 2_000, "burst_seconds": 0.5, "profile": False},
 }
@@ -48,7 +50,7 @@ Description=phasewatch bench: a journal of {n} entries ({k} start-ups)
 [Service]
 Type=oneshot
 TimeoutStartSec=infinity
-ExecStart={venv}/bin/python {repo}/bench/writer.py catchup --entries {per}
+ExecStart={venv}/bin/python {repo}/bench/writer.py catchup --entries {per} --mix {mix}
 """
 WATCHED_UNIT = f"""[Unit]
 Description=phasewatch bench: the watched unit (bench/writer.py)
@@ -167,26 +169,31 @@ class Bench:
         for n in self.s["scale"]:
             k = self.s["invocations"]
             self.box.write(f"/run/systemd/system/{catchup_unit(n)}",
-                           CATCHUP_UNIT.format(n=n, k=k, per=n // k, venv=VENV, repo=REPO))
+                           CATCHUP_UNIT.format(n=n, k=k, per=n // k, venv=VENV, repo=REPO, mix="serving"))
+        n, k = self.s["n"], self.s["crash_invocations"]
+        self.box.write(f"/run/systemd/system/{crash_unit(n)}",
+                       CATCHUP_UNIT.format(n=n, k=k, per=n // k, venv=VENV, repo=REPO, mix="crash"))
         self.box.systemctl("daemon-reload")
 
     def write_journals(self) -> dict[str, Any]:
-        """Each catch-up unit started `invocations` times: the journal the readers race over."""
+        """Each catch-up unit started `invocations` times (the crash-heavy one `crash_invocations`
+        times): the journals the readers race over."""
         out = {}
-        for n in self.s["scale"]:
+        units = [(str(n), catchup_unit(n), self.s["invocations"]) for n in self.s["scale"]]
+        units.append((f"crash-{self.s['n']}", crash_unit(self.s["n"]), self.s["crash_invocations"]))
+        for key, unit, starts in units:
             began = time.perf_counter()
-            for _ in range(self.s["invocations"]):
-                self.box.systemctl("start", catchup_unit(n))
-            entries = int(self.inside("settle", "--unit", catchup_unit(n)).strip())
+            for _ in range(starts):
+                self.box.systemctl("start", unit)
+            entries = int(self.inside("settle", "--unit", unit).strip())
             seconds = time.perf_counter() - began
-            log(f"journal of {catchup_unit(n)}: {entries} entries in {seconds:.1f}s")
-            out[str(n)] = {"entries": entries, "write_seconds": seconds}
+            log(f"journal of {unit}: {entries} entries in {seconds:.1f}s")
+            out[key] = {"entries": entries, "write_seconds": seconds}
         usage = self.box.run("journalctl", "--disk-usage").stdout.strip()
         return {"units": out, "disk_usage": usage}
 
     # -- 1 and 6: catch-up -----------------------------------------------------------------------
-    def catchup(self) -> dict[str, Any]:
-        unit = catchup_unit(self.s["n"])
+    def catchup(self, unit: str) -> dict[str, Any]:
         log(f"catch-up (a)-(d) over {unit}, {self.s['reps']} runs each")
         result: dict[str, Any] = json.loads(self.inside("catchup", "--unit", unit, "--reps", str(self.s["reps"])))
         return result
@@ -200,13 +207,12 @@ class Bench:
                                                  "--methods", "a_raw_reader,d_phasewatch_replay"))
         return out
 
-    def profile(self) -> dict[str, Any]:
-        """py-spy over one replay of the catch-up journal: where the time goes."""
+    def profile(self, unit: str) -> dict[str, Any]:
+        """py-spy over one replay of a catch-up journal: where the time goes."""
         spy = shutil.which("py-spy", path=str(VENV / "bin")) or shutil.which("py-spy")
         if spy is None:
             return {"skipped": "py-spy is not installed (pip install py-spy)"}
-        unit = catchup_unit(self.s["n"])
-        log("profile: py-spy over replay")
+        log(f"profile: py-spy over replay of {unit}")
         raw = f"{WORK}/profile.txt"
         self.box.run(spy, "record", "--format", "raw", "--rate", "250", "-o", raw, "--",
                      f"{VENV}/bin/python", "-m", "phasewatch", "replay", "--unit", unit, "--json", timeout=1800)
@@ -415,6 +421,10 @@ def catchup_unit(n: int) -> str:
     return f"bench-catchup-{n}.service"
 
 
+def crash_unit(n: int) -> str:
+    return f"bench-crash-{n}.service"
+
+
 def at(entry: dict[str, Any]) -> float:
     return int(entry["__REALTIME_TIMESTAMP"]) / 1e6
 
@@ -460,11 +470,13 @@ def main() -> int:
         if parts & {"catchup", "scale", "profile"}:
             results["journal"] = bench.write_journals()
         if "catchup" in parts:
-            results["catchup"] = bench.catchup()
+            results["catchup"] = bench.catchup(catchup_unit(settings["n"]))
+            results["catchup_crash"] = bench.catchup(crash_unit(settings["n"]))
         if "scale" in parts:
             results["scale"] = bench.scale()
         if "profile" in parts and settings["profile"]:
-            results["profile"] = bench.profile()
+            results["profile"] = bench.profile(catchup_unit(settings["n"]))
+            results["profile_crash"] = bench.profile(crash_unit(settings["n"]))
         if "follow" in parts:
             results["follow"] = bench.follow()
             results["follow_rate"] = bench.follow_rate()

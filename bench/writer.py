@@ -8,6 +8,9 @@ writer, `_LINE_BREAK=pid-change` where a tqdm frame was cut by another rank's li
     catchup --entries N      one start-up of 8 ranks (the simulator's v0.5.9 lines, tqdm frames with
                              \\r, the long server_args line), then serving: mostly TP0 `Decode batch`
                              lines, some `Prefill batch`, uvicorn access lines and ASGI tracebacks
+    catchup --mix crash      one turn of a crash-looping server: the start-up, a short serving spell
+                             with long lines (KB-sized batch dumps and warnings) and many tracebacks,
+                             then every rank's fatal traceback (the unit is started again and again)
     paced --lines L          a start-up line by line, timing when each one shows in the daemon's
                              status file and, for reference, in a bare journal reader
     rate --per-second R      a quick start-up to ready, then R Decode lines a second
@@ -89,6 +92,25 @@ ASGI_TRACEBACK = [
 ]
 
 
+def long_line(rank: int, n: int) -> str:
+    """A KB-sized record: a scheduler's batch dump, as a debugging server prints them."""
+    reqs = ", ".join(f"{{'rid': '{n:08x}{k:04x}', 'len': {97 * k + n % 1000}, 'out': {k % 50}}}"
+                     for k in range(40 + n % 80))
+    return prefixed(rank, f"Batch dump: [{reqs}]")
+
+
+def rank_crash(rank: int, n: int) -> list[str]:
+    """A rank's fatal traceback, as SGLang's scheduler logs it."""
+    frames = []
+    for depth in range(12):
+        frames.append(f'  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler_{depth}.py", line '
+                      f"{100 + depth * 7}, in step_{depth}")
+        frames.append(f"    result = self.model_runner.forward_{depth}(batch, skip_attn_backend_init={depth % 2 == 0})")
+    return [prefixed(rank, "Scheduler hit an exception: Traceback (most recent call last):"), *frames,
+            f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {2 + n % 5}.00 GiB. GPU {rank} has a "
+            "total capacity of 79.19 GiB of which 1.06 GiB is free. " + "Including non-PyTorch memory, " * 20]
+
+
 # --- the start-up -----------------------------------------------------------------------------
 
 def startup_lines(until_phase: str | None = None) -> dict[int, list[str]]:
@@ -157,6 +179,30 @@ def catchup(entries: int) -> None:
             chunk.clear()
     write("".join(chunk))
     os.waitpid(pid, 0)
+
+
+def crash_loop(entries: int) -> None:
+    """One turn of a crash loop: start-up, a serving spell full of long lines and tracebacks, the crash."""
+    written = play_startup()
+    crash = [line for rank in range(RANKS) for line in rank_crash(rank, written)]
+    crash.append(prefixed(sglang_sim.MAIN, "Received sigquit from a child process. It usually means the child failed."))
+    bulk = max(entries - written - len(crash), 0)
+    n = 0
+    chunk: list[str] = []
+    while n < bulk:
+        if n % 100 == 99:
+            chunk.extend(line + "\n" for line in ASGI_TRACEBACK)
+            n += len(ASGI_TRACEBACK)
+        elif n % 25 == 7:
+            chunk.append(long_line(n % RANKS, n) + "\n")
+            n += 1
+        else:
+            chunk.append((prefill_line(n) if n % 50 == 0 else decode_line(0, n)) + "\n")
+            n += 1
+        if len(chunk) >= 64:
+            write("".join(chunk))
+            chunk.clear()
+    write("".join(chunk) + "".join(line + "\n" for line in crash))
 
 
 def paced(lines: int, interval: float, status: str, out: str) -> None:
@@ -291,6 +337,7 @@ def main() -> int:
     sub = parser.add_subparsers(dest="mode", required=True)
     p = sub.add_parser("catchup")
     p.add_argument("--entries", type=int, required=True)
+    p.add_argument("--mix", choices=("serving", "crash"), default="serving")
     p = sub.add_parser("paced")
     p.add_argument("--lines", type=int, default=220)
     p.add_argument("--interval", type=float, default=0.03)
@@ -311,7 +358,7 @@ def main() -> int:
     p.add_argument("--marker", required=True)
     args = parser.parse_args()
     if args.mode == "catchup":
-        catchup(args.entries)
+        (crash_loop if args.mix == "crash" else catchup)(args.entries)
         return 0
     if args.mode == "paced":
         paced(args.lines, args.interval, args.status, args.out)

@@ -569,10 +569,25 @@ def _faults_from(args: argparse.Namespace) -> Faults:
                   parse(args.oom, "oom"), args.slow_load, args.health_fail_after, args.decode_every, silent)
 
 
+def _die_with_parent() -> None:
+    """SGLang's schedulers ask the kernel for SIGKILL when their parent dies (PR_SET_PDEATHSIG): a stop
+    that ends the main process ends the ranks even where systemd cannot kill the cgroup (the e2e
+    sandbox's systemd sometimes logs 'Failed to kill control group ... Input/output error')."""
+    if sys.platform != "linux":
+        return
+    import ctypes
+
+    parent = os.getppid()
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # the parent died before the request was in place
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "_rank":
         rank, start, port = int(argv[1]), float(argv[2]), int(argv[3])
+        _die_with_parent()
         with open(os.environ["SGLANG_SIM_PLAN_FILE"], encoding="utf-8") as handle:
             spec = json.load(handle)
         faults = Faults(**{k: {int(r): p for r, p in v.items()} if isinstance(v, dict) else v

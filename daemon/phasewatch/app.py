@@ -21,14 +21,16 @@ from .durations import format_duration
 from .errors import ConfigError, UnitError
 from .pipeline import Pipeline
 from .sinks.evidence import EvidenceTaker, EvidenceWriter
+from .sinks.gpu_memory import GpuMemory
 from .sinks.history import History
 from .sinks.hold import HoldFile
 from .sinks.hooks import HookRunner
-from .sinks.leftovers import GuardedRestart, survivors
+from .sinks.leftovers import GuardedRestart, LeftoverScan
 from .sinks.metrics import Exporter
 from .sinks.responder import Alerter, Responder
 from .sinks.state import StateStore
 from .sinks.systemd_status import Notify, StepResult, SystemdStatus
+from .sinks.unguarded_stops import UnguardedStops
 from .sources.base import Instant, Source
 from .sources.follow import JournalFollower
 from .sources.health import HealthProbes
@@ -73,8 +75,11 @@ class Daemon:
         self.signs = SignsOfLife(config, sampler or ProcSampler(processes), self.facts, current,
                                  exporter.saw_vitals if exporter is not None else None)
         self.sources: Sequence[Source] = (self.journal, self.health, self.ranks, self.signs)
-        guarded = GuardedRestart(unit, lambda group: survivors(processes, group), alerter.alert,
-                                 config.leftovers.wait) if config.leftovers.check else None
+        scan = LeftoverScan(processes, GpuMemory())
+        guarded = GuardedRestart(unit, scan, alerter.alert, config.leftovers.wait,
+                                 scan.before_stop) if config.leftovers.check else None
+        self.unguarded = UnguardedStops(config.unit, lambda old: scan.unguarded(old, config.rank_processes != "host"),
+                                        alerter.alert) if config.leftovers.after_any_stop else None
         self.responder = Responder(config, self.pipeline, unit=unit, read_facts=self.facts.read, alerter=alerter,
                                    store=store, clock=clock, history=history, exporter=exporter,
                                    cursor=lambda: follower.cursor, hold=HoldFile(store.path.parent, config.unit).read,
@@ -85,6 +90,7 @@ class Daemon:
         self.systemd = SystemdStatus(config, notifier, store, watchdog_interval)
         self.last_publish = -math.inf  # monotonic
         self.publish_due = False  # a publish was put off by PUBLISH_SPACING: it has a deadline
+        self.responder.leftovers_seen = self._leftovers_seen
 
     @property
     def vitals(self) -> Vitals | None:
@@ -99,7 +105,8 @@ class Daemon:
 
     def start(self) -> None:
         """Rebuild the current start-up from the journal, then tell systemd we are ready."""
-        self.responder.memory = self.store.load().memory
+        saved = self.store.load()
+        self.responder.memory, self.responder.last_restart = saved.memory, saved.last_restart
         facts = self.facts.known = self.facts.read()
         if facts is not None and facts.started_at is not None and facts.active_state != "inactive":
             self.follower.seek_realtime(facts.started_at - REBUILD_MARGIN)
@@ -111,6 +118,8 @@ class Daemon:
             pass
         current = self.pipeline.current()
         self.responder.watched_invocation = current.invocation_id if current is not None else None
+        if self.unguarded is not None:
+            self.unguarded.known_already(self.pipeline.snapshot().invocations)
         self.responder.judge_and_act()
         self._save()
         self.notifier.send("READY=1")
@@ -192,13 +201,29 @@ class Daemon:
         return True
 
     def _tick_guarded(self) -> None:
-        guarded = self.responder.guarded
+        guarded, now = self.responder.guarded, self.clock.wall()
+        if self.unguarded is not None:
+            if self.journal.read_any:  # an end is only ever learned from the journal
+                self.unguarded.observe(self.pipeline.snapshot().invocations, self._old_pids,
+                                       lambda invocation: guarded is not None and invocation in guarded.stopped, now)
+            self.unguarded.tick(now)
         if guarded is None:
             return
         try:
-            guarded.tick(self.clock.wall())
+            guarded.tick(now)
         except UnitError as exc:
             logger.error("[%s] %s", self.config.unit, exc)
+
+    def _leftovers_seen(self) -> float | None:
+        guarded, unguarded = self.responder.guarded, self.unguarded
+        times = (guarded.survivors_seen_at if guarded else None, unguarded.survivors_seen_at if unguarded else None)
+        return max((t for t in times if t is not None), default=None)
+
+    def _old_pids(self, invocation_id: str) -> dict[int, str]:
+        current = self.pipeline.current()
+        if current is not None and current.invocation_id == invocation_id:
+            return self.ranks.watch.known_pids()
+        return self.ranks.previous_pids
 
     def _timeout(self, now: Instant) -> float:
         """Seconds until the earliest deadline of any source, the policy, the backoff or the watchdog."""
@@ -213,8 +238,10 @@ class Daemon:
         deadlines += [guarded] if guarded is not None else []
         if self.publish_due:
             deadlines.append(self.last_publish + PUBLISH_SPACING)
-        if self.responder.retry_at is not None:
-            deadlines.append(now.monotonic + self.responder.retry_at - now.wall)
+        unguarded = self.unguarded.next_deadline() if self.unguarded is not None else None
+        for wall in (self.responder.retry_at, unguarded):
+            if wall is not None:
+                deadlines.append(now.monotonic + wall - now.wall)
         return max(min(deadlines, default=math.inf) - now.monotonic, 0.0)
 
     def _on_invocation_change(self) -> None:

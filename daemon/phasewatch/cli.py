@@ -35,7 +35,8 @@ from .instances import other_spelling, watched_unit
 from .pipeline import Pipeline
 from .profile import builtin_engines
 from .records import JournalRecord
-from .render import clamp_ts, json_text, terminal_safe, to_json, to_table, ts_in_range
+from .render import MAX_TS, clamp_ts, json_text, terminal_safe, to_json, to_table, ts_in_range
+from .sources import journal_source
 from .sources.formats import parse_source
 from .sources.journal_source import UnitRecords
 from .stages.engines import detect_engine
@@ -83,6 +84,31 @@ class TimeClamp:
                 record = replace(record, realtime=clamp_ts(record.realtime))
             yield record
 
+    def feed(self, pipeline: Pipeline, now: float | None) -> None:
+        """Every record through `pipeline`; a journal's unit read in batches, its whole lines without
+        a JournalRecord each (`Pipeline.feed_line`, the catch-up fast path)."""
+        source = self._records
+        if not isinstance(source, journal_source.UnitRecords):
+            pipeline.feed_all(self, now)
+            return
+        self._clamped_records = 0
+        feed_line, feed = pipeline.feed_line, pipeline.feed
+        for batch in source.batches():
+            for entry in batch:
+                if type(entry) is tuple:
+                    message, realtime, pid, invocation = entry
+                    if not 0.0 <= realtime <= MAX_TS:
+                        self._clamped_records += 1
+                        realtime = clamp_ts(realtime)
+                    feed_line(message, realtime, pid, invocation, now)
+                else:
+                    record: JournalRecord = entry  # type: ignore[assignment]
+                    if record.realtime is not None and not ts_in_range(record.realtime):
+                        self._clamped_records += 1
+                        record = replace(record, realtime=clamp_ts(record.realtime))
+                    feed(record, now)
+        pipeline.flush(now)
+
     def saw(self, stamps: Iterable[float | None]) -> None:
         """Times from line prefixes (year 0001 is before 1970): counted here, shown clamped."""
         self._clamped_stamps += sum(1 for ts in stamps if ts is not None and not ts_in_range(ts))
@@ -128,14 +154,14 @@ def cmd_replay(args: argparse.Namespace) -> int:
     year = dt.datetime.now(dt.timezone.utc).year  # for prefixes without a year (vLLM), as for syslog's
     tally = RuleTally() if args.rules else None
     pipeline = Pipeline(config, tally, default_year=year)
-    pipeline.feed_all(records, now=None)
+    clamped.feed(pipeline, now=None)
     snapshot = pipeline.snapshot()
     last_line = max((inv.last_ts for inv in snapshot.invocations if inv.last_ts is not None), default=None)
     if last_line is None and snapshot.invocations:
         # A log without a single time stamp: judged as if every line was written at time 0.
         tally = RuleTally() if args.rules else None
         pipeline = Pipeline(config, tally, default_year=year)
-        pipeline.feed_all(records, now=0.0)
+        clamped.feed(pipeline, now=0.0)
         snapshot = pipeline.snapshot()
     if tally is not None:
         tally.add_anomalies(a for inv in snapshot.invocations for a in inv.anomalies)
@@ -234,8 +260,8 @@ def _wakeup_pipe() -> tuple[int, int]:
 
 def cmd_report(args: argparse.Namespace) -> int:
 
+    from .commands.report import evidence_for, evidence_lines, to_svg, to_table
     from .commands.report import to_json as report_json
-    from .commands.report import to_svg, to_table
     from .sinks.history import History
 
     config = load_config(args.config) if args.config else None
@@ -251,13 +277,14 @@ def cmd_report(args: argparse.Namespace) -> int:
         records = history.startups(unit, last=args.last)
     except sqlite3.Error as exc:
         raise HistoryUnreadable(f"{path}: cannot read the history: {exc}") from None
+    evidence = evidence_for(records, unit, [str(p) for p in sorted((state_dir / "evidence").glob("*.txt"))])
     if args.plot:
         Path(args.plot).write_text(to_svg(records, f"{unit}: the last {len(records)} start-up(s)"))
     if args.json:
-        json.dump(report_json(records), sys.stdout, indent=2)
+        json.dump(report_json(records, evidence), sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        sys.stdout.write(to_table(records, wide=args.wide))
+        sys.stdout.write(to_table(records, wide=args.wide) + evidence_lines(records, evidence))
     return EX_OK
 
 

@@ -259,18 +259,18 @@ Fail = Callable[[str, str, "int | None"], ConfigError]
 
 def _leftovers(section: Any, line: int | None, fail: Fail) -> Leftovers:
     leftovers = Leftovers()
-    for key, raw, at in _entries(section, "leftovers", line, "a mapping with check, wait", fail):
-        if key == "check":
+    for key, raw, at in _entries(section, "leftovers", line, "a mapping with check, wait, after_any_stop", fail):
+        if key in ("check", "after_any_stop"):
             if not isinstance(raw, bool):
-                raise fail("leftovers.check", f"expected true or false, got {shown(raw)}", at)
-            leftovers = replace(leftovers, check=raw)
+                raise fail(f"leftovers.{key}", f"expected true or false, got {shown(raw)}", at)
+            leftovers = replace(leftovers, **{key: raw})
         elif key == "wait":
             wait = _duration(raw, "leftovers.wait", at, fail)
             if wait is None:
                 raise fail("leftovers.wait", "expected a duration like 10m (the wait is always bounded)", at)
             leftovers = replace(leftovers, wait=wait)
         else:
-            raise fail(f"leftovers.{key}", "unknown setting (known: check, wait)", at)
+            raise fail(f"leftovers.{key}", "unknown setting (known: check, wait, after_any_stop)", at)
     return leftovers
 
 

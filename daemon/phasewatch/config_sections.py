@@ -20,10 +20,14 @@ class RestartBudget:
 @dataclass(frozen=True)
 class Leftovers:
     """`leftovers: {check: true, wait: 10m}`: restart as stop, check that nothing of the old start-up
-    survives, then start (waiting at most `wait` for survivors to end); sinks/leftovers.py."""
+    survives, then start (waiting at most `wait` for survivors to end); sinks/leftovers.py.
+    `after_any_stop` (default on): a start-up that ended before ready by a stop phasewatch did not
+    guard (the operator's, systemd's Restart=, an unguarded restart) is checked too, alert only
+    (sinks/unguarded_stops.py)."""
 
     check: bool = False
     wait: float = 600.0
+    after_any_stop: bool = True
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,10 @@ class Phase(enum.Enum):
     READY = "ready"
     SERVING = "serving"
 
+    # Members are singletons: hashing by identity (in C) instead of Enum's hash of the name (in
+    # Python), on every line the tracker dates (its per-phase dicts).
+    __hash__ = object.__hash__
+
 
 PHASE_NAMES: tuple[str, ...] = tuple(p.value for p in Phase)
 # Phases the main process (HTTP server) drives for the whole unit, after every rank is done.

@@ -22,12 +22,13 @@ def test_quick_bench_produces_every_row(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr[-4000:]
     r = json.loads((tmp_path / "results.json").read_text())
 
-    catchup = r["catchup"]
-    assert set(catchup["median"]) == READERS
-    assert catchup["found"]["a_raw_reader"]["entries"] == catchup["entries"] > 0
-    assert catchup["found"]["b_journalctl_grep"]["marker_lines"] > 0
-    assert "matched" in catchup["found"]["c_fail2ban_regex"]["lines"]
-    assert catchup["found"]["d_phasewatch_replay"]["invocations"] == r["settings"]["invocations"]
+    for key, starts in (("catchup", "invocations"), ("catchup_crash", "crash_invocations")):  # both journal mixes
+        catchup = r[key]
+        assert set(catchup["median"]) == READERS
+        assert catchup["found"]["a_raw_reader"]["entries"] == catchup["entries"] > 0
+        assert catchup["found"]["b_journalctl_grep"]["marker_lines"] > 0
+        assert "matched" in catchup["found"]["c_fail2ban_regex"]["lines"]
+        assert catchup["found"]["d_phasewatch_replay"]["invocations"] == r["settings"][starts]
     assert set(r["scale"]) == {str(n) for n in r["settings"]["scale"]}
     for row in r["scale"].values():
         assert row["max_rss_kib"]["d_phasewatch_replay"][0] > 0
@@ -46,5 +47,6 @@ def test_quick_bench_produces_every_row(tmp_path: Path) -> None:
     for heading in ("## Targets", "## 1. Catch-up", "## 2. Follow latency", "## 3. Action latency",
                     "## 4. Idle cost", "## 5. Burst", "## 6. Scale", "## Reproduce"):
         assert heading in doc
-    assert doc.count("| 1 | replay ≥") == 3
+    assert doc.count(": replay ≥") == 6  # three references, two mixes
+    assert "### serving-heavy" in doc and "### crash-heavy" in doc
     assert doc.count("| 2 | entry → daemon status") == 2

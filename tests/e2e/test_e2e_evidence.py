@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
 from e2e_env import REPO, UNIT, WATCHER, Scenario
 
 RESTART_STOPPED = "9d1aaa27d60140bd96365438aad20286"
@@ -45,9 +44,6 @@ def test_stacks_of_the_hung_rank_are_captured_before_the_restart(scenario: Scena
     assert (status["previous_startup"]["verdict"], status["previous_startup"]["evidence"]) == ("stalled", path)
 
 
-@pytest.mark.skip(reason="flaky (4 of 7 runs passed): restart_blocked and 'no start while it lives' held every "
-                         "time, but the start after the survivor's kill -9 sometimes did not come within 30 s; "
-                         "cause not found (issue 12 stays open on it)")
 def test_a_rank_that_escaped_the_cgroup_blocks_the_start_until_it_is_gone(scenario: Scenario) -> None:
     scenario.box.write("/etc/polkit-1/rules.d/51-phasewatch-leftovers.rules",
                        (REPO / "units" / "polkit" / "51-phasewatch-leftovers.rules.example").read_text())
@@ -72,5 +68,40 @@ def test_a_rank_that_escaped_the_cgroup_blocks_the_start_until_it_is_gone(scenar
     assert scenario.unit("ActiveState")["ActiveState"] in ("inactive", "failed")
     assert len(scenario.invocations()) == 1  # no new start while it lives
     scenario.box.run("kill", "-9", pid)
-    scenario.box.wait_for(lambda: len(scenario.invocations()) == 2, 30, "the start once it is gone")
+    # The sim's ranks die with their parent (PR_SET_PDEATHSIG, as SGLang's): this sandbox's systemd at
+    # times cannot kill the cgroup ("Failed to kill control group ... Input/output error"), and then
+    # the ranks of the old start-up were rightly reported as survivors too (the cause of the old flake).
+    try:
+        scenario.box.wait_for(lambda: len(scenario.invocations()) == 2, 30, "the start once it is gone")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\nphasewatch said:\n{scenario.watcher_log()}") from None
     scenario.wait_state("ready", timeout=90)
+
+
+def test_an_operators_restart_during_a_startup_is_checked_for_leftovers(scenario: Scenario) -> None:
+    # No leftovers.check: the check after a stop phasewatch did not make is on by default (alert only).
+    scenario.configure("--scale 0.01 --hang TP3:draft_cuda_graph_capture")
+    scenario.start()
+    scenario.box.wait_for(lambda: scenario.lines("Capture draft cuda graph begin"), 60, "the draft capture")
+    scenario.box.run("sh", "-c", "setsid systemd-run --scope --unit=escaped-rank -q bash -c "
+                     "\"trap '' TERM; exec -a sglang::scheduler_TP3 sleep 600\" </dev/null >/dev/null 2>&1 &")
+    procs = " ".join(f"{root}/system.slice/escaped-rank.scope/cgroup.procs"
+                     for root in ("/sys/fs/cgroup", "/sys/fs/cgroup/unified", "/sys/fs/cgroup/systemd"))
+    pid = scenario.box.wait_for(
+        lambda: scenario.box.run("sh", "-c", f"cat {procs} 2>/dev/null | head -1", check=False).stdout.strip(),
+        20, "the escaped rank")
+    scenario.sim("--scale 0.01")
+    scenario.box.systemctl("restart", UNIT)  # the operator's: systemd starts again at once
+    try:
+        blocked = scenario.box.wait_for(
+            lambda: [a for a in scenario.alerts() if a.get("PHASEWATCH_VERDICT") == "restart_blocked"], 30,
+            "the restart_blocked alert")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\nphasewatch said:\n{scenario.watcher_log()}") from None
+    [first] = scenario.invocations()[:1]
+    assert f"pid {pid} (sglang::scheduler_TP3" in blocked[0]["MESSAGE"] and blocked[0]["PRIORITY"] == "2"
+    assert "cannot hold a start systemd makes by itself" in blocked[0]["MESSAGE"]
+    assert blocked[0]["PHASEWATCH_INVOCATION"] == first["INVOCATION_ID"]  # the start-up that left it behind
+    assert len(blocked) == 1
+    assert len(scenario.invocations()) == 2, [(a["PHASEWATCH_VERDICT"], a["MESSAGE"]) for a in scenario.alerts()]
+    scenario.box.run("kill", "-9", pid)

@@ -51,6 +51,8 @@ SECTIONS = [
      r"missing: the command to run"),
     ("leftovers", HEAD + "leftovers:\n  check: yes please\n", "leftovers.check", 4,
      r"expected true or false, got 'yes please'"),
+    ("leftovers", HEAD + "leftovers:\n  check: true\n  after_any_stop: 1\n", "leftovers.after_any_stop", 5,
+     r"expected true or false, got 1"),
 ]
 
 
@@ -100,3 +102,11 @@ def test_an_unreadable_profile_exits_78_naming_the_config_line(tmp_path: Path,
 
 def test_every_section_has_its_error_case() -> None:
     assert {case[0] for case in SECTIONS} | {"profile_path"} == set(TOP_KEYS)
+
+
+def test_leftovers_after_any_stop_is_on_by_default_and_can_be_turned_off(tmp_path: Path) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_text(HEAD)
+    assert (load_config(str(path)).leftovers.check, load_config(str(path)).leftovers.after_any_stop) == (False, True)
+    path.write_text(HEAD + "leftovers:\n  after_any_stop: false\n")
+    assert load_config(str(path)).leftovers.after_any_stop is False

@@ -90,3 +90,30 @@ def test_status_table_shows_the_hold_and_why_the_current_start_up_exists() -> No
     assert "bisecting a driver (verdicts alerted, nothing restarted)" in table
     assert "started by phasewatch: the previous start-up aaaa was stalled: TP3 stalled" in table
     assert "evidence: /var/lib/phasewatch/evidence/x-aaaa-stalled.txt" in table
+
+
+def test_why_the_last_restart_happened_survives_a_daemon_restart(tmp_path: Path) -> None:
+    first, _, unit, _, clock = daemon(tmp_path, T0)
+    first.start()
+    clock.jump(61)
+    first.step(max_wait=0)
+    assert unit.restarts == [INV]
+    # phasewatch itself restarts while the new start-up runs: its status still says why it exists.
+    new = "fedcba9876543210fedcba9876543210"
+    again, journal, unit2, _, _ = daemon(tmp_path, T0 + 70)
+    unit2.status = UnitFacts("activating", "start", new, control_group=None, started_at=T0 + 65)
+    journal.push(JournalRecord("[2026-11-29 08:01:05 TP0] Load weight begin. avail mem=137.95 GB", T0 + 65,
+                               pid=300, invocation_id=new))
+    again.start()
+    status = json.loads((tmp_path / f"{UNIT}.status.json").read_text())
+    assert status["invocation_id"] == new
+    assert (status["previous_startup"]["invocation_id"], status["previous_startup"]["verdict"]) == (INV, "stalled")
+
+
+def test_a_broken_last_restart_in_the_state_file_is_dropped_not_fatal(tmp_path: Path) -> None:
+    from phasewatch.sinks.state import decode
+
+    assert decode({"last_restart": {"invocation_id": 7}}).last_restart is None
+    kept = decode({"last_restart": {"invocation_id": "a", "verdict": "stalled", "message": "m", "evidence": None,
+                                    "junk": [1]}}).last_restart
+    assert kept == {"invocation_id": "a", "verdict": "stalled", "message": "m", "evidence": None}

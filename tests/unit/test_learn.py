@@ -219,6 +219,26 @@ def test_report_command_table_json_and_plot(tmp_path: Path, records: list[Startu
     assert main(["report", "other.service", "--state-dir", str(tmp_path)]) == 66
 
 
+def test_report_points_to_each_startups_evidence(tmp_path: Path, records: list[StartupRecord],
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from phasewatch.cli import main
+
+    history = History(tmp_path / f"{UNIT}.history.sqlite3")
+    for record in records[:2]:
+        history.add(record)
+    (tmp_path / "evidence").mkdir()
+    hung = tmp_path / "evidence" / f"{UNIT}-{records[1].invocation_id}-stalled.txt"
+    hung.write_text("=== TP3 pid 4711 ===\n")
+    (tmp_path / "evidence" / f"other.service-{records[0].invocation_id}-stalled.txt").write_text("not ours\n")
+    assert main(["report", UNIT, "--state-dir", str(tmp_path), "--json"]) == 0
+    document = __import__("json").loads(capsys.readouterr().out)
+    assert [s["evidence"] for s in document["startups"]] == [[], [str(hung)]]
+    assert main(["report", UNIT, "--state-dir", str(tmp_path)]) == 0
+    table = capsys.readouterr().out
+    assert "evidence captured before phasewatch acted:" in table
+    assert f"{records[1].invocation_id[:12]}  {hung}" in table and "other.service" not in table
+
+
 def test_limits_in_force_and_eta_are_exported(history: History, records: list[StartupRecord]) -> None:
     from prometheus_client import CollectorRegistry
 

@@ -44,7 +44,25 @@ def slowest_rank(record: StartupRecord) -> str | None:
     return max(ends, key=lambda r: ends[r]) if ends else None
 
 
-def to_json(records: Sequence[StartupRecord]) -> dict[str, Any]:
+def evidence_for(records: Sequence[StartupRecord], unit: str, files: Sequence[str]) -> dict[str, list[str]]:
+    """The evidence files (sinks/evidence.py: `<unit>-<invocation>-<verdict>.txt`) of each start-up."""
+    out: dict[str, list[str]] = {}
+    for record in records:
+        prefix = f"{unit}-{record.invocation_id}-"
+        found = sorted(f for f in files if f.rsplit("/", 1)[-1].startswith(prefix) and f.endswith(".txt"))
+        if found:
+            out[record.invocation_id] = found
+    return out
+
+
+def evidence_lines(records: Sequence[StartupRecord], evidence: dict[str, list[str]]) -> str:
+    """Below the table: where each start-up's evidence is (nothing when none has any)."""
+    lines = [f"  {_when(r.started_at)}  {r.invocation_id[:12]}  {path}" for r in records
+             for path in evidence.get(r.invocation_id, ())]
+    return "\nevidence captured before phasewatch acted:\n" + "\n".join(lines) + "\n" if lines else ""
+
+
+def to_json(records: Sequence[StartupRecord], evidence: dict[str, list[str]] | None = None) -> dict[str, Any]:
     return {"startups": [{
         "invocation_id": r.invocation_id, "started_at": _when(r.started_at) + "Z", "duration_seconds": r.duration,
         "outcome": r.outcome, "cause": r.cause, "fingerprint": r.fingerprint, "cold": r.cold,
@@ -54,6 +72,7 @@ def to_json(records: Sequence[StartupRecord]) -> dict[str, Any]:
                     "slowest_rank": p.slowest_rank} for p in r.phases],
         "verdicts": [{"kind": k, "rank": rank, "phase": phase, "at": _when(at) + "Z"}
                      for k, rank, phase, at in r.verdicts],
+        "evidence": (evidence or {}).get(r.invocation_id, []),
     } for r in records]}
 
 

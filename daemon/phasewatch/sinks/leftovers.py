@@ -4,6 +4,9 @@ unit's cgroup nor (by its rank title, `sglang::scheduler_TP3`) anywhere on the h
 service; survivors are alerted once (`restart_blocked`, critical, naming PIDs and what they hold)
 and the start waits for them, at most `leftovers.wait`. Past that the unit stays stopped and
 phasewatch says so: starting a server next to ranks that hold its GPU memory ends in OOM.
+Where nvidia-smi exists, the GPUs' compute processes are checked too (sinks/gpu_memory.py): a
+survivor says what it holds ("holds 81920 MiB on GPU 3"), and a process of the old start-up that
+still holds GPU memory is a survivor even when /proc no longer shows it with its title.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from ..durations import format_duration
 from ..sources.procs import ProcessTable, rank_from_title
 from ..stages.respond import Action
 from .actions import UnitFacts
+from .gpu_memory import GpuHolder, GpuMemory
 
 logger = logging.getLogger(__name__)
 POLL = 1.0  # seconds between checks while a start waits
@@ -29,10 +33,25 @@ class Survivor:
     title: str
     rss_kb: int | None
     where: str  # its cgroup
+    gpu: tuple[tuple[str, int], ...] = ()  # (GPU index, MiB) it holds
 
     def text(self) -> str:
         held = f", {self.rss_kb // 1024} MiB resident" if self.rss_kb is not None else ""
+        held += "".join(f", holds {mib} MiB on GPU {gpu}" for gpu, mib in self.gpu)
         return f"pid {self.pid} ({self.title}{held}, cgroup {self.where})"
+
+
+def with_gpu(found: Sequence[Survivor], holders: Sequence[GpuHolder], old: dict[int, str]) -> list[Survivor]:
+    """The survivors with the GPU memory each holds, and the old start-up's processes (`old`: pid ->
+    title before the stop) that hold GPU memory but were not found in /proc by cgroup or title."""
+    held: dict[int, list[tuple[str, int]]] = {}
+    for holder in holders:
+        held.setdefault(holder.pid, []).append((holder.gpu, holder.mib))
+    out = {s.pid: Survivor(s.pid, s.title, s.rss_kb, s.where, tuple(held.get(s.pid, ()))) for s in found}
+    for pid, gpus in held.items():
+        if pid not in out and pid in old:
+            out[pid] = Survivor(pid, old[pid], None, "unknown (not seen in /proc)", tuple(gpus))
+    return sorted(out.values(), key=lambda s: s.pid)
 
 
 def survivors(table: ProcessTable, control_group: str | None) -> list[Survivor]:
@@ -73,6 +92,48 @@ def _rss_kb(entry: Path) -> int | None:
     return None
 
 
+class LeftoverScan:
+    """What survives a stop: /proc by cgroup and rank title, then the GPUs' compute processes."""
+
+    def __init__(self, table: ProcessTable, gpu: GpuMemory | None = None) -> None:
+        self.table = table
+        self.gpu = gpu
+        self.old: dict[int, str] = {}  # the start-up's processes before the stop: pid -> title
+
+    def before_stop(self, control_group: str | None) -> None:
+        self.old = {}
+        for pid in self.table.pids(control_group) if control_group else []:
+            try:
+                cmdline = (self.table.proc / str(pid) / "cmdline").read_bytes()
+            except OSError:
+                continue
+            self.old[pid] = cmdline.split(b"\0", 1)[0].decode("utf-8", "replace")[:80]
+
+    def __call__(self, control_group: str | None) -> list[Survivor]:
+        found = survivors(self.table, control_group)
+        holders = self.gpu.holders() if self.gpu is not None else None
+        return with_gpu(found, holders or [], self.old)
+
+    def unguarded(self, old: dict[int, str], titles: bool = True) -> list[Survivor]:
+        """After a stop phasewatch did not make (a new start-up may already run in the unit's cgroup):
+        the old start-up's rank processes still alive as the same rank (`old`: pid -> rank), and with
+        `titles` rank-titled processes outside every service (not with `rank_processes: host`, where the
+        new start-up's ranks themselves run outside the unit's cgroup)."""
+        found = {s.pid: s for s in survivors(self.table, None)} if titles else {}
+        for pid, rank in old.items():
+            entry = self.table.proc / str(pid)
+            try:
+                cmdline = (entry / "cmdline").read_bytes()
+                cgroup = _cgroup((entry / "cgroup").read_text())
+            except OSError:
+                continue
+            if pid not in found and rank_from_title(cmdline) == rank:
+                title = cmdline.split(b"\0", 1)[0].decode("utf-8", "replace")[:80]
+                found[pid] = Survivor(pid, title, _rss_kb(entry), cgroup)
+        holders = self.gpu.holders() if self.gpu is not None else None
+        return with_gpu(list(found.values()), holders or [], {pid: f"rank {rank}" for pid, rank in old.items()})
+
+
 class StopStart(Protocol):
     def facts(self) -> UnitFacts: ...
 
@@ -87,19 +148,28 @@ class Pending:
     control_group: str | None
     until: float
     blocked_alerted: bool = False
+    next_check: float = 0.0  # wall clock: the scan (/proc, nvidia-smi) runs at most every POLL
 
 
 class GuardedRestart:
     def __init__(self, unit: StopStart, scan: Callable[[str | None], Sequence[Survivor]],
-                 alert: Callable[[Action], None], wait: float) -> None:
+                 alert: Callable[[Action], None], wait: float,
+                 before_stop: Callable[[str | None], None] | None = None) -> None:
         self.unit = unit
         self.scan = scan
+        self.before_stop = before_stop  # remembers the start-up's processes (LeftoverScan.before_stop)
         self.alert = alert
         self.wait = wait
         self.pending: Pending | None = None
+        self.stopped: set[str] = set()  # start-ups this stopped (their end is checked here, not as unguarded)
+        self.survivors_seen_at: float | None = None  # the last time survivors blocked a start (wall)
 
     def begin(self, action: Action, control_group: str | None, now: float) -> str:
         self.pending = Pending(action, control_group, now + self.wait)
+        if action.invocation_id is not None:
+            self.stopped.add(action.invocation_id)
+        if self.before_stop is not None:
+            self.before_stop(control_group)
         return self.unit.stop()
 
     def next_deadline(self, now: float) -> float | None:
@@ -110,6 +180,9 @@ class GuardedRestart:
         pending = self.pending
         if pending is None:
             return
+        if now < pending.next_check:
+            return
+        pending.next_check = now + POLL
         facts = self.unit.facts()
         if facts.active_state not in ("inactive", "failed") or facts.job_pending:
             return  # still stopping (or someone else is acting on the unit)
@@ -121,6 +194,7 @@ class GuardedRestart:
             self.pending = None
             return
         listed = "; ".join(s.text() for s in left)
+        self.survivors_seen_at = now
         if now >= pending.until:
             self.pending = None
             self.alert(_blocked(pending.action, f"{name}: gave up waiting for the old start-up's processes to "

@@ -78,6 +78,7 @@ class Responder:
         self.guarded = guarded  # restart as stop, leftovers check, start (None: RestartUnit)
         self.evidence_paths: dict[str, str] = {}  # invocation -> its last evidence file
         self.last_restart: dict[str, str | None] | None = None  # the start-up phasewatch last restarted, and why
+        self.leftovers_seen: Callable[[], float | None] = lambda: None  # when survivors of a stop were last found
         self.memory = Memory()
         self.retry_at: float | None = None  # wall clock, like the memory it comes with
         self.watched_invocation: str | None = None
@@ -168,6 +169,8 @@ class Responder:
         judgement = self.pipeline.judge(now, Snapshot((inv,)))[0]
         marks = tuple((v.kind, v.rank, v.phase, v.at) for v in judgement.verdicts)
         cause = next((v.cause for v in judgement.verdicts if v.kind != VerdictKind.LINES_LOST), None)
+        if cause == "oom" and not ready and after_leftovers(inv, self.leftovers_seen(), now):
+            cause = "oom after leftovers"  # the old start-up's memory, not the model's: said as such
         ended_at = _ready_time(inv) if ready else (inv.stopped_at or inv.last_ts or now)
         record = summarize(self.config.unit, inv, "ready" if ready else judgement.outcome, cause,
                            ended_at or now, marks)
@@ -219,6 +222,7 @@ class Responder:
                 try:
                     self.last_restart = {"invocation_id": action.invocation_id, "verdict": action.verdict_kind,
                                          "message": action.message, "evidence": action.evidence}
+                    self.save()  # status says why after phasewatch itself restarts too
                     job = (self.guarded.begin(action, facts.control_group, self.clock.wall())
                            if self.guarded is not None else self.unit.restart())
                     if self.exporter is not None:
@@ -257,7 +261,7 @@ class Responder:
 
     def save(self) -> None:
         try:
-            self.store.save(Saved(self.memory, self.cursor(), self.watched_invocation))
+            self.store.save(Saved(self.memory, self.cursor(), self.watched_invocation, self.last_restart))
         except OSError:
             pass  # the store says why in `degraded`: logged and alerted once, below
         self.check_host()
@@ -284,6 +288,16 @@ class Responder:
         self.degraded = degraded
         if self.exporter is not None:
             self.exporter.set_degraded(degraded)
+
+
+def after_leftovers(inv: InvocationView, seen: float | None, now: float) -> bool:
+    """Survivors of a stop were found within LEFTOVERS_BEFORE before this start-up began (a guarded
+    start waits for them) or while it ran (a stop phasewatch did not make: found after the new start)."""
+    began = inv.started_at
+    return seen is not None and began is not None and began - LEFTOVERS_BEFORE <= seen <= (inv.stopped_at or now)
+
+
+LEFTOVERS_BEFORE = 60.0
 
 
 def _ready_time(inv: InvocationView) -> float | None:

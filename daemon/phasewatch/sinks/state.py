@@ -27,6 +27,7 @@ class Saved:
     memory: Memory
     cursor: str | None
     invocation_id: str | None
+    last_restart: dict[str, str | None] | None = None  # the start-up phasewatch last restarted, and why
 
 
 MAX_STATE_BYTES = 4 << 20  # a state file larger than this is not ours
@@ -104,6 +105,7 @@ def _encode(saved: Saved) -> dict[str, Any]:
         "restarted": sorted(i for i in memory.restarted if i in recent),
         "budget": {"state": budget.state.value, "failures": [list(f) for f in budget.failures],
                    "last_restart": budget.last_restart, "restarts": budget.restarts},
+        "last_restart": saved.last_restart,
     }
 
 
@@ -153,10 +155,24 @@ def decode(document: object, source: str = "state") -> Saved:
         else:
             dropped("a restarted entry")
     memory = Memory(frozenset(alerted), frozenset(restarted), _budget(document.get("budget"), dropped))
+    last_restart = _last_restart(document.get("last_restart"), dropped)
     if dropped.items:
         logger.warning("%s: invalid values dropped: %s", source, ", ".join(dict.fromkeys(dropped.items)))
     return Saved(memory, cursor if isinstance(cursor, str) else None,
-                 invocation if isinstance(invocation, str) else None)
+                 invocation if isinstance(invocation, str) else None, last_restart)
+
+
+LAST_RESTART_KEYS = ("invocation_id", "verdict", "message", "evidence")
+
+
+def _last_restart(value: object, dropped: _Dropped) -> dict[str, str | None] | None:
+    if value is None:
+        return None
+    if isinstance(value, dict) and isinstance(value.get("invocation_id"), str) and all(
+            _optional_text(value.get(key)) for key in LAST_RESTART_KEYS):
+        return {key: value.get(key) for key in LAST_RESTART_KEYS}
+    dropped("last_restart")
+    return None
 
 
 def _list(value: object, name: str, dropped: _Dropped) -> list[Any]:

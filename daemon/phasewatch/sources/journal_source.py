@@ -8,31 +8,121 @@ of every entry and was the slowest stage of `replay --unit` (docs/performance.md
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Any, Iterator, Union
 
 from ..errors import JournalError, JournalUnavailable
-from ..records import JournalRecord
-from .follow import JournalFollower
+from ..records import JournalRecord, record_from_fields
+from ..trust import rejection
+from .follow import _LIFECYCLE_FIELDS, JournalFollower
 
 BATCH = 4096
+# A whole line of the unit's own processes, as read: (MESSAGE bytes, seconds, _PID, invocation).
+UnitLine = tuple[bytes, float, Union[int, None], Union[str, None]]
+Entry = Union[UnitLine, JournalRecord]
 
 
+
+
+def _open(unit: str, directory: str | None, since: float | None) -> JournalFollower:
+    try:
+        follower = JournalFollower(unit, directory)
+    except JournalError as exc:
+        where = f" in {directory}" if directory else ""
+        raise JournalUnavailable(str(exc).replace("the journal", f"the journal{where}", 1)) from None
+    if since is not None:
+        follower.seek_realtime(since)
+    else:
+        follower.seek_head()
+    return follower
+
+
+def unit_entries(unit: str, directory: str | None = None, since: float | None = None,
+                 rejected: dict[str, int] | None = None) -> Iterator[list[Entry]]:
+    """`read_unit`'s entries in batches, the unit's whole lines as `UnitLine` tuples (no record
+    built: `Pipeline.feed_line`), the rest as JournalRecords, exactly as `JournalFollower.read`
+    makes them. An entry's fields are read in one call (`_get_all`): on a journald entry of some 25
+    fields that is cheaper than the four `_get`s a line needs, each a walk over the entry's fields
+    (and a `KeyError` for the `_LINE_BREAK` most entries lack)."""
+    follower = _open(unit, directory, since)
+    reader = follower._reader
+    try:
+        get, get_all, next_entry, realtime = reader._get, reader._get_all, reader._next, reader._get_realtime
+        unit_bytes = unit.encode()
+        pids: dict[bytes, int | None] = {}  # field bytes -> value: a unit has few of each
+        invocations: dict[bytes, str] = {}
+        more = True
+        while more:
+            batch: list[Entry] = []
+            append = batch.append
+            for _ in range(BATCH):
+                if not next_entry():
+                    more = False
+                    break
+                fields = get_all()
+                stamp = realtime()
+                message = fields.get("MESSAGE")
+                pid_field = fields.get("_PID")
+                invocation_field = fields.get("_SYSTEMD_INVOCATION_ID")
+                if (fields.get("_SYSTEMD_UNIT") != unit_bytes or type(message) is not bytes
+                        or type(pid_field) is not bytes or type(invocation_field) is not bytes
+                        or "_LINE_BREAK" in fields):
+                    # Not a whole line of the unit's (or a field twice: `_get` takes the first): the
+                    # general way.
+                    _entry(get, stamp, unit, unit_bytes, append, follower.rejected)
+                    continue
+                pid = pids.get(pid_field, -1)
+                if pid == -1:
+                    pid = pids[pid_field] = int(pid_field) if pid_field else None
+                    if len(pids) > 4096:
+                        pids.clear()
+                invocation = invocations.get(invocation_field)
+                if invocation is None:
+                    invocation = invocations[invocation_field] = invocation_field.decode()
+                    if len(invocations) > 4096:
+                        invocations.clear()
+                append((message, stamp / 1e6, pid, invocation))
+            yield batch
+    finally:
+        follower.close()
+        if rejected is not None:
+            for reason, count in follower.rejected.items():
+                rejected[reason] = rejected.get(reason, 0) + count
+
+
+def _entry(get: Any, stamp: int, unit: str, unit_bytes: bytes, append: Any, rejected: dict[str, int]) -> None:
+    """One entry as `JournalFollower.read` takes it."""
+    def field(name: str) -> Any:
+        try:
+            return get(name)
+        except KeyError:
+            return None
+
+    if field("_SYSTEMD_UNIT") == unit_bytes:
+        pid, invocation, line_break = field("_PID"), field("_SYSTEMD_INVOCATION_ID"), field("_LINE_BREAK")
+        append(JournalRecord(message=field("MESSAGE"), realtime=stamp / 1e6, pid=int(pid) if pid else None,
+                             invocation_id=invocation.decode() if isinstance(invocation, bytes) else invocation,
+                             line_break=line_break.decode() if isinstance(line_break, bytes) else line_break))
+        return
+    fields: dict[str, object] = {}
+    for name in _LIFECYCLE_FIELDS:
+        value = field(name)
+        if value is not None:
+            fields[name] = value
+    fields["__REALTIME_TIMESTAMP"] = stamp
+    record = record_from_fields(fields)
+    reason = rejection(record, unit)
+    if reason is None:
+        append(record)
+    else:
+        rejected[reason] = rejected.get(reason, 0) + 1
 
 
 def read_unit(unit: str, directory: str | None = None, since: float | None = None,
               rejected: dict[str, int] | None = None) -> Iterator[JournalRecord]:
     """Entries the unit's processes wrote, PID 1 wrote about it, and journald's notices about it.
     Entries that only claim to be (trust.py) are left out and, with `rejected`, counted there by reason."""
+    follower = _open(unit, directory, since)
     try:
-        follower = JournalFollower(unit, directory)
-    except JournalError as exc:
-        where = f" in {directory}" if directory else ""
-        raise JournalUnavailable(str(exc).replace("the journal", f"the journal{where}", 1)) from None
-    try:
-        if since is not None:
-            follower.seek_realtime(since)
-        else:
-            follower.seek_head()
         while (batch := follower.read(BATCH)) or follower.behind:
             yield from batch
     finally:
@@ -53,3 +143,8 @@ class UnitRecords:
     def __iter__(self) -> Iterator[JournalRecord]:
         self.rejected = {}
         return read_unit(self.unit, self.directory, self.since, self.rejected)
+
+    def batches(self) -> Iterator[list[Entry]]:
+        """The same entries as `unit_entries` gives them (one pass)."""
+        self.rejected = {}
+        return unit_entries(self.unit, self.directory, self.since, self.rejected)

@@ -115,6 +115,10 @@ class RankWatch:
         watched = {process.pid for process in self._by_fd.values()}
         return all(pid in watched for pid in pids)
 
+    def known_pids(self) -> dict[int, str]:
+        """Every rank process seen in this start-up, alive or not: pid -> rank."""
+        return {pid: rank for rank, pid in self._known.items()}
+
     def dead(self, readable: list[int]) -> list[RankProcess]:
         out = []
         for fd in readable:

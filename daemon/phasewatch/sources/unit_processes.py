@@ -83,8 +83,10 @@ class RankProcesses:
         self.pending: list[_PendingDeath] = []
         self.last_scan = -math.inf
         self.scan_wanted = True  # something happened that a read of the cgroup could explain
+        self.previous_pids: dict[int, str] = {}  # the previous start-up's rank processes: pid -> rank
 
     def new_startup(self) -> None:
+        self.previous_pids = self.watch.known_pids()
         self.watch.forget()
         self.pending.clear()
         self.last_scan = -math.inf
@@ -134,7 +136,10 @@ class RankProcesses:
                 facts.invocation_id is not None and facts.invocation_id != inv.invocation_id:
             self.scan_wanted = True  # D-Bus does not know this start-up's cgroup yet: ask again
             return
-        self.watch.update(self.processes.ranks(facts.control_group, self.host_wide))
+        # A rank of the previous start-up still in the cgroup (a stop that did not end it) is a
+        # leftover (sinks/unguarded_stops.py), not a rank of this one: its death must not count here.
+        self.watch.update([p for p in self.processes.ranks(facts.control_group, self.host_wide)
+                           if p.pid not in self.previous_pids])
 
     def _confirm(self, now: Instant) -> list[Event]:
         due = [d for d in self.pending if now.monotonic >= d.seen_mono + DEATH_GRACE]
@@ -143,8 +148,11 @@ class RankProcesses:
         self.pending = [d for d in self.pending if d not in due]
         inv = self.current()
         facts = self.facts.read()
+        # A restart can be done before the journal says the old start-up stopped: the unit then already
+        # runs another invocation, and these deaths were its stop's.
         torn_down = (inv is None or inv.state is not UnitState.STARTING or bool(inv.fatals) or facts is None
-                     or facts.active_state not in ("active", "activating") or len(due) > 1
+                     or facts.active_state not in ("active", "activating")
+                     or facts.invocation_id not in (None, inv.invocation_id) or len(due) > 1
                      and len(due) >= len(inv.scheduler_ranks) // 2)
         if torn_down:
             return []  # the unit is stopping or crashing as a whole: not one rank's death

@@ -108,6 +108,52 @@ def _blind(tree: Any, parser: Any) -> bool:
     return True
 
 
+def needles(pattern: re.Pattern[str]) -> tuple[str, ...] | None:
+    """Texts of which every match of `pattern` contains at least one: the longest run of literal
+    characters at its top level, or one such run per branch of a top-level alternation. None when
+    unknown (a branch without literals, a pattern that ignores case)."""
+    if pattern.flags & re.IGNORECASE:
+        return None
+    try:
+        from re import _parser  # type: ignore[attr-defined]
+
+        tree = _parser.parse(pattern.pattern, pattern.flags)
+    except Exception:  # noqa: BLE001 - a private module: any doubt means "unknown"
+        return None
+    return _needles(list(tree), _parser)
+
+
+def _needles(items: list[Any], c: Any) -> tuple[str, ...] | None:
+    """Of a sequence: its longest literal run, else the texts of a group it cannot skip."""
+    best, run = "", ""
+    for op, av in items:
+        if op is c.LITERAL:
+            run += chr(av)
+            best = max(best, run, key=len)
+        else:
+            run = ""
+    if best:
+        return (best,)
+    for op, av in items:
+        inner = None
+        if op is c.SUBPATTERN and not av[1] & re.IGNORECASE:  # (?i:...) matches other cases too
+            inner = _needles(list(av[-1]), c)
+        elif op is c.ATOMIC_GROUP:
+            inner = _needles(list(av), c)
+        elif op is c.BRANCH:
+            found: list[str] = []
+            for branch in av[1]:
+                texts = _needles(list(branch), c)
+                if texts is None:
+                    break
+                found.extend(texts)
+            else:
+                inner = tuple(found)
+        if inner:
+            return inner
+    return None
+
+
 class EventMapper:
     """Lines -> events. Resolves ranks of untagged lines (single-GPU servers print no TP tag)."""
 
@@ -127,6 +173,9 @@ class EventMapper:
         self._blind_rules = tuple(r for r in self._line_rules if digit_blind(r.pattern))
         self._other_rules = tuple(r for r in self._line_rules if r not in self._blind_rules)
         self._position = {r.id: i for i, r in enumerate(self._line_rules)}
+        # For lines too long to remember: each rule with the texts one of which its match holds
+        # (a substring test is far cheaper than a search through kilobytes).
+        self._needled = tuple((r, needles(r.pattern)) for r in self._line_rules)
         self._memo: dict[bytes, tuple[Rule, ...]] = {}
         # Family answers by the line's digit-masked text, when no family pattern tells digits apart.
         self._family_memo: dict[bytes, FamilyMatch | None] | None = {} if all(
@@ -136,7 +185,9 @@ class EventMapper:
     def _matching(self, message: str) -> tuple[Rule, ...]:
         """The line rules `message` matches, in profile order."""
         if len(message) > MEMO_MAX_CHARS:
-            return tuple(r for r in self._line_rules if r.pattern.search(message))
+            holds = message.__contains__
+            return tuple(r for r, texts in self._needled
+                         if (texts is None or any(map(holds, texts))) and r.pattern.search(message))
         memo = self._memo
         # UTF-8 is one-to-one and its multi-byte sequences hold no ASCII digit: masking the bytes is
         # masking the text (and bytes.translate is eight times faster than str.translate).

@@ -9,7 +9,11 @@ An engine module gives:
   vocabulary (tp_size, dp_size, pp_size, ep_size, nnodes, node_rank, model_path, host, port, ...);
 - `expected_ranks(server)`: the rank labels those arguments promise on this node, in the labels
   `find_prefixes` gives (empty when the engine's labels cannot be foretold);
-- `detect(line)`: how sure a line makes us that the log is this engine's (0 none, 1 a hint, 2 sure).
+- `detect(line)`: how sure a line makes us that the log is this engine's (0 none, 1 a hint, 2 sure);
+- optionally, for the catch-up fast path (stages/fastpath.py), `fast_prefix(message)`: the prefix at
+  the start of a MESSAGE (bytes), as `find_prefixes` would find it first, or None when unsure (the
+  line then takes the full path); and `prefix_marks`: bytes of which every prefix holds one, so a
+  text without any holds no further prefix.
 
 Adding an engine is a profile YAML and, when its prefixes or titles differ, one such module in this
 package (found by its file name; nothing else to register).
@@ -37,6 +41,8 @@ class Engine:
     parse_server_args: Callable[[str], dict[str, str]]
     expected_ranks: Callable[[ServerInfo], tuple[str, ...]]
     detect: Callable[[str], int]
+    fast_prefix: Callable[[bytes], Prefix | None] | None = None
+    prefix_marks: tuple[bytes, ...] = ()
 
 
 # The engine modules of this package: every module not starting with "_".

@@ -54,6 +54,29 @@ def find_prefixes(segment: str) -> list[Prefix]:
     return found
 
 
+# The dated form of PREFIX_RE alone, on bytes, anchored at the line's start (the catch-up fast path).
+FAST_PREFIX_RE = re.compile(
+    rb"\[(\d{4}-\d{2}-\d{2}) (\d{2}:\d{2}:\d{2})(\.\d{3})?((?: (?:DP|PP|ATTN_CP|MOE_DP|TP|EP)\d+)*)\] ?")
+_FAST_MEMO: dict[bytes, Prefix] = {}
+
+
+def fast_prefix(message: bytes) -> Prefix | None:
+    """The dated prefix at the start of `message`, as `find_prefixes` finds it (PREFIX_RE tries its
+    dated form first); every prefix holds a '[' (PREFIX_MARKS)."""
+    match = FAST_PREFIX_RE.match(message)
+    if match is None:
+        return None
+    head = match.group(0)
+    found = _FAST_MEMO.get(head)
+    if found is None:
+        date, time, ms, tags = (g.decode() if g is not None else None for g in match.groups())
+        found = Prefix(0, match.end(), canonical_rank(tags or ""), epoch(date or "", time or "", ms), date=date)
+        if len(_FAST_MEMO) >= 4096:
+            _FAST_MEMO.clear()
+        _FAST_MEMO[head] = found
+    return found
+
+
 def rank_from_title(argv0: str) -> str | None:
     """`sglang::scheduler_DP0_TP3` -> `DP0 TP3`; None for other processes."""
     match = TITLE_RE.match(argv0)
@@ -111,4 +134,5 @@ def detect(line: str) -> int:
     return 1 if "sglang" in line or LEGACY_RANK_RE.match(line) else 0
 
 
-ENGINE = Engine("sglang", find_prefixes, rank_from_title, parse_server_args, expected_ranks, detect)
+ENGINE = Engine("sglang", find_prefixes, rank_from_title, parse_server_args, expected_ranks, detect, fast_prefix,
+                (b"[",))

@@ -1,0 +1,209 @@
+"""The catch-up fast path: a line that changes nothing but "last activity", applied straight to the
+splitter's, mapper's and tracker's state from its MESSAGE bytes, without Line or Event objects.
+
+Most entries of a serving journal are such lines (SGLang's `Decode batch`, uvicorn's access log).
+Which lines qualify is not written here: it follows from the engine's prefix grammar
+(`fast_prefix` of its module) and the profile's rules, checked against the state the line meets.
+A line qualifies when:
+- its MESSAGE is one ASCII line (no CR, LF or ESC) with one engine prefix at its start and no
+  other, from a writer (invocation, PID) already seen, with nothing held for it;
+- every rule it matches is an `activity` rule or a phase rule of a unit phase the start-up has
+  already passed, none is `harmless`, and at least one matches (else the family vocabulary decides);
+- its rank is known in its start-up and nothing about its rank would be learned from it.
+Anything else returns False before a single change, and the caller takes the full path.
+`apply` then makes exactly the changes the full path would have made (tests/unit/test_fastpath.py
+and tests/integration/test_fastpath_journal.py compare both paths' outputs).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Union
+
+from ..profile import Rule
+from ..records import MAIN, Phase
+from .events import MEMO_ENTRIES, MEMO_MAX_CHARS, EventMapper, needles
+from .lines import LineSplitter, Prefix, opens_block
+from .snapshot import UNIT_PHASE_ORDER, UP_STATES, UnitState
+from .tracker import Tracker
+from .tracker_state import alive
+
+_MASK_DIGITS = bytes.maketrans(b"123456789", b"000000000")
+Plan = Union[tuple[tuple[Rule, ...], bool, tuple[int, ...], bool, tuple[Rule, ...], bool], tuple[()]]
+_READY_INDEX = UNIT_PHASE_ORDER.index(Phase.READY)
+_SERVING_INDEX = UNIT_PHASE_ORDER.index(Phase.SERVING)
+_PHASE_INDEX = {phase: index for index, phase in enumerate(UNIT_PHASE_ORDER)}
+_OPEN_STATES = (UnitState.STARTING, UnitState.READY)
+RECORD_RANKS_LIMIT = 4096  # as EventMapper.map_line's
+
+
+def _quiet(rule: Rule) -> bool:
+    """A rule whose event changes nothing but last activity, or nothing once its unit phase is passed."""
+    return not rule.harmless and (rule.event == "activity" or (
+        rule.event in ("phase_begin", "phase_end", "phase_hint") and rule.phase in _PHASE_INDEX))
+
+
+def _orders(rules: tuple[Rule, ...]) -> tuple[int, ...]:
+    """Each rule's unit phase as its place in UNIT_PHASE_ORDER; -1 for an activity rule."""
+    return tuple(-1 if r.event == "activity" else _PHASE_INDEX[r.phase] for r in rules)  # type: ignore[index]
+
+
+class FastPath:
+    """One per pipeline; reads and writes the state of its stages (they stay the owners of it)."""
+
+    def __init__(self, find: Callable[[bytes], Prefix | None], marks: tuple[bytes, ...], splitter: LineSplitter,
+                 mapper: EventMapper, tracker: Tracker) -> None:
+        self._find = find
+        # After the prefix, a line qualifies only without these (each masked text is checked once):
+        # another prefix's mark, the splitter's line ends and ANSI escapes.
+        self._unsafe = (*marks, b"\r", b"\n", b"\x1b")
+        self._splitter, self._mapper, self._tracker = splitter, mapper, tracker
+        self._streams = splitter._streams  # the splitter's own dict (never replaced)
+        # digit-masked message -> (the digit-blind rules it matches, whether it opens a block, their
+        # unit phases' places, whether one proves serving, the other rules to search it with, whether
+        # it is a plain sign of life when no rule matches); () when it can never take the fast path.
+        self._plans: dict[bytes, Plan] = {}
+        # The rules that tell digits apart, each with a text any match of it contains (None: no such
+        # text known), so that most lines are not searched with them.
+        # Masked too: a text absent from a line's masked text is absent from the line.
+        self._others = tuple((rule, None if (texts := needles(rule.pattern)) is None else tuple(
+            t.encode("utf-8", "surrogatepass").translate(_MASK_DIGITS) for t in texts)) for rule in mapper._other_rules)
+        self.taken = 0
+
+    def _plan(self, key: bytes, rest: bytes) -> Plan:
+        plan: Plan = ()
+        if rest and len(rest) <= MEMO_MAX_CHARS and key.isascii() and not any(u in key for u in self._unsafe):
+            plan = self._quiet_plan(key, rest)
+        if len(self._plans) >= MEMO_ENTRIES:
+            self._plans.clear()
+        self._plans[key] = plan
+        return plan
+
+    def _quiet_plan(self, key: bytes, rest: bytes) -> Plan:
+        message = rest.decode("ascii")
+        rules = tuple(r for r in self._mapper._blind_rules if r.pattern.search(message))
+        if not all(_quiet(r) for r in rules):
+            return ()
+        # The other rules this text may match (searched line by line): those whose text it holds.
+        others = tuple(rule for rule, texts in self._others if texts is None or any(t in key for t in texts))
+        # A line no rule matches is its rank's sign of life, unless the profile's family vocabulary
+        # reads a phase in it (asked once per masked text: only when no family pattern reads digits).
+        plain = (not rules and self._mapper._family_memo is not None and bool(message.strip())
+                 and self._mapper._classify(message) is None)
+        return rules, opens_block(message), _orders(rules), self._proves(rules), others, plain
+
+    def _proves(self, rules: tuple[Rule, ...]) -> bool:
+        return not self._tracker.proof_of_life_rules.isdisjoint(r.id for r in rules)
+
+    def _with_others(self, rules: tuple[Rule, ...], candidates: tuple[Rule, ...],
+                     rest: bytes) -> tuple[Rule, ...] | None:
+        """`rules` and the `candidates` `rest` matches, in profile order; None if one is not quiet."""
+        text = rest.decode("ascii")
+        others = [rule for rule in candidates if rule.pattern.search(text)]
+        if not others:
+            return rules
+        if not all(_quiet(r) for r in others):
+            return None
+        position = self._mapper._position
+        return tuple(sorted((*rules, *others), key=lambda r: position[r.id]))
+
+    def apply(self, message: bytes, ts: float, pid: int | None, invocation: str | None) -> bool:
+        """Take the line if it qualifies (True: done); False: nothing was changed."""
+        prefix = self._find(message)
+        if prefix is None or pid is None or prefix.header is not None or prefix.untagged_rank is not None:
+            return False
+        rest = message[prefix.end:]
+        key = (invocation, pid)
+        stream = self._streams.get(key)
+        if stream is None or stream.pending:
+            return False
+        masked = rest.translate(_MASK_DIGITS)
+        plan = self._plans.get(masked)
+        if plan is None:
+            plan = self._plan(masked, rest)
+        if not plan:
+            return False
+        rules, block, orders, proves, others, plain = plan
+        if others:
+            found = self._with_others(rules, others, rest)
+            if found is None:
+                return False
+            if found is not rules:
+                rules, orders, proves = found, _orders(found), self._proves(found)
+        if not rules and not plain:
+            return False
+        tracker = self._tracker
+        inv = tracker._invocations.get(invocation) if invocation is not None else tracker._current
+        if inv is None:
+            return False
+        mapper = self._mapper
+        rank: str = prefix.rank or MAIN
+        untagged_rank = prefix.rank is None
+        if untagged_rank:
+            # The mapper's rank of a prefixed line without a tag (no c10d "[rank": no '[' after the prefix).
+            rank = "TP0" if key in mapper._tp0_pids else MAIN
+        inv_ranks = inv.ranks
+        ranks = []
+        if not rules:  # the mapper's plain activity event, of the line's rank
+            state = inv_ranks.get(rank)
+            if state is None:
+                return False
+            ranks.append(state)
+        current = -2  # not yet looked up
+        for rule, order in zip(rules, orders, strict=True):
+            rule_rank = rank
+            if untagged_rank:
+                if rule.scope == "main":
+                    rule_rank = MAIN
+                elif rule.scope == "rank" and rank == MAIN and invocation not in mapper._tagged_invocations:
+                    return False  # the mapper would learn a one-GPU scheduler here
+            state = inv_ranks.get(rule_rank)
+            if state is None:
+                return False
+            if order >= 0:
+                if current == -2:
+                    current = UNIT_PHASE_ORDER.index(inv.unit_phase) if inv.unit_phase is not None else -1
+                if not (order <= current or (order == _SERVING_INDEX and current < _READY_INDEX)
+                        or inv.state not in _OPEN_STATES):
+                    return False  # the unit would move on
+            ranks.append(state)
+        splitter = self._splitter
+        # -- from here on: the full path's changes, in its order --
+        tracker._snapshot = None  # the tracker's cached views change too (Tracker.apply does the same)
+        streams = self._streams
+        del streams[key]
+        streams[key] = stream  # the most recently fed writer
+        if prefix.date is not None:
+            splitter._last_date = prefix.date
+        if prefix.year is not None:
+            splitter._last_year = prefix.year
+        splitter._last_ts = ts
+        stream.open_header = None
+        if not untagged_rank:
+            stream.rank = rank
+            stream.tagged = True
+        splitter._next_record += 1
+        record_id = stream.open_record = splitter._next_record
+        stream.open_rank = prefix.rank
+        stream.block_open = block
+        if not untagged_rank:
+            if not prefix.anonymous:
+                mapper._tagged_invocations.add(invocation)
+            if len(mapper._worker_invocations) < MEMO_ENTRIES:
+                mapper._worker_invocations.add(invocation)
+        record_ranks = mapper._record_ranks
+        if len(record_ranks) > RECORD_RANKS_LIMIT:
+            record_ranks.clear()
+        record_ranks[record_id] = ranks[0].rank
+        # Each event: the start-up's last line and first time, its rank alive (twice at one time is
+        # once), proof of life; nothing else for these events.
+        last = inv.last_ts
+        inv.last_ts = ts if last is None or ts > last else last
+        if inv.started_at is None:
+            inv.started_at = ts
+        alive(inv, ranks[0], ts)
+        for state in ranks[1:]:  # (several rules: one event each)
+            alive(inv, state, ts)
+        if proves and inv.state in UP_STATES:
+            inv.proof_of_life, inv.health_failures, inv.health_error = ts, 0, None
+        self.taken += 1
+        return True

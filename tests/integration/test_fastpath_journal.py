@@ -1,0 +1,144 @@
+"""The catch-up fast path over real journal files (systemd-journal-remote): `replay --unit` reads the
+unit's whole lines as tuples (`journal_source.unit_entries`) and lets the fast path take most of
+them; the same replay with the records `read_unit` gives and no fast path must print the same bytes.
+Serving-heavy and crash-heavy journals: simulated start-ups, Decode lines, access lines, ASGI
+tracebacks, KB-long lines, fatal tracebacks, `_LINE_BREAK` pieces, PID 1's entries, another unit's
+lines and a forged notice."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+from sglang_sim import build, journal_json
+
+from journal_dirs import write_journal
+from phasewatch import cli
+from phasewatch.pipeline import Pipeline
+from phasewatch.records import MID_STOPPED
+from phasewatch.sources.journal_source import UnitRecords, unit_entries
+
+UNIT = "sglang-kimi.service"
+STAMP = "2026-11-30 08:10:00"
+
+
+def decode_line(n: int) -> str:
+    return f"[{STAMP} TP0] Decode batch, #running-req: {n % 37}, #token: {48213 + 97 * n}, token usage: " \
+           f"0.{n % 90 + 10}, gen throughput (token/s): {900 + n % 400}.{n % 97:02d}, #queue-req: {n % 3}"
+
+
+def serving(n: int, crashy: bool, rng: random.Random) -> Iterator[tuple[str, str]]:
+    """(writer, text): 'rank' is TP0's process, 'main' the HTTP server's."""
+    for k in range(n):
+        roll = rng.random()
+        if crashy and roll < 0.04:
+            yield "rank", f"[{STAMP} TP0] Batch dump: " + "{'rid': 7, 'len': 1024}, " * rng.randint(40, 300)
+        elif roll < (0.06 if crashy else 0.005):
+            yield "main", f"[{STAMP}] ERROR:    Exception in ASGI application"
+            yield "main", "Traceback (most recent call last):"
+            yield "main", '  File "/x/http_server.py", line 611, in generate_request'
+            yield "main", "ValueError: The input (262401 tokens) is longer than the model's context length."
+        elif roll < 0.12:
+            yield "main", f'[{STAMP}] INFO:     127.0.0.1:{40000 + k} - "POST /generate HTTP/1.1" 200 OK'
+        else:
+            yield "rank", decode_line(k)
+    if crashy:
+        yield "rank", f"[{STAMP} TP0] Scheduler hit an exception: Traceback (most recent call last):"
+        yield "rank", '  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py", line 100, in run'
+        yield "rank", "torch.OutOfMemoryError: CUDA out of memory. " + "Including non-PyTorch memory, " * 40
+
+
+def journal(crashy: bool, starts: int, lines: int) -> list[dict[str, Any]]:
+    rng = random.Random(15)
+    entries: list[dict[str, Any]] = []
+    for turn in range(starts):
+        invocation = f"{turn + 1:032x}"
+        base = 1796025600.0 + turn * 3600
+        entries.extend(journal_json(build(scale=0.001), base=base, unit=UNIT, invocation=invocation,
+                                    main_pid=4711 + turn * 100))
+        clock = base + 600
+        for writer, text in serving(lines, crashy, rng):
+            clock += 0.001
+            pid = 4711 + turn * 100 + (10 if writer == "rank" else 0)
+            entry = {"__REALTIME_TIMESTAMP": str(int(clock * 1e6)), "_PID": str(pid), "_SYSTEMD_UNIT": UNIT,
+                     "_SYSTEMD_INVOCATION_ID": invocation, "SYSLOG_IDENTIFIER": "python3", "MESSAGE": text}
+            if rng.random() < 0.01:  # journald cut the line where another process wrote
+                entries.append({**entry, "MESSAGE": text[:30], "_LINE_BREAK": "pid-change"})
+                entry = {**entry, "MESSAGE": text[30:]}
+            entries.append(entry)
+            if rng.random() < 0.002:
+                entries.append({**entry, "_SYSTEMD_UNIT": "other.service", "_PID": "999", "MESSAGE": decode_line(1)})
+            if rng.random() < 0.001:  # a notice in journald's words from a process that is not journald
+                entries.append({**entry, "_SYSTEMD_UNIT": "evil.service", "_PID": "666", "_UID": "1000",
+                                "OBJECT_SYSTEMD_UNIT": UNIT, "N_DROPPED": "99", "MESSAGE": "Suppressed 99 messages"})
+        entries.append({"__REALTIME_TIMESTAMP": str(int((clock + 1) * 1e6)), "_PID": "1", "_UID": "0", "UNIT": UNIT,
+                        "MESSAGE_ID": MID_STOPPED, "INVOCATION_ID": invocation, "JOB_TYPE": "restart",
+                        "MESSAGE": f"Stopped {UNIT}."})
+    return entries
+
+
+class Records:
+    """A unit's records as `read_unit` gives them, not a UnitRecords (so replay feeds them one by one)."""
+
+    def __init__(self, unit: str, directory: str | None = None, since: float | None = None) -> None:
+        self._records = UnitRecords(unit, directory, since)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._records)
+
+    @property
+    def rejected(self) -> dict[str, int]:
+        return self._records.rejected
+
+
+def replay(directory: Path, capsys: pytest.CaptureFixture[str]) -> tuple[str, str]:
+    code = cli.main(["replay", "--unit", UNIT, "--directory", str(directory), "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    return captured.out, captured.err
+
+
+@pytest.mark.parametrize("crashy", [False, True], ids=["serving-heavy", "crash-heavy"])
+def test_replay_with_the_fast_path_prints_what_the_full_path_prints(
+        crashy: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    directory = write_journal(tmp_path / "journal", journal(crashy, starts=3, lines=1500))
+    made: dict[bool, list[Pipeline]] = {True: [], False: []}
+
+    def pipeline(fast: bool) -> Any:
+        def make(*args: Any, **kwargs: Any) -> Pipeline:
+            made[fast].append(Pipeline(*args, **kwargs, fast=fast))
+            return made[fast][-1]
+        return make
+
+    monkeypatch.setattr(cli, "Pipeline", pipeline(True))
+    fast_out, fast_err = replay(directory, capsys)
+    [fast] = made[True]
+    assert fast.fast is not None and fast.fast.taken > 3000  # most lines took the fast path
+
+    monkeypatch.setattr(cli, "UnitRecords", Records)
+    monkeypatch.setattr(cli, "Pipeline", pipeline(False))
+    full_out, full_err = replay(directory, capsys)
+    [full] = made[False]
+    assert fast_out == full_out
+    assert fast_err == full_err
+    assert fast.snapshot() == full.snapshot()  # what `status` and the daemon's state are made of
+    assert fast.entries == full.entries
+    assert "ignored entries that claim" in full_err  # the forged notice was read past in both
+
+
+def test_unit_entries_are_the_records_read_unit_gives(tmp_path: Path) -> None:
+    directory = write_journal(tmp_path / "journal", journal(True, starts=2, lines=400))
+    records = list(UnitRecords(UNIT, str(directory)))
+    rebuilt = []
+    for batch in unit_entries(UNIT, str(directory)):
+        for entry in batch:
+            if isinstance(entry, tuple):
+                message, realtime, pid, invocation = entry
+                rebuilt.append((message, realtime, pid, invocation, None, None))
+            else:
+                rebuilt.append((entry.message, entry.realtime, entry.pid, entry.invocation_id, entry.line_break,
+                                entry.message_id))
+    assert rebuilt == [(r.message, r.realtime, r.pid, r.invocation_id, r.line_break, r.message_id) for r in records]
+    assert any(r.line_break == "pid-change" for r in records)
