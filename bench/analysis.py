@@ -3,29 +3,64 @@
 TEXT = """
 ## What the numbers mean
 
-**1. Catch-up (missed).** The reference (a) is two C calls per entry, about 2 µs. `replay` spends
-about 20 µs per entry in Python: the five fields a line needs (`_PID`, `_SYSTEMD_INVOCATION_ID`,
-`_LINE_BREAK` (absent on most entries, so a `KeyError` each time), `MESSAGE` and the time), a
-`JournalRecord`, the splitter (prefix regex, rank label, time), the rule match, an `Event`, and the
-tracker. The profile above shows the shares. Building the frozen records (`JournalRecord`, `Line`,
-`Prefix`, `Event`) alone is about a sixth of the time. 0.5 × (a) would mean at most about 4 µs per
-entry in total, which is not possible with one Python object per stage per line. `journalctl | grep`
-(b) is C too. fail2ban (c) is Python like us: `replay` now runs about as fast as it while doing much
-more work, but not 4 times faster. Two ways to reach the targets, neither taken yet:
-a fast path that handles serving-time batch lines (`Decode batch`, `Prefill batch`) at the bytes
-level without building `Line`/`Event` objects (it would duplicate the tracker's bookkeeping for
-them), or the splitter and matcher in C/Rust. What the catch-up path is now, step by step (100,000
-entries, measured while the work was done, not in the run above): 9.0 s at the start (python-systemd's iterating
-`journal.Reader` converted every field of every entry; 55 regex searches per line; every event
-copied by `dataclasses.replace`) → 6.0 s with the daemon's low-level reader (`journal_source` now
-uses `follow.JournalFollower`: `_Reader._next()`/`_get()` of the needed fields, MESSAGE bytes
-decoded as before) → 2.9 s with the rule matches remembered per digit-masked message (exact: only
-for rules that cannot tell one digit from another, which `events.digit_blind` checks on the parsed
-pattern; the three with digits in them, such as `/v1/`, are still searched every time) → 2.3 s with
-the splitter's fast paths (no regex split of a one-line entry, rank labels and prefix times
-remembered, the traceback opener without its regex) → about 1.8 s (masking on UTF-8 bytes, the
-time from the day's start, no Enum hashing in the tracker). The outputs of `replay --json` over all 87
-corpus logs and the bundled examples are the same as before these changes, byte for byte.
+**1. Catch-up (missed, closer).** The reference (a) is two C calls per entry (`_next()`, one
+`_get("MESSAGE")`). The catch-up path is now, step by step:
+
+- *Reading.* `replay --unit` reads each entry's fields with one `_get_all()` (`journal_source.unit_entries`):
+  on a journald entry of some 25 fields that is cheaper than the four `_get`s a line needs
+  (`_SYSTEMD_UNIT`, `MESSAGE`, `_PID`, `_SYSTEMD_INVOCATION_ID`), each of which walks the entry's
+  fields again, and `_LINE_BREAK`, absent on most entries, costs no `KeyError`. A whole line of
+  the unit's own processes goes on as a tuple (MESSAGE bytes, time, PID, invocation) to
+  `Pipeline.feed_line`: no `JournalRecord`. Everything else (PID 1's entries, journald's notices,
+  `_LINE_BREAK` pieces, a field given twice) is made into a record exactly as the daemon's
+  `JournalFollower.read` makes it.
+- *The fast path* (`stages/fastpath.py`). Most entries of a serving journal change nothing but a
+  rank's last activity. The fast path recognises them from the MESSAGE bytes and makes those
+  changes itself, without `Line`, `Prefix` or `Event` objects: the engine module's `fast_prefix`
+  reads the prefix (SGLang: its dated `[date time TPn]` form, one compiled bytes pattern), and
+  the rest of the line, digit-masked (one entry for every `Decode batch` line), is looked up in a
+  memo that says once per masked text which of the profile's rules it matches, whether it is one
+  line of ASCII without a second prefix or escape, and whether it opens a traceback. The line
+  qualifies when every rule it matches is an `activity` rule or a phase rule of a unit phase the
+  start-up has already passed (after `serving`: `decode_batch`, `prefill_batch`, the access-log
+  rules), or when no rule and no family word matches it (a plain sign of life), and when its
+  writer, start-up and rank are already known. Then it does what the three stages would have done:
+  the splitter's writer order, record number, rank, traceback flag, last date and time; the
+  mapper's sets of tagged invocations and its record → rank memo; the tracker's last line,
+  the rank's last activity and longest silence, and the proof of life of a `proof_of_life` rule.
+  Anything else (a phase move, a new rank or writer, a fatal or `harmless` rule, a held
+  fragment, a multi-line or non-ASCII entry, a family match) takes the stages. Which lines
+  qualify is data: the profile's rules and the state decide; no SGLang text is in the code. The
+  vLLM module has no `fast_prefix` yet (its prefix grammar has more forms), so vLLM journals take
+  the full path. The daemon gets the fast path too (`Pipeline.feed`), `replay --rules` does not.
+- *Long lines* (the crash-heavy shape: KB-long batch dumps and out-of-memory lines are longer
+  than the 1,024 characters the rule memo keeps): each rule is first checked for the literal
+  texts any match of it must hold (`events.needles`, from the parsed pattern; case-insensitive
+  patterns have none), so a 5 KB line is searched by the few rules whose texts it holds, not by
+  all 68 (1.7 ms → 0.1 ms a line).
+- *Exact.* `tests/unit/test_fastpath.py` feeds generated serving-heavy and crash-heavy journals
+  (hypothesis: Decode, Prefill and access lines, ASGI tracebacks, long lines, fatal tracebacks,
+  `_LINE_BREAK` pieces, lines with `\\r`, escapes or bad UTF-8, restarts, clock steps) through a
+  pipeline with and one without the fast path and compares the transitions, the snapshot, the
+  judged JSON and the stages' own state. `tests/golden/test_fastpath_corpus.py` does the same for
+  every corpus log as journal entries; `tests/integration/test_fastpath_journal.py` compares
+  `replay --unit --directory --json` (output, warnings, snapshot) with and without it over real
+  journal files of both shapes. `replay --json` over the 87 corpus logs and the examples is the
+  same as on main, byte for byte.
+
+The full run above is in the tables. While the work was done, `bash scripts/bench.sh --only catchup,profile` gave (three runs on this shared machine,
+300,000 entries each; ratios in the same run; the spread is the machine's): serving-heavy 0.22–0.38 ×
+(a), 0.34–0.58 × (b), 2.2–3.1 × (c), where it was 0.12 ×, 0.22 ×, 1.12 ×; crash-heavy 0.20–0.22 ×
+(a), 0.22–0.42 × (b), 2.1–2.3 × (c), where it was 0.07 ×, 0.12 ×, 0.78 × (the first run, before
+the long-line change). The profile: reading is now about half of the time, the fast path about a
+quarter, the interpreter and the profile's start-up about a tenth. So 0.5 × (a) stays out of reach
+in Python: reading the four fields a line needs costs about 1.5–2 × what (a) spends on one, before
+any work. What would reach it: the reading and the bytes-level recognition in C (one
+`sd_journal_enumerate_data` walk per entry handing over only the four fields, or a C module that
+runs the fast path's checks), leaving Python only the lines that change something. Not done:
+seeking past a start-up that reached ready long ago. It would not stay exact: after ready every
+entry can still matter (proof of life, a request's traceback, a rank's fatal line, lines lost);
+the fast path takes the parsing out of those entries instead.
 
 **6. Scale (met).** Time is a line in N (the fixed part is the interpreter, imports and the
 profile, about 0.3 s). Memory: `replay` used to hold every record (`list(read_unit(...))`). It

@@ -284,7 +284,12 @@ class Bench:
             begins = [e for e in self.journal_since(since, f"_SYSTEMD_UNIT={UNIT}")
                       if "Capture cuda graph begin" in str(e.get("MESSAGE"))]
             due = min(at(e) for e in begins) + deadline
-            alert = self.journal_since(since, f"PHASEWATCH_UNIT={UNIT}")[0]
+            alerts = self.journal_since(since, f"PHASEWATCH_UNIT={UNIT}")
+            early = [a for a in alerts if a.get("PHASEWATCH_VERDICT") != "stalled"]
+            if early:
+                log("  other alerts: " + "; ".join(f"{a.get('PHASEWATCH_VERDICT')} {at(a) - due:+.3f}s "
+                                                   f"{str(a.get('MESSAGE'))[:160]}" for a in early))
+            alert = [a for a in alerts if a.get("PHASEWATCH_VERDICT") == "stalled"][0]
             stopping = [e for e in self.journal_since(since, f"UNIT={UNIT}", "_PID=1", f"MESSAGE_ID={MID_STOPPING}")
                         if at(e) >= due]
             runs.append({"alert": at(alert) - due, "stopping": at(stopping[0]) - due if stopping else None,
