@@ -250,7 +250,11 @@ def markdown(r: dict[str, Any]) -> str:
                 f"{ms(f['reader_p99'])} | |",
                 f"| bare reader waiting on the journal fd (like `journalctl -f`) wakes with it | "
                 f"{ms(f.get('waiting_reader_p50'))} | {ms(f.get('waiting_reader_p99'))} | |",
-                "", f"Lines never seen in the status within 5 s: {f['missed_status']}.", ""]
+                "", f"Lines never seen in the status within 5 s: {f['missed_status']}. The start-up's first line "
+                f"(after the silence before the start, so it waits for journald's notification): "
+                f"{ms(f.get('first_line_status'))}. Lines written more than 2 s after the previous one: "
+                f"{f.get('lines_after_silence', 'not counted')}. Lines the polling reference reader missed for 1 s: "
+                f"{f.get('reader_missed', 'not counted')} (the writer then goes on, see section 2).", ""]
         rows = [(label, lat) for label, lat in (("100 Decode lines/s after ready", r.get("follow_rate") or {}),
                                                 ("the burst of section 5", (b or {}).get("follow") or {})) if lat]
         if rows:

@@ -235,7 +235,10 @@ class Bench:
                 "status_p50": percentile(status, 50), "status_p99": percentile(status, 99),
                 "status_max": max(status, default=float("nan")),
                 "reader_p50": percentile(reader, 50), "reader_p99": percentile(reader, 99),
-                "waiting_reader_p50": percentile(waiting, 50), "waiting_reader_p99": percentile(waiting, 99)}
+                "waiting_reader_p50": percentile(waiting, 50), "waiting_reader_p99": percentile(waiting, 99),
+                "first_line_status": samples[0]["status"] if samples else None,
+                "lines_after_silence": sum(1 for s in samples if s.get("after_silence")),
+                "reader_missed": len(samples) - len(reader)}
 
     def watch_status(self) -> str:
         """Start inside.py watch-status in the background (a transient unit); returns its output file."""

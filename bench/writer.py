@@ -248,7 +248,12 @@ def paced(lines: int, interval: float, status: str, out: str) -> None:
         write(text)
         seen_reader = seen_status = None
         deadline = written + 5.0
-        while (seen_reader is None or seen_status is None) and time.time() < deadline:
+        # The next line comes within 2 s whatever the references do: a longer pause would be a
+        # silence (stages/wakeups.py TALKING), after which the daemon waits for journald again, and
+        # the row would measure the references' misses (the polling reader misses an entry now and then).
+        patience = written + 1.0
+        while (seen_reader is None or seen_status is None) and time.time() < deadline \
+                and not (seen_status is not None and time.time() > patience):
             if seen_reader is None:
                 reader.process()
                 while reader._next():
@@ -267,11 +272,12 @@ def paced(lines: int, interval: float, status: str, out: str) -> None:
                 except (OSError, ValueError):
                     last_stat = None
             time.sleep(0.0005)
-        deadline = time.time() + 2.0
+        deadline = max(written + 1.5, time.time() + 0.05)
         while len(woken) <= index and time.time() < deadline:
             time.sleep(0.0005)
         woke = woken[index] - written if len(woken) > index else None
-        results.append({"text": text[:60], "reader": None if seen_reader is None else seen_reader - written,
+        results.append({"text": text[:60], "after_silence": index > 0 and written - results[-1]["written"] > 2.0,
+                        "written": written, "reader": None if seen_reader is None else seen_reader - written,
                         "waiting_reader": woke, "status": None if seen_status is None else seen_status - written})
     with open(out + ".tmp", "w", encoding="utf-8") as handle:
         json.dump(results, handle)
