@@ -17,15 +17,16 @@ and tests/integration/test_fastpath_journal.py compare both paths' outputs).
 
 from __future__ import annotations
 
+from operator import sub
 from typing import Callable, Union
 
 from ..profile import Rule
 from ..records import MAIN, Phase
 from .events import MEMO_ENTRIES, MEMO_MAX_CHARS, EventMapper, needles
-from .lines import LineSplitter, Prefix, opens_block
+from .lines import LineSplitter, Prefix, _Stream, opens_block
 from .snapshot import UNIT_PHASE_ORDER, UP_STATES, UnitState
 from .tracker import Tracker
-from .tracker_state import alive
+from .tracker_state import InvocationState, RankState, alive
 
 _MASK_DIGITS = bytes.maketrans(b"123456789", b"000000000")
 Plan = Union[tuple[tuple[Rule, ...], bool, tuple[int, ...], bool, tuple[Rule, ...], bool], tuple[()]]
@@ -106,8 +107,12 @@ class FastPath:
         position = self._mapper._position
         return tuple(sorted((*rules, *others), key=lambda r: position[r.id]))
 
-    def apply(self, message: bytes, ts: float, pid: int | None, invocation: str | None) -> bool:
-        """Take the line if it qualifies (True: done); False: nothing was changed."""
+    def apply(self, message: bytes, ts: float, pid: int | None, invocation: str | None,
+              repeats: list[float] | None = None) -> int:
+        """Take the line if it qualifies (1: done); 0: nothing was changed. `repeats`: the times of the
+        lines that follow it, of its writer, each of its length and the same but for digits after its
+        first ']' and the two bytes after that (a run the C reader found): taken too when that leaves
+        what taking them one by one would (then 1 + len(repeats) is returned)."""
         prefix = self._find(message)
         if prefix is None or pid is None or prefix.header is not None or prefix.untagged_rank is not None:
             return False
@@ -124,6 +129,7 @@ class FastPath:
             return False
         rules, block, orders, proves, others, plain = plan
         if others:
+            repeats = None  # the rules that tell digits apart would see each line's own
             found = self._with_others(rules, others, rest)
             if found is None:
                 return False
@@ -206,4 +212,48 @@ class FastPath:
         if proves and inv.state in UP_STATES:
             inv.proof_of_life, inv.health_failures, inv.health_error = ts, 0, None
         self.taken += 1
-        return True
+        if repeats and prefix.end < _head_length(message):
+            # The same prefix (`fast_prefix` reads no further than the byte after it), the same
+            # digit-masked text (the same plan and rules), the same state met: each line of the run
+            # would be taken, with these changes.
+            return 1 + self._repeat(repeats, ts, stream, inv, ranks, proves)
+        return 1
+
+    def _repeat(self, stamps: list[float], ts: float, stream: _Stream, inv: InvocationState, ranks: list[RankState],
+                proves: bool) -> int:
+        """The changes of `apply` for more lines like the one it just took at `ts`, at `stamps`."""
+        last = stamps[-1]
+        splitter = self._splitter
+        splitter._last_ts = last
+        first_id = splitter._next_record + 1
+        splitter._next_record += len(stamps)
+        stream.open_record = splitter._next_record
+        record_ranks = self._mapper._record_ranks
+        rank = ranks[0].rank
+        for record_id in range(first_id, splitter._next_record + 1):
+            if len(record_ranks) > RECORD_RANKS_LIMIT:
+                record_ranks.clear()
+            record_ranks[record_id] = rank
+        top = max(stamps)
+        if top > inv.last_ts:  # type: ignore[operator]  # (set by apply)
+            inv.last_ts = top
+        # `alive` line by line: each phase's silence is its longest gap between consecutive lines.
+        gap = max(map(sub, stamps, [ts, *stamps[:-1]]))
+        silence, seen = inv.phase_silence, inv.phase_seen
+        for state in ranks:
+            state.last_activity = last
+            if state.rank != MAIN:
+                phase = Phase.JIT_COMPILE if state.jit and state.jit.end is None else state.phase
+                if gap > silence.get(phase, 0.0):
+                    silence[phase] = gap
+                seen[phase] = last
+        if proves and inv.state in UP_STATES:
+            inv.proof_of_life = last
+        self.taken += len(stamps)
+        return len(stamps)
+
+
+def _head_length(message: bytes) -> int:
+    """How much of a run's lines is the same, byte for byte (_journal_lines.c `continues`)."""
+    bracket = message.find(b"]")
+    return len(message) if bracket < 0 else min(len(message), bracket + 3)
