@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from fastpath_compare import Run, continues, run, run_in_runs, runs_of
 from fastpath_journals import STAMP, decode, journal, piece, prefixed, steps
 from phasewatch.records import JournalRecord
+from phasewatch.stages.engines.sglang import fast_prefix
 
 
 def assert_runs_agree(records: list[JournalRecord]) -> tuple[Run, int]:
@@ -114,3 +115,15 @@ def test_the_run_model_joins_what_differs_only_in_digits_after_the_head() -> Non
     records = journal([("TP0", same_width(n), "line") for n in range(3)], [0.001], startup=False)
     assert [len(e) if isinstance(e, list) else 1 for e in runs_of(records)] == [1, 3]
     assert not runs_of([replace(records[1], line_break="pid-change"), records[2]])[0:1] == [[records[1], records[2]]]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(["[2026-05-28 20:26:40 TP0] ", "[2026-05-28 20:26:40.123 DP1 TP3 EP3]", "[2026-05-28 20:26:40] ",
+                        "[2026-05-28 20:26:40 TP12]  x", "[2026-05-28 20:26:40 TP"]),
+       st.binary(max_size=12), st.binary(max_size=12))
+def test_a_fast_prefix_follows_from_the_bytes_up_to_the_one_after_it(head: str, tail: bytes, other: bytes) -> None:
+    """The engine contract a run relies on (engines/__init__.py): its lines share one prefix."""
+    message = head.encode() + tail
+    prefix = fast_prefix(message)
+    if prefix is not None:
+        assert fast_prefix(message[:prefix.end + 1] + other) == prefix
