@@ -314,7 +314,8 @@ class Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="phasewatch", description="Phase-aware start-up watchdog for LLM servers",
                     epilog=exit_table(), formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("--version", action="version",
+                        version=f"%(prog)s {__version__} (journal reader: {journal_source.reader_name()})")
     sub = parser.add_subparsers(dest="command", required=True)
     replay = sub.add_parser("replay", help="run the pipeline over a saved log or the journal and judge it")
     replay.add_argument("source", nargs="?", help="a log file (journalctl -o json/export/short/cat, or a pasted "
