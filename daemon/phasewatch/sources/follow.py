@@ -83,6 +83,12 @@ class JournalFollower:
         self._reader.seek_tail()
         if self._reader._previous():
             self.cursor = self._reader._get_cursor()
+        else:
+            # No entry matches yet (a new unit, a fresh or vacuumed journal). A reader left at the tail
+            # then jumps to the last entry there is when entries come (systemd 252: a quick start-up's
+            # first lines, all written before the first wake-up, were skipped). With nothing
+            # matching, the head is the same place without that jump.
+            self._reader.seek_head()
 
     def seek_cursor(self, cursor: str) -> None:
         """Position after the entry `cursor` names (if it still exists)."""
