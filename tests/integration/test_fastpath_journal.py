@@ -211,3 +211,38 @@ def test_both_readers_start_at_since_and_name_a_journal_they_cannot_open(reader:
     missing = tmp_path / "nothing-here"
     with pytest.raises(JournalUnavailable, match=f"cannot open the journal in {missing}: No such file or directory"):
         next(unit_entries(UNIT, str(missing)))
+
+
+def test_both_readers_take_odd_entries_alike(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fields given twice (the first value counts, as `_get` gives it), a PID with leading zeros, a
+    unit's line under another unit too: the C reader gives what systemd-python's gives."""
+    if journal_source.c_lines is None:
+        pytest.skip("built without the C reader")
+    base = [("__REALTIME_TIMESTAMP", "1796025600000000"), ("_SYSTEMD_INVOCATION_ID", "a" * 32)]
+    line = f"[{STAMP} TP0] Decode batch, #token: 1"
+    entries: list[list[tuple[str, Any]]] = [
+        [*base, ("_PID", "4711"), ("_SYSTEMD_UNIT", UNIT), ("MESSAGE", line)],
+        [*base, ("_PID", "4711"), ("_SYSTEMD_UNIT", UNIT), ("MESSAGE", "first"), ("MESSAGE", line)],
+        [*base, ("_PID", "004711"), ("_SYSTEMD_UNIT", UNIT), ("MESSAGE", line)],
+        [*base, ("_PID", "4711"), ("_SYSTEMD_UNIT", UNIT), ("_SYSTEMD_UNIT", "other.service"), ("MESSAGE", line)],
+        [*base, ("_PID", "4711"), ("_PID", "4712"), ("_SYSTEMD_UNIT", UNIT), ("MESSAGE", line)],
+        [*base, ("_PID", "4711"), ("_SYSTEMD_UNIT", UNIT)],  # no MESSAGE
+        [*base, ("_PID", "4711"), ("_SYSTEMD_UNIT", UNIT), ("MESSAGE", line), ("_LINE_BREAK", "line-max")],
+        [*base, ("_PID", "4711"), ("_SYSTEMD_UNIT", UNIT), ("MESSAGE", [0xFF, 0x0A, 0x41])],  # binary-safe form
+    ]
+    directory = write_journal(tmp_path / "journal", entries)
+
+    def read(pure: bool) -> list[Any]:
+        if pure:
+            monkeypatch.setenv("PHASEWATCH_PURE_PYTHON", "1")
+        else:
+            monkeypatch.delenv("PHASEWATCH_PURE_PYTHON", raising=False)
+        return [entry for batch in unit_entries(UNIT, str(directory), runs=True) for entry in batch]
+
+    c_entries, python_entries = read(False), read(True)
+    assert c_entries == python_entries
+    assert len(c_entries) == len(entries)
+    # (the journal keeps an entry's fields in the order of their data objects: "first" is not first)
+    assert [type(e).__name__ for e in c_entries] == ["tuple", "JournalRecord", "tuple", "JournalRecord",
+                                                     "JournalRecord", "JournalRecord", "JournalRecord", "tuple"]
+    assert c_entries[2] == (line.encode(), 1796025600.0, 4711, "a" * 32)
