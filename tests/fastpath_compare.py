@@ -9,6 +9,7 @@ from typing import Any, Iterable
 
 from phasewatch.config import Config
 from phasewatch.pipeline import Pipeline
+from phasewatch.profile import Profile
 from phasewatch.records import JournalRecord
 from phasewatch.render import json_text, to_json
 
@@ -24,8 +25,9 @@ class Run:
     taken: int
 
 
-def run(records: Iterable[JournalRecord], fast: bool, engine: str = "sglang") -> Run:
-    pipeline = Pipeline(replace(Config(unit="sglang.service"), engine=engine), fast=fast, default_year=2026)
+def run(records: Iterable[JournalRecord], fast: bool, engine: str = "sglang", profile: Profile | None = None) -> Run:
+    pipeline = Pipeline(replace(Config(unit="sglang.service"), engine=engine, profile=profile), fast=fast,
+                        default_year=2026)
     transitions = [pipeline.feed(record, None) for record in records]
     transitions.append(pipeline.flush(None))
     return _outcome(pipeline, transitions)
@@ -111,9 +113,9 @@ def runs_of(records: list[JournalRecord]) -> list[JournalRecord | list[JournalRe
     return out
 
 
-def run_in_runs(records: list[JournalRecord]) -> Run:
+def run_in_runs(records: list[JournalRecord], profile: Profile | None = None) -> Run:
     """`run(records, True)`, with the runs `runs_of` finds fed by `Pipeline.feed_run`."""
-    pipeline = Pipeline(replace(Config(unit="sglang.service"), engine="sglang"), default_year=2026)
+    pipeline = Pipeline(replace(Config(unit="sglang.service"), engine="sglang", profile=profile), default_year=2026)
     transitions = []
     for entry in runs_of(records):
         if isinstance(entry, list):

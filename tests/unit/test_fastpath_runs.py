@@ -13,13 +13,15 @@ from hypothesis import strategies as st
 
 from fastpath_compare import Run, continues, run, run_in_runs, runs_of
 from fastpath_journals import STAMP, decode, journal, piece, prefixed, steps
+from phasewatch.profile import Profile, load_builtin_profile
 from phasewatch.records import JournalRecord
 from phasewatch.stages.engines.sglang import fast_prefix
 
 
-def assert_runs_agree(records: list[JournalRecord]) -> tuple[Run, int]:
+def assert_runs_agree(records: list[JournalRecord], profile: Profile | None = None) -> tuple[Run, int]:
     """Fed in runs, fed line by line (both with the fast path) and by the full path: the same."""
-    grouped, single, full = run_in_runs(records), run(records, True), run(records, False)
+    grouped = run_in_runs(records, profile)
+    single, full = run(records, True, profile=profile), run(records, False, profile=profile)
     for other in (single, full):
         assert grouped.document == other.document
         assert grouped.snapshot == other.snapshot
@@ -127,3 +129,23 @@ def test_a_fast_prefix_follows_from_the_bytes_up_to_the_one_after_it(head: str, 
     prefix = fast_prefix(message)
     if prefix is not None:
         assert fast_prefix(message[:prefix.end + 1] + other) == prefix
+
+
+# A config's own rule that tells digits apart and proves the server serving: only "200" answers do.
+ANSWERED = load_builtin_profile("sglang").with_overrides([
+    {"id": "answered", "event": "activity", "scope": "main", "proof_of_life": True, "match": r'" 200 OK$'}])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(10_000, 65_000), st.sampled_from([200, 400, 500]), st.integers(0, 3)),
+                min_size=1, max_size=40), steps)
+def test_a_digit_telling_rule_of_a_config_is_asked_line_by_line(
+        answers: list[tuple[int, int, int]], step: list[float]) -> None:
+    """Access lines alike but for digits, some of which that rule matches: its answer for one line
+    is never carried to another (proof of life, by the fast path, in runs or not)."""
+    pieces = []
+    for port, status, decodes in answers:
+        pieces.append((None, f'INFO:     127.0.0.1:{port} - "POST /generate HTTP/1.1" {status} OK', "line"))
+        pieces += [("TP0", same_width(port + k), "line") for k in range(decodes)]
+    grouped, _ = assert_runs_agree(journal(pieces, step), ANSWERED)
+    assert grouped.taken > 0

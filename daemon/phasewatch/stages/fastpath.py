@@ -30,6 +30,7 @@ from .tracker_state import InvocationState, RankState, alive
 
 _MASK_DIGITS = bytes.maketrans(b"123456789", b"000000000")
 Plan = Union[tuple[tuple[Rule, ...], bool, tuple[int, ...], bool, tuple[Rule, ...], bool], tuple[()]]
+Merged = Union[tuple[tuple[Rule, ...], tuple[int, ...], bool], tuple[()]]
 _READY_INDEX = UNIT_PHASE_ORDER.index(Phase.READY)
 _SERVING_INDEX = UNIT_PHASE_ORDER.index(Phase.SERVING)
 _PHASE_INDEX = {phase: index for index, phase in enumerate(UNIT_PHASE_ORDER)}
@@ -63,6 +64,8 @@ class FastPath:
         # unit phases' places, whether one proves serving, the other rules to search it with, whether
         # it is a plain sign of life when no rule matches); () when it can never take the fast path.
         self._plans: dict[bytes, Plan] = {}
+        # (masked message, which of its plan's other rules match) -> `_with_others`'s answer
+        self._merged: dict[tuple[bytes, int], Merged] = {}
         # The rules that tell digits apart, each with a text any match of it contains (None: no such
         # text known), so that most lines are not searched with them.
         # Masked too: a text absent from a line's masked text is absent from the line.
@@ -95,17 +98,29 @@ class FastPath:
     def _proves(self, rules: tuple[Rule, ...]) -> bool:
         return not self._tracker.proof_of_life_rules.isdisjoint(r.id for r in rules)
 
-    def _with_others(self, rules: tuple[Rule, ...], candidates: tuple[Rule, ...],
-                     rest: bytes) -> tuple[Rule, ...] | None:
-        """`rules` and the `candidates` `rest` matches, in profile order; None if one is not quiet."""
+    def _with_others(self, key: bytes, rules: tuple[Rule, ...], candidates: tuple[Rule, ...],
+                     rest: bytes) -> Merged | None:
+        """`rules` and the `candidates` `rest` matches, in profile order, with their unit phases' places
+        and whether one proves serving; None: none matches; (): one is not quiet."""
         text = rest.decode("ascii")
-        others = [rule for rule in candidates if rule.pattern.search(text)]
-        if not others:
-            return rules
-        if not all(_quiet(r) for r in others):
+        found = 0  # which candidates match, as bits
+        for bit, rule in enumerate(candidates):
+            if rule.pattern.search(text):
+                found |= 1 << bit
+        if not found:
             return None
-        position = self._mapper._position
-        return tuple(sorted((*rules, *others), key=lambda r: position[r.id]))
+        merged = self._merged.get((key, found))
+        if merged is None:
+            others = [rule for bit, rule in enumerate(candidates) if found >> bit & 1]
+            merged = ()
+            if all(_quiet(r) for r in others):
+                position = self._mapper._position
+                together = tuple(sorted((*rules, *others), key=lambda r: position[r.id]))
+                merged = together, _orders(together), self._proves(together)
+            if len(self._merged) >= MEMO_ENTRIES:
+                self._merged.clear()
+            self._merged[key, found] = merged
+        return merged
 
     def apply(self, message: bytes, ts: float, pid: int | None, invocation: str | None,
               repeats: list[float] | None = None) -> int:
@@ -115,32 +130,32 @@ class FastPath:
         what taking them one by one would (then 1 + len(repeats) is returned)."""
         prefix = self._find(message)
         if prefix is None or pid is None or prefix.header is not None or prefix.untagged_rank is not None:
-            return False
+            return 0
         rest = message[prefix.end:]
         key = (invocation, pid)
         stream = self._streams.get(key)
         if stream is None or stream.pending:
-            return False
+            return 0
         masked = rest.translate(_MASK_DIGITS)
         plan = self._plans.get(masked)
         if plan is None:
             plan = self._plan(masked, rest)
         if not plan:
-            return False
+            return 0
         rules, block, orders, proves, others, plain = plan
         if others:
             repeats = None  # the rules that tell digits apart would see each line's own
-            found = self._with_others(rules, others, rest)
-            if found is None:
-                return False
-            if found is not rules:
-                rules, orders, proves = found, _orders(found), self._proves(found)
+            merged = self._with_others(masked, rules, others, rest)
+            if merged is not None:
+                if not merged:
+                    return 0
+                rules, orders, proves = merged
         if not rules and not plain:
-            return False
+            return 0
         tracker = self._tracker
         inv = tracker._invocations.get(invocation) if invocation is not None else tracker._current
         if inv is None:
-            return False
+            return 0
         mapper = self._mapper
         rank: str = prefix.rank or MAIN
         untagged_rank = prefix.rank is None
@@ -152,7 +167,7 @@ class FastPath:
         if not rules:  # the mapper's plain activity event, of the line's rank
             state = inv_ranks.get(rank)
             if state is None:
-                return False
+                return 0
             ranks.append(state)
         current = -2  # not yet looked up
         for rule, order in zip(rules, orders, strict=True):
@@ -161,16 +176,16 @@ class FastPath:
                 if rule.scope == "main":
                     rule_rank = MAIN
                 elif rule.scope == "rank" and rank == MAIN and invocation not in mapper._tagged_invocations:
-                    return False  # the mapper would learn a one-GPU scheduler here
+                    return 0  # the mapper would learn a one-GPU scheduler here
             state = inv_ranks.get(rule_rank)
             if state is None:
-                return False
+                return 0
             if order >= 0:
                 if current == -2:
                     current = UNIT_PHASE_ORDER.index(inv.unit_phase) if inv.unit_phase is not None else -1
                 if not (order <= current or (order == _SERVING_INDEX and current < _READY_INDEX)
                         or inv.state not in _OPEN_STATES):
-                    return False  # the unit would move on
+                    return 0  # the unit would move on
             ranks.append(state)
         splitter = self._splitter
         # -- from here on: the full path's changes, in its order --
