@@ -178,9 +178,11 @@ def read_unit(unit: str, directory: str | None = None, since: float | None = Non
     """Entries the unit's processes wrote, PID 1 wrote about it, and journald's notices about it.
     Entries that only claim to be (trust.py) are left out and, with `rejected`, counted there by reason."""
     follower = _open(unit, directory, since)
+    size = 64  # growing to BATCH: a reader that wants the first lines only (engine detection) reads few
     try:
-        while (batch := follower.read(BATCH)) or follower.behind:
+        while (batch := follower.read(size)) or follower.behind:
             yield from batch
+            size = min(size * 2, BATCH)
     finally:
         follower.close()
         if rejected is not None:
