@@ -92,11 +92,25 @@ static Py_ssize_t field_index(const Lines *self, const char *data, size_t length
 /* pid bytes -> int; empty -> None; anything but plain decimal -> NULL without an error set. */
 static PyObject *pid_object(Lines *self, const char *text, size_t length) {
     if (length == 0) Py_RETURN_NONE;
-    if (length > 18) return NULL;
     long value = 0;
     for (size_t i = 0; i < length; i++) {
         if (text[i] < '0' || text[i] > '9') return NULL;
         value = value * 10 + (text[i] - '0');
+        if (i == 8 && length > 9) {  /* past what a C long holds anywhere: Python's int of the text */
+            char *copy = PyMem_Malloc(length + 1);
+            if (copy == NULL) return PyErr_NoMemory();
+            memcpy(copy, text, length);
+            copy[length] = '\0';
+            for (size_t k = 0; k < length; k++) {
+                if (copy[k] < '0' || copy[k] > '9') {
+                    PyMem_Free(copy);
+                    return NULL;
+                }
+            }
+            PyObject *big = PyLong_FromString(copy, NULL, 10);
+            PyMem_Free(copy);
+            return big;
+        }
     }
     if (self->last_pid == NULL || self->last_pid_value != value) {
         PyObject *pid = PyLong_FromLong(value);

@@ -224,6 +224,7 @@ def test_both_readers_take_odd_entries_alike(tmp_path: Path, monkeypatch: pytest
         [*base, ("_PID", "4711"), ("_SYSTEMD_UNIT", UNIT), ("MESSAGE", line)],
         [*base, ("_PID", "4711"), ("_SYSTEMD_UNIT", UNIT), ("MESSAGE", "first"), ("MESSAGE", line)],
         [*base, ("_PID", "004711"), ("_SYSTEMD_UNIT", UNIT), ("MESSAGE", line)],
+        [*base, ("_PID", "0000000004711"), ("_SYSTEMD_UNIT", UNIT), ("MESSAGE", line)],  # past C's 9 digits
         [*base, ("_PID", "4711"), ("_SYSTEMD_UNIT", UNIT), ("_SYSTEMD_UNIT", "other.service"), ("MESSAGE", line)],
         [*base, ("_PID", "4711"), ("_PID", "4712"), ("_SYSTEMD_UNIT", UNIT), ("MESSAGE", line)],
         [*base, ("_PID", "4711"), ("_SYSTEMD_UNIT", UNIT)],  # no MESSAGE
@@ -243,6 +244,7 @@ def test_both_readers_take_odd_entries_alike(tmp_path: Path, monkeypatch: pytest
     assert c_entries == python_entries
     assert len(c_entries) == len(entries)
     # (the journal keeps an entry's fields in the order of their data objects: "first" is not first)
-    assert [type(e).__name__ for e in c_entries] == ["tuple", "JournalRecord", "tuple", "JournalRecord",
+    assert [type(e).__name__ for e in c_entries] == ["tuple", "JournalRecord", "tuple", "tuple", "JournalRecord",
                                                      "JournalRecord", "JournalRecord", "JournalRecord", "tuple"]
+    assert c_entries[3][2] == 4711
     assert c_entries[2] == (line.encode(), 1796025600.0, 4711, "a" * 32)
