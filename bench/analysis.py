@@ -79,6 +79,23 @@ seeking past a start-up that reached ready long ago. It would not stay exact: af
 entry can still matter (proof of life, a request's traceback, a rank's fatal line, lines lost);
 the fast path takes the parsing out of those entries instead.
 
+Then the reading went to C, with runs, the long-line memo and a shorter start-up (above). Measured
+as whole processes on the shared 2-core machine with `/usr/bin/time`, 5 runs each, medians, on
+journals of the generator of `tests/integration/test_fastpath_journal.py` written by
+systemd-journal-remote (308,167 entries serving-heavy, 107,427 crash-heavy; one start-up each):
+serving-heavy (a) 0.39 s, replay 1.91 s before, 1.16 s now (0.20 × → 0.34 × (a)); crash-heavy
+(a) 0.24 s, replay 1.28 s before, 0.77 s now (0.19 × → 0.31 ×). With `PHASEWATCH_PURE_PYTHON=1`
+(the systemd-python reader, no runs) 1.81 s and 0.99 s. Of the serving-heavy 1.16 s: about
+0.15 s start-up (interpreter, imports, the profile's patterns), 0.40–0.45 s reading (the C
+reader alone is within 10–20 % of (a): both are mostly sd-journal's own work), 0.55–0.6 s the
+pipeline: 91,000 fast-path decisions of about 2.4 µs each (the runs took the other 200,000 lines
+at about 1 µs a run), 12,000 lines of the full path (tracebacks, `_LINE_BREAK` pieces), the
+access lines' digit-telling rules. So 0.5 × (a) is still missed: reading alone leaves about 0.4 s
+of the 0.8 s budget, and the pipeline's per-decision cost in Python is the rest of the gap. What
+would close it: the fast path's recognition in C too (prefix, masked-text plan lookup and the
+state checks for the common case), or runs that span lines of several widths (measured: only a
+quarter fewer decisions here, each line's plan then checked in Python).
+
 **6. Scale (met).** Time is a line in N (the fixed part is the interpreter, imports and the
 profile, about 0.3 s). Memory: `replay` used to hold every record (`list(read_unit(...))`). It
 now streams the journal (`journal_source.UnitRecords`). Its max RSS still grows with N, but so does
