@@ -245,6 +245,8 @@ class Daemon:
         return max(min(deadlines, default=math.inf) - now.monotonic, 0.0)
 
     def _on_invocation_change(self) -> None:
+        if self.pipeline.current_id() in (None, self.responder.watched_invocation):
+            return  # (after every batch read: most are no change, and the views need not be built)
         snapshot = self.pipeline.snapshot()
         current, watched = snapshot.current, self.responder.watched_invocation
         if current is None or current.invocation_id == watched:

@@ -185,6 +185,9 @@ class Pipeline:
     def current(self) -> InvocationView | None:
         return self.tracker.snapshot().current
 
+    def current_id(self) -> str | None:
+        return self.tracker.current_id()
+
     def judge(self, now: float, snapshot: Snapshot | None = None) -> list[Judgement]:
         judgements = []
         for inv in (snapshot or self.snapshot()).invocations:

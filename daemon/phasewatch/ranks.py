@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from .records import MAIN
 from .stages.lines import bounded_int
 
 
+@lru_cache(maxsize=4096)  # every view sorts its ranks; a start-up has a few labels
 def rank_sort_key(label: str) -> tuple[int, tuple[int, ...], str]:
     if label == MAIN:
         return (0, (), label)

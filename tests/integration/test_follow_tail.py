@@ -46,3 +46,16 @@ def test_with_earlier_entries_of_the_unit_only_the_new_ones_are_read(tmp_path: P
     directory = write_journal(tmp_path / "journal", [entry(0), entry(1, unit="other.service")], name="a")
     follower = follow_from_tail(directory)
     assert new_lines(follower, directory, "b", range(2, 6)) == [f"line {n}".encode() for n in range(2, 6)]
+
+
+def test_a_reopened_reader_goes_on_after_the_last_entry_read(tmp_path: Path) -> None:
+    directory = write_journal(tmp_path / "journal", [entry(0)], name="a")
+    follower = follow_from_tail(directory)
+    assert new_lines(follower, directory, "b", range(1, 4)) == [b"line 1", b"line 2", b"line 3"]
+    follower.reopen()  # caught up: the cursor is the journal's last entry (found from the tail)
+    follower.fileno()  # (the daemon's next wait asks for it)
+    assert follower.read(10) == []
+    assert new_lines(follower, directory, "c", range(4, 6)) == [b"line 4", b"line 5"]
+    write_journal(directory, [entry(n) for n in range(6, 9)], name="d")
+    follower.reopen()  # entries came after the cursor: found by the cursor
+    assert [r.message for r in follower.read(10)] == [b"line 6", b"line 7", b"line 8"]

