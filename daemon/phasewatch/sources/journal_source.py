@@ -3,7 +3,9 @@
 The same low-level reader as the daemon's (`follow.JournalFollower`): `_Reader._next()` and
 `_get()` of the few fields phasewatch reads, MESSAGE always as bytes (decoded later, U+FFFD for
 bad UTF-8), data threshold 0. python-systemd's iterating `journal.Reader` converts every field
-of every entry and was the slowest stage of `replay --unit` (docs/performance.md).
+of every entry and was the slowest stage of `replay --unit` (docs/performance.md). `unit_entries`,
+the catch-up's reader, reads in C when the package was built with `_journal_lines.c` (setup.py):
+the same entries, and runs of lines alike but for digits when asked for.
 """
 
 from __future__ import annotations
