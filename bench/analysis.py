@@ -6,14 +6,26 @@ TEXT = """
 **1. Catch-up (missed, closer).** The reference (a) is two C calls per entry (`_next()`, one
 `_get("MESSAGE")`). The catch-up path is now, step by step:
 
-- *Reading.* `replay --unit` reads each entry's fields with one `_get_all()` (`journal_source.unit_entries`):
-  on a journald entry of some 25 fields that is cheaper than the four `_get`s a line needs
-  (`_SYSTEMD_UNIT`, `MESSAGE`, `_PID`, `_SYSTEMD_INVOCATION_ID`), each of which walks the entry's
-  fields again, and `_LINE_BREAK`, absent on most entries, costs no `KeyError`. A whole line of
-  the unit's own processes goes on as a tuple (MESSAGE bytes, time, PID, invocation) to
-  `Pipeline.feed_line`: no `JournalRecord`. Everything else (PID 1's entries, journald's notices,
-  `_LINE_BREAK` pieces, a field given twice) is made into a record exactly as the daemon's
-  `JournalFollower.read` makes it.
+- *Reading, in C.* `replay --unit` reads the journal with a small C module of the package
+  (`phasewatch/_journal_lines.c`, built by `setup.py` against libsystemd; `phasewatch --version`
+  says which reader is in use): the same sd-journal match and data threshold as the daemon's
+  `JournalFollower`, one `sd_journal_enumerate_data` walk per entry, a batch of 4,096 entries per
+  call. A whole line of the unit's own processes (`_SYSTEMD_UNIT`, `MESSAGE`, `_PID`,
+  `_SYSTEMD_INVOCATION_ID` once each, no `_LINE_BREAK`) comes back as a tuple (MESSAGE bytes, time,
+  PID, invocation; the previous invocation's str reused) for `Pipeline.feed_line`; everything else
+  (PID 1's entries, journald's notices, `_LINE_BREAK` pieces, a field given twice) as a dict of the
+  fields the record needs, which Python makes into a record exactly as `JournalFollower.read`
+  does. Without the module (a build without a compiler, or `PHASEWATCH_PURE_PYTHON=1`, as the
+  `Architecture: all` Debian package is built) the same entries are read with systemd-python's
+  `_get_all()`. Reading alone went from about 2 × (a)'s time to about 1.1–1.2 × (the test journals below).
+- *Runs.* The C reader also joins consecutive lines of one writer that are the same but for digits
+  (same length, the same bytes up to the first `]` and two more: the SGLang prefix and its time,
+  digits free after that) into one run; `Pipeline.feed_run` gives the first line to the fast path
+  and, when it took it, the rest at once (`FastPath.apply`'s `repeats`): the same masked text and
+  prefix mean the same rules and the same state met, so the changes of N lines are those of one
+  with the counters advanced by N, the record → rank memo filled (and cleared at 4,096) as line by
+  line, the last line's time, the latest time, and each phase's longest gap between consecutive
+  lines. A run is not joined where a rule that tells digits apart matches (the access lines).
 - *The fast path* (`stages/fastpath.py`). Most entries of a serving journal change nothing but a
   rank's last activity. The fast path recognises them from the MESSAGE bytes and makes those
   changes itself, without `Line`, `Prefix` or `Event` objects: the engine module's `fast_prefix`
@@ -34,15 +46,20 @@ TEXT = """
   vLLM module has no `fast_prefix` yet (its prefix grammar has more forms), so vLLM journals take
   the full path. The daemon gets the fast path too (`Pipeline.feed`), `replay --rules` does not.
 - *Long lines* (the crash-heavy shape: KB-long batch dumps and out-of-memory lines are longer
-  than the 1,024 characters the rule memo keeps): each rule is first checked for the literal
-  texts any match of it must hold (`events.needles`, from the parsed pattern; case-insensitive
-  patterns have none), so a 5 KB line is searched by the few rules whose texts it holds, not by
-  all 68 (1.7 ms → 0.1 ms a line).
+  than the 1,024 characters the rule memo keeps): they have a digit-masked memo of their own,
+  bounded by the size of its keys (2 MiB), so a batch dump seen again with other numbers costs one
+  lookup; a new one is searched only by the rules whose literal texts it holds (`events.needles`).
+- *Start-up.* The built-in profile is read with libyaml's loader (the same document as
+  `safe_load`'s), and `status`'s HTTP client is imported when it asks the daemon, not when the
+  command line is parsed.
 - *Exact.* `tests/unit/test_fastpath.py` feeds generated serving-heavy and crash-heavy journals
   (hypothesis: Decode, Prefill and access lines, ASGI tracebacks, long lines, fatal tracebacks,
   `_LINE_BREAK` pieces, lines with `\\r`, escapes or bad UTF-8, restarts, clock steps) through a
   pipeline with and one without the fast path and compares the transitions, the snapshot, the
-  judged JSON and the stages' own state. `tests/golden/test_fastpath_corpus.py` does the same for
+  judged JSON and the stages' own state; `tests/unit/test_fastpath_runs.py` does the same with
+  runs (through phase rules, rank changes, digit-telling rules, past the 4,096 bound) against line
+  by line and the full path, and tests/integration checks the C reader's runs against that model
+  and runs every journal test with both readers. `tests/golden/test_fastpath_corpus.py` does the same for
   every corpus log as journal entries; `tests/integration/test_fastpath_journal.py` compares
   `replay --unit --directory --json` (output, warnings, snapshot) with and without it over real
   journal files of both shapes. `replay --json` over the 87 corpus logs and the examples is the
@@ -61,6 +78,23 @@ runs the fast path's checks), leaving Python only the lines that change somethin
 seeking past a start-up that reached ready long ago. It would not stay exact: after ready every
 entry can still matter (proof of life, a request's traceback, a rank's fatal line, lines lost);
 the fast path takes the parsing out of those entries instead.
+
+Then the reading went to C, with runs, the long-line memo and a shorter start-up (above). Measured
+as whole processes on the shared 2-core machine with `/usr/bin/time`, 5 runs each, medians, on
+journals of the generator of `tests/integration/test_fastpath_journal.py` written by
+systemd-journal-remote (308,167 entries serving-heavy, 107,427 crash-heavy; one start-up each):
+serving-heavy (a) 0.39 s, replay 1.91 s before, 1.16 s now (0.20 × → 0.34 × (a)); crash-heavy
+(a) 0.24 s, replay 1.28 s before, 0.77 s now (0.19 × → 0.31 ×). With `PHASEWATCH_PURE_PYTHON=1`
+(the systemd-python reader, no runs) 1.81 s and 0.99 s. Of the serving-heavy 1.16 s: about
+0.15 s start-up (interpreter, imports, the profile's patterns), 0.40–0.45 s reading (the C
+reader alone is within 10–20 % of (a): both are mostly sd-journal's own work), 0.55–0.6 s the
+pipeline: 91,000 fast-path decisions of about 2.4 µs each (the runs took the other 200,000 lines
+at about 1 µs a run), 12,000 lines of the full path (tracebacks, `_LINE_BREAK` pieces), the
+access lines' digit-telling rules. So 0.5 × (a) is still missed: reading alone leaves about 0.4 s
+of the 0.8 s budget, and the pipeline's per-decision cost in Python is the rest of the gap. What
+would close it: the fast path's recognition in C too (prefix, masked-text plan lookup and the
+state checks for the common case), or runs that span lines of several widths (measured: only a
+quarter fewer decisions here, each line's plan then checked in Python).
 
 **6. Scale (met).** Time is a line in N (the fixed part is the interpreter, imports and the
 profile, about 0.3 s). Memory: `replay` used to hold every record (`list(read_unit(...))`). It

@@ -9,6 +9,7 @@ from typing import Any, Iterable
 
 from phasewatch.config import Config
 from phasewatch.pipeline import Pipeline
+from phasewatch.profile import Profile
 from phasewatch.records import JournalRecord
 from phasewatch.render import json_text, to_json
 
@@ -24,10 +25,15 @@ class Run:
     taken: int
 
 
-def run(records: Iterable[JournalRecord], fast: bool, engine: str = "sglang") -> Run:
-    pipeline = Pipeline(replace(Config(unit="sglang.service"), engine=engine), fast=fast, default_year=2026)
+def run(records: Iterable[JournalRecord], fast: bool, engine: str = "sglang", profile: Profile | None = None) -> Run:
+    pipeline = Pipeline(replace(Config(unit="sglang.service"), engine=engine, profile=profile), fast=fast,
+                        default_year=2026)
     transitions = [pipeline.feed(record, None) for record in records]
     transitions.append(pipeline.flush(None))
+    return _outcome(pipeline, transitions)
+
+
+def _outcome(pipeline: Pipeline, transitions: list[Any]) -> Run:
     snapshot = pipeline.snapshot()
     last = max((inv.last_ts for inv in snapshot.invocations if inv.last_ts is not None), default=0.0)
     document = json_text(to_json(pipeline.judge(last + 30.0, snapshot), last + 30.0))
@@ -39,6 +45,9 @@ def run(records: Iterable[JournalRecord], fast: bool, engine: str = "sglang") ->
         "mapper": {k: v for k, v in vars(mapper).items()
                    if k not in ("profile", "_engine", "_memo", "_family_memo", "_line_rules", "_blind_rules",
                                 "_other_rules", "_position")},
+        # the tracker's own bookkeeping behind the views (a run's lines' gaps: each phase's silence)
+        "phases": [(inv.phase_seen, inv.phase_silence, inv.proof_of_life, inv.last_ts, inv.started_at)
+                   for inv in pipeline.tracker._invocations.values()],
     }
     return Run(transitions, document, snapshot, state, pipeline.fast.taken if pipeline.fast else 0)
 
@@ -65,3 +74,55 @@ def as_journal(messages: Iterable[str], start: float = 1_780_000_000.0,
         out.append(JournalRecord(message=message.encode("utf-8", "surrogateescape"), realtime=start + index * 0.01,
                                  pid=pid, invocation_id=invocation))
     return out
+
+
+def continues(previous: bytes, message: bytes) -> bool:
+    """Whether the C reader joins `message` to a run ending with `previous` (_journal_lines.c): the same
+    length, the same bytes up to the first ']' and two more, the same bytes after but for digits."""
+    if len(previous) != len(message):
+        return False
+    bracket = message.find(b"]")
+    head = len(message) if bracket < 0 else min(len(message), bracket + 3)
+    digits = bytes.maketrans(b"123456789", b"000000000")
+    return previous[:head] == message[:head] and previous[head:].translate(digits) == message[head:].translate(digits)
+
+
+def whole_line(record: JournalRecord) -> bool:
+    """An entry `journal_source.unit_entries` gives as a line tuple (the unit's, in one piece)."""
+    return (isinstance(record.message, bytes) and record.line_break is None and record.unit is None
+            and record.message_id is None and record.object_unit is None and record.realtime is not None
+            and not record.extra)
+
+
+def runs_of(records: list[JournalRecord]) -> list[JournalRecord | list[JournalRecord]]:
+    """The records as the C reader gives them with `runs`: consecutive whole lines of one writer that
+    `continues` joins, as one list."""
+    out: list[JournalRecord | list[JournalRecord]] = []
+    for record in records:
+        last = out[-1] if out else None
+        previous = last[-1] if isinstance(last, list) else last
+        if (previous is not None and whole_line(record) and whole_line(previous)
+                and (previous.pid, previous.invocation_id) == (record.pid, record.invocation_id)
+                and continues(previous.message, record.message)):  # type: ignore[arg-type]
+            if isinstance(last, list):
+                last.append(record)
+            else:
+                out[-1] = [previous, record]
+        else:
+            out.append(record)
+    return out
+
+
+def run_in_runs(records: list[JournalRecord], profile: Profile | None = None) -> Run:
+    """`run(records, True)`, with the runs `runs_of` finds fed by `Pipeline.feed_run`."""
+    pipeline = Pipeline(replace(Config(unit="sglang.service"), engine="sglang", profile=profile), default_year=2026)
+    transitions = []
+    for entry in runs_of(records):
+        if isinstance(entry, list):
+            transitions.append(pipeline.feed_run([r.message for r in entry],  # type: ignore[misc]
+                                                 [r.realtime for r in entry],  # type: ignore[misc]
+                                                 entry[0].pid, entry[0].invocation_id, None))
+        else:
+            transitions.append(pipeline.feed(entry, None))
+    transitions.append(pipeline.flush(None))
+    return _outcome(pipeline, transitions)

@@ -14,11 +14,12 @@ JOURNAL_REMOTE = next((p for p in ("/lib/systemd/systemd-journal-remote", "/usr/
                        if os.path.exists(p)), None)
 
 
-def export_bytes(entries: Iterable[dict[str, Any]]) -> bytes:
+def export_bytes(entries: Iterable[dict[str, Any] | list[tuple[str, Any]]]) -> bytes:
     """Journal export format; fields holding control characters use the binary-safe form."""
     out = bytearray()
     for entry in entries:
-        for key, value in entry.items():
+        # (a list of pairs: a field may be given twice)
+        for key, value in (entry.items() if isinstance(entry, dict) else entry):
             raw = bytes(value) if isinstance(value, list) else str(value).encode()
             if any(b < 32 and b != 9 for b in raw):
                 out += key.encode() + b"\n" + struct.pack("<Q", len(raw)) + raw + b"\n"
@@ -36,7 +37,8 @@ def require_journal_remote() -> str:
     return JOURNAL_REMOTE
 
 
-def write_journal(directory: Path, entries: Iterable[dict[str, Any]], name: str = "remote") -> Path:
+def write_journal(directory: Path, entries: Iterable[dict[str, Any] | list[tuple[str, Any]]],
+                  name: str = "remote") -> Path:
     """Append `entries` to `directory/NAME.journal` (a journal directory python-systemd can read)."""
     remote = require_journal_remote()
     directory.mkdir(parents=True, exist_ok=True)

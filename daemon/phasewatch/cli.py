@@ -93,10 +93,14 @@ class TimeClamp:
             return
         self._clamped_records = 0
         feed_line, feed = pipeline.feed_line, pipeline.feed
-        for batch in source.batches():
+        for batch in source.batches(runs=pipeline.fast is not None):
             for entry in batch:
                 if type(entry) is tuple:
-                    message, realtime, pid, invocation = entry
+                    if type(entry[0]) is list:
+                        self._run(pipeline, entry, now)
+                        continue
+                    line: journal_source.UnitLine = entry  # type: ignore[assignment]
+                    message, realtime, pid, invocation = line
                     if not 0.0 <= realtime <= MAX_TS:
                         self._clamped_records += 1
                         realtime = clamp_ts(realtime)
@@ -108,6 +112,17 @@ class TimeClamp:
                         record = replace(record, realtime=clamp_ts(record.realtime))
                     feed(record, now)
         pipeline.flush(now)
+
+    def _run(self, pipeline: Pipeline, run: journal_source.UnitRun, now: float | None) -> None:
+        messages, stamps, pid, invocation = run
+        if 0.0 <= min(stamps) and max(stamps) <= MAX_TS:
+            pipeline.feed_run(messages, stamps, pid, invocation, now)
+            return
+        for message, realtime in zip(messages, stamps, strict=True):
+            if not 0.0 <= realtime <= MAX_TS:
+                self._clamped_records += 1
+                realtime = clamp_ts(realtime)
+            pipeline.feed_line(message, realtime, pid, invocation, now)
 
     def saw(self, stamps: Iterable[float | None]) -> None:
         """Times from line prefixes (year 0001 is before 1970): counted here, shown clamped."""
@@ -299,7 +314,8 @@ class Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="phasewatch", description="Phase-aware start-up watchdog for LLM servers",
                     epilog=exit_table(), formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("--version", action="version",
+                        version=f"%(prog)s {__version__} (journal reader: {journal_source.reader_name()})")
     sub = parser.add_subparsers(dest="command", required=True)
     replay = sub.add_parser("replay", help="run the pipeline over a saved log or the journal and judge it")
     replay.add_argument("source", nargs="?", help="a log file (journalctl -o json/export/short/cat, or a pasted "

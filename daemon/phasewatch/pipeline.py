@@ -72,6 +72,31 @@ class Pipeline:
             self._quarantine(None, exc)
             return []
 
+    def feed_run(self, messages: list[bytes], stamps: list[float], pid: int | None, invocation: str | None,
+                 now: float | None) -> list[Transition]:
+        """Consecutive whole lines of one writer, the same but for digits (a run the C journal reader
+        found: `FastPath.apply`'s `repeats`), as `feed_line` takes them one by one."""
+        fast = self.fast
+        if fast is None:
+            return [t for message, ts in zip(messages, stamps, strict=True)
+                    for t in self.feed_line(message, ts, pid, invocation, now)]
+        out: list[Transition] = []
+        done = 0
+        while done < len(messages):
+            self.entries += 1
+            try:
+                taken = fast.apply(messages[done], stamps[done], pid, invocation, stamps[done + 1:])
+                if taken:
+                    self.entries += taken - 1
+                    done += taken
+                    continue
+                out.extend(self._full(JournalRecord(message=messages[done], realtime=stamps[done], pid=pid,
+                                                    invocation_id=invocation), now))
+            except Exception as exc:  # noqa: BLE001 - as in feed()
+                self._quarantine(None, exc)
+            done += 1
+        return out
+
     def feed(self, record: JournalRecord, now: float | None) -> list[Transition]:
         """A record through every stage. Never raises on content: a record a stage cannot take is
         quarantined (counted, logged once with its cursor) and the next one is read."""

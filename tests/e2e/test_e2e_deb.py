@@ -126,6 +126,9 @@ def test_package_lays_out_the_files_and_the_user(box: PackageSandbox) -> None:
     assert box.run("head", "-1", "/usr/bin/phasewatch").stdout.strip() == "#!/usr/bin/python3"
     where = box.run("/usr/bin/python3", "-c", "import phasewatch; print(phasewatch.__file__)").stdout.strip()
     assert where == "/usr/lib/python3/dist-packages/phasewatch/__init__.py"
+    # `Architecture: all`: no compiled module (debian/rules builds without the C journal reader).
+    assert not any(path.endswith(".so") for path in files)
+    assert box.run("/usr/bin/phasewatch", "--version").stdout.endswith(" (journal reader: Python)\n")
 
 
 def sim_unit(stage: Path) -> str:

@@ -3,10 +3,12 @@ unit's whole lines as tuples (`journal_source.unit_entries`) and lets the fast p
 them; the same replay with the records `read_unit` gives and no fast path must print the same bytes.
 Serving-heavy and crash-heavy journals: simulated start-ups, Decode lines, access lines, ASGI
 tracebacks, KB-long lines, fatal tracebacks, `_LINE_BREAK` pieces, PID 1's entries, another unit's
-lines and a forged notice."""
+lines and a forged notice. Both journal readers: the C one (phasewatch._journal_lines, with its runs
+of lines alike but for digits) and systemd-python's (the fallback when the package is built without C)."""
 
 from __future__ import annotations
 
+import os
 import random
 from pathlib import Path
 from typing import Any, Iterator
@@ -14,11 +16,14 @@ from typing import Any, Iterator
 import pytest
 from sglang_sim import build, journal_json
 
+from fastpath_compare import runs_of
 from journal_dirs import write_journal
 from phasewatch import cli
+from phasewatch.errors import JournalUnavailable
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import MID_STOPPED
-from phasewatch.sources.journal_source import UnitRecords, unit_entries
+from phasewatch.sources import journal_source
+from phasewatch.sources.journal_source import UnitRecords, reader_name, unit_entries
 
 UNIT = "sglang-kimi.service"
 STAMP = "2026-11-30 08:10:00"
@@ -79,6 +84,21 @@ def journal(crashy: bool, starts: int, lines: int) -> list[dict[str, Any]]:
     return entries
 
 
+@pytest.fixture(params=["C", "Python"])
+def reader(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The journal reader `unit_entries` uses: the C extension, or systemd-python's."""
+    if request.param == "Python":
+        monkeypatch.setenv("PHASEWATCH_PURE_PYTHON", "1")
+    elif journal_source.c_lines is None:
+        if os.environ.get("PHASEWATCH_PURE_PYTHON"):
+            pytest.skip("built without the C reader (PHASEWATCH_PURE_PYTHON)")
+        pytest.fail("phasewatch._journal_lines is not built: pip install -e . builds it (setup.py)")
+    else:
+        monkeypatch.delenv("PHASEWATCH_PURE_PYTHON", raising=False)
+    assert reader_name() == request.param
+    return str(request.param)
+
+
 class Records:
     """A unit's records as `read_unit` gives them, not a UnitRecords (so replay feeds them one by one)."""
 
@@ -102,7 +122,8 @@ def replay(directory: Path, capsys: pytest.CaptureFixture[str]) -> tuple[str, st
 
 @pytest.mark.parametrize("crashy", [False, True], ids=["serving-heavy", "crash-heavy"])
 def test_replay_with_the_fast_path_prints_what_the_full_path_prints(
-        crashy: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+        crashy: bool, reader: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
     directory = write_journal(tmp_path / "journal", journal(crashy, starts=3, lines=1500))
     made: dict[bool, list[Pipeline]] = {True: [], False: []}
 
@@ -128,7 +149,7 @@ def test_replay_with_the_fast_path_prints_what_the_full_path_prints(
     assert "ignored entries that claim" in full_err  # the forged notice was read past in both
 
 
-def test_unit_entries_are_the_records_read_unit_gives(tmp_path: Path) -> None:
+def test_unit_entries_are_the_records_read_unit_gives(reader: str, tmp_path: Path) -> None:
     directory = write_journal(tmp_path / "journal", journal(True, starts=2, lines=400))
     records = list(UnitRecords(UNIT, str(directory)))
     rebuilt = []
@@ -142,3 +163,88 @@ def test_unit_entries_are_the_records_read_unit_gives(tmp_path: Path) -> None:
                                 entry.message_id))
     assert rebuilt == [(r.message, r.realtime, r.pid, r.invocation_id, r.line_break, r.message_id) for r in records]
     assert any(r.line_break == "pid-change" for r in records)
+
+
+def test_the_c_reader_gives_runs_as_the_model_of_them_says(reader: str, tmp_path: Path) -> None:
+    """With `runs`, the same entries, consecutive lines alike but for digits joined as tests/unit's model
+    of the C reader joins them (`fastpath_compare.runs_of`); systemd-python's reader joins none."""
+    # (no forged notices: the C reader ends a run at one, and read_unit leaves them out)
+    entries = [e for e in journal(False, starts=2, lines=3000) if e.get("_SYSTEMD_UNIT") != "evil.service"]
+    # the same line from two processes, then from two start-ups: no run joins two writers
+    last = float(entries[-1]["__REALTIME_TIMESTAMP"]) / 1e6
+    for k, (pid, invocation) in enumerate([("5000", "a" * 32), ("5001", "a" * 32)] * 3 + [("5000", "b" * 32)] * 2):
+        entries.append({"__REALTIME_TIMESTAMP": str(int((last + k) * 1e6)), "_PID": pid, "_SYSTEMD_UNIT": UNIT,
+                        "_SYSTEMD_INVOCATION_ID": invocation, "MESSAGE": decode_line(10 + k)})
+    directory = write_journal(tmp_path / "journal", entries)
+    records = list(UnitRecords(UNIT, str(directory)))
+    shapes, flat = [], []
+    for batch in unit_entries(UNIT, str(directory), runs=True):
+        for entry in batch:
+            if isinstance(entry, tuple) and isinstance(entry[0], list):
+                messages, stamps, pid, invocation = entry
+                shapes.append(len(messages))
+                flat += [(m, t, pid, invocation) for m, t in zip(messages, stamps, strict=True)]
+            else:
+                shapes.append(1)
+                flat.append(entry[:4] if isinstance(entry, tuple)
+                            else (entry.message, entry.realtime, entry.pid, entry.invocation_id))
+    assert flat == [(r.message, r.realtime, r.pid, r.invocation_id) for r in records]
+    if reader == "Python":
+        assert shapes == [1] * len(records)
+        return
+    # the model, batch by batch (a run ends with its batch of entries read)
+    expected = []
+    for start in range(0, len(records), journal_source.BATCH):
+        expected += [len(e) if isinstance(e, list) else 1 for e in runs_of(records[start:start + journal_source.BATCH])]
+    assert shapes == expected
+    assert sum(n for n in shapes if n > 1) > 3000  # most Decode lines came in runs
+
+
+def test_both_readers_start_at_since_and_name_a_journal_they_cannot_open(reader: str, tmp_path: Path) -> None:
+    directory = write_journal(tmp_path / "journal", journal(True, starts=2, lines=200))
+    records = list(UnitRecords(UNIT, str(directory)))
+    since = records[len(records) // 2].realtime
+    assert since is not None
+    later = [entry for batch in unit_entries(UNIT, str(directory), since=since) for entry in batch]
+    assert [e[1] if isinstance(e, tuple) else e.realtime for e in later] == [
+        r.realtime for r in records if r.realtime is not None and r.realtime >= since]
+    missing = tmp_path / "nothing-here"
+    with pytest.raises(JournalUnavailable, match=f"cannot open the journal in {missing}: No such file or directory"):
+        next(unit_entries(UNIT, str(missing)))
+
+
+def test_both_readers_take_odd_entries_alike(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fields given twice (the first value counts, as `_get` gives it), a PID with leading zeros, a
+    unit's line under another unit too: the C reader gives what systemd-python's gives."""
+    if journal_source.c_lines is None:
+        pytest.skip("built without the C reader")
+    base = [("__REALTIME_TIMESTAMP", "1796025600000000"), ("_SYSTEMD_INVOCATION_ID", "a" * 32)]
+    line = f"[{STAMP} TP0] Decode batch, #token: 1"
+    entries: list[list[tuple[str, Any]]] = [
+        [*base, ("_PID", "4711"), ("_SYSTEMD_UNIT", UNIT), ("MESSAGE", line)],
+        [*base, ("_PID", "4711"), ("_SYSTEMD_UNIT", UNIT), ("MESSAGE", "first"), ("MESSAGE", line)],
+        [*base, ("_PID", "004711"), ("_SYSTEMD_UNIT", UNIT), ("MESSAGE", line)],
+        [*base, ("_PID", "0000000004711"), ("_SYSTEMD_UNIT", UNIT), ("MESSAGE", line)],  # past C's 9 digits
+        [*base, ("_PID", "4711"), ("_SYSTEMD_UNIT", UNIT), ("_SYSTEMD_UNIT", "other.service"), ("MESSAGE", line)],
+        [*base, ("_PID", "4711"), ("_PID", "4712"), ("_SYSTEMD_UNIT", UNIT), ("MESSAGE", line)],
+        [*base, ("_PID", "4711"), ("_SYSTEMD_UNIT", UNIT)],  # no MESSAGE
+        [*base, ("_PID", "4711"), ("_SYSTEMD_UNIT", UNIT), ("MESSAGE", line), ("_LINE_BREAK", "line-max")],
+        [*base, ("_PID", "4711"), ("_SYSTEMD_UNIT", UNIT), ("MESSAGE", [0xFF, 0x0A, 0x41])],  # binary-safe form
+    ]
+    directory = write_journal(tmp_path / "journal", entries)
+
+    def read(pure: bool) -> list[Any]:
+        if pure:
+            monkeypatch.setenv("PHASEWATCH_PURE_PYTHON", "1")
+        else:
+            monkeypatch.delenv("PHASEWATCH_PURE_PYTHON", raising=False)
+        return [entry for batch in unit_entries(UNIT, str(directory), runs=True) for entry in batch]
+
+    c_entries, python_entries = read(False), read(True)
+    assert c_entries == python_entries
+    assert len(c_entries) == len(entries)
+    # (the journal keeps an entry's fields in the order of their data objects: "first" is not first)
+    assert [type(e).__name__ for e in c_entries] == ["tuple", "JournalRecord", "tuple", "tuple", "JournalRecord",
+                                                     "JournalRecord", "JournalRecord", "JournalRecord", "tuple"]
+    assert c_entries[3][2] == 4711
+    assert c_entries[2] == (line.encode(), 1796025600.0, 4711, "a" * 32)

@@ -41,10 +41,16 @@ def run(argv: Sequence[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, s
     return code, out, err
 
 
-def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+def test_version(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The version, and which journal reader `replay --unit` uses (the C one unless built without it)."""
     from phasewatch import __version__
+    from phasewatch.sources import journal_source
 
-    assert run(["--version"], capsys)[:2] == (0, f"phasewatch {__version__}\n")
+    built = "C" if journal_source.c_lines is not None else "Python"
+    monkeypatch.delenv("PHASEWATCH_PURE_PYTHON", raising=False)
+    assert run(["--version"], capsys)[:2] == (0, f"phasewatch {__version__} (journal reader: {built})\n")
+    monkeypatch.setenv("PHASEWATCH_PURE_PYTHON", "1")
+    assert run(["--version"], capsys)[:2] == (0, f"phasewatch {__version__} (journal reader: Python)\n")
 
 
 @pytest.mark.parametrize("argv", [["bogus"], ["status", "--bogus"], ["logs"], ["report", "--last", "many"],

@@ -26,7 +26,14 @@ from phasewatch.records import (
     JournalRecord,
     Phase,
 )
-from phasewatch.stages.events import EventMapper, digit_blind, is_lifecycle_record, lifecycle_event
+from phasewatch.stages.events import (
+    LONG_MEMO_CHARS,
+    MEMO_MAX_CHARS,
+    EventMapper,
+    digit_blind,
+    is_lifecycle_record,
+    lifecycle_event,
+)
 from phasewatch.stages.lines import LineSplitter
 
 PROFILE = load_builtin_profile("sglang")
@@ -299,14 +306,19 @@ def renumbered(sample: str, digits: list[str]) -> str:
 
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(SAMPLES), st.lists(st.sampled_from("0123456789"), min_size=40,
-                                                                max_size=40)), min_size=1, max_size=12))
-def test_the_memo_gives_the_answers_of_a_fresh_search(lines: list[tuple[str, list[str]]]) -> None:
+                                                                max_size=40), st.integers(0, 3)),
+                min_size=1, max_size=12))
+def test_the_memo_gives_the_answers_of_a_fresh_search(lines: list[tuple[str, list[str], int]]) -> None:
+    """Also for lines longer than MEMO_MAX_CHARS (a memo of their own: the same answers)."""
     warm = EventMapper(DIGIT_PROFILE)
-    for sample, digits in lines:
-        text = renumbered(sample, digits)
+    for sample, digits, longer in lines:
+        text = renumbered(sample + ", {'rid': 7, 'len': 1024}" * (60 * longer), digits)
+        assert (len(text) > MEMO_MAX_CHARS) is (longer > 0)
         [line] = LineSplitter().feed(JournalRecord(text, T0, pid=100, invocation_id=INV))
         fresh = EventMapper(DIGIT_PROFILE)
         assert [e.rule for e in warm.map_line(line)] == [e.rule for e in fresh.map_line(line)], text
+        # and the rules a plain search of every rule finds, in profile order
+        assert warm._matching(line.message) == tuple(r for r in warm._line_rules if r.pattern.search(line.message))
 
 
 def test_the_memo_does_not_carry_a_digit_sensitive_answer_to_another_number() -> None:
@@ -316,3 +328,15 @@ def test_the_memo_does_not_carry_a_digit_sensitive_answer_to_another_number() ->
     assert "exit_code_9" in [e.rule for e in mapper.map_line(nine)]
     assert "exit_code_9" not in [e.rule for e in mapper.map_line(one)]
     assert "exit_code_9" in [e.rule for e in mapper.map_line(nine)]
+
+
+def test_the_memo_of_long_lines_is_bounded_by_its_keys_size() -> None:
+    mapper = EventMapper(PROFILE)
+    size = 0
+    for n in range(200):
+        text = f"{STAMP} TP0] Batch dump: " + "{'rid': 7}, " * (1000 + n)
+        [line] = LineSplitter().feed(JournalRecord(text, T0, pid=100, invocation_id=INV))
+        assert [e.kind for e in mapper.map_line(line)] == [EventKind.ACTIVITY]
+        size = sum(map(len, mapper._long_memo))
+        assert size == mapper._long_memo_chars <= LONG_MEMO_CHARS
+    assert 0 < len(mapper._long_memo) < 200  # (cleared when full)

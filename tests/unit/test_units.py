@@ -147,3 +147,13 @@ def test_every_kind_end_to_end_kind_message_id_catalog_docs(kind: str) -> None:
 
 def test_message_ids_name_every_kind_and_nothing_else() -> None:
     assert {m.name.lower() for m in MessageId} == {*VerdictKind, *AlertKind}
+
+
+def test_the_debian_package_is_built_without_compiled_code() -> None:
+    """debian/control says `Architecture: all`: debian/rules builds without the C journal reader
+    (setup.py), so no arch-dependent .so ends up in it silently."""
+    control = (REPO / "debian" / "control").read_text()
+    assert "\nArchitecture: all\n" in control
+    rules = (REPO / "debian" / "rules").read_text().splitlines()
+    assert "export PHASEWATCH_PURE_PYTHON = 1" in rules
+    assert "PHASEWATCH_PURE_PYTHON" in (REPO / "setup.py").read_text()

@@ -3,11 +3,14 @@ and the policy read from the profile instead of naming rules in code."""
 
 from __future__ import annotations
 
+from importlib import resources
+
 import pytest
+import yaml
 
 from phasewatch.config import VERDICT_KINDS
 from phasewatch.errors import ProfileError
-from phasewatch.profile import load_builtin_profile, parse_rule
+from phasewatch.profile import builtin_engines, load_builtin_profile, parse_profile, parse_rule
 from phasewatch.records import FAILED_STARTUP, STUCK, EventKind, JournalRecord, Outcome, VerdictKind
 from phasewatch.stages import policy
 from phasewatch.stages.events import EventMapper
@@ -49,3 +52,13 @@ def test_an_override_keeps_what_the_rule_meant_unless_it_says() -> None:
     assert "decode_batch" in kept.proof_of_life_rules
     dropped = profile.with_overrides([{"id": "cuda_error", "event": "fatal", "match": "x", "per_request": False}])
     assert "cuda_error" not in dropped.per_request_rules
+
+
+@pytest.mark.parametrize("engine", builtin_engines())
+def test_a_builtin_profile_is_what_safe_load_reads(engine: str) -> None:
+    """load_builtin_profile reads the package's profiles with libyaml's loader (start-up time): the
+    same documents, so the same profiles, as PyYAML's own safe_load."""
+    text = resources.files("phasewatch").joinpath("profiles", f"{engine}.yaml").read_text("utf-8")
+    assert yaml.__with_libyaml__  # (the PyYAML of the venv and of Debian both have it)
+    assert yaml.load(text, Loader=yaml.CSafeLoader) == yaml.safe_load(text)
+    assert load_builtin_profile(engine) == parse_profile(yaml.safe_load(text), f"{engine}.yaml")

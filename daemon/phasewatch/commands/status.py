@@ -17,9 +17,7 @@ import datetime as dt
 import signal
 import sys
 import time
-from typing import Any, Callable, TextIO
-
-import httpx
+from typing import TYPE_CHECKING, Any, Callable, TextIO
 
 from ..config import Config
 from ..durations import format_duration, shown
@@ -41,6 +39,9 @@ from ..sources.follow import JournalFollower
 from ..stages.timerlint import UnitTimers, lint
 from ..stages.verdict_lines import VerdictLine, grouped
 from .status_line import oneline
+
+if TYPE_CHECKING:
+    import httpx
 
 EXIT_FAILING, EXIT_UNKNOWN = EXIT_WILL_NOT_BE_READY, EXIT_UNKNOWN_UNIT
 FAILING_VERDICTS = FAILING
@@ -80,6 +81,8 @@ def ask_daemon(config: Config, timeout: float = DAEMON_TIMEOUT, transport: httpx
     """The daemon's `/status` document; None when nothing answers on metrics.listen. ForeignDaemon
     when something answers that is not this unit's daemon (another unit's, or another process that
     took the port first): its document is never shown as this unit's state."""
+    import httpx  # here: every command's start-up (replay's too) would pay for it
+
     url = status_url(config.metrics_listen)
     try:
         with httpx.Client(trust_env=False, timeout=timeout, transport=transport) as client:

@@ -3,11 +3,14 @@
 The same low-level reader as the daemon's (`follow.JournalFollower`): `_Reader._next()` and
 `_get()` of the few fields phasewatch reads, MESSAGE always as bytes (decoded later, U+FFFD for
 bad UTF-8), data threshold 0. python-systemd's iterating `journal.Reader` converts every field
-of every entry and was the slowest stage of `replay --unit` (docs/performance.md).
+of every entry and was the slowest stage of `replay --unit` (docs/performance.md). `unit_entries`,
+the catch-up's reader, reads in C when the package was built with `_journal_lines.c` (setup.py):
+the same entries, and runs of lines alike but for digits when asked for.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any, Iterator, Union
 
 from ..errors import JournalError, JournalUnavailable
@@ -15,12 +18,25 @@ from ..records import JournalRecord, record_from_fields
 from ..trust import rejection
 from .follow import _LIFECYCLE_FIELDS, JournalFollower
 
+try:  # the same reader in C (_journal_lines.c), when the package was built with it (setup.py)
+    from .. import _journal_lines as c_lines  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - a pure-Python build
+    c_lines = None
+
 BATCH = 4096
 # A whole line of the unit's own processes, as read: (MESSAGE bytes, seconds, _PID, invocation).
 UnitLine = tuple[bytes, float, Union[int, None], Union[str, None]]
-Entry = Union[UnitLine, JournalRecord]
+# Consecutive whole lines of one writer, the same but for digits (the C reader's, when asked for).
+UnitRun = tuple[list[bytes], list[float], Union[int, None], Union[str, None]]
+Entry = Union[UnitLine, UnitRun, JournalRecord]
+# What the C reader returns for an entry that is no whole line: first values, in `_entry`'s order.
+_LINE_FIELDS = ("_SYSTEMD_UNIT", "MESSAGE", "_PID", "_SYSTEMD_INVOCATION_ID", "_LINE_BREAK")
+_C_FIELDS = (*_LINE_FIELDS, *(name for name in _LIFECYCLE_FIELDS if name not in _LINE_FIELDS))
 
 
+def reader_name() -> str:
+    """Which reader `replay --unit` uses: "C" (the extension) or "Python" (systemd-python's)."""
+    return "C" if c_lines is not None and not os.environ.get("PHASEWATCH_PURE_PYTHON") else "Python"
 
 
 def _open(unit: str, directory: str | None, since: float | None) -> JournalFollower:
@@ -37,12 +53,53 @@ def _open(unit: str, directory: str | None, since: float | None) -> JournalFollo
 
 
 def unit_entries(unit: str, directory: str | None = None, since: float | None = None,
-                 rejected: dict[str, int] | None = None) -> Iterator[list[Entry]]:
+                 rejected: dict[str, int] | None = None, runs: bool = False) -> Iterator[list[Entry]]:
     """`read_unit`'s entries in batches, the unit's whole lines as `UnitLine` tuples (no record
     built: `Pipeline.feed_line`), the rest as JournalRecords, exactly as `JournalFollower.read`
     makes them. An entry's fields are read in one call (`_get_all`): on a journald entry of some 25
     fields that is cheaper than the four `_get`s a line needs, each a walk over the entry's fields
-    (and a `KeyError` for the `_LINE_BREAK` most entries lack)."""
+    (and a `KeyError` for the `_LINE_BREAK` most entries lack). With the C reader (`reader_name()`),
+    the same entries, read in C, and with `runs` some consecutive lines as one `UnitRun`
+    (`Pipeline.feed_run`)."""
+    if reader_name() == "C":
+        return _c_unit_entries(unit, directory, since, rejected, runs)
+    return _python_unit_entries(unit, directory, since, rejected)
+
+
+def _c_unit_entries(unit: str, directory: str | None, since: float | None,
+                    rejected: dict[str, int] | None, runs: bool = False) -> Iterator[list[Entry]]:
+    assert c_lines is not None
+    try:
+        lines = c_lines.open(unit, directory, None if since is None else int(since * 1_000_000), _C_FIELDS)
+    except OSError as exc:
+        where = f" in {directory}" if directory else ""
+        raise JournalUnavailable(f"cannot open the journal{where}: {exc.strerror or exc}") from None
+    unit_bytes = unit.encode()
+    counted: dict[str, int] = {}
+    try:
+        while True:
+            batch, others = lines.read(BATCH, runs)
+            if not batch:
+                break
+            if others:
+                entries: list[Entry] = []
+                append = entries.append
+                for entry in batch:
+                    if type(entry) is dict:
+                        _entry(entry.get, entry["__REALTIME_TIMESTAMP"], unit, unit_bytes, append, counted)
+                    else:
+                        append(entry)
+                batch = entries
+            yield batch
+    finally:
+        lines.close()
+        if rejected is not None:
+            for reason, count in counted.items():
+                rejected[reason] = rejected.get(reason, 0) + count
+
+
+def _python_unit_entries(unit: str, directory: str | None, since: float | None,
+                         rejected: dict[str, int] | None) -> Iterator[list[Entry]]:
     follower = _open(unit, directory, since)
     reader = follower._reader
     try:
@@ -90,7 +147,8 @@ def unit_entries(unit: str, directory: str | None = None, since: float | None = 
 
 
 def _entry(get: Any, stamp: int, unit: str, unit_bytes: bytes, append: Any, rejected: dict[str, int]) -> None:
-    """One entry as `JournalFollower.read` takes it."""
+    """One entry as `JournalFollower.read` takes it. `get`: a field's first value (KeyError or None
+    if it has none)."""
     def field(name: str) -> Any:
         try:
             return get(name)
@@ -122,9 +180,11 @@ def read_unit(unit: str, directory: str | None = None, since: float | None = Non
     """Entries the unit's processes wrote, PID 1 wrote about it, and journald's notices about it.
     Entries that only claim to be (trust.py) are left out and, with `rejected`, counted there by reason."""
     follower = _open(unit, directory, since)
+    size = 64  # growing to BATCH: a reader that wants the first lines only (engine detection) reads few
     try:
-        while (batch := follower.read(BATCH)) or follower.behind:
+        while (batch := follower.read(size)) or follower.behind:
             yield from batch
+            size = min(size * 2, BATCH)
     finally:
         follower.close()
         if rejected is not None:
@@ -144,7 +204,7 @@ class UnitRecords:
         self.rejected = {}
         return read_unit(self.unit, self.directory, self.since, self.rejected)
 
-    def batches(self) -> Iterator[list[Entry]]:
+    def batches(self, runs: bool = False) -> Iterator[list[Entry]]:
         """The same entries as `unit_entries` gives them (one pass)."""
         self.rejected = {}
-        return unit_entries(self.unit, self.directory, self.since, self.rejected)
+        return unit_entries(self.unit, self.directory, self.since, self.rejected, runs)

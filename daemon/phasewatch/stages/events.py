@@ -55,6 +55,9 @@ _PHASE_EVENTS = {"phase_begin": EventKind.PHASE_BEGIN, "phase_end": EventKind.PH
 _MASK_DIGITS = bytes.maketrans(b"123456789", b"000000000")
 MEMO_ENTRIES = 4096
 MEMO_MAX_CHARS = 1024
+# Longer lines (tracebacks' dumps, batch dumps) are remembered too, in a memo of its own bounded by
+# the characters of its keys: such lines repeat with other numbers in them.
+LONG_MEMO_CHARS = 1 << 21
 
 
 def digit_blind(pattern: re.Pattern[str]) -> bool:
@@ -173,10 +176,14 @@ class EventMapper:
         self._blind_rules = tuple(r for r in self._line_rules if digit_blind(r.pattern))
         self._other_rules = tuple(r for r in self._line_rules if r not in self._blind_rules)
         self._position = {r.id: i for i, r in enumerate(self._line_rules)}
-        # For lines too long to remember: each rule with the texts one of which its match holds
-        # (a substring test is far cheaper than a search through kilobytes).
-        self._needled = tuple((r, needles(r.pattern)) for r in self._line_rules)
+        # For long lines (their own memo, bounded by its keys' size): each rule with the texts one of
+        # which its match holds (a substring test is far cheaper than a search through kilobytes).
+        needled = tuple((r, needles(r.pattern)) for r in self._line_rules)
+        self._blind_needled = tuple((r, texts) for r, texts in needled if r in self._blind_rules)
+        self._other_needled = tuple((r, texts) for r, texts in needled if r not in self._blind_rules)
         self._memo: dict[bytes, tuple[Rule, ...]] = {}
+        self._long_memo: dict[bytes, tuple[Rule, ...]] = {}
+        self._long_memo_chars = 0
         # Family answers by the line's digit-masked text, when no family pattern tells digits apart.
         self._family_memo: dict[bytes, FamilyMatch | None] | None = {} if all(
             digit_blind(p) for f in profile.families.rules for p in (*f.all, *f.none)) and (
@@ -184,23 +191,36 @@ class EventMapper:
 
     def _matching(self, message: str) -> tuple[Rule, ...]:
         """The line rules `message` matches, in profile order."""
-        if len(message) > MEMO_MAX_CHARS:
-            holds = message.__contains__
-            return tuple(r for r, texts in self._needled
-                         if (texts is None or any(map(holds, texts))) and r.pattern.search(message))
-        memo = self._memo
         # UTF-8 is one-to-one and its multi-byte sequences hold no ASCII digit: masking the bytes is
         # masking the text (and bytes.translate is eight times faster than str.translate).
         key = message.encode("utf-8", "surrogatepass").translate(_MASK_DIGITS)
+        long = len(message) > MEMO_MAX_CHARS
+        memo = self._long_memo if long else self._memo
         found = memo.get(key)
         if found is None:
-            if len(memo) >= MEMO_ENTRIES:
+            if long:
+                if self._long_memo_chars + len(key) > LONG_MEMO_CHARS:
+                    memo.clear()
+                    self._long_memo_chars = 0
+                self._long_memo_chars += len(key)
+            elif len(memo) >= MEMO_ENTRIES:
                 memo.clear()
-            found = memo[key] = tuple(r for r in self._blind_rules if r.pattern.search(message))
-        others = [r for r in self._other_rules if r.pattern.search(message)]
+            found = memo[key] = (self._needled_search(self._blind_needled, message) if long
+                                 else tuple(r for r in self._blind_rules if r.pattern.search(message)))
+        if long:
+            others = list(self._needled_search(self._other_needled, message))
+        else:
+            others = [r for r in self._other_rules if r.pattern.search(message)]
         if others:
             return tuple(sorted((*found, *others), key=lambda r: self._position[r.id]))
         return found
+
+    @staticmethod
+    def _needled_search(rules: tuple[tuple[Rule, tuple[str, ...] | None], ...], message: str) -> tuple[Rule, ...]:
+        """The rules `message` matches, each (rule, texts) only searched when it holds one of the texts
+        (a substring test is far cheaper than a search through kilobytes)."""
+        holds = message.__contains__
+        return tuple(r for r, texts in rules if (texts is None or any(map(holds, texts))) and r.pattern.search(message))
 
     def map_line(self, line: Line) -> list[Event]:
         rank = self._rank(line)

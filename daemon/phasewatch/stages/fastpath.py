@@ -17,18 +17,20 @@ and tests/integration/test_fastpath_journal.py compare both paths' outputs).
 
 from __future__ import annotations
 
+from operator import sub
 from typing import Callable, Union
 
 from ..profile import Rule
 from ..records import MAIN, Phase
 from .events import MEMO_ENTRIES, MEMO_MAX_CHARS, EventMapper, needles
-from .lines import LineSplitter, Prefix, opens_block
+from .lines import LineSplitter, Prefix, _Stream, opens_block
 from .snapshot import UNIT_PHASE_ORDER, UP_STATES, UnitState
 from .tracker import Tracker
-from .tracker_state import alive
+from .tracker_state import InvocationState, RankState, alive
 
 _MASK_DIGITS = bytes.maketrans(b"123456789", b"000000000")
 Plan = Union[tuple[tuple[Rule, ...], bool, tuple[int, ...], bool, tuple[Rule, ...], bool], tuple[()]]
+Merged = Union[tuple[tuple[Rule, ...], tuple[int, ...], bool], tuple[()]]
 _READY_INDEX = UNIT_PHASE_ORDER.index(Phase.READY)
 _SERVING_INDEX = UNIT_PHASE_ORDER.index(Phase.SERVING)
 _PHASE_INDEX = {phase: index for index, phase in enumerate(UNIT_PHASE_ORDER)}
@@ -62,6 +64,8 @@ class FastPath:
         # unit phases' places, whether one proves serving, the other rules to search it with, whether
         # it is a plain sign of life when no rule matches); () when it can never take the fast path.
         self._plans: dict[bytes, Plan] = {}
+        # (masked message, which of its plan's other rules match) -> `_with_others`'s answer
+        self._merged: dict[tuple[bytes, int], Merged] = {}
         # The rules that tell digits apart, each with a text any match of it contains (None: no such
         # text known), so that most lines are not searched with them.
         # Masked too: a text absent from a line's masked text is absent from the line.
@@ -94,47 +98,64 @@ class FastPath:
     def _proves(self, rules: tuple[Rule, ...]) -> bool:
         return not self._tracker.proof_of_life_rules.isdisjoint(r.id for r in rules)
 
-    def _with_others(self, rules: tuple[Rule, ...], candidates: tuple[Rule, ...],
-                     rest: bytes) -> tuple[Rule, ...] | None:
-        """`rules` and the `candidates` `rest` matches, in profile order; None if one is not quiet."""
+    def _with_others(self, key: bytes, rules: tuple[Rule, ...], candidates: tuple[Rule, ...],
+                     rest: bytes) -> Merged | None:
+        """`rules` and the `candidates` `rest` matches, in profile order, with their unit phases' places
+        and whether one proves serving; None: none matches; (): one is not quiet."""
         text = rest.decode("ascii")
-        others = [rule for rule in candidates if rule.pattern.search(text)]
-        if not others:
-            return rules
-        if not all(_quiet(r) for r in others):
+        found = 0  # which candidates match, as bits
+        for bit, rule in enumerate(candidates):
+            if rule.pattern.search(text):
+                found |= 1 << bit
+        if not found:
             return None
-        position = self._mapper._position
-        return tuple(sorted((*rules, *others), key=lambda r: position[r.id]))
+        merged = self._merged.get((key, found))
+        if merged is None:
+            others = [rule for bit, rule in enumerate(candidates) if found >> bit & 1]
+            merged = ()
+            if all(_quiet(r) for r in others):
+                position = self._mapper._position
+                together = tuple(sorted((*rules, *others), key=lambda r: position[r.id]))
+                merged = together, _orders(together), self._proves(together)
+            if len(self._merged) >= MEMO_ENTRIES:
+                self._merged.clear()
+            self._merged[key, found] = merged
+        return merged
 
-    def apply(self, message: bytes, ts: float, pid: int | None, invocation: str | None) -> bool:
-        """Take the line if it qualifies (True: done); False: nothing was changed."""
+    def apply(self, message: bytes, ts: float, pid: int | None, invocation: str | None,
+              repeats: list[float] | None = None) -> int:
+        """Take the line if it qualifies (1: done); 0: nothing was changed. `repeats`: the times of the
+        lines that follow it, of its writer, each of its length and the same but for digits after its
+        first ']' and the two bytes after that (a run the C reader found): taken too when that leaves
+        what taking them one by one would (then 1 + len(repeats) is returned)."""
         prefix = self._find(message)
         if prefix is None or pid is None or prefix.header is not None or prefix.untagged_rank is not None:
-            return False
+            return 0
         rest = message[prefix.end:]
         key = (invocation, pid)
         stream = self._streams.get(key)
         if stream is None or stream.pending:
-            return False
+            return 0
         masked = rest.translate(_MASK_DIGITS)
         plan = self._plans.get(masked)
         if plan is None:
             plan = self._plan(masked, rest)
         if not plan:
-            return False
+            return 0
         rules, block, orders, proves, others, plain = plan
         if others:
-            found = self._with_others(rules, others, rest)
-            if found is None:
-                return False
-            if found is not rules:
-                rules, orders, proves = found, _orders(found), self._proves(found)
+            repeats = None  # the rules that tell digits apart would see each line's own
+            merged = self._with_others(masked, rules, others, rest)
+            if merged is not None:
+                if not merged:
+                    return 0
+                rules, orders, proves = merged
         if not rules and not plain:
-            return False
+            return 0
         tracker = self._tracker
         inv = tracker._invocations.get(invocation) if invocation is not None else tracker._current
         if inv is None:
-            return False
+            return 0
         mapper = self._mapper
         rank: str = prefix.rank or MAIN
         untagged_rank = prefix.rank is None
@@ -146,7 +167,7 @@ class FastPath:
         if not rules:  # the mapper's plain activity event, of the line's rank
             state = inv_ranks.get(rank)
             if state is None:
-                return False
+                return 0
             ranks.append(state)
         current = -2  # not yet looked up
         for rule, order in zip(rules, orders, strict=True):
@@ -155,16 +176,16 @@ class FastPath:
                 if rule.scope == "main":
                     rule_rank = MAIN
                 elif rule.scope == "rank" and rank == MAIN and invocation not in mapper._tagged_invocations:
-                    return False  # the mapper would learn a one-GPU scheduler here
+                    return 0  # the mapper would learn a one-GPU scheduler here
             state = inv_ranks.get(rule_rank)
             if state is None:
-                return False
+                return 0
             if order >= 0:
                 if current == -2:
                     current = UNIT_PHASE_ORDER.index(inv.unit_phase) if inv.unit_phase is not None else -1
                 if not (order <= current or (order == _SERVING_INDEX and current < _READY_INDEX)
                         or inv.state not in _OPEN_STATES):
-                    return False  # the unit would move on
+                    return 0  # the unit would move on
             ranks.append(state)
         splitter = self._splitter
         # -- from here on: the full path's changes, in its order --
@@ -206,4 +227,48 @@ class FastPath:
         if proves and inv.state in UP_STATES:
             inv.proof_of_life, inv.health_failures, inv.health_error = ts, 0, None
         self.taken += 1
-        return True
+        if repeats and prefix.end < _head_length(message):
+            # The same prefix (`fast_prefix` reads no further than the byte after it), the same
+            # digit-masked text (the same plan and rules), the same state met: each line of the run
+            # would be taken, with these changes.
+            return 1 + self._repeat(repeats, ts, stream, inv, ranks, proves)
+        return 1
+
+    def _repeat(self, stamps: list[float], ts: float, stream: _Stream, inv: InvocationState, ranks: list[RankState],
+                proves: bool) -> int:
+        """The changes of `apply` for more lines like the one it just took at `ts`, at `stamps`."""
+        last = stamps[-1]
+        splitter = self._splitter
+        splitter._last_ts = last
+        first_id = splitter._next_record + 1
+        splitter._next_record += len(stamps)
+        stream.open_record = splitter._next_record
+        record_ranks = self._mapper._record_ranks
+        rank = ranks[0].rank
+        for record_id in range(first_id, splitter._next_record + 1):
+            if len(record_ranks) > RECORD_RANKS_LIMIT:
+                record_ranks.clear()
+            record_ranks[record_id] = rank
+        top = max(stamps)
+        if top > inv.last_ts:  # type: ignore[operator]  # (set by apply)
+            inv.last_ts = top
+        # `alive` line by line: each phase's silence is its longest gap between consecutive lines.
+        gap = max(map(sub, stamps, [ts, *stamps[:-1]]))
+        silence, seen = inv.phase_silence, inv.phase_seen
+        for state in ranks:
+            state.last_activity = last
+            if state.rank != MAIN:
+                phase = Phase.JIT_COMPILE if state.jit and state.jit.end is None else state.phase
+                if gap > silence.get(phase, 0.0):
+                    silence[phase] = gap
+                seen[phase] = last
+        if proves and inv.state in UP_STATES:
+            inv.proof_of_life = last
+        self.taken += len(stamps)
+        return len(stamps)
+
+
+def _head_length(message: bytes) -> int:
+    """How much of a run's lines is the same, byte for byte (_journal_lines.c `continues`)."""
+    bracket = message.find(b"]")
+    return len(message) if bracket < 0 else min(len(message), bracket + 3)

@@ -1,0 +1,151 @@
+"""Runs (stages/fastpath.py `repeats`, Pipeline.feed_run): consecutive lines of one writer that differ
+only in digits, which the C journal reader hands over as one run, are taken at once by the fast path
+only where that leaves every output and every piece of the stages' state as taking them line by line
+does (and as the full path does). The runs here are grouped as the C reader groups them
+(`fastpath_compare.runs_of`, checked against the reader itself in tests/integration)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fastpath_compare import Run, continues, run, run_in_runs, runs_of
+from fastpath_journals import STAMP, decode, journal, piece, prefixed, steps
+from phasewatch.profile import Profile, load_builtin_profile
+from phasewatch.records import JournalRecord
+from phasewatch.stages.engines.sglang import fast_prefix
+
+
+def assert_runs_agree(records: list[JournalRecord], profile: Profile | None = None) -> tuple[Run, int]:
+    """Fed in runs, fed line by line (both with the fast path) and by the full path: the same."""
+    grouped = run_in_runs(records, profile)
+    single, full = run(records, True, profile=profile), run(records, False, profile=profile)
+    for other in (single, full):
+        assert grouped.document == other.document
+        assert grouped.snapshot == other.snapshot
+        assert grouped.state == other.state
+        assert [t for ts in grouped.transitions for t in ts] == [t for ts in other.transitions for t in ts]
+    assert grouped.taken == single.taken
+    return grouped, sum(len(entry) for entry in runs_of(records) if isinstance(entry, list))
+
+
+def same_width(n: int) -> str:
+    """A Decode line whose every number keeps its width, so that consecutive ones form a run."""
+    return f"Decode batch, #running-req: {10 + n % 27}, #token: {48213 + n % 9000}, token usage: 0.{n % 90 + 10}, " \
+           f"gen throughput (token/s): {1000 + n % 400}.{n % 90 + 10}, #queue-req: {n % 3}"
+
+
+# Pieces that make runs: the same writer's lines, alike but for digits.
+run_piece = st.one_of(
+    st.tuples(st.sampled_from(["TP0", "TP1"]), st.lists(st.integers(0, 10_000).map(same_width), min_size=2,
+                                                        max_size=30), st.just("run")),
+    # the main process's access lines: a rule that tells digits apart (`others`) matches some
+    # (200 or 400, v1 or v2: alike but for digits, told apart by those rules)
+    st.tuples(st.none(), st.lists(st.integers(10_000, 65_000).map(
+        lambda n: f'INFO:     127.0.0.1:{n} - "POST /{"generate" if n % 2 else f"v{n % 3}/chat/completions"} '
+                  f'HTTP/1.1" {200 if n % 5 else 400} OK'), min_size=2, max_size=8), st.just("run")),
+    # phase rules: the first line moves the start-up on (full path), the ones after may be quiet
+    st.tuples(st.sampled_from(["TP0", "TP1"]), st.lists(st.integers(10, 99).map(
+        lambda n: f"Load weight begin. avail mem={n}.12 GB"), min_size=2, max_size=4), st.just("run")),
+    st.tuples(st.none(), st.lists(st.just("The server is fired up and ready to roll!"), min_size=2, max_size=4),
+              st.just("run")),
+    # TP0's process writes under TP1's tag too: the rank changes inside what is alike but for digits
+    st.tuples(st.just("TP0"), st.lists(st.sampled_from([prefixed("TP0", same_width(7)), prefixed("TP1", same_width(7)),
+                                                        prefixed("TP0", same_width(8))]), min_size=2, max_size=6),
+              st.just("raw-run")),
+)
+
+
+def expand(pieces: list[tuple[str | None, object, str]]) -> list[tuple[str | None, str, str]]:
+    out: list[tuple[str | None, str, str]] = []
+    for rank, text, how in pieces:
+        if how == "run":
+            out += [(rank, line, "line") for line in text]  # type: ignore[attr-defined]
+        elif how == "raw-run":
+            out += [(rank, line, "raw") for line in text]  # type: ignore[attr-defined]
+        else:
+            out.append((rank, text, how))  # type: ignore[arg-type]
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.one_of(piece, run_piece, run_piece), max_size=40), steps, st.booleans())
+def test_runs_and_lines_one_by_one_agree_on_generated_journals(
+        pieces: list[tuple[str | None, object, str]], step: list[float], startup: bool) -> None:
+    assert_runs_agree(journal(expand(pieces), step, startup))
+
+
+def test_a_serving_journal_in_runs_takes_them_at_once() -> None:
+    pieces = []
+    for k in range(200):
+        pieces += [("TP0", same_width(n), "line") for n in range(k, k + 1 + k % 9)]
+        pieces.append((None, f'INFO:     127.0.0.1:{40000 + k} - "POST /generate HTTP/1.1" 200 OK', "line"))
+    records = journal(pieces, [0.001, 0.003, -0.002, 0.25])
+    grouped, in_runs = assert_runs_agree(records)
+    assert in_runs > 600 and grouped.taken >= len(pieces) - 2
+
+
+def test_a_run_past_the_record_ranks_bound_keeps_what_line_by_line_keeps() -> None:
+    """The mapper's record -> rank map is cleared past 4096 records, inside a run as line by line."""
+    pieces = [("TP0", same_width(n), "line") for n in range(4090)] + [(None, "asgi", "asgi")]
+    pieces += [("TP1", same_width(n), "line") for n in range(4200)]
+    records = journal(pieces, [0.001, 0.002])
+    grouped, in_runs = assert_runs_agree(records)
+    assert in_runs >= 8000
+    assert len(grouped.state["mapper"]["_record_ranks"]) < 4096 - 8000 % 4096 + 200
+
+
+def test_a_run_on_both_sides_of_a_phase_rule_agrees() -> None:
+    """The ready line starts a run of its own: its first line moves the unit on, the rest are quiet."""
+    ready = "The server is fired up and ready to roll!"
+    records = journal([(None, ready, "line")] * 5 + [("TP0", same_width(1), "line")] * 5, [0.5, 0.001], startup=True)
+    # (the start-up's own ready line is followed by five more of the same writer: one run of six)
+    assert any(isinstance(entry, list) and len(entry) == 6 for entry in runs_of(records))
+    assert_runs_agree(records)
+
+
+def test_the_run_model_joins_what_differs_only_in_digits_after_the_head() -> None:
+    line = prefixed("TP0", same_width(1)).encode()
+    assert continues(line, prefixed("TP0", same_width(2)).encode())
+    assert not continues(line, prefixed("TP1", same_width(1)).encode())  # the prefix (rank tag) differs
+    assert not continues(line, line.replace(STAMP.encode(), b"2026-05-28 20:26:41"))  # so does its time
+    assert not continues(line, prefixed("TP0", decode(1)).encode())  # another width
+    assert not continues(b"[x] 1a", b"[x] 1b") and continues(b"no bracket", b"no bracket")
+    assert not continues(b"abc 1", b"abc 2")  # no ']': the whole line is its head
+    records = journal([("TP0", same_width(n), "line") for n in range(3)], [0.001], startup=False)
+    assert [len(e) if isinstance(e, list) else 1 for e in runs_of(records)] == [1, 3]
+    assert not runs_of([replace(records[1], line_break="pid-change"), records[2]])[0:1] == [[records[1], records[2]]]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(["[2026-05-28 20:26:40 TP0] ", "[2026-05-28 20:26:40.123 DP1 TP3 EP3]", "[2026-05-28 20:26:40] ",
+                        "[2026-05-28 20:26:40 TP12]  x", "[2026-05-28 20:26:40 TP"]),
+       st.binary(max_size=12), st.binary(max_size=12))
+def test_a_fast_prefix_follows_from_the_bytes_up_to_the_one_after_it(head: str, tail: bytes, other: bytes) -> None:
+    """The engine contract a run relies on (engines/__init__.py): its lines share one prefix."""
+    message = head.encode() + tail
+    prefix = fast_prefix(message)
+    if prefix is not None:
+        assert fast_prefix(message[:prefix.end + 1] + other) == prefix
+
+
+# A config's own rule that tells digits apart and proves the server serving: only "200" answers do.
+ANSWERED = load_builtin_profile("sglang").with_overrides([
+    {"id": "answered", "event": "activity", "scope": "main", "proof_of_life": True, "match": r'" 200 OK$'}])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(10_000, 65_000), st.sampled_from([200, 400, 500]), st.integers(0, 3)),
+                min_size=1, max_size=40), steps)
+def test_a_digit_telling_rule_of_a_config_is_asked_line_by_line(
+        answers: list[tuple[int, int, int]], step: list[float]) -> None:
+    """Access lines alike but for digits, some of which that rule matches: its answer for one line
+    is never carried to another (proof of life, by the fast path, in runs or not)."""
+    pieces = []
+    for port, status, decodes in answers:
+        pieces.append((None, f'INFO:     127.0.0.1:{port} - "POST /generate HTTP/1.1" {status} OK', "line"))
+        pieces += [("TP0", same_width(port + k), "line") for k in range(decodes)]
+    grouped, _ = assert_runs_agree(journal(pieces, step), ANSWERED)
+    assert grouped.taken > 0
