@@ -20,7 +20,7 @@ from ..render import iso
 from ..stages import policy
 from ..stages.learn import LimitInForce, adapted, eta_seconds, limits_in_force, typical_durations
 from ..stages.respond import PRIORITY, Action, BudgetState, Hold, Memory, Response, reset_budget, respond, settled
-from ..stages.snapshot import ENDED_STATES, UP_STATES, InvocationView, Snapshot, UnitState
+from ..stages.snapshot import ENDED_STATES, UP_STATES, InvocationView, ServerInfo, Snapshot, UnitState
 from ..stages.timerlint import TimerWarning, UnitTimers, lint
 from ..stages.timerlint import summary as lint_summary
 from .actions import UnitFacts
@@ -84,6 +84,7 @@ class Responder:
         self.watched_invocation: str | None = None
         self.recorded: set[str] = set()
         self.learned: dict[str, Learned] = {}  # by fingerprint
+        self._fingerprinted: tuple[ServerInfo, bool, str] | None = None  # asked every step: the last one kept
         self.eta: float | None = None
         self.degraded: dict[str, str] = {}  # "history"/"state" -> why it is kept in memory only
         self.degraded_alerted: set[str] = set()  # alerted once per run
@@ -149,7 +150,12 @@ class Responder:
     def learned_for(self, inv: InvocationView) -> Learned:
         if self.history is None or inv.server is None:
             return Learned(self.config, {}, {})
-        key = fingerprint(inv.server, inv.cold)  # cold and warm start-ups learn apart
+        last = self._fingerprinted
+        if last is not None and last[0] is inv.server and last[1] == inv.cold:
+            key = last[2]
+        else:
+            key = fingerprint(inv.server, inv.cold)  # cold and warm start-ups learn apart
+            self._fingerprinted = (inv.server, inv.cold, key)
         if key not in self.learned:
             durations = {p: self.history.durations(self.config.unit, key, p.value) for p in Phase}
             silences = {p: self.history.silences(self.config.unit, key, p.value) for p in Phase}
