@@ -425,6 +425,21 @@ class Bench:
                 "rss_before_kib": baseline, "rss_peak_kib": peak, "rss_after_kib": after}
 
 
+def journal_pages(box: Sandbox) -> dict[str, Any]:
+    """Journal pages a fresh reader maps at the end of the journal (bench/journal_pages.py), after
+    one and after two 50,000-line writes; three readers of each kind."""
+    log("journal pages of a fresh reader at the journal's end")
+    script = [f"{VENV}/bin/python", f"{REPO}/bench/journal_pages.py"]
+    rounds = []
+    for _ in range(2):
+        cursor = box.run(*script, "write", "50000", timeout=900).stdout.strip()
+        rows = [json.loads(box.run(*script, how, cursor).stdout) for how in ("cursor", "tail") * 3]
+        rows.append(json.loads(box.run(*script, "readall", cursor).stdout))
+        size = box.run("sh", "-c", "du -b /var/log/journal/*/system.journal | cut -f1").stdout.strip()
+        rounds.append({"journal_bytes": int(size or 0), "readers": rows})
+    return {"rounds": rounds}
+
+
 def catchup_unit(n: int) -> str:
     return f"bench-catchup-{n}.service"
 
@@ -462,10 +477,10 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="small N, one repetition (the CI smoke run)")
     parser.add_argument("--out", type=Path, help="write results.json and performance.md here instead of "
                         "bench/ and docs/")
-    parser.add_argument("--only", help="comma-separated parts: catchup,scale,profile,follow,action,idle,burst")
+    parser.add_argument("--only", help="comma-separated parts: catchup,scale,profile,follow,action,idle,burst,pages")
     args = parser.parse_args()
     settings = PROFILES["quick" if args.quick else "full"]
-    parts = set((args.only or "catchup,scale,profile,follow,action,idle,burst").split(","))
+    parts = set((args.only or "catchup,scale,profile,follow,action,idle,burst,pages").split(","))
     box = BenchSandbox()
     box.boot()
     results: dict[str, Any] = {"mode": "quick" if args.quick else "full", "settings": settings,
@@ -497,6 +512,8 @@ def main() -> int:
             results["idle_silent_starting"] = bench.idle_silent(starting=True)
         if "burst" in parts:
             results["burst"] = bench.burst()
+        if "pages" in parts:
+            results["journal_pages"] = journal_pages(box)
     finally:
         box.shutdown()
     out_dir = args.out

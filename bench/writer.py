@@ -41,9 +41,16 @@ RANKS = 8
 _stamp_cache: tuple[int, str] = (0, "")
 
 
+# Catch-up journals are written in seconds, but a server writes them over hours: the prefix time of
+# their serving lines follows this clock (None: the wall clock), LINES_PER_SECOND lines a second
+# over all writers, so consecutive lines share a prefix second about as often as a busy server's do.
+LINES_PER_SECOND = 4
+_serving_clock: float | None = None
+
+
 def stamp() -> str:
     global _stamp_cache
-    now = int(time.time())
+    now = int(time.time() if _serving_clock is None else _serving_clock)
     if _stamp_cache[0] != now:
         _stamp_cache = (now, time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now)))
     return _stamp_cache[1]
@@ -150,15 +157,24 @@ def play_startup(until_phase: str | None = None, ready: bool = True) -> int:
 
 # --- modes --------------------------------------------------------------------------------------
 
+def serve_at(seconds: float | None) -> None:
+    """The prefix time of the next serving lines (None: the wall clock again)."""
+    global _serving_clock
+    _serving_clock = seconds
+
+
 def catchup(entries: int) -> None:
     written = play_startup()
     bulk = max(entries - written, 0)
     main_share = bulk // 20  # uvicorn's lines: access log and, now and then, a traceback
     rank_share = bulk - main_share
+    start = time.time()
+    spell = bulk / LINES_PER_SECOND
     pid = os.fork()
     if pid == 0:
         chunk: list[str] = []
         for n in range(rank_share):
+            serve_at(start + spell * n / rank_share)
             chunk.append((prefill_line(n) if n % 50 == 0 else decode_line(0, n)) + "\n")
             if len(chunk) == 64:
                 write("".join(chunk))
@@ -168,6 +184,7 @@ def catchup(entries: int) -> None:
     n = 0
     chunk = []
     while n < main_share:
+        serve_at(start + spell * n / max(main_share, 1))
         if n % 2000 == 1999:
             chunk.extend(line + "\n" for line in ASGI_TRACEBACK)
             n += len(ASGI_TRACEBACK)
@@ -189,7 +206,9 @@ def crash_loop(entries: int) -> None:
     bulk = max(entries - written - len(crash), 0)
     n = 0
     chunk: list[str] = []
+    start = time.time()
     while n < bulk:
+        serve_at(start + n / LINES_PER_SECOND)
         if n % 100 == 99:
             chunk.extend(line + "\n" for line in ASGI_TRACEBACK)
             n += len(ASGI_TRACEBACK)
@@ -202,6 +221,9 @@ def crash_loop(entries: int) -> None:
         if len(chunk) >= 64:
             write("".join(chunk))
             chunk.clear()
+    serve_at(start + bulk / LINES_PER_SECOND)  # the crash comes at the end of the spell
+    crash = [line for rank in range(RANKS) for line in rank_crash(rank, written)]
+    crash.append(prefixed(sglang_sim.MAIN, "Received sigquit from a child process. It usually means the child failed."))
     write("".join(chunk) + "".join(line + "\n" for line in crash))
 
 
