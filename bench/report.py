@@ -326,9 +326,9 @@ def markdown(r: dict[str, Any]) -> str:
     pages = r.get("journal_pages")
     if pages:
         out += ["Journal pages a fresh reader with the daemon's match maps when it is put at the journal's end "
-                "(`bench/journal_pages.py`: RSS it added, by kind, KiB; a unit wrote 50,000 lines, then 50,000 "
-                "more):", "", "| journal file | by cursor | from the tail | reading every entry |",
-                "|---:|---|---|---|"]
+                "(`bench/journal_pages.py`: RSS it added, by kind, KiB; a unit wrote "
+                f"{r['settings']['burst_lines']:,} lines, then as many more):", "",
+                "| journal file | by cursor | from the tail | reading every entry |", "|---:|---|---|---|"]
         for round_ in pages["rounds"]:
             def kib(how: str, readers: list[dict[str, Any]] = round_["readers"]) -> str:
                 rows = [x["seek_kib"] for x in readers if x["how"] == how]

@@ -425,14 +425,14 @@ class Bench:
                 "rss_before_kib": baseline, "rss_peak_kib": peak, "rss_after_kib": after}
 
 
-def journal_pages(box: Sandbox) -> dict[str, Any]:
+def journal_pages(box: Sandbox, lines: int) -> dict[str, Any]:
     """Journal pages a fresh reader maps at the end of the journal (bench/journal_pages.py), after
-    one and after two 50,000-line writes; three readers of each kind."""
+    one and after two writes of `lines` lines (the burst's size); three readers of each kind."""
     log("journal pages of a fresh reader at the journal's end")
     script = [f"{VENV}/bin/python", f"{REPO}/bench/journal_pages.py"]
     rounds = []
     for _ in range(2):
-        cursor = box.run(*script, "write", "50000", timeout=900).stdout.strip()
+        cursor = box.run(*script, "write", str(lines), timeout=900).stdout.strip()
         rows = [json.loads(box.run(*script, how, cursor).stdout) for how in ("cursor", "tail") * 3]
         rows.append(json.loads(box.run(*script, "readall", cursor).stdout))
         size = box.run("sh", "-c", "du -b /var/log/journal/*/system.journal | cut -f1").stdout.strip()
@@ -513,7 +513,7 @@ def main() -> int:
         if "burst" in parts:
             results["burst"] = bench.burst()
         if "pages" in parts:
-            results["journal_pages"] = journal_pages(box)
+            results["journal_pages"] = journal_pages(box, settings["burst_lines"])
     finally:
         box.shutdown()
     out_dir = args.out

@@ -42,6 +42,9 @@ def test_quick_bench_produces_every_row(tmp_path: Path) -> None:
     assert r["burst"]["daemon_entries"] is not None
     assert r["follow_rate"]["entries"] > 0 and r["burst"]["follow"]["entries"] > 0
     assert set(r["idle_silent_starting"]["expected"]) == {"watchdog", "sampling", "deadlines"}
+    for round_ in r["journal_pages"]["rounds"]:  # every reader found the journal's last entry
+        assert {x["how"] for x in round_["readers"]} == {"cursor", "tail", "readall"}
+        assert all(x["found"] for x in round_["readers"])
 
     doc = (tmp_path / "performance.md").read_text()
     for heading in ("## Targets", "## 1. Catch-up", "## 2. Follow latency", "## 3. Action latency",
