@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from fastpath_compare import Run, continues, run, run_in_runs, runs_of
@@ -123,12 +123,13 @@ def test_the_run_model_joins_what_differs_only_in_digits_after_the_head() -> Non
 @given(st.sampled_from(["[2026-05-28 20:26:40 TP0] ", "[2026-05-28 20:26:40.123 DP1 TP3 EP3]", "[2026-05-28 20:26:40] ",
                         "[2026-05-28 20:26:40 TP12]  x", "[2026-05-28 20:26:40 TP"]),
        st.binary(max_size=12), st.binary(max_size=12))
+@example("[2026-05-28 20:26:40.123 DP1 TP3 EP3]", b"", b" ")  # found in CI: ` ?` after `]` reads one byte more
 def test_a_fast_prefix_follows_from_the_bytes_up_to_the_one_after_it(head: str, tail: bytes, other: bytes) -> None:
     """The engine contract a run relies on (engines/__init__.py): its lines share one prefix."""
     message = head.encode() + tail
     prefix = fast_prefix(message)
-    if prefix is not None:
-        assert fast_prefix(message[:prefix.end + 1] + other) == prefix
+    if prefix is not None and len(message) > prefix.end:  # (a line that ends with its prefix is not repeated:
+        assert fast_prefix(message[:prefix.end + 1] + other) == prefix  # FastPath.apply, `_head_length`)
 
 
 # A config's own rule that tells digits apart and proves the server serving: only "200" answers do.

@@ -12,8 +12,9 @@ An engine module gives:
 - `detect(line)`: how sure a line makes us that the log is this engine's (0 none, 1 a hint, 2 sure);
 - optionally, for the catch-up fast path (stages/fastpath.py), `fast_prefix(message)`: the prefix at
   the start of a MESSAGE (bytes), as `find_prefixes` would find it first, or None when unsure (the
-  line then takes the full path); a prefix ending at `end` must follow from `message[:end + 1]` alone
-  (a run of lines the same up to there is given one prefix: FastPath.apply's `repeats`); and
+  line then takes the full path); a prefix ending at `end` before the message does must follow from
+  `message[:end + 1]` alone (a run of lines the same up to there is given one prefix: FastPath.apply's
+  `repeats`; a line that ends with its prefix is never repeated); and
   `prefix_marks`: bytes of which every prefix holds one, so a text without any holds no further prefix.
 
 Adding an engine is a profile YAML and, when its prefixes or titles differ, one such module in this
