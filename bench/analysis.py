@@ -182,8 +182,8 @@ entries (table). Once caught up after 10,000 entries the daemon reopens its read
 calls glibc's `malloc_trim(0)` (`JournalFeed.release_memory`; it is the reopen a journal rotation
 already uses: nothing lost or read twice; `gc.collect()` gave nothing back). Above: RssAnon
 24.3 → 24.7 MB, RssShmem 11.1 → 14.5 MB, +3.7 MB in all. The rest is the fresh reader itself:
-put at the end of the journal, a reader with the daemon's match maps 2.3–2.6 MB of the file when
-it seeks by cursor and 1.6–2.0 MB from the tail (`bench/journal_pages.py`, table above; the
+put at the end of the journal, a reader with the daemon's match maps 2.3–2.5 MB of the file when
+it seeks by cursor and 1.7–2.0 MB from the tail (`bench/journal_pages.py`, the daemon's own reader, table above; the
 bisection over the file's entry arrays touches pages all over it). The reopen now goes from the
 tail when the cursor is the journal's last entry (`JournalFollower.reopen`; test: a reopened reader
 goes on after the last entry read, both ways). So "within 2 MB of the RSS before" is out of reach

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 
-from systemd import _reader
+from phasewatch.sources.follow import JournalFollower
 
 UNIT = "bench-pages.service"
 LINE = ("[2026-11-30 08:00:00 TP{rank}] Decode batch, #running-req: {n40}, #token: {n}, token usage: 0.{n90}, "
@@ -34,18 +34,10 @@ def rss() -> dict[str, int]:
 
 
 def reader():  # type: ignore[no-untyped-def]
-    """A reader with the daemon's match (sources/follow.py), watching the journal like the daemon's."""
-    r = _reader._Reader()
-    r.data_threshold = 0
-    r.add_match(f"_SYSTEMD_UNIT={UNIT}")
-    r.add_disjunction()
-    r.add_match(f"UNIT={UNIT}")
-    r.add_match("_PID=1")
-    r.add_match("_UID=0")
-    r.add_disjunction()
-    r.add_match(f"OBJECT_SYSTEMD_UNIT={UNIT}")
-    r.fileno()
-    return r
+    """The daemon's own reader (sources/follow.py: its match, its data threshold), watching the journal."""
+    follower = JournalFollower(UNIT)
+    follower.fileno()
+    return follower._reader
 
 
 def write(lines: int) -> None:
