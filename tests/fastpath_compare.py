@@ -12,6 +12,7 @@ from phasewatch.pipeline import Pipeline
 from phasewatch.profile import Profile
 from phasewatch.records import JournalRecord
 from phasewatch.render import json_text, to_json
+from phasewatch.stages.engines.sglang import TIME_DIGITS
 
 TAG_RE = re.compile(r"^\[[^\]]*?((?: (?:DP|PP|TP|EP)\d+)+)\]")
 
@@ -76,15 +77,19 @@ def as_journal(messages: Iterable[str], start: float = 1_780_000_000.0,
     return out
 
 
-def continues(previous: bytes, message: bytes) -> bool:
+def continues(previous: bytes, message: bytes, shape: tuple[int, int] = TIME_DIGITS) -> bool:
     """Whether the C reader joins `message` to a run ending with `previous` (_journal_lines.c): the same
-    length, the same bytes up to the first ']' and two more, the same bytes after but for digits."""
+    length, the same bytes up to the first ']' and two more but for digits in `shape`'s span (the
+    engine's `run_time_digits`), the same bytes after but for digits."""
     if len(previous) != len(message):
         return False
     bracket = message.find(b"]")
     head = len(message) if bracket < 0 else min(len(message), bracket + 3)
     digits = bytes.maketrans(b"123456789", b"000000000")
-    return previous[:head] == message[:head] and previous[head:].translate(digits) == message[head:].translate(digits)
+    start, end = min(shape[0], head), min(shape[1], head)
+    return (previous[:start] == message[:start] and previous[end:head] == message[end:head]
+            and previous[start:end].translate(digits) == message[start:end].translate(digits)
+            and previous[head:].translate(digits) == message[head:].translate(digits))
 
 
 def whole_line(record: JournalRecord) -> bool:
@@ -94,16 +99,17 @@ def whole_line(record: JournalRecord) -> bool:
             and not record.extra)
 
 
-def runs_of(records: list[JournalRecord]) -> list[JournalRecord | list[JournalRecord]]:
-    """The records as the C reader gives them with `runs`: consecutive whole lines of one writer that
-    `continues` joins, as one list."""
+def runs_of(records: list[JournalRecord], shape: tuple[int, int] = TIME_DIGITS
+            ) -> list[JournalRecord | list[JournalRecord]]:
+    """The records as the C reader gives them with `runs=shape`: consecutive whole lines of one writer
+    that `continues` joins, as one list."""
     out: list[JournalRecord | list[JournalRecord]] = []
     for record in records:
         last = out[-1] if out else None
         previous = last[-1] if isinstance(last, list) else last
         if (previous is not None and whole_line(record) and whole_line(previous)
                 and (previous.pid, previous.invocation_id) == (record.pid, record.invocation_id)
-                and continues(previous.message, record.message)):  # type: ignore[arg-type]
+                and continues(previous.message, record.message, shape)):  # type: ignore[arg-type]
             if isinstance(last, list):
                 last.append(record)
             else:

@@ -3,6 +3,8 @@ a two-rank SGLang server, then serving-heavy and crash-heavy pieces, as journald
 
 from __future__ import annotations
 
+import time
+
 from hypothesis import strategies as st
 
 from phasewatch.records import MID_STARTED, MID_STOPPED, JournalRecord
@@ -69,14 +71,20 @@ piece = st.one_of(
 )
 
 
-def journal(pieces: list[tuple[str | None, str, str]], steps: list[float], startup: bool = True) -> list[JournalRecord]:
-    """Records as journald would store the pieces: a start-up first, then the pieces in order."""
+def journal(pieces: list[tuple[str | None, str, str]], steps: list[float], startup: bool = True,
+            stamped_from: float | None = None) -> list[JournalRecord]:
+    """Records as journald would store the pieces: a start-up first, then the pieces in order. With
+    `stamped_from`, the journal's clock starts there and each line's prefix shows its time (UTC), as a
+    server's do (else every prefix shows STAMP)."""
     out: list[JournalRecord] = []
-    clock = [T0]
+    clock = [T0 if stamped_from is None else stamped_from]
     invocation = ["inv-1"]
 
     def add(message: bytes | None, pid: int | None, **fields: object) -> None:
         clock[0] += steps[len(out) % len(steps)]
+        if stamped_from is not None and message is not None and message.startswith(b"[" + STAMP.encode()):
+            shown = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(clock[0]))
+            message = b"[" + shown.encode() + message[1 + len(STAMP):]
         out.append(JournalRecord(message=message, realtime=clock[0], pid=pid, invocation_id=invocation[0],
                                  **fields))  # type: ignore[arg-type]
 
@@ -114,3 +122,6 @@ def journal(pieces: list[tuple[str | None, str, str]], steps: list[float], start
 
 
 steps = st.lists(st.sampled_from([0.0, 0.001, 0.25, 3.0, -0.5]), min_size=1, max_size=5)
+# where a stamped journal's clock starts: every prefix STAMP, or the clock's time from the afternoon or
+# from just before midnight (the date changes under a run)
+stamped_from = st.sampled_from([None, T0, T0 + 12_795.5])

@@ -2,13 +2,17 @@
  *
  * One sd_journal, opened and matched as sources/follow.py's JournalFollower opens its reader (the
  * unit's processes, PID 1 about the unit, journald's notices about it; data threshold 0), read in
- * batches. Each entry's fields are walked once (sd_journal_enumerate_data):
- * - a whole line of the unit (_SYSTEMD_UNIT the unit, MESSAGE, _PID (decimal or empty) and
- *   _SYSTEMD_INVOCATION_ID (UTF-8) each present once, no _LINE_BREAK) becomes the tuple
- *   (MESSAGE bytes, seconds float, pid int or None, invocation str) that journal_source.UnitLine is;
- * - any other entry becomes a dict of the fields asked for (the first value of each, bytes, as
- *   sd_journal_get_data gives it) plus "__REALTIME_TIMESTAMP" (int microseconds), which Python turns
- *   into a JournalRecord (or a trust rejection) exactly as before.
+ * batches, each in two steps:
+ * - without the GIL (`collect`), the journal is walked: each entry's time and the first value of
+ *   each field asked for (sd_journal_enumerate_data, one walk), copied into the object's own
+ *   buffers, so that another thread runs Python meanwhile (journal_source reads ahead in a thread);
+ * - with it (`build`), each entry becomes
+ *   - a whole line of the unit (_SYSTEMD_UNIT the unit, MESSAGE, _PID (decimal or empty) and
+ *     _SYSTEMD_INVOCATION_ID (UTF-8) each present once, no _LINE_BREAK): the tuple
+ *     (MESSAGE bytes, seconds float, pid int or None, invocation str) that journal_source.UnitLine is;
+ *   - any other entry: a dict of the fields asked for (the first value of each, bytes, as
+ *     sd_journal_get_data gives it) plus "__REALTIME_TIMESTAMP" (int microseconds), which Python
+ *     turns into a JournalRecord (or a trust rejection) exactly as before.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -19,20 +23,47 @@
 /* The fields of a whole line, in the order `open()`'s `fields` must begin with. */
 enum { F_UNIT, F_MESSAGE, F_PID, F_INVOCATION, F_LINE_BREAK, F_LINE_FIELDS };
 #define MAX_FIELDS 64
+#define NAME_LENGTHS 64  /* names this long or longer share the last slot */
+
+/* A field's first value in an entry: its index among the fields asked for, where it is in `arena`. */
+typedef struct {
+    Py_ssize_t index;
+    size_t offset, length;
+} Value;
+
+/* An entry collected: its time, its values (values[first_value .. first_value + value_count]), and
+ * whether a line field came twice or a _LINE_BREAK came (then it is no whole line). */
+typedef struct {
+    uint64_t usec;
+    size_t first_value, value_count;
+    int odd;
+} Slot;
 
 typedef struct {
     PyObject_HEAD
     sd_journal *journal;
+    int busy;               /* a read is walking the journal without the GIL */
     char *unit;
     size_t unit_len;
     Py_ssize_t field_count;
     PyObject *names;        /* tuple of str: the field names, for the dicts */
     char **field_names;     /* their bytes */
     size_t *field_lens;
+    /* the fields asked for by name length (field_index's lookup): the first of each length, then
+     * the next of the same length; -1 ends */
+    Py_ssize_t first_of_length[NAME_LENGTHS];
+    Py_ssize_t next_of_length[MAX_FIELDS];
     PyObject *last_invocation_bytes;  /* the previous line's invocation, and its str (reused while equal) */
     PyObject *last_invocation;
     PyObject *last_pid;
     long last_pid_value;
+    /* what `collect` gathered (raw memory: it runs without the GIL) */
+    Slot *slots;
+    size_t slots_cap;
+    Value *values;
+    size_t values_len, values_cap;
+    char *arena;
+    size_t arena_len, arena_cap;
 } Lines;
 
 static void lines_close_journal(Lines *self) {
@@ -54,6 +85,9 @@ static void lines_dealloc(Lines *self) {
     Py_XDECREF(self->last_invocation_bytes);
     Py_XDECREF(self->last_invocation);
     Py_XDECREF(self->last_pid);
+    PyMem_RawFree(self->slots);
+    PyMem_RawFree(self->values);
+    PyMem_RawFree(self->arena);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -79,7 +113,8 @@ static Py_ssize_t field_index(const Lines *self, const char *data, size_t length
     const char *eq = memchr(data, '=', length);
     if (eq == NULL) return -1;
     size_t name_len = (size_t)(eq - data);
-    for (Py_ssize_t i = 0; i < self->field_count; i++) {
+    for (Py_ssize_t i = self->first_of_length[name_len < NAME_LENGTHS ? name_len : NAME_LENGTHS - 1]; i >= 0;
+         i = self->next_of_length[i]) {
         if (self->field_lens[i] == name_len && memcmp(self->field_names[i], data, name_len) == 0) {
             *value = eq + 1;
             *value_len = length - name_len - 1;
@@ -145,103 +180,109 @@ static PyObject *invocation_object(Lines *self, const char *text, size_t length)
     return decoded;
 }
 
-/* The current entry as a whole line's tuple; Py_None (borrowed) when it is not one; NULL on error. */
-static PyObject *whole_line(Lines *self, uint64_t usec) {
-    const void *data;
-    size_t length;
-    int counts[F_LINE_FIELDS] = {0};
-    PyObject *message = NULL, *pid = NULL, *invocation = NULL;
-    int unit_ok = 0, odd = 0;
-    sd_journal_restart_data(self->journal);
-    int r;
-    while ((r = sd_journal_enumerate_data(self->journal, &data, &length)) > 0) {
-        const char *value;
-        size_t value_len;
-        Py_ssize_t index = field_index(self, data, length, &value, &value_len);
-        if (index < 0 || index >= F_LINE_FIELDS) continue;
-        if (++counts[index] > 1 || index == F_LINE_BREAK) {
-            odd = 1;
-            break;
-        }
-        if (index == F_UNIT) {
-            unit_ok = value_len == self->unit_len && memcmp(value, self->unit, value_len) == 0;
-            if (!unit_ok) break;
-        } else if (index == F_MESSAGE) {
-            message = PyBytes_FromStringAndSize(value, (Py_ssize_t)value_len);
-            if (message == NULL) goto error;
-        } else if (index == F_PID) {
-            pid = pid_object(self, value, value_len);
-            if (pid == NULL) {
-                if (PyErr_Occurred()) goto error;
-                odd = 1;
-                break;
-            }
-        } else {
-            invocation = invocation_object(self, value, value_len);
-            if (invocation == NULL) {
-                if (PyErr_Occurred()) goto error;
-                odd = 1;
-                break;
-            }
-        }
-    }
-    if (r < 0) {
-        os_error(r);
-        goto error;
-    }
-    if (odd || !unit_ok || message == NULL || pid == NULL || invocation == NULL) {
-        Py_XDECREF(message);
-        Py_XDECREF(pid);
-        Py_XDECREF(invocation);
-        return Py_None;
-    }
-    PyObject *seconds = PyFloat_FromDouble((double)usec / 1e6);
-    if (seconds == NULL) goto error;
-    PyObject *line = PyTuple_New(4);
-    if (line == NULL) {
-        Py_DECREF(seconds);
-        goto error;
-    }
-    PyTuple_SET_ITEM(line, 0, message);
-    PyTuple_SET_ITEM(line, 1, seconds);
-    PyTuple_SET_ITEM(line, 2, pid);
-    PyTuple_SET_ITEM(line, 3, invocation);
-    return line;
-error:
-    Py_XDECREF(message);
-    Py_XDECREF(pid);
-    Py_XDECREF(invocation);
-    return NULL;
+/* `*buffer` (of `*capacity` items of `size` bytes) with room for `needed` items; -ENOMEM if none. */
+static int reserve(void **buffer, size_t *capacity, size_t needed, size_t size) {
+    if (needed <= *capacity) return 0;
+    size_t grown = *capacity ? *capacity : 64;
+    while (grown < needed) grown *= 2;
+    void *moved = PyMem_RawRealloc(*buffer, grown * size);
+    if (moved == NULL) return -ENOMEM;
+    *buffer = moved;
+    *capacity = grown;
+    return 0;
 }
 
-/* The current entry as a dict of the fields asked for (first value of each) and its time. */
-static PyObject *entry_fields(Lines *self, uint64_t usec) {
-    const void *data;
-    size_t length;
+/* Up to `limit` entries walked and kept in the object's buffers (runs without the GIL); *count of
+ * them; 0 or a negative errno. */
+static int collect(Lines *self, Py_ssize_t limit, size_t *count) {
+    int r;
+    *count = 0;
+    self->values_len = self->arena_len = 0;
+    if ((r = reserve((void **)&self->slots, &self->slots_cap, (size_t)limit, sizeof(Slot))) < 0) return r;
+    for (Py_ssize_t n = 0; n < limit; n++) {
+        r = sd_journal_next(self->journal);
+        if (r <= 0) return r;
+        Slot *slot = &self->slots[n];
+        if ((r = sd_journal_get_realtime_usec(self->journal, &slot->usec)) < 0) return r;
+        slot->first_value = self->values_len;
+        slot->odd = 0;
+        uint64_t seen = 0;
+        const void *data;
+        size_t length;
+        sd_journal_restart_data(self->journal);
+        while ((r = sd_journal_enumerate_data(self->journal, &data, &length)) > 0) {
+            const char *value;
+            size_t value_len;
+            Py_ssize_t index = field_index(self, data, length, &value, &value_len);
+            if (index < 0) continue;
+            if (index == F_LINE_BREAK) slot->odd = 1;
+            if (seen >> index & 1) {
+                if (index < F_LINE_FIELDS) slot->odd = 1;
+                continue;
+            }
+            seen |= (uint64_t)1 << index;
+            if ((r = reserve((void **)&self->values, &self->values_cap, self->values_len + 1, sizeof(Value))) < 0
+                    || (r = reserve((void **)&self->arena, &self->arena_cap, self->arena_len + value_len, 1)) < 0)
+                return r;
+            memcpy(self->arena + self->arena_len, value, value_len);
+            self->values[self->values_len++] = (Value){index, self->arena_len, value_len};
+            self->arena_len += value_len;
+        }
+        if (r < 0) return r;
+        slot->value_count = self->values_len - slot->first_value;
+        *count = (size_t)n + 1;
+    }
+    return 0;
+}
+
+/* A collected entry as a whole line's tuple; Py_None (borrowed) when it is not one; NULL on error. */
+static PyObject *whole_line(Lines *self, const Slot *slot) {
+    const Value *line[F_LINE_FIELDS] = {NULL};
+    for (size_t i = 0; i < slot->value_count; i++) {
+        const Value *v = &self->values[slot->first_value + i];
+        if (v->index < F_LINE_FIELDS) line[v->index] = v;
+    }
+    const Value *unit = line[F_UNIT], *text = line[F_MESSAGE], *pid_text = line[F_PID], *inv = line[F_INVOCATION];
+    if (slot->odd || unit == NULL || text == NULL || pid_text == NULL || inv == NULL
+            || unit->length != self->unit_len || memcmp(self->arena + unit->offset, self->unit, self->unit_len) != 0)
+        return Py_None;
+    PyObject *pid = pid_object(self, self->arena + pid_text->offset, pid_text->length);
+    if (pid == NULL) return PyErr_Occurred() ? NULL : Py_None;
+    PyObject *invocation = invocation_object(self, self->arena + inv->offset, inv->length);
+    if (invocation == NULL) {
+        Py_DECREF(pid);
+        return PyErr_Occurred() ? NULL : Py_None;
+    }
+    PyObject *message = PyBytes_FromStringAndSize(self->arena + text->offset, (Py_ssize_t)text->length);
+    PyObject *seconds = message == NULL ? NULL : PyFloat_FromDouble((double)slot->usec / 1e6);
+    PyObject *tuple = seconds == NULL ? NULL : PyTuple_New(4);
+    if (tuple == NULL) {
+        Py_XDECREF(message);
+        Py_XDECREF(seconds);
+        Py_DECREF(pid);
+        Py_DECREF(invocation);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(tuple, 0, message);
+    PyTuple_SET_ITEM(tuple, 1, seconds);
+    PyTuple_SET_ITEM(tuple, 2, pid);
+    PyTuple_SET_ITEM(tuple, 3, invocation);
+    return tuple;
+}
+
+/* A collected entry as a dict of the fields asked for (first value of each) and its time. */
+static PyObject *entry_fields(Lines *self, const Slot *slot) {
     PyObject *fields = PyDict_New();
     if (fields == NULL) return NULL;
-    sd_journal_restart_data(self->journal);
-    int r;
-    while ((r = sd_journal_enumerate_data(self->journal, &data, &length)) > 0) {
-        const char *value;
-        size_t value_len;
-        Py_ssize_t index = field_index(self, data, length, &value, &value_len);
-        if (index < 0) continue;
-        PyObject *name = PyTuple_GET_ITEM(self->names, index);
-        int present = PyDict_Contains(fields, name);
-        if (present < 0) goto error;
-        if (present) continue;
-        PyObject *bytes = PyBytes_FromStringAndSize(value, (Py_ssize_t)value_len);
+    for (size_t i = 0; i < slot->value_count; i++) {
+        const Value *v = &self->values[slot->first_value + i];
+        PyObject *bytes = PyBytes_FromStringAndSize(self->arena + v->offset, (Py_ssize_t)v->length);
         if (bytes == NULL) goto error;
-        int failed = PyDict_SetItem(fields, name, bytes);
+        int failed = PyDict_SetItem(fields, PyTuple_GET_ITEM(self->names, v->index), bytes);
         Py_DECREF(bytes);
         if (failed) goto error;
     }
-    if (r < 0) {
-        os_error(r);
-        goto error;
-    }
-    PyObject *stamp = PyLong_FromUnsignedLongLong(usec);
+    PyObject *stamp = PyLong_FromUnsignedLongLong(slot->usec);
     if (stamp == NULL) goto error;
     int failed = PyDict_SetItemString(fields, "__REALTIME_TIMESTAMP", stamp);
     Py_DECREF(stamp);
@@ -252,10 +293,19 @@ error:
     return NULL;
 }
 
+/* Where lines of a run may differ in the head: digits at [free_start, free_end) (the engine's prefix
+ * time, `Engine.run_time_digits`); free_end 0: nowhere. */
+typedef struct {
+    Py_ssize_t free_start, free_end;
+} RunShape;
+
+static int is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
+
 /* Whether `message` may join a run that ends with `previous` (both lines of one writer): the
- * same length, the same bytes up to the first ']' and the two after it, the same bytes after that
- * but for digits (which may differ from one to the other). */
-static int continues(PyObject *previous, PyObject *message) {
+ * same length, the same bytes up to the first ']' and the two after it but for digits in the
+ * shape's free span, the same bytes after that but for digits (which may differ from one to the
+ * other). */
+static int continues(PyObject *previous, PyObject *message, const RunShape *shape) {
     Py_ssize_t length = PyBytes_GET_SIZE(message);
     if (PyBytes_GET_SIZE(previous) != length) return 0;
     const unsigned char *a = (const unsigned char *)PyBytes_AS_STRING(previous);
@@ -263,15 +313,20 @@ static int continues(PyObject *previous, PyObject *message) {
     const unsigned char *bracket = memchr(b, ']', (size_t)length);
     Py_ssize_t head = bracket == NULL ? length : (bracket - b) + 3;
     if (head > length) head = length;
-    if (memcmp(a, b, (size_t)head) != 0) return 0;
+    if (memcmp(a, b, (size_t)head) != 0) {
+        for (Py_ssize_t i = 0; i < head; i++) {
+            if (a[i] != b[i] && !(i >= shape->free_start && i < shape->free_end && is_digit(a[i]) && is_digit(b[i])))
+                return 0;
+        }
+    }
     for (Py_ssize_t i = head; i < length; i++) {
-        if (a[i] != b[i] && !(a[i] >= '0' && a[i] <= '9' && b[i] >= '0' && b[i] <= '9')) return 0;
+        if (a[i] != b[i] && !(is_digit(a[i]) && is_digit(b[i]))) return 0;
     }
     return 1;
 }
 
 /* `line` (a whole line's tuple) appended to `out`, or to the run its last item is, if it continues it. */
-static int add_line(PyObject *out, PyObject *line, int runs) {
+static int add_line(PyObject *out, PyObject *line, int runs, const RunShape *shape) {
     Py_ssize_t size = PyList_GET_SIZE(out);
     PyObject *last = size > 0 ? PyList_GET_ITEM(out, size - 1) : NULL;
     if (!runs || last == NULL || !PyTuple_CheckExact(last)
@@ -282,7 +337,7 @@ static int add_line(PyObject *out, PyObject *line, int runs) {
     PyObject *messages = PyTuple_GET_ITEM(last, 0), *stamps = PyTuple_GET_ITEM(last, 1);
     int is_run = PyList_CheckExact(messages);
     PyObject *previous = is_run ? PyList_GET_ITEM(messages, PyList_GET_SIZE(messages) - 1) : messages;
-    if (!continues(previous, PyTuple_GET_ITEM(line, 0))) return PyList_Append(out, line);
+    if (!continues(previous, PyTuple_GET_ITEM(line, 0), shape)) return PyList_Append(out, line);
     if (is_run) {
         if (PyList_Append(messages, PyTuple_GET_ITEM(line, 0)) < 0) return -1;
         return PyList_Append(stamps, PyTuple_GET_ITEM(line, 1));
@@ -294,44 +349,48 @@ static int add_line(PyObject *out, PyObject *line, int runs) {
 }
 
 PyDoc_STRVAR(lines_read_doc,
-"read(limit, runs) -> (entries, others): up to `limit` entries (an empty list: the end), and how\n"
-"many of them are dicts (not whole lines). With `runs`, consecutive whole lines of one writer that\n"
-"`continues()` joins come as one tuple ([MESSAGE, ...], [seconds, ...], pid, invocation).");
+"read(limit, runs, free_start=0, free_end=0) -> (entries, others): up to `limit` entries (an empty\n"
+"list: the end), and how many of them are dicts (not whole lines). With `runs`, consecutive whole\n"
+"lines of one writer that `continues()` joins come as one tuple ([MESSAGE, ...], [seconds, ...], pid,\n"
+"invocation); their heads may differ in digits at [free_start, free_end) (the prefix's time).");
 
 static PyObject *lines_read(Lines *self, PyObject *args) {
     Py_ssize_t limit;
     int runs;
-    if (!PyArg_ParseTuple(args, "np", &limit, &runs)) return NULL;
+    RunShape shape = {0, 0};
+    if (!PyArg_ParseTuple(args, "np|nn", &limit, &runs, &shape.free_start, &shape.free_end)) return NULL;
     if (self->journal == NULL) {
         PyErr_SetString(PyExc_ValueError, "the journal is closed");
         return NULL;
     }
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "another thread is reading this journal");
+        return NULL;
+    }
+    if (limit < 0) limit = 0;
+    size_t count;
+    int r;
+    self->busy = 1;
+    Py_BEGIN_ALLOW_THREADS
+    r = collect(self, limit, &count);
+    Py_END_ALLOW_THREADS
+    self->busy = 0;
+    if (r < 0) return os_error(r);
     PyObject *out = PyList_New(0);
     if (out == NULL) return NULL;
     Py_ssize_t others = 0;
-    for (Py_ssize_t n = 0; n < limit; n++) {
-        int r = sd_journal_next(self->journal);
-        if (r < 0) {
-            os_error(r);
-            goto error;
-        }
-        if (r == 0) break;
-        uint64_t usec;
-        r = sd_journal_get_realtime_usec(self->journal, &usec);
-        if (r < 0) {
-            os_error(r);
-            goto error;
-        }
-        PyObject *entry = whole_line(self, usec);
+    for (size_t n = 0; n < count; n++) {
+        const Slot *slot = &self->slots[n];
+        PyObject *entry = whole_line(self, slot);
         if (entry == NULL) goto error;
         int failed;
         if (entry == Py_None) {
-            entry = entry_fields(self, usec);
+            entry = entry_fields(self, slot);
             if (entry == NULL) goto error;
             others++;
             failed = PyList_Append(out, entry);
         } else {
-            failed = add_line(out, entry, runs);
+            failed = add_line(out, entry, runs, &shape);
         }
         Py_DECREF(entry);
         if (failed) goto error;
@@ -343,6 +402,10 @@ error:
 }
 
 static PyObject *lines_close(Lines *self, PyObject *Py_UNUSED(ignored)) {
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "another thread is reading this journal");
+        return NULL;
+    }
     lines_close_journal(self);
     Py_RETURN_NONE;
 }
@@ -383,6 +446,11 @@ static PyObject *lines_open(PyObject *Py_UNUSED(module), PyObject *args) {
     Lines *self = PyObject_New(Lines, &LinesType);
     if (self == NULL) return NULL;
     self->journal = NULL;
+    self->busy = 0;
+    self->slots = NULL;
+    self->values = NULL;
+    self->arena = NULL;
+    self->slots_cap = self->values_len = self->values_cap = self->arena_len = self->arena_cap = 0;
     self->unit = NULL;
     self->field_count = 0;
     self->field_names = NULL;
@@ -416,6 +484,12 @@ static PyObject *lines_open(PyObject *Py_UNUSED(module), PyObject *args) {
         memcpy(self->field_names[i], name, (size_t)len + 1);
         self->field_lens[i] = (size_t)len;
         self->field_count = i + 1;
+    }
+    for (Py_ssize_t k = 0; k < NAME_LENGTHS; k++) self->first_of_length[k] = -1;
+    for (Py_ssize_t i = count - 1; i >= 0; i--) {  /* each length's list in the order asked */
+        size_t slot = self->field_lens[i] < NAME_LENGTHS ? self->field_lens[i] : NAME_LENGTHS - 1;
+        self->next_of_length[i] = self->first_of_length[slot];
+        self->first_of_length[slot] = i;
     }
     int r;
     Py_BEGIN_ALLOW_THREADS

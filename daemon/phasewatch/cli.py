@@ -93,7 +93,7 @@ class TimeClamp:
             return
         self._clamped_records = 0
         feed_line, feed = pipeline.feed_line, pipeline.feed
-        for batch in source.batches(runs=pipeline.fast is not None):
+        for batch in source.batches(runs=pipeline.run_shape()):
             for entry in batch:
                 if type(entry) is tuple:
                     if type(entry[0]) is list:

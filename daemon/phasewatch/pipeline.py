@@ -55,6 +55,12 @@ class Pipeline:
             return None
         return FastPath(engine.fast_prefix, engine.prefix_marks, self.splitter, self.mapper, self.tracker)
 
+    def run_shape(self) -> tuple[int, int] | None:
+        """The runs `feed_run` can take (journal_source.RunShape): None without the fast path."""
+        if self.fast is None:
+            return None
+        return self.profile.engine_module.run_time_digits or (0, 0)
+
     def feed_line(self, message: bytes, realtime: float, pid: int | None, invocation: str | None,
                   now: float | None) -> list[Transition]:
         """One entry the unit's own process wrote, whole (no `_LINE_BREAK`), as the journal reader has

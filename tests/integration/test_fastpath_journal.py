@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import random
+import time
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -24,6 +25,7 @@ from phasewatch.pipeline import Pipeline
 from phasewatch.records import MID_STOPPED
 from phasewatch.sources import journal_source
 from phasewatch.sources.journal_source import UnitRecords, reader_name, unit_entries
+from phasewatch.stages.engines.sglang import TIME_DIGITS
 
 UNIT = "sglang-kimi.service"
 STAMP = "2026-11-30 08:10:00"
@@ -64,8 +66,10 @@ def journal(crashy: bool, starts: int, lines: int) -> list[dict[str, Any]]:
         entries.extend(journal_json(build(scale=0.001), base=base, unit=UNIT, invocation=invocation,
                                     main_pid=4711 + turn * 100))
         clock = base + 600
-        for writer, text in serving(lines, crashy, rng):
+        for k, (writer, text) in enumerate(serving(lines, crashy, rng)):
             clock += 0.001
+            # the prefix shows a server's clock (4 lines a second), not the journal's
+            text = text.replace(STAMP, time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(base + 600 + k / 4)), 1)
             pid = 4711 + turn * 100 + (10 if writer == "rank" else 0)
             entry = {"__REALTIME_TIMESTAMP": str(int(clock * 1e6)), "_PID": str(pid), "_SYSTEMD_UNIT": UNIT,
                      "_SYSTEMD_INVOCATION_ID": invocation, "SYSLOG_IDENTIFIER": "python3", "MESSAGE": text}
@@ -165,7 +169,8 @@ def test_unit_entries_are_the_records_read_unit_gives(reader: str, tmp_path: Pat
     assert any(r.line_break == "pid-change" for r in records)
 
 
-def test_the_c_reader_gives_runs_as_the_model_of_them_says(reader: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("shape", [(0, 0), TIME_DIGITS], ids=["same-head", "time-free"])
+def test_the_c_reader_gives_runs_as_the_model_of_them_says(reader: str, shape: tuple[int, int], tmp_path: Path) -> None:
     """With `runs`, the same entries, consecutive lines alike but for digits joined as tests/unit's model
     of the C reader joins them (`fastpath_compare.runs_of`); systemd-python's reader joins none."""
     # (no forged notices: the C reader ends a run at one, and read_unit leaves them out)
@@ -178,7 +183,7 @@ def test_the_c_reader_gives_runs_as_the_model_of_them_says(reader: str, tmp_path
     directory = write_journal(tmp_path / "journal", entries)
     records = list(UnitRecords(UNIT, str(directory)))
     shapes, flat = [], []
-    for batch in unit_entries(UNIT, str(directory), runs=True):
+    for batch in unit_entries(UNIT, str(directory), runs=shape):
         for entry in batch:
             if isinstance(entry, tuple) and isinstance(entry[0], list):
                 messages, stamps, pid, invocation = entry
@@ -195,9 +200,12 @@ def test_the_c_reader_gives_runs_as_the_model_of_them_says(reader: str, tmp_path
     # the model, batch by batch (a run ends with its batch of entries read)
     expected = []
     for start in range(0, len(records), journal_source.BATCH):
-        expected += [len(e) if isinstance(e, list) else 1 for e in runs_of(records[start:start + journal_source.BATCH])]
+        expected += [len(e) if isinstance(e, list) else 1
+                     for e in runs_of(records[start:start + journal_source.BATCH], shape)]
     assert shapes == expected
     assert sum(n for n in shapes if n > 1) > 3000  # most Decode lines came in runs
+    if shape == TIME_DIGITS:  # across the prefix's seconds (4 lines a second): longer ones
+        assert max(shapes) > 12
 
 
 def test_both_readers_start_at_since_and_name_a_journal_they_cannot_open(reader: str, tmp_path: Path) -> None:
@@ -238,7 +246,7 @@ def test_both_readers_take_odd_entries_alike(tmp_path: Path, monkeypatch: pytest
             monkeypatch.setenv("PHASEWATCH_PURE_PYTHON", "1")
         else:
             monkeypatch.delenv("PHASEWATCH_PURE_PYTHON", raising=False)
-        return [entry for batch in unit_entries(UNIT, str(directory), runs=True) for entry in batch]
+        return [entry for batch in unit_entries(UNIT, str(directory), runs=TIME_DIGITS) for entry in batch]
 
     c_entries, python_entries = read(False), read(True)
     assert c_entries == python_entries

@@ -12,10 +12,10 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from fastpath_compare import Run, continues, run, run_in_runs, runs_of
-from fastpath_journals import STAMP, decode, journal, piece, prefixed, steps
+from fastpath_journals import STAMP, decode, journal, piece, prefixed, stamped_from, steps
 from phasewatch.profile import Profile, load_builtin_profile
 from phasewatch.records import JournalRecord
-from phasewatch.stages.engines.sglang import fast_prefix
+from phasewatch.stages.engines.sglang import TIME_DIGITS, fast_prefix
 
 
 def assert_runs_agree(records: list[JournalRecord], profile: Profile | None = None) -> tuple[Run, int]:
@@ -70,11 +70,22 @@ def expand(pieces: list[tuple[str | None, object, str]]) -> list[tuple[str | Non
     return out
 
 
-@settings(max_examples=150, deadline=None)
-@given(st.lists(st.one_of(piece, run_piece, run_piece), max_size=40), steps, st.booleans())
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(piece, run_piece, run_piece), max_size=40), steps, st.booleans(), stamped_from)
 def test_runs_and_lines_one_by_one_agree_on_generated_journals(
-        pieces: list[tuple[str | None, object, str]], step: list[float], startup: bool) -> None:
-    assert_runs_agree(journal(expand(pieces), step, startup))
+        pieces: list[tuple[str | None, object, str]], step: list[float], startup: bool, start: float | None) -> None:
+    assert_runs_agree(journal(expand(pieces), step, startup, start))
+
+
+def test_a_run_goes_on_across_the_prefix_seconds_of_a_serving_journal() -> None:
+    """A server's prefixes show its clock: runs of one writer go on across its seconds (not its date)."""
+    pieces = [("TP0", same_width(n), "line") for n in range(400)]
+    records = journal(pieces, [0.25], startup=True, stamped_from=1_780_012_700.0)  # past midnight at line ~390
+    assert len({r.message[:21] for r in records[-400:]}) > 90  # (the prefix's time changed every 4 lines)
+    grouped, in_runs = assert_runs_agree(records)
+    assert in_runs >= 398 and grouped.taken >= 399
+    lengths = [len(e) for e in runs_of(records) if isinstance(e, list)]
+    assert len(lengths) == 2  # the date's change ends the first run
 
 
 def test_a_serving_journal_in_runs_takes_them_at_once() -> None:
@@ -106,17 +117,41 @@ def test_a_run_on_both_sides_of_a_phase_rule_agrees() -> None:
     assert_runs_agree(records)
 
 
-def test_the_run_model_joins_what_differs_only_in_digits_after_the_head() -> None:
+def test_the_run_model_joins_what_differs_only_in_digits_after_the_head_or_in_the_time() -> None:
     line = prefixed("TP0", same_width(1)).encode()
     assert continues(line, prefixed("TP0", same_width(2)).encode())
     assert not continues(line, prefixed("TP1", same_width(1)).encode())  # the prefix (rank tag) differs
-    assert not continues(line, line.replace(STAMP.encode(), b"2026-05-28 20:26:41"))  # so does its time
+    later = line.replace(STAMP.encode(), b"2026-05-28 21:59:41")
+    assert continues(line, later)  # its time of day may (sglang's `run_time_digits`)
+    assert not continues(line, later, (0, 0))  # not for an engine without one
+    assert not continues(line, line.replace(STAMP.encode(), b"2026-05-29 20:26:40"))  # its date may not
+    with_ms = prefixed("TP0", same_width(1)).replace(STAMP, STAMP + ".123").encode()
+    assert not continues(with_ms, with_ms.replace(b".123", b".124"))  # nor its milliseconds
+    assert not continues(b"[2026-05-28 20:26:40 TP1] x", b"[2026-05-28 20:26:40 TP2] x")
     assert not continues(line, prefixed("TP0", decode(1)).encode())  # another width
     assert not continues(b"[x] 1a", b"[x] 1b") and continues(b"no bracket", b"no bracket")
     assert not continues(b"abc 1", b"abc 2")  # no ']': the whole line is its head
     records = journal([("TP0", same_width(n), "line") for n in range(3)], [0.001], startup=False)
     assert [len(e) if isinstance(e, list) else 1 for e in runs_of(records)] == [1, 3]
     assert not runs_of([replace(records[1], line_break="pid-change"), records[2]])[0:1] == [[records[1], records[2]]]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(["[2026-05-28 20:26:40 TP0] ", "[2026-05-28 20:26:40.123 DP1 TP3 EP3]", "[2026-05-28 20:26:40] ",
+                        "[2026-05-28 20:26:40 TP12]  x", "[2026-05-28 20:26:40 TP", "[2026-05-28 2x:26:40 TP0] "]),
+       st.lists(st.integers(0, 9), min_size=8, max_size=8), st.binary(max_size=12))
+def test_a_fast_prefix_is_the_same_but_for_its_time_across_the_time_digits(head: str, digits: list[int],
+                                                                           tail: bytes) -> None:
+    """The engine contract that lets a run go on across seconds (Engine.run_time_digits)."""
+    message = head.encode() + tail
+    start, end = TIME_DIGITS
+    other = bytearray(message)
+    for position, digit in zip(range(start, end), digits, strict=True):
+        if chr(other[position]).isdigit():
+            other[position] = ord("0") + digit
+    prefix, moved = fast_prefix(message), fast_prefix(bytes(other))
+    if prefix is not None:
+        assert moved is not None and replace(moved, ts=prefix.ts) == prefix
 
 
 @settings(max_examples=300, deadline=None)

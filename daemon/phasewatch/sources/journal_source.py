@@ -11,6 +11,8 @@ the same entries, and runs of lines alike but for digits when asked for.
 from __future__ import annotations
 
 import os
+import queue
+import threading
 from typing import Any, Iterator, Union
 
 from ..errors import JournalError, JournalUnavailable
@@ -52,22 +54,27 @@ def _open(unit: str, directory: str | None, since: float | None) -> JournalFollo
     return follower
 
 
+# Runs asked for: where their lines' heads may differ in digits, (start, end) (Engine.run_time_digits;
+# (0, 0): nowhere); None: no runs.
+RunShape = Union[tuple[int, int], None]
+
+
 def unit_entries(unit: str, directory: str | None = None, since: float | None = None,
-                 rejected: dict[str, int] | None = None, runs: bool = False) -> Iterator[list[Entry]]:
+                 rejected: dict[str, int] | None = None, runs: RunShape = None) -> Iterator[list[Entry]]:
     """`read_unit`'s entries in batches, the unit's whole lines as `UnitLine` tuples (no record
     built: `Pipeline.feed_line`), the rest as JournalRecords, exactly as `JournalFollower.read`
     makes them. An entry's fields are read in one call (`_get_all`): on a journald entry of some 25
     fields that is cheaper than the four `_get`s a line needs, each a walk over the entry's fields
     (and a `KeyError` for the `_LINE_BREAK` most entries lack). With the C reader (`reader_name()`),
     the same entries, read in C, and with `runs` some consecutive lines as one `UnitRun`
-    (`Pipeline.feed_run`)."""
+    (`Pipeline.feed_run`, `Pipeline.run_shape`)."""
     if reader_name() == "C":
         return _c_unit_entries(unit, directory, since, rejected, runs)
     return _python_unit_entries(unit, directory, since, rejected)
 
 
 def _c_unit_entries(unit: str, directory: str | None, since: float | None,
-                    rejected: dict[str, int] | None, runs: bool = False) -> Iterator[list[Entry]]:
+                    rejected: dict[str, int] | None, runs: RunShape = None) -> Iterator[list[Entry]]:
     assert c_lines is not None
     try:
         lines = c_lines.open(unit, directory, None if since is None else int(since * 1_000_000), _C_FIELDS)
@@ -76,9 +83,10 @@ def _c_unit_entries(unit: str, directory: str | None, since: float | None,
         raise JournalUnavailable(f"cannot open the journal{where}: {exc.strerror or exc}") from None
     unit_bytes = unit.encode()
     counted: dict[str, int] = {}
+    ahead = _ReadAhead(lines, runs)
     try:
         while True:
-            batch, others = lines.read(BATCH, runs)
+            batch, others = ahead.next()
             if not batch:
                 break
             if others:
@@ -92,10 +100,61 @@ def _c_unit_entries(unit: str, directory: str | None, since: float | None,
                 batch = entries
             yield batch
     finally:
+        ahead.stop()
         lines.close()
         if rejected is not None:
             for reason, count in counted.items():
                 rejected[reason] = rejected.get(reason, 0) + count
+
+
+class _ReadAhead:
+    """The C reader's batches, read AHEAD batches ahead in a thread: it walks the journal without the
+    GIL (_journal_lines.c `collect`) while the caller's Python takes the batch before (on two cores a
+    catch-up then costs about the slower of the two, not their sum; docs/performance.md)."""
+
+    AHEAD = 2
+
+    def __init__(self, lines: Any, runs: RunShape) -> None:
+        self._lines = lines
+        self._args = (BATCH, runs is not None, *(runs or (0, 0)))
+        self._queue: queue.Queue[tuple[list[Any], int, BaseException | None]] = queue.Queue(self.AHEAD)
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._read, name="phasewatch-read-ahead", daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        try:
+            while not self._stopping.is_set():
+                batch, others = self._lines.read(*self._args)
+                self._put((batch, others, None))
+                if not batch:
+                    return
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller, raised there
+            self._put(([], 0, exc))
+
+    def _put(self, item: tuple[list[Any], int, BaseException | None]) -> None:
+        while not self._stopping.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    def next(self) -> tuple[list[Any], int]:
+        """The next batch and how many of its entries are dicts; an empty batch at the end."""
+        batch, others, error = self._queue.get()
+        if error is not None:
+            raise error
+        return batch, others
+
+    def stop(self) -> None:
+        """The thread ended (the journal is no longer read once this returns)."""
+        self._stopping.set()
+        while self._thread.is_alive():
+            try:
+                self._queue.get_nowait()
+            except queue.Empty:
+                self._thread.join(0.05)
 
 
 def _python_unit_entries(unit: str, directory: str | None, since: float | None,
@@ -204,7 +263,7 @@ class UnitRecords:
         self.rejected = {}
         return read_unit(self.unit, self.directory, self.since, self.rejected)
 
-    def batches(self, runs: bool = False) -> Iterator[list[Entry]]:
+    def batches(self, runs: RunShape = None) -> Iterator[list[Entry]]:
         """The same entries as `unit_entries` gives them (one pass)."""
         self.rejected = {}
         return unit_entries(self.unit, self.directory, self.since, self.rejected, runs)

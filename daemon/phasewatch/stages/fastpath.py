@@ -126,8 +126,9 @@ class FastPath:
               repeats: list[float] | None = None) -> int:
         """Take the line if it qualifies (1: done); 0: nothing was changed. `repeats`: the times of the
         lines that follow it, of its writer, each of its length and the same but for digits after its
-        first ']' and the two bytes after that (a run the C reader found): taken too when that leaves
-        what taking them one by one would (then 1 + len(repeats) is returned)."""
+        first ']' and the two bytes after that, and in the engine's `run_time_digits` (a run the C
+        reader found): taken too when that leaves what taking them one by one would (then
+        1 + len(repeats) is returned)."""
         prefix = self._find(message)
         if prefix is None or pid is None or prefix.header is not None or prefix.untagged_rank is not None:
             return 0
@@ -228,9 +229,9 @@ class FastPath:
             inv.proof_of_life, inv.health_failures, inv.health_error = ts, 0, None
         self.taken += 1
         if repeats and prefix.end < _head_length(message):
-            # The same prefix (`fast_prefix` reads no further than the byte after it), the same
-            # digit-masked text (the same plan and rules), the same state met: each line of the run
-            # would be taken, with these changes.
+            # The same prefix but for its time, which is not read here (`fast_prefix` reads no further
+            # than the byte after it; `run_time_digits`), the same digit-masked text (the same plan
+            # and rules), the same state met: each line of the run would be taken, with these changes.
             return 1 + self._repeat(repeats, ts, stream, inv, ranks, proves)
         return 1
 

@@ -15,7 +15,10 @@ An engine module gives:
   line then takes the full path); a prefix ending at `end` before the message does must follow from
   `message[:end + 1]` alone (a run of lines the same up to there is given one prefix: FastPath.apply's
   `repeats`; a line that ends with its prefix is never repeated); and
-  `prefix_marks`: bytes of which every prefix holds one, so a text without any holds no further prefix.
+  `prefix_marks`: bytes of which every prefix holds one, so a text without any holds no further prefix;
+  and `run_time_digits`: (start, end), where a fast prefix keeps its time of day: a message that
+  differs from one with a fast prefix only in digits there has the same prefix but for its `ts`
+  (which the fast path does not read), so a run may go on across the prefix's seconds.
 
 Adding an engine is a profile YAML and, when its prefixes or titles differ, one such module in this
 package (found by its file name; nothing else to register).
@@ -45,6 +48,7 @@ class Engine:
     detect: Callable[[str], int]
     fast_prefix: Callable[[bytes], Prefix | None] | None = None
     prefix_marks: tuple[bytes, ...] = ()
+    run_time_digits: tuple[int, int] | None = None
 
 
 # The engine modules of this package: every module not starting with "_".

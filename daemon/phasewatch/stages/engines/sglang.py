@@ -58,6 +58,8 @@ def find_prefixes(segment: str) -> list[Prefix]:
 FAST_PREFIX_RE = re.compile(
     rb"\[(\d{4}-\d{2}-\d{2}) (\d{2}:\d{2}:\d{2})(\.\d{3})?((?: (?:DP|PP|ATTN_CP|MOE_DP|TP|EP)\d+)*)\] ?")
 _FAST_MEMO: dict[bytes, Prefix] = {}
+# FAST_PREFIX_RE's HH:MM:SS: `[YYYY-MM-DD ` is 12 bytes (Engine.run_time_digits)
+TIME_DIGITS = (12, 20)
 
 
 def fast_prefix(message: bytes) -> Prefix | None:
@@ -135,4 +137,4 @@ def detect(line: str) -> int:
 
 
 ENGINE = Engine("sglang", find_prefixes, rank_from_title, parse_server_args, expected_ranks, detect, fast_prefix,
-                (b"[",))
+                (b"[",), TIME_DIGITS)
