@@ -93,8 +93,9 @@ def commands(unit: str) -> dict[str, list[str]]:
     }
 
 
-def timed_rss(command: list[str]) -> tuple[float, int, str]:
-    """Like timed(), but with the child's own max RSS from wait4 (KiB)."""
+def timed_rss(command: list[str]) -> tuple[float, int, float, str]:
+    """Like timed(), but with the child's own max RSS (KiB) and CPU seconds (user + system, its
+    reaped children's too) from wait4."""
     started = time.perf_counter()
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     assert process.stdout is not None
@@ -104,7 +105,7 @@ def timed_rss(command: list[str]) -> tuple[float, int, str]:
     process.returncode = os.waitstatus_to_exitcode(status)
     if process.returncode != 0:
         raise SystemExit(f"{command[0]} failed ({process.returncode})")
-    return elapsed, usage.ru_maxrss, out.decode(errors="replace")
+    return elapsed, usage.ru_maxrss, usage.ru_utime + usage.ru_stime, out.decode(errors="replace")
 
 
 def summary_of(name: str, output: str) -> dict[str, object]:
@@ -128,15 +129,17 @@ def catchup(unit: str, reps: int, methods: list[str]) -> dict[str, object]:
     cmds = {k: v for k, v in commands(unit).items() if k in methods}
     times: dict[str, list[float]] = {k: [] for k in cmds}
     rss: dict[str, list[int]] = {k: [] for k in cmds}
+    cpu: dict[str, list[float]] = {k: [] for k in cmds}
     found: dict[str, object] = {}
     for _ in range(reps):
         for name, command in cmds.items():  # interleaved: a noisy moment hits every method alike
-            elapsed, maxrss, out = timed_rss(command)
+            elapsed, maxrss, seconds, out = timed_rss(command)
             times[name].append(elapsed)
             rss[name].append(maxrss)
+            cpu[name].append(seconds)
             found[name] = summary_of(name, out)
-    return {"unit": unit, "entries": entries, "times": times, "max_rss_kib": rss, "found": found,
-            "median": {k: statistics.median(v) for k, v in times.items()}}
+    return {"unit": unit, "entries": entries, "times": times, "max_rss_kib": rss, "cpu_seconds": cpu,
+            "found": found, "median": {k: statistics.median(v) for k, v in times.items()}}
 
 
 IN_MOVED_TO, IN_CLOSE_WRITE = 0x80, 0x08

@@ -94,16 +94,19 @@ def catchup_rows(c: dict[str, Any]) -> list[str]:
              "b_journalctl_grep": "(b) `journalctl -u UNIT -o cat \\| grep -E '<phase markers>'`",
              "c_fail2ban_regex": "(c) `fail2ban-regex systemd-journal <filter>` (fail2ban 1.0.2)",
              "d_phasewatch_replay": "(d) `phasewatch replay --unit UNIT --json`"}
-    rows = ["| reader | median s | entries/s | (d) as a multiple of it | target | |", "|---|---:|---:|---:|---:|---|"]
+    cpu = c.get("cpu_seconds", {})
+    rows = ["| reader | median s | CPU s (all threads and processes) | entries/s | (d) as a multiple of it | target | |",
+            "|---|---:|---:|---:|---:|---:|---|"]
     for key, label in names.items():
         if key not in m:
             continue
         t = m[key]
+        cpu_s = fmt(statistics.median(cpu[key]), 3) if cpu.get(key) else "–"
         letter = key[0]
         ratio = t / d if d and key != "d_phasewatch_replay" else None
         target = TARGETS.get(letter)
         ok = None if ratio is None or target is None else ratio >= target
-        rows.append(f"| {label} | {fmt(t, 3)} | {entries / t:,.0f} | {fmt(ratio)} | "
+        rows.append(f"| {label} | {fmt(t, 3)} | {cpu_s} | {entries / t:,.0f} | {fmt(ratio)} | "
                     f"{'≥ ' + fmt(target, 1) if target else ''} | {verdict(ok)} |")
     return rows
 
