@@ -95,7 +95,7 @@ def catchup_rows(c: dict[str, Any]) -> list[str]:
              "c_fail2ban_regex": "(c) `fail2ban-regex systemd-journal <filter>` (fail2ban 1.0.2)",
              "d_phasewatch_replay": "(d) `phasewatch replay --unit UNIT --json`"}
     cpu = c.get("cpu_seconds", {})
-    rows = ["| reader | median s | CPU s (all threads and processes) | entries/s | (d) as a multiple of it | target | |",
+    rows = ["| reader | median s | CPU s (every thread and process) | entries/s | (d) as a multiple of it | target | |",
             "|---|---:|---:|---:|---:|---:|---|"]
     for key, label in names.items():
         if key not in m:

@@ -52,6 +52,10 @@ class ScriptedJournal:
 
     def reopen(self) -> None: ...
 
+    def drop_pages(self) -> int:
+        self.dropped = getattr(self, "dropped", 0) + 1
+        return 0
+
 
 # --- a scripted SGLang unit: the start-up of SGLANG-LOGS.md §9 (v0.5.9, --tp 8, EAGLE3) ---------------
 

@@ -20,7 +20,14 @@ from phasewatch.records import JournalRecord
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier, RecordingUnit, UnitFacts
 from phasewatch.sinks.state import StateStore
 from phasewatch.sources.base import Instant
-from phasewatch.sources.journal_feed import READ_BATCH, READS_PER_STEP, RELEASE_AFTER, JournalFeed
+from phasewatch.sources.journal_feed import (
+    QUIET_RELEASE_AFTER,
+    READ_BATCH,
+    READS_PER_STEP,
+    RELEASE_AFTER,
+    RELEASE_QUIET,
+    JournalFeed,
+)
 from phasewatch.sources.procs import ProcessTable, RankProcess
 from phasewatch.sources.unit_processes import SCAN_SPACING, RankProcesses, UnitFactsReader
 from phasewatch.stages.wakeups import LOOK, TALKING, Wait, plan
@@ -188,17 +195,8 @@ def test_a_line_from_a_new_process_wakes_a_scan_in_the_next_step(tmp_path: Path)
 
 # -- memory after a burst -----------------------------------------------------------------------
 
-class CountingJournal(ScriptedJournal):
-    def __init__(self) -> None:
-        super().__init__()
-        self.reopened = 0
-
-    def reopen(self) -> None:
-        self.reopened += 1
-
-
 def test_memory_is_released_once_caught_up_after_a_burst_not_during_it() -> None:
-    journal = CountingJournal()
+    journal = ScriptedJournal()
     clock = FakeClock(wall=T0)
     feed = JournalFeed(journal, Pipeline(Config(unit=UNIT)), UNIT, clock, lambda: None)  # type: ignore[arg-type]
     journal.push(*(JournalRecord(f"[2026-11-29 08:00:00 TP0] Decode batch, #running-req: {n}", T0, pid=101,
@@ -207,9 +205,36 @@ def test_memory_is_released_once_caught_up_after_a_burst_not_during_it() -> None
     assert feed.entries_left and not feed.release_memory()  # still reading the burst
     while feed.entries_left:
         feed.collect(Instant(T0, 1000.0), [])
-    assert feed.release_memory() and journal.reopened == 1
+    assert feed.release_memory() and journal.dropped == 1
     assert not feed.release_memory()  # not again until RELEASE_AFTER more entries
     journal.push(JournalRecord("[2026-11-29 08:00:01 TP0] Decode batch, #running-req: 1", T0 + 1, pid=101,
                                invocation_id=INV))
     feed.collect(Instant(T0 + 1, 1001.0), [])
-    assert not feed.release_memory() and journal.reopened == 1
+    assert not feed.release_memory() and journal.dropped == 1
+
+
+def now(clock: FakeClock) -> Instant:
+    return Instant(clock.wall(), clock.monotonic())
+
+
+def test_the_end_of_a_burst_releases_its_memory_once_the_journal_is_quiet() -> None:
+    """A burst smaller than RELEASE_AFTER: one deadline RELEASE_QUIET after its last entries, then the
+    pages go; no deadline before QUIET_RELEASE_AFTER entries or after the release (no periodic wake-up)."""
+    journal = ScriptedJournal()
+    clock = FakeClock(wall=T0)
+    feed = JournalFeed(journal, Pipeline(Config(unit=UNIT)), UNIT, clock, lambda: None)  # type: ignore[arg-type]
+    line = "[2026-11-29 08:00:00 TP0] Decode batch, #running-req: {}"
+    journal.push(*(JournalRecord(line.format(n), T0, pid=101, invocation_id=INV)
+                   for n in range(QUIET_RELEASE_AFTER - 1)))
+    feed.collect(now(clock), [])
+    clock.jump(60)
+    assert feed.next_deadline(now(clock)) is None and not feed.release_memory()  # a start-up's few lines
+    journal.push(JournalRecord(line.format(1), T0, pid=101, invocation_id=INV))
+    feed.collect(now(clock), [])
+    read_at = clock.monotonic()
+    assert feed.next_deadline(now(clock)) == read_at + RELEASE_QUIET
+    clock.jump(RELEASE_QUIET / 2)
+    assert not feed.release_memory()  # the burst may go on
+    clock.jump(RELEASE_QUIET / 2)
+    assert feed.release_memory() and journal.dropped == 1
+    assert feed.next_deadline(now(clock)) is None and not feed.release_memory()

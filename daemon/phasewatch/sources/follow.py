@@ -16,6 +16,7 @@ from typing import Any
 from ..errors import JournalError
 from ..records import JournalRecord, record_from_fields
 from ..trust import TRUSTED_FIELDS, rejection
+from .journal_pages import drop_journal_pages
 
 NOP, APPEND, INVALIDATE = 0, 1, 2
 # Entries looked at in one `read`, per entry it may return: a flood of forged entries costs a
@@ -75,6 +76,11 @@ class JournalFollower:
         self._reader.seek_tail()
         if not (self._reader._previous() and self._reader.test_cursor(self.cursor)):
             self.seek_cursor(self.cursor)
+
+    def drop_pages(self) -> int:
+        """The journal file pages the reader mapped given back (journal_pages.py); it reads on
+        from where it is. The bytes advised."""
+        return drop_journal_pages()
 
     def seek_realtime(self, seconds: float) -> None:
         self._reader.seek_realtime(int(seconds * 1_000_000))

@@ -22,9 +22,12 @@ READS_PER_STEP = 40  # bounded, so the watchdog is fed during a flood
 # as they come, not a whole backlog late) and the next step comes at once (`entries_left`).
 READ_TIME = 0.025
 KEPT_COUNTS = 16
-# After this many entries read since the last time (a burst, or minutes of serving lines) and once
-# caught up, the memory the reading took is given back (`release_memory`).
+# The memory the reading took is given back (`release_memory`) once caught up after this many entries
+# (minutes of serving lines, or a burst while it goes on), and after RELEASE_QUIET seconds without
+# entries when at least QUIET_RELEASE_AFTER were read (the end of a burst: one wake-up, a deadline).
 RELEASE_AFTER = 10_000
+QUIET_RELEASE_AFTER = 1_000
+RELEASE_QUIET = 1.0
 
 
 class JournalFeed:
@@ -46,7 +49,11 @@ class JournalFeed:
         return (self.follower.fileno(),)
 
     def next_deadline(self, now: Instant) -> float | None:
-        return now.monotonic if self.follower.behind or self.entries_left else None
+        if self.follower.behind or self.entries_left:
+            return now.monotonic
+        if self.read_since_release >= QUIET_RELEASE_AFTER:
+            return self.last_entries_at + RELEASE_QUIET
+        return None
 
     def collect(self, now: Instant, readable: Sequence[int]) -> list[Event]:
         if self.follower.fileno() in readable and self.follower.wait_result() == INVALIDATE:
@@ -87,14 +94,20 @@ class JournalFeed:
         return True
 
     def release_memory(self) -> bool:
-        """Once caught up after RELEASE_AFTER entries: drop sd-journal's mappings of the files read (a
-        fresh reader at the cursor, as after a rotation: nothing lost or read twice) and hand glibc's
-        free heap back to the kernel. True if it did. (Measured on a 50,000-line burst: the mappings
-        were nearly all of the growth; gc.collect() gave nothing back, docs/performance.md.)"""
-        if self.read_since_release < RELEASE_AFTER or self.entries_left or self.follower.behind:
+        """Once caught up after RELEASE_AFTER entries, or quiet for RELEASE_QUIET after
+        QUIET_RELEASE_AFTER: the journal file pages the reader mapped are given back (the reader
+        stays where it is: nothing lost or read twice; journal_pages.py) and glibc's free heap is
+        handed back to the kernel. True if it did. (Measured on a 50,000-line burst: the mapped
+        journal pages were nearly all of the growth; gc.collect() gave nothing back,
+        docs/performance.md.)"""
+        read = self.read_since_release
+        if read == 0 or self.entries_left or self.follower.behind:
+            return False
+        quiet = self.clock.monotonic() - self.last_entries_at >= RELEASE_QUIET
+        if read < RELEASE_AFTER and not (quiet and read >= QUIET_RELEASE_AFTER):
             return False
         self.read_since_release = 0
-        self.follower.reopen()
+        self.follower.drop_pages()
         _malloc_trim()
         return True
 
