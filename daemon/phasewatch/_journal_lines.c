@@ -17,6 +17,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <systemd/sd-journal.h>
 
@@ -410,8 +411,25 @@ static PyObject *lines_close(Lines *self, PyObject *Py_UNUSED(ignored)) {
     Py_RETURN_NONE;
 }
 
+static PyObject *lines_cursor(Lines *self, PyObject *Py_UNUSED(ignored)) {
+    if (self->journal == NULL || self->busy) {
+        PyErr_SetString(PyExc_ValueError, self->journal == NULL ? "the journal is closed"
+                                                                : "another thread is reading this journal");
+        return NULL;
+    }
+    char *cursor = NULL;
+    int r = sd_journal_get_cursor(self->journal, &cursor);
+    if (r == -EADDRNOTAVAIL) Py_RETURN_NONE;  /* no entry read yet */
+    if (r < 0) return os_error(r);
+    PyObject *text = PyUnicode_FromString(cursor);
+    free(cursor);
+    return text;
+}
+
 static PyMethodDef lines_methods[] = {
     {"read", (PyCFunction)lines_read, METH_VARARGS, lines_read_doc},
+    {"cursor", (PyCFunction)lines_cursor, METH_NOARGS,
+     "The cursor of the last entry read (after the end: the journal's last matching one); None before any."},
     {"close", (PyCFunction)lines_close, METH_NOARGS, "Close the journal."},
     {NULL, NULL, 0, NULL},
 };

@@ -112,6 +112,7 @@ class Daemon:
             self.follower.seek_realtime(facts.started_at - REBUILD_MARGIN)
             logger.info("[%s] rebuilding the start-up that began %s ago from the journal", self.config.unit,
                         format_duration(self.clock.wall() - facts.started_at))
+            self.journal.catch_up(facts.started_at - REBUILD_MARGIN)  # (weeks of serving: read in C)
         else:
             self.follower.seek_tail()
         while self.journal.read():

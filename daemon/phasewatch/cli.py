@@ -34,7 +34,7 @@ from .errors import (
 from .instances import other_spelling, watched_unit
 from .pipeline import Pipeline
 from .profile import builtin_engines
-from .records import JournalRecord
+from .records import Entry, JournalRecord
 from .render import MAX_TS, clamp_ts, json_text, terminal_safe, to_json, to_table, ts_in_range
 from .sources import journal_source
 from .sources.formats import parse_source
@@ -86,43 +86,31 @@ class TimeClamp:
 
     def feed(self, pipeline: Pipeline, now: float | None) -> None:
         """Every record through `pipeline`; a journal's unit read in batches, its whole lines without
-        a JournalRecord each (`Pipeline.feed_line`, the catch-up fast path)."""
+        a JournalRecord each (`Pipeline.feed_entries`, the catch-up fast path)."""
         source = self._records
         if not isinstance(source, journal_source.UnitRecords):
             pipeline.feed_all(self, now)
             return
         self._clamped_records = 0
-        feed_line, feed = pipeline.feed_line, pipeline.feed
         for batch in source.batches(runs=pipeline.run_shape()):
-            for entry in batch:
-                if type(entry) is tuple:
-                    if type(entry[0]) is list:
-                        self._run(pipeline, entry, now)
-                        continue
-                    line: journal_source.UnitLine = entry  # type: ignore[assignment]
-                    message, realtime, pid, invocation = line
-                    if not 0.0 <= realtime <= MAX_TS:
-                        self._clamped_records += 1
-                        realtime = clamp_ts(realtime)
-                    feed_line(message, realtime, pid, invocation, now)
-                else:
-                    record: JournalRecord = entry  # type: ignore[assignment]
-                    if record.realtime is not None and not ts_in_range(record.realtime):
-                        self._clamped_records += 1
-                        record = replace(record, realtime=clamp_ts(record.realtime))
-                    feed(record, now)
+            pipeline.feed_entries(self._clamped(batch), now)
         pipeline.flush(now)
 
-    def _run(self, pipeline: Pipeline, run: journal_source.UnitRun, now: float | None) -> None:
-        messages, stamps, pid, invocation = run
-        if 0.0 <= min(stamps) and max(stamps) <= MAX_TS:
-            pipeline.feed_run(messages, stamps, pid, invocation, now)
-            return
-        for message, realtime in zip(messages, stamps, strict=True):
-            if not 0.0 <= realtime <= MAX_TS:
+    def _clamped(self, batch: list[Entry]) -> Iterator[Entry]:
+        for entry in batch:
+            if isinstance(entry, JournalRecord):
+                if entry.realtime is not None and not ts_in_range(entry.realtime):
+                    self._clamped_records += 1
+                    entry = replace(entry, realtime=clamp_ts(entry.realtime))
+            elif isinstance(entry[1], list):
+                stamps: list[float] = entry[1]
+                if not (0.0 <= min(stamps) and max(stamps) <= MAX_TS):
+                    self._clamped_records += sum(1 for ts in stamps if not 0.0 <= ts <= MAX_TS)
+                    entry = (entry[0], [clamp_ts(ts) for ts in stamps], entry[2], entry[3])
+            elif not 0.0 <= entry[1] <= MAX_TS:
                 self._clamped_records += 1
-                realtime = clamp_ts(realtime)
-            pipeline.feed_line(message, realtime, pid, invocation, now)
+                entry = (entry[0], clamp_ts(entry[1]), entry[2], entry[3])
+            yield entry
 
     def saw(self, stamps: Iterable[float | None]) -> None:
         """Times from line prefixes (year 0001 is before 1970): counted here, shown clamped."""

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from .config import Config
-from .records import WRONG_WHEN_STOPPED, Event, EventKind, JournalRecord, Line, Outcome, VerdictKind
+from .records import WRONG_WHEN_STOPPED, Entry, Event, EventKind, JournalRecord, Line, Outcome, VerdictKind
 from .stages import policy
 from .stages.events import EventMapper, is_lifecycle_record, lifecycle_event
 from .stages.fastpath import FastPath
@@ -102,6 +102,18 @@ class Pipeline:
                 self._quarantine(None, exc)
             done += 1
         return out
+
+    def feed_entries(self, batch: Iterable[Entry], now: float | None) -> None:
+        """A batch as journal_source.unit_entries reads it: whole lines (`feed_line`), runs of them
+        (`feed_run`) and records (`feed`)."""
+        feed_line, feed_run, feed = self.feed_line, self.feed_run, self.feed
+        for entry in batch:
+            if isinstance(entry, JournalRecord):
+                feed(entry, now)
+            elif isinstance(entry[0], list):
+                feed_run(entry[0], entry[1], entry[2], entry[3], now)
+            else:
+                feed_line(entry[0], entry[1], entry[2], entry[3], now)
 
     def feed(self, record: JournalRecord, now: float | None) -> list[Transition]:
         """A record through every stage. Never raises on content: a record a stage cannot take is

@@ -9,7 +9,7 @@ import datetime as dt
 import enum
 import uuid
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Mapping, Union
 
 # MESSAGE_IDs that PID 1 and journald use for the unit's lifecycle (see docs/architecture.md).
 MID_STARTING = "7d4958e842da4a758f6c1cdc7b36dcc5"  # "Starting <unit>..." (the start job began)
@@ -133,6 +133,14 @@ class JournalRecord:
     n_dropped: int | None = None
     cursor: str | None = None
     extra: Mapping[str, str] = field(default_factory=dict)
+
+
+# What journal_source.unit_entries reads (the catch-up), beside JournalRecords: a whole line of the
+# unit's own processes (MESSAGE bytes, seconds, _PID, invocation), and consecutive whole lines of one
+# writer the same but for digits (a run: the C reader's, when asked for).
+UnitLine = tuple[bytes, float, Union[int, None], Union[str, None]]
+UnitRun = tuple[list[bytes], list[float], Union[int, None], Union[str, None]]
+Entry = Union[UnitLine, UnitRun, JournalRecord]
 
 
 def _text(value: object) -> str | None:

@@ -11,10 +11,11 @@ last cursor read, so nothing is lost or read twice.
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Iterator
 
 from ..errors import JournalError
-from ..records import JournalRecord, record_from_fields
+from ..records import Entry, JournalRecord, record_from_fields
 from ..trust import TRUSTED_FIELDS, rejection
 from .journal_pages import drop_journal_pages
 
@@ -27,6 +28,13 @@ _LIFECYCLE_FIELDS = ("MESSAGE", "MESSAGE_ID", "UNIT", "OBJECT_SYSTEMD_UNIT", "N_
                      "N_RESTARTS", "SYSLOG_IDENTIFIER", "_COMM", *TRUSTED_FIELDS)
 
 
+
+
+@dataclass
+class ReadEnd:
+    """Where a whole pass of journal_source.unit_entries ended: the cursor of the last entry it read
+    (None: none)."""
+    cursor: str | None = None
 
 
 class JournalFollower:
@@ -76,6 +84,17 @@ class JournalFollower:
         self._reader.seek_tail()
         if not (self._reader._previous() and self._reader.test_cursor(self.cursor)):
             self.seek_cursor(self.cursor)
+
+    def catch_up_entries(self, since: float, runs: tuple[int, int] | None,
+                         end: ReadEnd) -> Iterator[list[Entry]] | None:
+        """The unit's entries from `since` to the end, read by the C reader in batches
+        (journal_source.unit_entries; trust rejections counted in `rejected`); `end` then names the
+        last. None without the C reader."""
+        from . import journal_source  # (it reads with this module's match and fields)
+
+        if journal_source.reader_name() != "C":
+            return None
+        return journal_source.unit_entries(self.unit, self.directory, since, self.rejected, runs, end)
 
     def drop_pages(self) -> int:
         """The journal file pages the reader mapped given back (journal_pages.py); it reads on

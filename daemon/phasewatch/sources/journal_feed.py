@@ -10,9 +10,9 @@ from typing import Callable, Sequence
 
 from ..clock import Clock
 from ..pipeline import Pipeline
-from ..records import Event
+from ..records import Event, JournalRecord
 from .base import Instant
-from .follow import INVALIDATE, JournalFollower
+from .follow import INVALIDATE, JournalFollower, ReadEnd
 
 logger = logging.getLogger(__name__)
 
@@ -87,11 +87,48 @@ class JournalFeed:
                 counts[record.invocation_id] = counts.get(record.invocation_id, 0) + 1
         self.pids.update({record.pid for record in records if record.pid is not None})
         self.read_since_release += len(records)
+        self._forget_old_counts()
+        self.after_batch()
+        return True
+
+    def catch_up(self, since: float) -> bool:
+        """The unit's entries from `since` (wall seconds) to the journal's end, read by `replay --unit`'s
+        C reader (`JournalFollower.catch_up_entries`: runs, a read-ahead thread) and fed and counted as
+        `read` feeds and counts them; the follower then reads on after the last. False, having read
+        nothing, without the C reader: the follower reads them."""
+        end = ReadEnd()
+        pipeline = self.pipeline
+        batches = self.follower.catch_up_entries(since, pipeline.run_shape(), end)
+        if batches is None:
+            return False
+        wall = self.clock.wall()
+        counts = self.entries_by_invocation
+        for batch in batches:
+            pipeline.feed_entries(batch, wall)
+            for entry in batch:
+                if isinstance(entry, JournalRecord):
+                    invocation, pid, many = entry.invocation_id, entry.pid, 1
+                else:
+                    invocation, pid = entry[3], entry[2]
+                    many = len(entry[0]) if isinstance(entry[0], list) else 1
+                if invocation is not None:
+                    counts[invocation] = counts.get(invocation, 0) + many
+                if pid is not None:
+                    self.pids.add(pid)
+                self.read_since_release += many
+            self.last_entries_at = self.clock.monotonic()
+            self._forget_old_counts()
+            self.after_batch()
+        if end.cursor is not None:
+            self.follower.seek_cursor(end.cursor)
+            self.follower.cursor = end.cursor
+        return True
+
+    def _forget_old_counts(self) -> None:
+        counts = self.entries_by_invocation
         if len(counts) > KEPT_COUNTS:
             for stale in list(counts)[:-KEPT_COUNTS]:
                 del counts[stale]
-        self.after_batch()
-        return True
 
     def release_memory(self) -> bool:
         """Once caught up after RELEASE_AFTER entries, or quiet for RELEASE_QUIET after

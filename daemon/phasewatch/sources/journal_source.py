@@ -16,9 +16,9 @@ import threading
 from typing import Any, Iterator, Union
 
 from ..errors import JournalError, JournalUnavailable
-from ..records import JournalRecord, record_from_fields
+from ..records import Entry, JournalRecord, record_from_fields
 from ..trust import rejection
-from .follow import _LIFECYCLE_FIELDS, JournalFollower
+from .follow import _LIFECYCLE_FIELDS, JournalFollower, ReadEnd
 
 try:  # the same reader in C (_journal_lines.c), when the package was built with it (setup.py)
     from .. import _journal_lines as c_lines  # type: ignore[attr-defined]
@@ -26,11 +26,6 @@ except ImportError:  # pragma: no cover - a pure-Python build
     c_lines = None
 
 BATCH = 4096
-# A whole line of the unit's own processes, as read: (MESSAGE bytes, seconds, _PID, invocation).
-UnitLine = tuple[bytes, float, Union[int, None], Union[str, None]]
-# Consecutive whole lines of one writer, the same but for digits (the C reader's, when asked for).
-UnitRun = tuple[list[bytes], list[float], Union[int, None], Union[str, None]]
-Entry = Union[UnitLine, UnitRun, JournalRecord]
 # What the C reader returns for an entry that is no whole line: first values, in `_entry`'s order.
 _LINE_FIELDS = ("_SYSTEMD_UNIT", "MESSAGE", "_PID", "_SYSTEMD_INVOCATION_ID", "_LINE_BREAK")
 _C_FIELDS = (*_LINE_FIELDS, *(name for name in _LIFECYCLE_FIELDS if name not in _LINE_FIELDS))
@@ -60,21 +55,23 @@ RunShape = Union[tuple[int, int], None]
 
 
 def unit_entries(unit: str, directory: str | None = None, since: float | None = None,
-                 rejected: dict[str, int] | None = None, runs: RunShape = None) -> Iterator[list[Entry]]:
+                 rejected: dict[str, int] | None = None, runs: RunShape = None,
+                 end: ReadEnd | None = None) -> Iterator[list[Entry]]:
     """`read_unit`'s entries in batches, the unit's whole lines as `UnitLine` tuples (no record
     built: `Pipeline.feed_line`), the rest as JournalRecords, exactly as `JournalFollower.read`
     makes them. An entry's fields are read in one call (`_get_all`): on a journald entry of some 25
     fields that is cheaper than the four `_get`s a line needs, each a walk over the entry's fields
     (and a `KeyError` for the `_LINE_BREAK` most entries lack). With the C reader (`reader_name()`),
     the same entries, read in C, and with `runs` some consecutive lines as one `UnitRun`
-    (`Pipeline.feed_run`, `Pipeline.run_shape`)."""
+    (`Pipeline.feed_run`, `Pipeline.run_shape`). Read to its end, `end` has the last entry's cursor."""
     if reader_name() == "C":
-        return _c_unit_entries(unit, directory, since, rejected, runs)
-    return _python_unit_entries(unit, directory, since, rejected)
+        return _c_unit_entries(unit, directory, since, rejected, runs, end)
+    return _python_unit_entries(unit, directory, since, rejected, end)
 
 
 def _c_unit_entries(unit: str, directory: str | None, since: float | None,
-                    rejected: dict[str, int] | None, runs: RunShape = None) -> Iterator[list[Entry]]:
+                    rejected: dict[str, int] | None, runs: RunShape = None,
+                    end: ReadEnd | None = None) -> Iterator[list[Entry]]:
     assert c_lines is not None
     try:
         lines = c_lines.open(unit, directory, None if since is None else int(since * 1_000_000), _C_FIELDS)
@@ -88,6 +85,9 @@ def _c_unit_entries(unit: str, directory: str | None, since: float | None,
         while True:
             batch, others = ahead.next()
             if not batch:
+                ahead.stop()
+                if end is not None:
+                    end.cursor = lines.cursor()
                 break
             if others:
                 entries: list[Entry] = []
@@ -158,7 +158,7 @@ class _ReadAhead:
 
 
 def _python_unit_entries(unit: str, directory: str | None, since: float | None,
-                         rejected: dict[str, int] | None) -> Iterator[list[Entry]]:
+                         rejected: dict[str, int] | None, end: ReadEnd | None = None) -> Iterator[list[Entry]]:
     follower = _open(unit, directory, since)
     reader = follower._reader
     try:
@@ -166,14 +166,17 @@ def _python_unit_entries(unit: str, directory: str | None, since: float | None,
         unit_bytes = unit.encode()
         pids: dict[bytes, int | None] = {}  # field bytes -> value: a unit has few of each
         invocations: dict[bytes, str] = {}
-        more = True
+        more, any_read = True, False
         while more:
             batch: list[Entry] = []
             append = batch.append
             for _ in range(BATCH):
                 if not next_entry():
                     more = False
+                    if end is not None and any_read:
+                        end.cursor = reader._get_cursor()
                     break
+                any_read = True
                 fields = get_all()
                 stamp = realtime()
                 message = fields.get("MESSAGE")
