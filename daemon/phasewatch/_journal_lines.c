@@ -24,7 +24,10 @@
 /* The fields of a whole line, in the order `open()`'s `fields` must begin with. */
 enum { F_UNIT, F_MESSAGE, F_PID, F_INVOCATION, F_LINE_BREAK, F_LINE_FIELDS };
 #define MAX_FIELDS 64
-#define NAME_LENGTHS 64  /* names this long or longer share the last slot */
+#define NAME_LENGTHS 64
+/* A batch ends early once its fields' bytes reach this: what a batch holds (here, then as Python
+ * objects, a few batches at once with the read-ahead) stays bounded whatever the lines' length. */
+#define BATCH_BYTES (4 << 20)  /* names this long or longer share the last slot */
 
 /* A field's first value in an entry: its index among the fields asked for, where it is in `arena`. */
 typedef struct {
@@ -232,6 +235,7 @@ static int collect(Lines *self, Py_ssize_t limit, size_t *count) {
         if (r < 0) return r;
         slot->value_count = self->values_len - slot->first_value;
         *count = (size_t)n + 1;
+        if (self->arena_len >= BATCH_BYTES) break;  /* long lines: a shorter batch */
     }
     return 0;
 }
@@ -350,8 +354,8 @@ static int add_line(PyObject *out, PyObject *line, int runs, const RunShape *sha
 }
 
 PyDoc_STRVAR(lines_read_doc,
-"read(limit, runs, free_start=0, free_end=0) -> (entries, others): up to `limit` entries (an empty\n"
-"list: the end), and how many of them are dicts (not whole lines). With `runs`, consecutive whole\n"
+"read(limit, runs, free_start=0, free_end=0) -> (entries, others): up to `limit` entries (fewer once\n"
+"their fields hold BATCH_BYTES; an empty list: the end), and how many of them are dicts (not whole lines). With `runs`, consecutive whole\n"
 "lines of one writer that `continues()` joins come as one tuple ([MESSAGE, ...], [seconds, ...], pid,\n"
 "invocation); their heads may differ in digits at [free_start, free_end) (the prefix's time).");
 
@@ -553,6 +557,10 @@ static PyMethodDef module_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+static int module_exec_constants(PyObject *m) {
+    return PyModule_AddIntConstant(m, "BATCH_BYTES", BATCH_BYTES);
+}
+
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "phasewatch._journal_lines",
     "A unit's journal entries in batches, read in C (the catch-up reader of replay --unit).", -1, module_methods,
@@ -561,5 +569,7 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__journal_lines(void) {
     if (PyType_Ready(&LinesType) < 0) return NULL;
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && module_exec_constants(m) < 0) Py_CLEAR(m);
+    return m;
 }

@@ -84,3 +84,14 @@ def test_unit_entries_left_after_one_batch_ends_the_thread_and_closes_the_journa
     assert len(closed) == 1 and not read_ahead_threads()
     every = [entry for batch in unit_entries(UNIT, str(directory)) for entry in batch]
     assert [e[0] for e in every] == [f"line {n}".encode() for n in range(400)]
+
+
+@pytest.mark.skipif(reader_name() != "C", reason="the package was built without its C reader")
+def test_a_batch_of_long_lines_ends_early_so_what_is_read_ahead_stays_bounded(tmp_path: Path) -> None:
+    long = "x" * 40_000
+    entries = [{"__REALTIME_TIMESTAMP": str(1796025600_000000 + n), "_PID": "4711", "_SYSTEMD_UNIT": UNIT,
+                "_SYSTEMD_INVOCATION_ID": "a" * 32, "MESSAGE": f"{n:05d} {long}"} for n in range(400)]
+    directory = write_journal(tmp_path / "journal", entries)
+    sizes = [len(batch) for batch in unit_entries(UNIT, str(directory))]
+    per_batch = journal_source.c_lines.BATCH_BYTES // 40_000 + 1
+    assert sum(sizes) == 400 and max(sizes) <= per_batch < journal_source.BATCH
