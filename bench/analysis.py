@@ -3,29 +3,44 @@
 TEXT = """
 ## What the numbers mean
 
-**1. Catch-up (missed).** The reference (a) is two C calls per entry (`_next()`, one
+**1. Catch-up (met).** The reference (a) is two C calls per entry (`_next()`, one
 `_get("MESSAGE")`). The catch-up path is now, step by step:
 
-- *Reading, in C.* `replay --unit` reads the journal with a small C module of the package
-  (`phasewatch/_journal_lines.c`, built by `setup.py` against libsystemd; `phasewatch --version`
+- *Reading, in C, a batch ahead.* `replay --unit` reads the journal with a small C module of the
+  package (`phasewatch/_journal_lines.c`, built by `setup.py` against libsystemd; `phasewatch --version`
   says which reader is in use): the same sd-journal match and data threshold as the daemon's
-  `JournalFollower`, one `sd_journal_enumerate_data` walk per entry, a batch of 4,096 entries per
-  call. A whole line of the unit's own processes (`_SYSTEMD_UNIT`, `MESSAGE`, `_PID`,
-  `_SYSTEMD_INVOCATION_ID` once each, no `_LINE_BREAK`) comes back as a tuple (MESSAGE bytes, time,
-  PID, invocation; the previous invocation's str reused) for `Pipeline.feed_line`; everything else
-  (PID 1's entries, journald's notices, `_LINE_BREAK` pieces, a field given twice) as a dict of the
-  fields the record needs, which Python makes into a record exactly as `JournalFollower.read`
-  does. Without the module (a build without a compiler, or `PHASEWATCH_PURE_PYTHON=1`, as the
-  `Architecture: all` Debian package is built) the same entries are read with systemd-python's
-  `_get_all()`. Reading alone went from about 2 × (a)'s time to about 1.1–1.2 × (the test journals below).
+  `JournalFollower`, one `sd_journal_enumerate_data` walk per entry (the asked fields found by name
+  length), up to 4,096 entries or 4 MiB of fields per batch. Each batch is read in two steps:
+  without the GIL the journal is walked and each entry's time and fields are copied into the
+  module's own buffers; with it they become Python objects. A whole line of the unit's own
+  processes (`_SYSTEMD_UNIT`, `MESSAGE`, `_PID`, `_SYSTEMD_INVOCATION_ID` once each, no
+  `_LINE_BREAK`) comes back as a tuple (MESSAGE bytes, time, PID, invocation) for
+  `Pipeline.feed_line`; everything else (PID 1's entries, journald's notices, `_LINE_BREAK`
+  pieces, a field given twice) as a dict of the fields the record needs, which Python makes into a
+  record exactly as `JournalFollower.read` does. `journal_source._ReadAhead` calls the reader in a
+  thread, two batches ahead of the pipeline: on this 2-core machine the walk (about as long as (a)'s
+  whole run) and Python's work on the batch before overlap, so a catch-up takes about the longer of
+  the two, not their sum. The tables give both: (d)'s wall time, and its CPU seconds over both
+  threads (1.44 s serving-heavy, 2.30 s crash-heavy, against 1.15 s and 1.40 s of wall time). On one
+  core it would cost the CPU column. Without the module (a build without a compiler, or
+  `PHASEWATCH_PURE_PYTHON=1`, as the `Architecture: all` Debian package is built) the same entries are
+  read with systemd-python's `_get_all()`, in the caller's thread.
 - *Runs.* The C reader also joins consecutive lines of one writer that are the same but for digits
-  (same length, the same bytes up to the first `]` and two more: the SGLang prefix and its time,
-  digits free after that) into one run; `Pipeline.feed_run` gives the first line to the fast path
-  and, when it took it, the rest at once (`FastPath.apply`'s `repeats`): the same masked text and
-  prefix mean the same rules and the same state met, so the changes of N lines are those of one
-  with the counters advanced by N, the record → rank memo filled (and cleared at 4,096) as line by
-  line, the last line's time, the latest time, and each phase's longest gap between consecutive
-  lines. A run is not joined where a rule that tells digits apart matches (the access lines).
+  (same length; the same bytes up to the first `]` and two more, but for the digits of the
+  prefix's time of day; digits free after that) into one run; `Pipeline.feed_run` gives the first
+  line to the fast path and, when it took it, the rest at once (`FastPath.apply`'s `repeats`): the
+  same masked text and prefix mean the same rules and the same state met, so the changes of N
+  lines are those of one with the counters advanced by N, the record → rank memo filled (and
+  cleared at 4,096) as line by line, the last line's time, the latest time, and each phase's
+  longest gap between consecutive lines. Where the time of day is is the engine's to say
+  (`Engine.run_time_digits`; SGLang's `[YYYY-MM-DD HH:MM:SS`: bytes 12–19): the fast path reads a
+  prefix's date, rank and tags, never its time, and a test holds the engine to it (a fast prefix
+  with other digits there is the same prefix but for its time); the date, milliseconds and rank
+  tags must still be equal. Before this, a server's `Decode` lines broke their run at every new
+  second of their prefix: at 4 lines a second the serving-heavy journal came as 100,806 items
+  (runs and single entries) for 300,007 entries, now 14,907. A run is not joined where a rule that
+  tells digits apart matches (the access lines). vLLM's module gives no `fast_prefix` yet, so it
+  has no runs.
 - *The fast path* (`stages/fastpath.py`). Most entries of a serving journal change nothing but a
   rank's last activity. The fast path recognises them from the MESSAGE bytes and makes those
   changes itself, without `Line`, `Prefix` or `Event` objects: the engine module's `fast_prefix`
@@ -43,8 +58,7 @@ TEXT = """
   Anything else (a phase move, a new rank or writer, a fatal or `harmless` rule, a held
   fragment, a multi-line or non-ASCII entry, a family match) takes the stages. Which lines
   qualify is data: the profile's rules and the state decide; no SGLang text is in the code. The
-  vLLM module has no `fast_prefix` yet (its prefix grammar has more forms), so vLLM journals take
-  the full path. The daemon gets the fast path too (`Pipeline.feed`), `replay --rules` does not.
+  daemon gets the fast path too (`Pipeline.feed`), `replay --rules` does not.
 - *Long lines* (the crash-heavy shape: KB-long batch dumps and out-of-memory lines are longer
   than the 1,024 characters the rule memo keeps): they have a digit-masked memo of their own,
   bounded by the size of its keys (2 MiB), so a batch dump seen again with other numbers costs one
@@ -57,39 +71,36 @@ TEXT = """
   `_LINE_BREAK` pieces, lines with `\\r`, escapes or bad UTF-8, restarts, clock steps) through a
   pipeline with and one without the fast path and compares the transitions, the snapshot, the
   judged JSON and the stages' own state; `tests/unit/test_fastpath_runs.py` does the same with
-  runs (through phase rules, rank changes, digit-telling rules, past the 4,096 bound) against line
-  by line and the full path, and tests/integration checks the C reader's runs against that model
-  and runs every journal test with both readers. `tests/golden/test_fastpath_corpus.py` does the same for
-  every corpus log as journal entries; `tests/integration/test_fastpath_journal.py` compares
-  `replay --unit --directory --json` (output, warnings, snapshot) with and without it over real
-  journal files of both shapes. `replay --json` over the 87 corpus logs and the examples is the
-  same as on main, byte for byte.
+  runs (through phase rules, rank changes, digit-telling rules, past the 4,096 bound, and on
+  journals whose prefixes show the clock, also across midnight) against line by line and the full
+  path, and tests/integration checks the C reader's runs (with and without the time span) against
+  that model and runs every journal test with both readers. `tests/golden/test_fastpath_corpus.py`
+  does the same for every corpus log as journal entries; `tests/integration/test_fastpath_journal.py`
+  compares `replay --unit --directory --json` (output, warnings, snapshot) with and without it
+  over real journal files of both shapes. `replay --json` over the 43 corpus logs and the 3
+  examples is the same as at the previous stop's head (f657fce), byte for byte, and `replay --unit
+  --json` of both bench journals is the same with the C reader as with systemd-python's.
 
-What the runs give, and how much of it a real journal keeps. The catch-up writer used to write its
-300,000 lines in about 6 s with the wall clock in their prefixes, so nearly every line shared its
-prefix second with the previous one: the C reader's runs and `fast_prefix`'s memo (keyed by the
-whole prefix) hit almost always. On those journals the full run at 07:45 met every serving-heavy
-target: 0.51 × (a), 1.02 × (b), 5.52 × (c) (crash-heavy 0.37 ×, 0.71 ×, 3.42 ×). A server writes
-the same lines over hours: a busy SGLang prints a `Decode batch` line every 40 decode steps, a few a
-second, with the HTTP server's access lines between them. The writer now gives its serving lines the
-prefix times of a server writing 4 lines a second (`bench/writer.py`, `LINES_PER_SECOND`; 300,000
-lines span about 21 hours), and with that the same code measured 0.34 × (a), 0.65 × (b), 3.66 × (c)
-serving-heavy and 0.33 ×, 0.62 ×, 2.76 × crash-heavy (the target rows above; `superseded_catchup` in
-results.json keeps the earlier rows). Runs now join a line with the next only within one prefix
-second, and every new second costs `fast_prefix` a parse (`_epoch_of`, a `Prefix`). Outside the
-sandbox, on a 308,000-entry journal of the integration test's generator with two `Decode` lines a
-second: (a) 0.37 s, replay 2.2 s (0.17 ×), against 1.15 s when every line has the same prefix.
+Where the time goes now (profile tables above: py-spy samples both threads). Serving-heavy, the
+read-ahead thread is the longer of the two (64 % of the samples; the pipeline's thread waited for it
+about 0.6 s of a 1.05 s replay outside the sandbox): the catch-up runs at the reading limit plus
+the interpreter's start. Crash-heavy, the pipeline is the longer: about 40,000 of its 300,000 lines
+take the stages (ASGI tracebacks' unprefixed lines, a rank's fatal traceback, 8,856 KB-long batch
+dumps), each through the splitter, the mapper and the tracker. The margins are thin on the serving-heavy journal (0.54 × (a), 1.07 ×
+(b) in this run; 0.59 × and 1.21 × in an `--only catchup` run at 09:44 UTC): what would widen
+them is a cheaper walk than `enumerate_data` over the ~25 fields journald stores per entry (the
+reader needs only five), which the public sd-journal API does not offer.
 
-Where the time goes now (profile tables above, serving-heavy): reading in C 45 % (about 1.3 × the
-raw reader's whole run: one `sd_journal_enumerate_data` walk over an entry's ~25 journald fields,
-where (a) stops at MESSAGE, plus the tuples), the fast path's decisions about 30 %
-(`FastPath.apply`, `fast_prefix`, dataclass construction), the loop 9 %, start-up 8 %. What would
-reach 0.5 × (a) on a real journal: the fast path's recognition in C as well (the prefix, the
-masked-text plan lookup and the state checks of the common case, handing Python only lines that
-change something), runs that span prefix seconds (the fast path does not use a prefix's time, only
-its date, rank and tags: an engine-given mask of the time digits would let C join a server's
-consecutive `Decode` lines across seconds), and a cheaper walk than `enumerate_data` for the four
-fields. Not done: seeking past a start-up that reached ready long ago. It would not stay exact:
+*The daemon's own catch-up* (table above). A daemon started while its unit runs rebuilds the
+current start-up from the journal, from the unit's start to the journal's end: after weeks of
+serving, millions of `Decode batch` lines. `Daemon.start` now reads them with the same C reader,
+runs and read-ahead (`JournalFeed.catch_up` through `JournalFollower.catch_up_entries`), counts them
+as the follower counts them (entries per start-up, `_PID`s for the rank scan, rejected forgeries)
+and then puts the follower after the last entry read (`Lines.cursor`), which reads on from there:
+300,000 entries in 1.15 s instead of 4.10 s (serving-heavy), 1.44 s instead of 5.32 s
+(crash-heavy). `tests/integration/test_daemon_catch_up.py` checks over real journal files that the
+state, counts and PIDs are those the follower alone reaches and that entries written after are read
+once. Not done: seeking past a start-up that reached ready long ago. It would not stay exact:
 after ready every entry can still matter (proof of life, a request's traceback, a rank's fatal
 line, lines lost).
 
@@ -117,7 +128,7 @@ or a ping. The first line after more than 2 s of silence (a start-up's first lin
 after a pause) still waits for journald's notification: looking every 50 ms while silent would be
 the periodic wake-up target 4 forbids, and nothing cheaper tells a follower that an entry was
 appended (journald writes through `mmap`, which inotify does not see). In the run above that is the
-start-up's first line (198 ms, the row's max).
+start-up's first line (232 ms, the row's max).
 
 Why the start-up row's p99 was 224 ms in the previous full run: the bench, not the daemon. The paced
 writer waits after each line for its two reference readers; its polling reader misses an entry now
@@ -142,8 +153,8 @@ a step cheaper: the status file written as bytes, its directory made only when m
 start-up's id looked up without building the views after every batch read; rank sort keys, a
 server's expected ranks and the start-up's history fingerprint (a sha256) computed once instead of
 at every step. One 5-line step outside the sandbox 0.45 → 0.39 ms; in the sandbox 1.7 % → 1.5 % in
-one `--only idle` run and 1.9 % in the full run above (0.9 % before the looks; target missed by
-0.9 points). A profile of the daemon in the sandbox at 100 lines/s (`python -m cProfile` as its
+one `--only idle` run, 1.9 % in the previous full run and 1.62 % in the full run above (journald
+took 1.08 % for the same lines; 0.9 % before the looks; target missed by 0.6 points). A profile of the daemon in the sandbox at 100 lines/s (`python -m cProfile` as its
 `ExecStart`, 30 s) puts a step's time in reading and feeding its ~5 lines (about 40 %), the sinks
 (status file, STATUS=, metrics: 25 %), judging (13 %) and rebuilding the views (10 %). What would
 meet both targets: not rebuilding the views and not judging again at a step whose lines changed
@@ -175,31 +186,34 @@ At 100 lines/s the daemon now takes a step every 50 ms instead of 4 a second (th
 target 2): see the CPU row and section 2; the metrics HTTP server's thread sleeps until a request
 comes.
 
-**5. Burst (missed by 1.7 MB).** Nothing is lost, and the daemon was done 1.86 s after the writers
-stopped, as soon as journald. Memory: while it reads a burst, sd-journal maps the pages of the
-journal file it reads (`RssShmem` on this tmpfs, `RssFile` on a disk): about 21 MB per 50,000
-entries (table). Once caught up after 10,000 entries the daemon reopens its reader at its cursor and
-calls glibc's `malloc_trim(0)` (`JournalFeed.release_memory`; it is the reopen a journal rotation
-already uses: nothing lost or read twice; `gc.collect()` gave nothing back). Above: RssAnon
-24.3 → 24.7 MB, RssShmem 11.1 → 14.5 MB, +3.7 MB in all. The rest is the fresh reader itself:
-put at the end of the journal, a reader with the daemon's match maps 2.3–2.5 MB of the file when
-it seeks by cursor and 1.7–2.0 MB from the tail (`bench/journal_pages.py`, the daemon's own reader, table above; the
-bisection over the file's entry arrays touches pages all over it). The reopen now goes from the
-tail when the cursor is the journal's last entry (`JournalFollower.reopen`; test: a reopened reader
-goes on after the last entry read, both ways). So "within 2 MB of the RSS before" is out of reach
-for any process that keeps a reader positioned at the end of a journal that grew: what stays is
-journald's file pages, shared and clean, which the kernel reclaims under pressure; the daemon's own
-memory (`RssAnon`) is back within 0.4 MB. What would reach the letter of the target: closing the
-reader while the unit is silent and reopening it when journald's inotify says the journal changed
-(a second inotify watch on the journal directory; not done: the reopen costs the same mapping again
-at the next line, and a reader that is not open cannot be woken by sd-journal's own fd).
+**5. Burst (met).** Nothing is lost, and the daemon was done 1.69 s after the writers stopped, as
+soon as journald. Memory: while it reads, sd-journal maps the pages of the journal files it reads
+(`RssShmem` on this tmpfs, `RssFile` on a disk) and keeps them mapped while the reader lives: about
+21 MB per 50,000 entries read (table), and, before the burst, 10.8 MB of pages of the many journal
+files the catch-up journals above left (a reader looks into every file of the directory). Reopening
+the reader after a burst (what the previous stop did) gave most of it back but not all: a fresh
+reader put at the end of the journal maps 10–14 MB again here (table: it opens every file and
+bisects their entry arrays; 1.7–2.5 MB in the previous stop's `--only pages` run, which had one
+file), and a reopen in the middle of a burst left the rest of the burst's pages mapped. Now the
+daemon keeps its reader and gives back the pages it mapped (`sources/journal_pages.py`:
+`madvise(MADV_DONTNEED)` on the mappings `/proc/self/maps` shows as read-only, shared and of a
+`*.journal` file; for such a mapping that only unmaps the pages from this process: the file and
+its page cache stay, and a later read maps a page again from it), then calls glibc's
+`malloc_trim(0)` (`gc.collect()` gave nothing back). It does so once caught up after 10,000
+entries (minutes of serving lines), and once the journal has been quiet for 1 s after at least
+1,000 entries (the end of a burst, or the rebuild at start): one deadline, not a periodic wake-up,
+and none after a silent start-up's few lines (test: `tests/unit/test_wakeups.py`; over real journal
+files, `tests/integration/test_journal_pages.py`: the pages leave RSS and the reader reads on).
+Above: RssAnon 24.6 → 24.7 MB, RssShmem 10.8 → 0.1 MB: 52.8 MB before, 42.2 MB after. The pages
+are still in the page cache (journald's, shared and clean); what the target asks, the daemon's
+own RSS back, now holds with room.
 
 ## Reproduce
 
     make bench            # = bash scripts/bench.sh: apt fail2ban + strace, py-spy in .venv, then bench/run.py
 
 `bench/run.py --quick --out DIR` is the short version CI runs (`tests/e2e/test_e2e_bench_smoke.py`).
-`--only catchup,scale,profile,follow,action,idle,burst` runs some parts. The journal is written
+`--only catchup,rebuild,scale,profile,follow,action,idle,burst,pages` runs some parts. The journal is written
 live by `bench/writer.py` running as a unit inside the sandbox (not imported with
 systemd-journal-remote), so every reader sees what journald really stores: one stream per unit,
 `_PID` per rank process, `_LINE_BREAK=pid-change` pieces of tqdm frames, PID 1's entries. All four

@@ -5,6 +5,8 @@
     inside.py count --unit U                entries of the unit (the same match as every reader)
     inside.py catchup --unit U --reps R     (a)-(d) interleaved, R times each; JSON on stdout
     inside.py replay --unit U --reps R      (a) and (d) only, with (d)'s max RSS (the scale series)
+    inside.py catchup --unit U --methods a_raw_reader,e_daemon_rebuild,f_daemon_rebuild_python
+                                            the daemon's own catch-up at its start (bench/rebuild.py)
     inside.py watch-status --status F --out O   each new status file (inotify): "time entries invocation"
     inside.py latency --unit U --seen O --since T --until T2   entry -> status latencies of that window
 
@@ -90,6 +92,10 @@ def commands(unit: str) -> dict[str, list[str]]:
         "c_fail2ban_regex": ["fail2ban-regex", "--print-no-missed", "--print-no-ignored", "-m", journalmatch,
                              "systemd-journal", FILTER],
         "d_phasewatch_replay": [os.path.join(VENV_BIN, "phasewatch"), "replay", "--unit", unit, "--json"],
+        # the daemon's own catch-up at its start (Daemon.start), with the C reader and without
+        "e_daemon_rebuild": [os.path.join(VENV_BIN, "python"), os.path.join(HERE, "rebuild.py"), "--unit", unit],
+        "f_daemon_rebuild_python": ["env", "PHASEWATCH_PURE_PYTHON=1", os.path.join(VENV_BIN, "python"),
+                                    os.path.join(HERE, "rebuild.py"), "--unit", unit],
     }
 
 
@@ -120,6 +126,8 @@ def summary_of(name: str, output: str) -> dict[str, object]:
                 return {"lines": line.strip()}
         return {"output": output[-300:]}
     document = json.loads(output)
+    if name.startswith(("e_", "f_")):
+        return dict(document)
     return {"invocations": len(document["invocations"]),
             "outcomes": [i["outcome"] for i in document["invocations"]]}
 

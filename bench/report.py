@@ -12,13 +12,15 @@ TARGETS = {"a": 0.5, "b": 1.0, "c": 4.0}
 FRAME_RE = re.compile(r"^(?P<func>.*?) \((?P<file>[^():]+?)(?::\d+)?\)$")
 # The pipeline's stages, as py-spy names their entry points (function, file suffix).
 STAGES = [
+    ("read ahead: the C reader's thread (journal_source._ReadAhead)", "_ReadAhead._read",
+     "phasewatch/sources/journal_source.py"),
     ("read: journal (journal_source.unit_entries)", "unit_entries", "phasewatch/sources/journal_source.py"),
     ("read: journal (follow.JournalFollower.read)", "JournalFollower.read", "phasewatch/sources/follow.py"),
     ("fast path: whole lines (FastPath.apply)", "FastPath.apply", "phasewatch/stages/fastpath.py"),
     ("split: lines (LineSplitter.feed, .flush)", "LineSplitter.feed", "phasewatch/stages/lines.py"),
     ("parse: events (EventMapper.map_line)", "EventMapper.map_line", "phasewatch/stages/events.py"),
     ("track: tracker (Tracker.apply)", "Tracker.apply", "phasewatch/stages/tracker.py"),
-    ("the rest of the loop (Pipeline.feed, .feed_line, TimeClamp.feed)", "TimeClamp.feed", "phasewatch/cli.py"),
+    ("the rest of the loop (Pipeline.feed_entries, .feed_line, TimeClamp.feed)", "TimeClamp.feed", "phasewatch/cli.py"),
     ("judge + render (Pipeline.judge, render.to_json)", "Pipeline.judge", "phasewatch/pipeline.py"),
 ]
 
@@ -221,6 +223,26 @@ def markdown(r: dict[str, Any]) -> str:
         found = cm.get("found", {})
         if found:
             out += ["What each found: " + "; ".join(f"{k[0]}: {v}" for k, v in found.items()), ""]
+    rebuilds = [(mix, r[key]) for mix, key in (("serving-heavy", "rebuild"), ("crash-heavy", "rebuild_crash"))
+                if r.get(key)]
+    if rebuilds:
+        out += ["### The daemon's own catch-up at its start", "",
+                "`bench/rebuild.py`: `Daemon.start` in a process of its own, with the daemon's `JournalFollower` "
+                "on the sandbox's journal, rebuilding a start-up that began before the unit's first entry, so "
+                "that it reads every entry of the catch-up journal (a daemon restarted after weeks of serving); "
+                "(e) with the C reader (`JournalFeed.catch_up`), (f) as built without it "
+                "(`PHASEWATCH_PURE_PYTHON=1`: the follower reads them). No target; interleaved with (a), "
+                f"{s['reps']} runs each.", "",
+                "| journal | entries | (a) s | (e) s | (e) CPU s | (f) s | (e) as a multiple of (a) | "
+                "(f) as a multiple of (a) |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+        for mix, rb in rebuilds:
+            m, cpu = rb["median"], rb.get("cpu_seconds", {})
+            raw, in_c, in_python = m["a_raw_reader"], m["e_daemon_rebuild"], m["f_daemon_rebuild_python"]
+            c_cpu = fmt(statistics.median(cpu["e_daemon_rebuild"]), 3) if cpu.get("e_daemon_rebuild") else "–"
+            out.append(f"| {mix} | {rb['entries']:,} | {fmt(raw, 3)} | {fmt(in_c, 3)} | {c_cpu} | "
+                       f"{fmt(in_python, 3)} | {fmt(raw / in_c)} | {fmt(raw / in_python)} |")
+        found = rebuilds[0][1].get("found", {})
+        out += ["", "What each found (serving-heavy): " + "; ".join(f"{k[0]}: {v}" for k, v in found.items()), ""]
     if sc:
         out += ["## 6. Scale: replay over N", "", "Max RSS counts the journal's pages that sd-journal maps while "
                 "reading: the raw reader (a) grows the same way. What phasewatch itself holds is the difference.", "",

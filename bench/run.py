@@ -198,6 +198,13 @@ class Bench:
         result: dict[str, Any] = json.loads(self.inside("catchup", "--unit", unit, "--reps", str(self.s["reps"])))
         return result
 
+    def rebuild(self, unit: str) -> dict[str, Any]:
+        log(f"daemon rebuild over {unit}, {self.s['reps']} runs each")
+        result: dict[str, Any] = json.loads(self.inside(
+            "catchup", "--unit", unit, "--reps", str(self.s["reps"]),
+            "--methods", "a_raw_reader,e_daemon_rebuild,f_daemon_rebuild_python"))
+        return result
+
     def scale(self) -> dict[str, Any]:
         out = {}
         for n in self.s["scale"]:
@@ -477,10 +484,11 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="small N, one repetition (the CI smoke run)")
     parser.add_argument("--out", type=Path, help="write results.json and performance.md here instead of "
                         "bench/ and docs/")
-    parser.add_argument("--only", help="comma-separated parts: catchup,scale,profile,follow,action,idle,burst,pages")
+    parser.add_argument("--only", help="comma-separated parts: "
+                        "catchup,rebuild,scale,profile,follow,action,idle,burst,pages")
     args = parser.parse_args()
     settings = PROFILES["quick" if args.quick else "full"]
-    parts = set((args.only or "catchup,scale,profile,follow,action,idle,burst,pages").split(","))
+    parts = set((args.only or "catchup,rebuild,scale,profile,follow,action,idle,burst,pages").split(","))
     box = BenchSandbox()
     box.boot()
     results: dict[str, Any] = {"mode": "quick" if args.quick else "full", "settings": settings,
@@ -490,11 +498,14 @@ def main() -> int:
     try:
         bench = Bench(box, settings)
         bench.install()
-        if parts & {"catchup", "scale", "profile"}:
+        if parts & {"catchup", "rebuild", "scale", "profile"}:
             results["journal"] = bench.write_journals()
         if "catchup" in parts:
             results["catchup"] = bench.catchup(catchup_unit(settings["n"]))
             results["catchup_crash"] = bench.catchup(crash_unit(settings["n"]))
+        if "rebuild" in parts:
+            results["rebuild"] = bench.rebuild(catchup_unit(settings["n"]))
+            results["rebuild_crash"] = bench.rebuild(crash_unit(settings["n"]))
         if "scale" in parts:
             results["scale"] = bench.scale()
         if "profile" in parts and settings["profile"]:

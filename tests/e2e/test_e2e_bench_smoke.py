@@ -29,6 +29,11 @@ def test_quick_bench_produces_every_row(tmp_path: Path) -> None:
         assert catchup["found"]["b_journalctl_grep"]["marker_lines"] > 0
         assert "matched" in catchup["found"]["c_fail2ban_regex"]["lines"]
         assert catchup["found"]["d_phasewatch_replay"]["invocations"] == r["settings"][starts]
+    for key in ("rebuild", "rebuild_crash"):  # the daemon's own catch-up, with the C reader and without
+        rebuilt = r[key]["found"]
+        assert rebuilt["e_daemon_rebuild"]["reader"] == "C" and rebuilt["f_daemon_rebuild_python"]["reader"] == "Python"
+        assert rebuilt["e_daemon_rebuild"]["entries"] == rebuilt["f_daemon_rebuild_python"]["entries"] > 0
+        assert set(r[key]["cpu_seconds"]) == {"a_raw_reader", "e_daemon_rebuild", "f_daemon_rebuild_python"}
     assert set(r["scale"]) == {str(n) for n in r["settings"]["scale"]}
     for row in r["scale"].values():
         assert row["max_rss_kib"]["d_phasewatch_replay"][0] > 0
@@ -52,4 +57,5 @@ def test_quick_bench_produces_every_row(tmp_path: Path) -> None:
         assert heading in doc
     assert doc.count(": replay ≥") == 6  # three references, two mixes
     assert "### serving-heavy" in doc and "### crash-heavy" in doc
+    assert "### The daemon's own catch-up at its start" in doc
     assert doc.count("| 2 | entry → daemon status") == 2
