@@ -7,7 +7,8 @@ TEXT = """
 `_get("MESSAGE")`). The catch-up path is now, step by step:
 
 - *Reading, in C, a batch ahead.* `replay --unit` reads the journal with a small C module of the
-  package (`phasewatch/_journal_lines.c`, built by `setup.py` against libsystemd; `phasewatch --version`
+  package (`phasewatch/_journal_lines.c`, built by `setup.py` against libsystemd; `phasewatch
+--version`
   says which reader is in use): the same sd-journal match and data threshold as the daemon's
   `JournalFollower`, one `sd_journal_enumerate_data` walk per entry (the asked fields found by name
   length), up to 4,096 entries or 4 MiB of fields per batch. Each batch is read in two steps:
@@ -23,7 +24,8 @@ TEXT = """
   the two, not their sum. The tables give both: (d)'s wall time, and its CPU seconds over both
   threads (1.44 s serving-heavy, 2.30 s crash-heavy, against 1.15 s and 1.40 s of wall time). On one
   core it would cost the CPU column. Without the module (a build without a compiler, or
-  `PHASEWATCH_PURE_PYTHON=1`, as the `Architecture: all` Debian package is built) the same entries are
+  `PHASEWATCH_PURE_PYTHON=1`, as the `Architecture: all` Debian package is built) the same entries
+are
   read with systemd-python's `_get_all()`, in the caller's thread.
 - *Runs.* The C reader also joins consecutive lines of one writer that are the same but for digits
   (same length; the same bytes up to the first `]` and two more, but for the digits of the
@@ -75,7 +77,8 @@ TEXT = """
   journals whose prefixes show the clock, also across midnight) against line by line and the full
   path, and tests/integration checks the C reader's runs (with and without the time span) against
   that model and runs every journal test with both readers. `tests/golden/test_fastpath_corpus.py`
-  does the same for every corpus log as journal entries; `tests/integration/test_fastpath_journal.py`
+  does the same for every corpus log as journal entries;
+`tests/integration/test_fastpath_journal.py`
   compares `replay --unit --directory --json` (output, warnings, snapshot) with and without it
   over real journal files of both shapes. `replay --json` over the 43 corpus logs and the 3
   examples is the same as at the previous stop's head (f657fce), byte for byte, and `replay --unit
@@ -86,7 +89,8 @@ read-ahead thread is the longer of the two (64 % of the samples; the pipeline's 
 about 0.6 s of a 1.05 s replay outside the sandbox): the catch-up runs at the reading limit plus
 the interpreter's start. Crash-heavy, the pipeline is the longer: about 40,000 of its 300,000 lines
 take the stages (ASGI tracebacks' unprefixed lines, a rank's fatal traceback, 8,856 KB-long batch
-dumps), each through the splitter, the mapper and the tracker. The margins are thin on the serving-heavy journal (0.54 × (a), 1.07 ×
+dumps), each through the splitter, the mapper and the tracker. The margins are thin on the
+serving-heavy journal (0.54 × (a), 1.07 ×
 (b) in this run; 0.59 × and 1.21 × in an `--only catchup` run at 09:44 UTC): what would widen
 them is a cheaper walk than `enumerate_data` over the ~25 fields journald stores per entry (the
 reader needs only five), which the public sd-journal API does not offer.
@@ -154,7 +158,8 @@ start-up's id looked up without building the views after every batch read; rank 
 server's expected ranks and the start-up's history fingerprint (a sha256) computed once instead of
 at every step. One 5-line step outside the sandbox 0.45 → 0.39 ms; in the sandbox 1.7 % → 1.5 % in
 one `--only idle` run, 1.9 % in the previous full run and 1.62 % in the full run above (journald
-took 1.08 % for the same lines; 0.9 % before the looks; target missed by 0.6 points). A profile of the daemon in the sandbox at 100 lines/s (`python -m cProfile` as its
+took 1.08 % for the same lines; 0.9 % before the looks; target missed by 0.6 points). A profile of
+the daemon in the sandbox at 100 lines/s (`python -m cProfile` as its
 `ExecStart`, 30 s) puts a step's time in reading and feeding its ~5 lines (about 40 %), the sinks
 (status file, STATUS=, metrics: 25 %), judging (13 %) and rebuilding the views (10 %). What would
 meet both targets: not rebuilding the views and not judging again at a step whose lines changed
@@ -213,7 +218,8 @@ own RSS back, now holds with room.
     make bench            # = bash scripts/bench.sh: apt fail2ban + strace, py-spy in .venv, then bench/run.py
 
 `bench/run.py --quick --out DIR` is the short version CI runs (`tests/e2e/test_e2e_bench_smoke.py`).
-`--only catchup,rebuild,scale,profile,follow,action,idle,burst,pages` runs some parts. The journal is written
+`--only catchup,rebuild,scale,profile,follow,action,idle,burst,pages` runs some parts. The journal
+is written
 live by `bench/writer.py` running as a unit inside the sandbox (not imported with
 systemd-journal-remote), so every reader sees what journald really stores: one stream per unit,
 `_PID` per rank process, `_LINE_BREAK=pid-change` pieces of tqdm frames, PID 1's entries. All four
