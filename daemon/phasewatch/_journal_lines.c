@@ -6,7 +6,7 @@
  * - without the GIL (`collect`), the journal is walked: each entry's time and the first value of
  *   each field asked for (sd_journal_enumerate_data, one walk), copied into the object's own
  *   buffers, so that another thread runs Python meanwhile (journal_source reads ahead in a thread);
- * - with it (`build`), each entry becomes
+ * - with it (the rest of `read`), each entry becomes
  *   - a whole line of the unit (_SYSTEMD_UNIT the unit, MESSAGE, _PID (decimal or empty) and
  *     _SYSTEMD_INVOCATION_ID (UTF-8) each present once, no _LINE_BREAK): the tuple
  *     (MESSAGE bytes, seconds float, pid int or None, invocation str) that journal_source.UnitLine is;
@@ -17,6 +17,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <systemd/sd-journal.h>
@@ -24,10 +25,10 @@
 /* The fields of a whole line, in the order `open()`'s `fields` must begin with. */
 enum { F_UNIT, F_MESSAGE, F_PID, F_INVOCATION, F_LINE_BREAK, F_LINE_FIELDS };
 #define MAX_FIELDS 64
-#define NAME_LENGTHS 64
+#define NAME_LENGTHS 64  /* names this long or longer share the last slot */
 /* A batch ends early once its fields' bytes reach this: what a batch holds (here, then as Python
  * objects, a few batches at once with the read-ahead) stays bounded whatever the lines' length. */
-#define BATCH_BYTES (4 << 20)  /* names this long or longer share the last slot */
+#define BATCH_BYTES (4 << 20)
 
 /* A field's first value in an entry: its index among the fields asked for, where it is in `arena`. */
 typedef struct {
@@ -188,7 +189,11 @@ static PyObject *invocation_object(Lines *self, const char *text, size_t length)
 static int reserve(void **buffer, size_t *capacity, size_t needed, size_t size) {
     if (needed <= *capacity) return 0;
     size_t grown = *capacity ? *capacity : 64;
-    while (grown < needed) grown *= 2;
+    while (grown < needed) {
+        if (grown > SIZE_MAX / 2) return -ENOMEM;
+        grown *= 2;
+    }
+    if (grown > SIZE_MAX / size) return -ENOMEM;
     void *moved = PyMem_RawRealloc(*buffer, grown * size);
     if (moved == NULL) return -ENOMEM;
     *buffer = moved;
@@ -202,10 +207,10 @@ static int collect(Lines *self, Py_ssize_t limit, size_t *count) {
     int r;
     *count = 0;
     self->values_len = self->arena_len = 0;
-    if ((r = reserve((void **)&self->slots, &self->slots_cap, (size_t)limit, sizeof(Slot))) < 0) return r;
     for (Py_ssize_t n = 0; n < limit; n++) {
         r = sd_journal_next(self->journal);
         if (r <= 0) return r;
+        if ((r = reserve((void **)&self->slots, &self->slots_cap, (size_t)n + 1, sizeof(Slot))) < 0) return r;
         Slot *slot = &self->slots[n];
         if ((r = sd_journal_get_realtime_usec(self->journal, &slot->usec)) < 0) return r;
         slot->first_value = self->values_len;
@@ -228,7 +233,7 @@ static int collect(Lines *self, Py_ssize_t limit, size_t *count) {
             if ((r = reserve((void **)&self->values, &self->values_cap, self->values_len + 1, sizeof(Value))) < 0
                     || (r = reserve((void **)&self->arena, &self->arena_cap, self->arena_len + value_len, 1)) < 0)
                 return r;
-            memcpy(self->arena + self->arena_len, value, value_len);
+            if (value_len > 0) memcpy(self->arena + self->arena_len, value, value_len);
             self->values[self->values_len++] = (Value){index, self->arena_len, value_len};
             self->arena_len += value_len;
         }
@@ -375,14 +380,20 @@ static PyObject *lines_read(Lines *self, PyObject *args) {
     if (limit < 0) limit = 0;
     size_t count;
     int r;
+    /* busy until the buffers are read: building objects may run other threads' Python (a GC) */
     self->busy = 1;
     Py_BEGIN_ALLOW_THREADS
     r = collect(self, limit, &count);
     Py_END_ALLOW_THREADS
-    self->busy = 0;
-    if (r < 0) return os_error(r);
+    if (r < 0) {
+        self->busy = 0;
+        return os_error(r);
+    }
     PyObject *out = PyList_New(0);
-    if (out == NULL) return NULL;
+    if (out == NULL) {
+        self->busy = 0;
+        return NULL;
+    }
     Py_ssize_t others = 0;
     for (size_t n = 0; n < count; n++) {
         const Slot *slot = &self->slots[n];
@@ -400,8 +411,10 @@ static PyObject *lines_read(Lines *self, PyObject *args) {
         Py_DECREF(entry);
         if (failed) goto error;
     }
+    self->busy = 0;
     return Py_BuildValue("(Nn)", out, others);
 error:
+    self->busy = 0;
     Py_DECREF(out);
     return NULL;
 }
@@ -416,9 +429,12 @@ static PyObject *lines_close(Lines *self, PyObject *Py_UNUSED(ignored)) {
 }
 
 static PyObject *lines_cursor(Lines *self, PyObject *Py_UNUSED(ignored)) {
-    if (self->journal == NULL || self->busy) {
-        PyErr_SetString(PyExc_ValueError, self->journal == NULL ? "the journal is closed"
-                                                                : "another thread is reading this journal");
+    if (self->journal == NULL) {
+        PyErr_SetString(PyExc_ValueError, "the journal is closed");
+        return NULL;
+    }
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "another thread is reading this journal");
         return NULL;
     }
     char *cursor = NULL;

@@ -12,7 +12,7 @@ last cursor read, so nothing is lost or read twice.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Generator
 
 from ..errors import JournalError
 from ..records import Entry, JournalRecord, record_from_fields
@@ -86,7 +86,7 @@ class JournalFollower:
             self.seek_cursor(self.cursor)
 
     def catch_up_entries(self, since: float, runs: tuple[int, int] | None,
-                         end: ReadEnd) -> Iterator[list[Entry]] | None:
+                         end: ReadEnd) -> Generator[list[Entry], None, None] | None:
         """The unit's entries from `since` to the end, read by the C reader in batches
         (journal_source.unit_entries; trust rejections counted in `rejected`); `end` then names the
         last. None without the C reader."""

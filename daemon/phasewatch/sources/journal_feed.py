@@ -9,8 +9,9 @@ import math
 from typing import Callable, Sequence
 
 from ..clock import Clock
+from ..errors import JournalUnavailable
 from ..pipeline import Pipeline
-from ..records import Event, JournalRecord
+from ..records import Entry, Event, JournalRecord
 from .base import Instant
 from .follow import INVALIDATE, JournalFollower, ReadEnd
 
@@ -44,6 +45,7 @@ class JournalFeed:
         self.entries_left = False  # the last collect stopped on its bound, not at the journal's end
         self.pids: set[int] = set()  # the `_PID`s of the entries read since the daemon last took them
         self.read_since_release = 0
+        self._last_invocation: str | None = None  # of the catch-up's last entry
 
     def fds(self) -> Sequence[int]:
         return (self.follower.fileno(),)
@@ -94,35 +96,57 @@ class JournalFeed:
     def catch_up(self, since: float) -> bool:
         """The unit's entries from `since` (wall seconds) to the journal's end, read by `replay --unit`'s
         C reader (`JournalFollower.catch_up_entries`: runs, a read-ahead thread) and fed and counted as
-        `read` feeds and counts them; the follower then reads on after the last. False, having read
-        nothing, without the C reader: the follower reads them."""
+        `read` feeds and counts them, the loop told of each change of start-up (`after_batch`); the
+        follower then reads on after the last. False, having read nothing, without the C reader or
+        when it cannot open the journal: the follower reads them."""
         end = ReadEnd()
-        pipeline = self.pipeline
-        batches = self.follower.catch_up_entries(since, pipeline.run_shape(), end)
+        batches = self.follower.catch_up_entries(since, self.pipeline.run_shape(), end)
         if batches is None:
             return False
-        wall = self.clock.wall()
-        counts = self.entries_by_invocation
-        for batch in batches:
-            pipeline.feed_entries(batch, wall)
-            for entry in batch:
-                if isinstance(entry, JournalRecord):
-                    invocation, pid, many = entry.invocation_id, entry.pid, 1
-                else:
-                    invocation, pid = entry[3], entry[2]
-                    many = len(entry[0]) if isinstance(entry[0], list) else 1
-                if invocation is not None:
-                    counts[invocation] = counts.get(invocation, 0) + many
-                if pid is not None:
-                    self.pids.add(pid)
-                self.read_since_release += many
-            self.last_entries_at = self.clock.monotonic()
-            self._forget_old_counts()
-            self.after_batch()
+        try:
+            try:
+                first = next(batches, None)
+            except JournalUnavailable as exc:
+                logger.warning("[%s] the catch-up reader failed (%s): the follower reads the start-up", self.unit, exc)
+                return False
+            batch = first
+            while batch is not None:
+                self._take(batch)
+                batch = next(batches, None)
+        finally:
+            batches.close()  # (the read-ahead thread ends with it)
         if end.cursor is not None:
             self.follower.seek_cursor(end.cursor)
             self.follower.cursor = end.cursor
         return True
+
+    def _take(self, batch: list[Entry]) -> None:
+        """A catch-up batch through the pipeline, counted; `after_batch` at its end and wherever the
+        start-up changes in it (as if a follower's read had ended there)."""
+        counts, start, last = self.entries_by_invocation, 0, self._last_invocation
+        for index, entry in enumerate(batch):
+            if isinstance(entry, JournalRecord):
+                invocation, pid, many = entry.invocation_id, entry.pid, 1
+            else:
+                invocation, pid = entry[3], entry[2]
+                many = len(entry[0]) if isinstance(entry[0], list) else 1
+            if invocation is not None:
+                if invocation != last and last is not None and index > start:
+                    self._feed_part(batch[start:index])
+                    start = index
+                last = invocation
+                counts[invocation] = counts.get(invocation, 0) + many
+            if pid is not None:
+                self.pids.add(pid)
+            self.read_since_release += many
+        self._last_invocation = last
+        self._feed_part(batch[start:])
+
+    def _feed_part(self, entries: list[Entry]) -> None:
+        self.pipeline.feed_entries(entries, self.clock.wall())
+        self.last_entries_at = self.clock.monotonic()
+        self._forget_old_counts()
+        self.after_batch()
 
     def _forget_old_counts(self) -> None:
         counts = self.entries_by_invocation

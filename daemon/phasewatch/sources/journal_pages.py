@@ -7,7 +7,8 @@ only unmaps its pages from this process: the file and its page cache are untouch
 access maps the page again from it (madvise(2): "repopulating the memory contents from the
 up-to-date contents of the underlying mapped file"). Only the mappings /proc/self/maps shows as
 read-only and shared of a `*.journal` (or `*.journal~`) file, deleted or not, are advised, and only from the thread
-that owns the journal readers (nothing maps or unmaps them meanwhile).
+that owns the journal readers (nothing maps or unmaps them meanwhile): the daemon's loop; the catch-up's
+read-ahead thread (journal_source._ReadAhead) has ended before the loop begins.
 """
 
 from __future__ import annotations

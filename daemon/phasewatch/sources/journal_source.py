@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import queue
 import threading
-from typing import Any, Iterator, Union
+from typing import Any, Callable, Generator, Iterator, Union
 
 from ..errors import JournalError, JournalUnavailable
 from ..records import Entry, JournalRecord, record_from_fields
@@ -56,7 +56,7 @@ RunShape = Union[tuple[int, int], None]
 
 def unit_entries(unit: str, directory: str | None = None, since: float | None = None,
                  rejected: dict[str, int] | None = None, runs: RunShape = None,
-                 end: ReadEnd | None = None) -> Iterator[list[Entry]]:
+                 end: ReadEnd | None = None) -> Generator[list[Entry], None, None]:
     """`read_unit`'s entries in batches, the unit's whole lines as `UnitLine` tuples (no record
     built: `Pipeline.feed_line`), the rest as JournalRecords, exactly as `JournalFollower.read`
     makes them. An entry's fields are read in one call (`_get_all`): on a journald entry of some 25
@@ -71,23 +71,26 @@ def unit_entries(unit: str, directory: str | None = None, since: float | None = 
 
 def _c_unit_entries(unit: str, directory: str | None, since: float | None,
                     rejected: dict[str, int] | None, runs: RunShape = None,
-                    end: ReadEnd | None = None) -> Iterator[list[Entry]]:
+                    end: ReadEnd | None = None) -> Generator[list[Entry], None, None]:
     assert c_lines is not None
-    try:
-        lines = c_lines.open(unit, directory, None if since is None else int(since * 1_000_000), _C_FIELDS)
-    except OSError as exc:
-        where = f" in {directory}" if directory else ""
-        raise JournalUnavailable(f"cannot open the journal{where}: {exc.strerror or exc}") from None
+    open_args = (unit, directory, None if since is None else int(since * 1_000_000), _C_FIELDS)
+
+    def open_lines() -> Any:
+        try:
+            return c_lines.open(*open_args)
+        except OSError as exc:
+            where = f" in {directory}" if directory else ""
+            raise JournalUnavailable(f"cannot open the journal{where}: {exc.strerror or exc}") from None
+
     unit_bytes = unit.encode()
     counted: dict[str, int] = {}
-    ahead = _ReadAhead(lines, runs)
+    ahead = _ReadAhead(open_lines, runs)
     try:
         while True:
             batch, others = ahead.next()
             if not batch:
-                ahead.stop()
                 if end is not None:
-                    end.cursor = lines.cursor()
+                    end.cursor = ahead.cursor
                 break
             if others:
                 entries: list[Entry] = []
@@ -101,36 +104,47 @@ def _c_unit_entries(unit: str, directory: str | None, since: float | None,
             yield batch
     finally:
         ahead.stop()
-        lines.close()
         if rejected is not None:
             for reason, count in counted.items():
                 rejected[reason] = rejected.get(reason, 0) + count
 
 
 class _ReadAhead:
-    """The C reader's batches, read AHEAD batches ahead in a thread: it walks the journal without the
-    GIL (_journal_lines.c `collect`) while the caller's Python takes the batch before (on two cores a
-    catch-up then costs about the slower of the two, not their sum; docs/performance.md)."""
+    """The C reader's batches, read AHEAD batches ahead in a thread of its own: it walks the journal
+    without the GIL (_journal_lines.c `collect`) while the caller's Python takes the batch before (on
+    two cores a catch-up then costs about the slower of the two, not their sum;
+    docs/performance.md). The thread opens, reads and closes the journal: an sd_journal is used by
+    one thread in its whole life (sd-journal(3)). At the end it hands over the last entry's cursor."""
 
     AHEAD = 2
 
-    def __init__(self, lines: Any, runs: RunShape) -> None:
-        self._lines = lines
+    def __init__(self, open_lines: Callable[[], Any], runs: RunShape) -> None:
+        self._open_lines = open_lines
         self._args = (BATCH, runs is not None, *(runs or (0, 0)))
         self._queue: queue.Queue[tuple[list[Any], int, BaseException | None]] = queue.Queue(self.AHEAD)
         self._stopping = threading.Event()
+        self.cursor: str | None = None  # the last entry's, once the end was handed over
         self._thread = threading.Thread(target=self._read, name="phasewatch-read-ahead", daemon=True)
         self._thread.start()
 
     def _read(self) -> None:
         try:
+            lines = self._open_lines()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller, raised there
+            self._put(([], 0, exc))
+            return
+        try:
             while not self._stopping.is_set():
-                batch, others = self._lines.read(*self._args)
+                batch, others = lines.read(*self._args)
+                if not batch:
+                    self.cursor = lines.cursor()
                 self._put((batch, others, None))
                 if not batch:
                     return
         except BaseException as exc:  # noqa: BLE001 - handed to the caller, raised there
             self._put(([], 0, exc))
+        finally:
+            lines.close()
 
     def _put(self, item: tuple[list[Any], int, BaseException | None]) -> None:
         while not self._stopping.is_set():
@@ -141,14 +155,15 @@ class _ReadAhead:
                 continue
 
     def next(self) -> tuple[list[Any], int]:
-        """The next batch and how many of its entries are dicts; an empty batch at the end."""
+        """The next batch and how many of its entries are dicts; an empty batch at the end (then
+        `cursor` is set)."""
         batch, others, error = self._queue.get()
         if error is not None:
             raise error
         return batch, others
 
     def stop(self) -> None:
-        """The thread ended (the journal is no longer read once this returns)."""
+        """The thread ended (the journal is closed once this returns)."""
         self._stopping.set()
         while self._thread.is_alive():
             try:
@@ -158,7 +173,8 @@ class _ReadAhead:
 
 
 def _python_unit_entries(unit: str, directory: str | None, since: float | None,
-                         rejected: dict[str, int] | None, end: ReadEnd | None = None) -> Iterator[list[Entry]]:
+                         rejected: dict[str, int] | None,
+                         end: ReadEnd | None = None) -> Generator[list[Entry], None, None]:
     follower = _open(unit, directory, since)
     reader = follower._reader
     try:
