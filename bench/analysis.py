@@ -22,7 +22,7 @@ TEXT = """
   thread, two batches ahead of the pipeline: on this 2-core machine the walk (about as long as (a)'s
   whole run) and Python's work on the batch before overlap, so a catch-up takes about the longer of
   the two, not their sum. The tables give both: (d)'s wall time, and its CPU seconds over both
-  threads (1.44 s serving-heavy, 2.30 s crash-heavy, against 1.15 s and 1.40 s of wall time). On one
+  threads (1.30 s serving-heavy, 2.14 s crash-heavy, against 1.06 s and 1.34 s of wall time). On one
   core it would cost the CPU column. Without the module (a build without a compiler, or
   `PHASEWATCH_PURE_PYTHON=1`, as the `Architecture: all` Debian package is built) the same entries
 are
@@ -85,14 +85,14 @@ are
   --json` of both bench journals is the same with the C reader as with systemd-python's.
 
 Where the time goes now (profile tables above: py-spy samples both threads). Serving-heavy, the
-read-ahead thread is the longer of the two (64 % of the samples; the pipeline's thread waited for it
+read-ahead thread is the longer of the two (68 % of the samples; the pipeline's thread waited for it
 about 0.6 s of a 1.05 s replay outside the sandbox): the catch-up runs at the reading limit plus
 the interpreter's start. Crash-heavy, the pipeline is the longer: about 40,000 of its 300,000 lines
 take the stages (ASGI tracebacks' unprefixed lines, a rank's fatal traceback, 8,856 KB-long batch
-dumps), each through the splitter, the mapper and the tracker. The margins are thin on the
-serving-heavy journal (0.54 × (a), 1.07 ×
-(b) in this run; 0.59 × and 1.21 × in an `--only catchup` run at 09:44 UTC): what would widen
-them is a cheaper walk than `enumerate_data` over the ~25 fields journald stores per entry (the
+dumps), each through the splitter, the mapper and the tracker. The margins differ from run to run on
+this shared machine (serving-heavy 0.61 × (a) and 1.33 × (b) in this run, 0.54 × and 1.07 × in a
+full run at 10:00 UTC on the code before a review's fixes): what would widen them is a cheaper walk
+than `enumerate_data` over the ~25 fields journald stores per entry (the
 reader needs only five), which the public sd-journal API does not offer.
 
 *The daemon's own catch-up* (table above). A daemon started while its unit runs rebuilds the
@@ -101,8 +101,8 @@ serving, millions of `Decode batch` lines. `Daemon.start` now reads them with th
 runs and read-ahead (`JournalFeed.catch_up` through `JournalFollower.catch_up_entries`), counts them
 as the follower counts them (entries per start-up, `_PID`s for the rank scan, rejected forgeries)
 and then puts the follower after the last entry read (`Lines.cursor`), which reads on from there:
-300,000 entries in 1.15 s instead of 4.10 s (serving-heavy), 1.44 s instead of 5.32 s
-(crash-heavy). `tests/integration/test_daemon_catch_up.py` checks over real journal files that the
+300,000 entries in 1.10 s instead of 4.02 s (serving-heavy), 1.47 s instead of 4.96 s (crash-heavy).
+`tests/integration/test_daemon_catch_up.py` checks over real journal files that the
 state, counts and PIDs are those the follower alone reaches and that entries written after are read
 once. Not done: seeking past a start-up that reached ready long ago. It would not stay exact:
 after ready every entry can still matter (proof of life, a request's traceback, a rank's fatal
@@ -132,7 +132,7 @@ or a ping. The first line after more than 2 s of silence (a start-up's first lin
 after a pause) still waits for journald's notification: looking every 50 ms while silent would be
 the periodic wake-up target 4 forbids, and nothing cheaper tells a follower that an entry was
 appended (journald writes through `mmap`, which inotify does not see). In the run above that is the
-start-up's first line (232 ms, the row's max).
+start-up's first line (112 ms, the row's max).
 
 Why the start-up row's p99 was 224 ms in the previous full run: the bench, not the daemon. The paced
 writer waits after each line for its two reference readers; its polling reader misses an entry now
@@ -157,8 +157,9 @@ a step cheaper: the status file written as bytes, its directory made only when m
 start-up's id looked up without building the views after every batch read; rank sort keys, a
 server's expected ranks and the start-up's history fingerprint (a sha256) computed once instead of
 at every step. One 5-line step outside the sandbox 0.45 → 0.39 ms; in the sandbox 1.7 % → 1.5 % in
-one `--only idle` run, 1.9 % in the previous full run and 1.62 % in the full run above (journald
-took 1.08 % for the same lines; 0.9 % before the looks; target missed by 0.6 points). A profile of
+one `--only idle` run, 1.9 % in the previous stop's full run, 1.62 % in a full run at 10:00 UTC and
+1.77 % in the full run above (journald took 1.35 % for the same lines; 0.9 % before the looks;
+target missed by 0.8 points). A profile of
 the daemon in the sandbox at 100 lines/s (`python -m cProfile` as its
 `ExecStart`, 30 s) puts a step's time in reading and feeding its ~5 lines (about 40 %), the sinks
 (status file, STATUS=, metrics: 25 %), judging (13 %) and rebuilding the views (10 %). What would
@@ -191,13 +192,13 @@ At 100 lines/s the daemon now takes a step every 50 ms instead of 4 a second (th
 target 2): see the CPU row and section 2; the metrics HTTP server's thread sleeps until a request
 comes.
 
-**5. Burst (met).** Nothing is lost, and the daemon was done 1.69 s after the writers stopped, as
+**5. Burst (met).** Nothing is lost, and the daemon was done 1.78 s after the writers stopped, as
 soon as journald. Memory: while it reads, sd-journal maps the pages of the journal files it reads
 (`RssShmem` on this tmpfs, `RssFile` on a disk) and keeps them mapped while the reader lives: about
-21 MB per 50,000 entries read (table), and, before the burst, 10.8 MB of pages of the many journal
+21 MB per 50,000 entries read (table), and, before the burst, 11.3 MB of pages of the many journal
 files the catch-up journals above left (a reader looks into every file of the directory). Reopening
 the reader after a burst (what the previous stop did) gave most of it back but not all: a fresh
-reader put at the end of the journal maps 10–14 MB again here (table: it opens every file and
+reader put at the end of the journal maps 11–15 MB again here (table: it opens every file and
 bisects their entry arrays; 1.7–2.5 MB in the previous stop's `--only pages` run, which had one
 file), and a reopen in the middle of a burst left the rest of the burst's pages mapped. Now the
 daemon keeps its reader and gives back the pages it mapped (`sources/journal_pages.py`:
@@ -209,13 +210,14 @@ entries (minutes of serving lines), and once the journal has been quiet for 1 s 
 1,000 entries (the end of a burst, or the rebuild at start): one deadline, not a periodic wake-up,
 and none after a silent start-up's few lines (test: `tests/unit/test_wakeups.py`; over real journal
 files, `tests/integration/test_journal_pages.py`: the pages leave RSS and the reader reads on).
-Above: RssAnon 24.6 → 24.7 MB, RssShmem 10.8 → 0.1 MB: 52.8 MB before, 42.2 MB after. The pages
+Above: RssAnon 24.6 → 24.6 MB, RssShmem 11.3 → 0.6 MB: 53.2 MB before, 42.5 MB after. The pages
 are still in the page cache (journald's, shared and clean); what the target asks, the daemon's
 own RSS back, now holds with room.
 
 ## Reproduce
 
-    make bench            # = bash scripts/bench.sh: apt fail2ban + strace, py-spy in .venv, then bench/run.py
+    make bench            # = bash scripts/bench.sh: apt fail2ban + strace, py-spy in .venv,
+    then bench/run.py
 
 `bench/run.py --quick --out DIR` is the short version CI runs (`tests/e2e/test_e2e_bench_smoke.py`).
 `--only catchup,rebuild,scale,profile,follow,action,idle,burst,pages` runs some parts. The journal
