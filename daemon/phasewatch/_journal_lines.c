@@ -364,19 +364,25 @@ PyDoc_STRVAR(lines_read_doc,
 "lines of one writer that `continues()` joins come as one tuple ([MESSAGE, ...], [seconds, ...], pid,\n"
 "invocation); their heads may differ in digits at [free_start, free_end) (the prefix's time).");
 
+/* Whether the journal can be read now; if not, the error is set (closed, or in another thread's read). */
+static int usable(Lines *self) {
+    if (self->journal == NULL) {
+        PyErr_SetString(PyExc_ValueError, "the journal is closed");
+        return 0;
+    }
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "another thread is reading this journal");
+        return 0;
+    }
+    return 1;
+}
+
 static PyObject *lines_read(Lines *self, PyObject *args) {
     Py_ssize_t limit;
     int runs;
     RunShape shape = {0, 0};
     if (!PyArg_ParseTuple(args, "np|nn", &limit, &runs, &shape.free_start, &shape.free_end)) return NULL;
-    if (self->journal == NULL) {
-        PyErr_SetString(PyExc_ValueError, "the journal is closed");
-        return NULL;
-    }
-    if (self->busy) {
-        PyErr_SetString(PyExc_RuntimeError, "another thread is reading this journal");
-        return NULL;
-    }
+    if (!usable(self)) return NULL;
     if (limit < 0) limit = 0;
     size_t count;
     int r;
@@ -429,14 +435,7 @@ static PyObject *lines_close(Lines *self, PyObject *Py_UNUSED(ignored)) {
 }
 
 static PyObject *lines_cursor(Lines *self, PyObject *Py_UNUSED(ignored)) {
-    if (self->journal == NULL) {
-        PyErr_SetString(PyExc_ValueError, "the journal is closed");
-        return NULL;
-    }
-    if (self->busy) {
-        PyErr_SetString(PyExc_RuntimeError, "another thread is reading this journal");
-        return NULL;
-    }
+    if (!usable(self)) return NULL;
     char *cursor = NULL;
     int r = sd_journal_get_cursor(self->journal, &cursor);
     if (r == -EADDRNOTAVAIL) Py_RETURN_NONE;  /* no entry read yet */
