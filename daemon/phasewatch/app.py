@@ -20,17 +20,14 @@ from .config import Config
 from .durations import format_duration
 from .errors import ConfigError, UnitError
 from .pipeline import Pipeline
-from .sinks.evidence import EvidenceTaker, EvidenceWriter
-from .sinks.gpu_memory import GpuMemory
+from .sinks.acting import ActionUnit, Worker
+from .sinks.actors import build_actors, carry_over, resume_guarded
 from .sinks.history import History
 from .sinks.hold import HoldFile
-from .sinks.hooks import HookRunner
-from .sinks.leftovers import GuardedRestart, LeftoverScan
 from .sinks.metrics import Exporter
 from .sinks.responder import Alerter, Responder
 from .sinks.state import StateStore
 from .sinks.systemd_status import Notify, StepResult, SystemdStatus
-from .sinks.unguarded_stops import UnguardedStops
 from .sources.base import Instant, Source
 from .sources.follow import JournalFollower
 from .sources.health import HealthProbes
@@ -57,7 +54,8 @@ class Daemon:
                  store: StateStore, clock: Clock, processes: ProcessTable | None = None,
                  watchdog_interval: float | None = None, health_probe: BackgroundProbe | None = None,
                  exporter: Exporter | None = None, history: History | None = None,
-                 sampler: ProcSampler | None = None, reload: Callable[[], Config] | None = None) -> None:
+                 sampler: ProcSampler | None = None, reload: Callable[[], Config] | None = None,
+                 actions_off_the_loop: bool = False, action_unit: ActionUnit | None = None) -> None:
         self.config, self.follower, self.notifier, self.store, self.clock = config, follower, notifier, store, clock
         self.exporter = exporter  # metrics and /status (None: none)
         self.pipeline = Pipeline(config)
@@ -75,18 +73,16 @@ class Daemon:
         self.signs = SignsOfLife(config, sampler or ProcSampler(processes), self.facts, current,
                                  exporter.saw_vitals if exporter is not None else None)
         self.sources: Sequence[Source] = (self.journal, self.health, self.ranks, self.signs)
-        scan = LeftoverScan(processes, GpuMemory())
-        guarded = GuardedRestart(unit, scan, alerter.alert, config.leftovers.wait,
-                                 scan.before_stop) if config.leftovers.check else None
-        self.unguarded = UnguardedStops(config.unit, lambda old: scan.unguarded(old, config.rank_processes != "host"),
-                                        alerter.alert) if config.leftovers.after_any_stop else None
+        self.unit, self.alerter, self.processes = action_unit or unit, alerter, processes
+        self.actors = build_actors(config, self.unit, alerter.alert, processes, store.path.parent)
+        self.unguarded = self.actors.unguarded
         self.responder = Responder(config, self.pipeline, unit=unit, read_facts=self.facts.read, alerter=alerter,
                                    store=store, clock=clock, history=history, exporter=exporter,
-                                   cursor=lambda: follower.cursor, hold=HoldFile(store.path.parent, config.unit).read,
-                                   run_hook=HookRunner(config.unit, dict(config.hooks)), guarded=guarded,
-                                   evidence=EvidenceTaker(
-                                       EvidenceWriter(store.path.parent, config.unit, config.evidence),
-                                       lambda group: [(p.rank, p.pid) for p in processes.ranks(group)]))
+                                   cursor=lambda: follower.cursor, action_unit=self.unit,
+                                   hold=HoldFile(store.path.parent, config.unit).read, run_hook=self.actors.hooks,
+                                   guarded=self.actors.guarded, evidence=self.actors.evidence)
+        if actions_off_the_loop:
+            self.responder.actor = Worker(self.responder.runner)
         self.systemd = SystemdStatus(config, notifier, store, watchdog_interval)
         self.last_publish = -math.inf  # monotonic
         self.publish_due = False  # a publish was put off by PUBLISH_SPACING: it has a deadline
@@ -119,6 +115,8 @@ class Daemon:
             pass
         current = self.pipeline.current()
         self.responder.watched_invocation = current.invocation_id if current is not None else None
+        pending = resume_guarded(self.responder.guarded, saved, self.unit, self.facts.known, self.config.unit)
+        self.responder.resume(pending, self.facts.known)
         if self.unguarded is not None:
             self.unguarded.known_already(self.pipeline.snapshot().invocations)
         self.responder.judge_and_act()
@@ -149,6 +147,8 @@ class Daemon:
                 poller.register(fd, select.POLLIN)
         if self.wakeup_fd is not None:
             poller.register(self.wakeup_fd, select.POLLIN)
+        for fd in self.responder.actor.fds():
+            poller.register(fd, select.POLLIN)
         # (rounded up: a wait that ends a millisecond before its deadline would need a second step)
         readable = [fd for fd, _ in poller.poll(None if math.isinf(timeout) else max(math.ceil(timeout * 1000), 0))]
         if self.wakeup_fd is not None and self.wakeup_fd in readable:
@@ -156,6 +156,7 @@ class Daemon:
         if self.reload_requested:
             self.reload()
         self.journal.collect(now, readable)
+        self.responder.finish()  # what the action worker did since
         if polling and not readable and not self.journal.read_any and \
                 self.clock.monotonic() < now.monotonic + full - 0.05:
             # Only looked for entries journald had not announced, and no deadline passed meanwhile
@@ -194,6 +195,12 @@ class Daemon:
         self.pipeline.reconfigure(config)
         self.health.config = self.signs.config = self.responder.config = self.systemd.config = config
         self.responder.learned.clear()  # learned limits are derived from the config's
+        self.actors = carry_over(self.actors, build_actors(config, self.unit, self.alerter.alert, self.processes,
+                                                           self.store.path.parent))
+        self.unguarded = self.actors.unguarded
+        runner = self.responder.runner
+        runner.run_hook, runner.evidence, runner.guarded = self.actors.hooks, self.actors.evidence, self.actors.guarded
+        self.ranks.host_wide = config.rank_processes == "host"
         if self.exporter is not None:
             self.exporter.config = config
         logger.info("[%s] config reloaded from %s", self.config.unit, config.source)
@@ -240,7 +247,7 @@ class Daemon:
         if self.publish_due:
             deadlines.append(self.last_publish + PUBLISH_SPACING)
         unguarded = self.unguarded.next_deadline() if self.unguarded is not None else None
-        for wall in (self.responder.retry_at, unguarded):
+        for wall in (self.responder.retry_at, unguarded, self.responder.next_retry()):
             if wall is not None:
                 deadlines.append(now.monotonic + wall - now.wall)
         return max(min(deadlines, default=math.inf) - now.monotonic, 0.0)

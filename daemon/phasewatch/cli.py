@@ -233,7 +233,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     daemon = Daemon(config, follower=JournalFollower(config.unit, args.directory), unit=unit,
                     alerter=JournalAlerter(config.unit), notifier=Notifier(), store=StateStore(state_dir, config.unit),
                     clock=SystemClock(), watchdog_interval=watchdog_interval_from_env(), exporter=exporter,
-                    history=History(Path(state_dir) / f"{config.unit}.history.sqlite3"), reload=read_config)
+                    history=History(Path(state_dir) / f"{config.unit}.history.sqlite3"), reload=read_config,
+                    actions_off_the_loop=True, action_unit=SystemdUnit(config.unit))  # (its own D-Bus connection)
 
     def stop(signum: int, frame: object) -> None:
         raise SystemExit(0)
