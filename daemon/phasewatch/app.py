@@ -217,10 +217,13 @@ class Daemon:
             self.unguarded.tick(now)
         if guarded is None:
             return
+        waiting = guarded.pending
         try:
             guarded.tick(now)
         except UnitError as exc:
             logger.error("[%s] %s", self.config.unit, exc)
+        if guarded.pending is not waiting:
+            self._save()  # the start that waited is made (or given up): no longer to resume
 
     def _leftovers_seen(self) -> float | None:
         guarded, unguarded = self.responder.guarded, self.unguarded

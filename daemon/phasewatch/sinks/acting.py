@@ -26,7 +26,6 @@ from .actions import UnitFacts
 logger = logging.getLogger(__name__)
 RESTART_TRIES = 4
 RESTART_BACKOFF = (1.0, 2.0, 4.0)  # seconds before the 2nd, 3rd and 4th try
-DBUS_CALL_TIMEOUT = 25.0  # sd-bus's default method-call timeout: the bound of one RestartUnit
 
 
 @dataclass(frozen=True)

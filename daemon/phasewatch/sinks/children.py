@@ -19,8 +19,10 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from ..config_sections import CHILD_REAP
+
 CAP = 1 << 20  # bytes of output kept
-REAP = 1.0  # seconds a killed child is waited on before it is abandoned
+REAP = CHILD_REAP  # seconds a killed child is waited on before it is abandoned
 READ = 65536
 
 
