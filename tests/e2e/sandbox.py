@@ -5,8 +5,8 @@ Recipe (../shared/docs/FACTS.md): private mounts; fresh tmpfs on /run, /tmp and 
 polkit rules bind-mounted; the checkout re-bound where the tmpfs would hide it; then
 `/lib/systemd/systemd --system --unit=basic.target`. The cgroup namespace's root is a subtree of
 its own in every hierarchy, and the hierarchies are mounted again inside, so the sandbox's systemd
-manages that subtree only: two sandboxes on one machine never reach each other's units. Stopped with `systemctl poweroff` inside;
-only processes this harness started are ever signalled, by PID.
+manages that subtree only: two sandboxes on one machine never reach each other's units. Stopped
+with `systemctl poweroff` inside; only processes this harness started are ever signalled, by PID.
 """
 
 from __future__ import annotations
