@@ -1,0 +1,122 @@
+"""Issue 22, part 1 (PROBE-S3 C-1) against the real systemd, with the shipped WatchdogSec=30s: a hook
+that hangs to its default timeout, a py-spy that floods, an nvidia-smi that never returns, not even
+to SIGKILL (frozen in a v1 freezer cgroup, as a driver call on a wedged GPU is: the kill stays
+pending), and a daemon SIGKILLed mid-action. In each, the hung start-up is restarted exactly once,
+within its bound, and (but the last, which is killed on purpose) phasewatch is never killed."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from e2e_env import STATE_DIR, VENV, WATCHER, Scenario, at, restarts_by_phasewatch
+
+HANG = "--scale 0.01 --hang TP3:draft_cuda_graph_capture"
+DEADLINE = 6.0
+FAKEBIN = "/run/pw-fakebin"
+FREEZER = "/sys/fs/cgroup/freezer/pw-e2e-stuck"
+SLACK = 12.0  # journald, D-Bus and a loaded 2-core machine
+
+
+@pytest.fixture
+def acting(scenario: Scenario) -> Iterator[Scenario]:
+    box = scenario.box
+    box.run("mkdir", "-p", FAKEBIN)
+    box.write(f"/run/systemd/system/{WATCHER}.d/fakebin.conf",
+              f"[Service]\nEnvironment=PATH={FAKEBIN}:/usr/local/bin:/usr/bin:/bin\n")
+    box.systemctl("daemon-reload")
+    try:
+        yield scenario
+    finally:
+        print(box.show(WATCHER, "ActiveState", "NRestarts", "Result"))  # shown when a test fails
+        print(scenario.watcher_log()[-8000:])
+        box.run("sh", "-c", f"[ -d {FREEZER} ] && echo THAWED > {FREEZER}/freezer.state; true", check=False)
+        box.run("umount", str(VENV / "bin" / "py-spy"), check=False)
+        box.run("rm", "-rf", FAKEBIN, f"/run/systemd/system/{WATCHER}.d/fakebin.conf", check=False)
+        box.systemctl("daemon-reload")
+        box.systemctl("stop", WATCHER, check=False)
+        box.run("sh", "-c", f"[ -d {FREEZER} ] && rmdir {FREEZER}; true", check=False)
+
+
+def hang_begins(scenario: Scenario) -> float:
+    [begin] = scenario.box.wait_for(
+        lambda: [e for e in scenario.lines("Capture draft cuda graph begin") if "TP3]" in e["MESSAGE"]], 60,
+        "TP3 entering the hung phase")
+    return at(begin)
+
+
+def watchdog_kills(scenario: Scenario) -> list[dict[str, Any]]:
+    return [e for e in scenario.box.journal(f"UNIT={WATCHER}", "_PID=1")
+            if at(e) >= scenario.started_at and "Watchdog timeout" in str(e.get("MESSAGE"))]
+
+
+def restarted_once_within(scenario: Scenario, bound: float, killed: int = 0) -> None:
+    box = scenario.box
+    begin = hang_begins(scenario)
+    scenario.sim("--scale 0.01")  # the next start-up is healthy
+    [restart] = box.wait_for(lambda: restarts_by_phasewatch(scenario), DEADLINE + bound + 60, "phasewatch's restart")
+    assert at(restart) - begin <= DEADLINE + bound + SLACK, (at(restart) - begin, bound)
+    scenario.wait_state("ready", timeout=90)
+    assert len(restarts_by_phasewatch(scenario)) == 1 and len(scenario.invocations()) == 2
+    watcher = box.show(WATCHER, "ActiveState", "NRestarts")
+    assert watcher == {"ActiveState": "active", "NRestarts": str(killed)}, watcher
+    assert watchdog_kills(scenario) == []
+    assert "Traceback" not in scenario.watcher_log()
+
+
+def test_a_hook_that_hangs_to_its_default_timeout(acting: Scenario) -> None:
+    acting.configure(HANG, phases={"draft_cuda_graph_capture": {"deadline": "6s"}},
+                     hooks={"hang": {"exec": ["/bin/sleep", "300"]}},  # the default timeout: 30s
+                     actions={"stalled": ["alert", "hook:hang", "restart"]})
+    acting.start()
+    restarted_once_within(acting, 30.0 + 1.0)
+    assert "hook hang killed after its timeout of 30s" in acting.watcher_log()
+
+
+def test_a_py_spy_that_floods(acting: Scenario) -> None:
+    box = acting.box
+    box.write(f"{FAKEBIN}/py-spy", "#!/bin/sh\nexec /usr/bin/yes 'Thread 1 (idle): flooding stand-in'\n")
+    box.run("chmod", "0755", f"{FAKEBIN}/py-spy")
+    box.run("mount", "--bind", f"{FAKEBIN}/py-spy", str(VENV / "bin" / "py-spy"))  # (this sandbox's mounts only)
+    acting.configure(HANG, phases={"draft_cuda_graph_capture": {"deadline": "6s"}},
+                     actions={"stalled": ["evidence", "alert", "restart"]}, evidence={"timeout": "8s"})
+    acting.start()
+    restarted_once_within(acting, 8.0 + 3.0)
+    [alert] = [a for a in acting.alerts() if a.get("PHASEWATCH_VERDICT") == "stalled"]
+    text = box.read(alert["PHASEWATCH_EVIDENCE"]) or ""
+    assert "flooding stand-in" in text and len(text) < 600 * 1024
+
+
+def test_an_nvidia_smi_that_never_returns_even_to_sigkill(acting: Scenario) -> None:
+    box = acting.box
+    pids = f"{STATE_DIR}/smi.pids"
+    box.write(f"{FAKEBIN}/nvidia-smi", f"#!/bin/sh\necho $$ >> {pids}\nexec sleep 600\n")
+    box.run("chmod", "0755", f"{FAKEBIN}/nvidia-smi")
+    box.run("mkdir", "-p", FREEZER)
+    acting.configure(HANG, phases={"draft_cuda_graph_capture": {"deadline": "6s"}},
+                     actions={"stalled": ["evidence", "alert", "restart"]}, evidence={"timeout": "10s"})
+    acting.start()
+    first = box.wait_for(lambda: (box.read(pids) or "").split()[:1], 60, "nvidia-smi to be run for evidence")
+    box.write(f"{FREEZER}/cgroup.procs", first[0])
+    box.write(f"{FREEZER}/freezer.state", "FROZEN")
+    box.wait_for(lambda: (box.read(f"{FREEZER}/freezer.state") or "").strip() == "FROZEN", 10, "the freeze")
+    restarted_once_within(acting, 10.0 + 3 * 1.0)
+    # Still there, its SIGKILL pending: abandoned, not waited on.
+    assert first[0] in (box.read(f"{FREEZER}/cgroup.procs") or "").split()
+    assert "did not finish in time" in (box.read(
+        [a for a in acting.alerts() if a.get("PHASEWATCH_VERDICT") == "stalled"][0]["PHASEWATCH_EVIDENCE"]) or "")
+
+
+def test_a_daemon_killed_mid_action_restarts_the_unit_when_it_is_back(acting: Scenario) -> None:
+    box = acting.box
+    started = f"{STATE_DIR}/hook-started"
+    acting.configure(HANG, phases={"draft_cuda_graph_capture": {"deadline": "6s"}},
+                     hooks={"slow": {"exec": ["/bin/sh", "-c", f"touch {started}; exec sleep 300"], "timeout": "1m"}},
+                     actions={"stalled": ["alert", "hook:slow", "restart"]})
+    acting.start()
+    box.wait_for(lambda: box.read(started) is not None, 60, "the slow hook to run")
+    assert restarts_by_phasewatch(acting) == []
+    box.systemctl("kill", "-s", "KILL", WATCHER)
+    restarted_once_within(acting, 5.0 + 10.0, killed=1)  # RestartSec=5s, then the daemon's own start
+    assert "making the restart recorded as pending" in acting.watcher_log()
