@@ -120,3 +120,4 @@ def test_a_daemon_killed_mid_action_restarts_the_unit_when_it_is_back(acting: Sc
     box.systemctl("kill", "-s", "KILL", WATCHER)
     restarted_once_within(acting, 5.0 + 10.0, killed=1)  # RestartSec=5s, then the daemon's own start
     assert "making the restart recorded as pending" in acting.watcher_log()
+    assert [a["PHASEWATCH_VERDICT"] for a in acting.alerts()].count("stalled") == 1  # sent before the kill

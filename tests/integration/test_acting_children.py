@@ -35,6 +35,14 @@ def gone(pgid: int) -> bool:
     return False
 
 
+def alive(pid: int) -> bool:
+    """Running (a zombie that init has not reaped yet is dead)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def test_a_flood_of_output_is_capped_while_read() -> None:
     """C-1/M-6: `yes` as a hook, py-spy or nvidia-smi was collected whole: OOM at MemoryMax."""
     started = time.monotonic()
@@ -46,9 +54,14 @@ def test_a_flood_of_output_is_capped_while_read() -> None:
 def test_a_hook_that_exits_while_its_background_child_holds_the_pipe_has_exited() -> None:
     """C-1/M-7: waited for EOF to its timeout, logged "killed after its timeout", child left behind."""
     started = time.monotonic()
-    ran = run_child(["/bin/sh", "-c", "sleep 600 & echo bg-started; exit 0"], 20.0)
+    ran = run_child(["/bin/sh", "-c", "sleep 600 & echo bg-started $!; exit 0"], 20.0)
     assert ran.returncode == 0 and "bg-started" in ran.output
     assert time.monotonic() - started < 5
+    child = int(ran.output.split()[-1])
+    deadline = time.monotonic() + 5
+    while alive(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(child)  # killed with the hook's group, not left in phasewatch's cgroup
 
 
 def test_a_timed_out_child_is_killed_with_its_group() -> None:

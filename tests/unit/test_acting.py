@@ -16,13 +16,13 @@ from phasewatch.clock import FakeClock
 from phasewatch.config import DEFAULT_ACTIONS, DEFAULT_LIMITS, Config, Hook, Leftovers, PhaseLimits, load_config
 from phasewatch.errors import ConfigError, UnitError
 from phasewatch.records import JournalRecord, Phase
+from phasewatch.sinks.acting import Done, Job
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier, RecordingUnit, SystemdUnit, UnitFacts
 from phasewatch.sinks.hold import HoldFile
 from phasewatch.sinks.hooks import HookRunner, env_safe, hook_env
 from phasewatch.sinks.state import StateStore
 from phasewatch.sinks.unguarded_stops import UnguardedStops
 from phasewatch.sources.procs import ProcessTable
-from phasewatch.sinks.acting import Done, Job
 from phasewatch.stages.respond import Action, Hold
 
 UNIT = "sglang-kimi.service"

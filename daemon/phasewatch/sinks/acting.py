@@ -41,7 +41,8 @@ class Done:
     evidence: str | None = None
     restart: Action | None = None  # the restart this job asked systemd for
     job_path: str | None = None  # systemd's job: the restart is systemd's now
-    restart_error: str | None = None  # the restart was not made (after every try)
+    restart_error: str | None = None  # the restart was not made
+    partial: bool = False  # progress of a job still running: its alerts were sent
 
 
 class Unit(Protocol):
@@ -74,6 +75,7 @@ class ActionRunner:
     def __init__(self, name: str, unit: Unit, alert: Callable[[Action], None], *, wall: Callable[[], float],
                  evidence: Evidence | None = None, run_hook: Callable[[Action], object] | None = None,
                  guarded: Restarter | None = None) -> None:
+        self.progress: Callable[[Done], None] = lambda done: None  # told after each alert (Worker)
         self.name = name
         self.unit = unit
         self.alert = alert
@@ -87,7 +89,8 @@ class ActionRunner:
         path = self._take_evidence(job, wanted) if wanted and job.inv is not None else None
         done = Done(job, evidence=path)
         hooks_run: set[tuple[str | None, str | None, str]] = set()
-        for action in job.actions:
+        for original in job.actions:
+            action = original
             if path is not None and job.inv is not None and action.invocation_id == job.inv.invocation_id:
                 action = replace(action, evidence=path)
             if action.kind == "hook":
@@ -102,6 +105,7 @@ class ActionRunner:
                 logger.info("[%s rank=%s phase=%s] alert %s: %s", self.name, action.rank, action.phase,
                             action.verdict_kind, action.message)
                 self._guard("alert", lambda a=action: self.alert(a))  # type: ignore[misc]
+                self.progress(Done(replace(job, actions=(original,)), partial=True))
             elif action.kind == "restart" and action.dry_run:
                 logger.info("[%s] dry run: would restart (%s)", self.name, action.verdict_kind)
             elif action.kind == "restart":
@@ -172,6 +176,7 @@ class Worker:
         self.done: queue.SimpleQueue[Done] = queue.SimpleQueue()
         self._read, self._write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._pending = 0  # jobs submitted and not taken back (the loop's thread only)
+        runner.progress = self._post
         self._thread = threading.Thread(target=self._work, name="phasewatch-actions", daemon=True)
         self._thread.start()
 
@@ -198,7 +203,7 @@ class Worker:
                 out.append(self.done.get_nowait())
             except queue.Empty:
                 break
-        self._pending -= len(out)
+        self._pending -= sum(not d.partial for d in out)
         return out
 
     def _work(self) -> None:
@@ -210,8 +215,11 @@ class Worker:
                 logger.exception("actions failed: %s", exc)
                 restart = next((a for a in job.actions if a.kind == "restart"), None)
                 done = Done(job, restart=restart, restart_error=str(exc) if restart else None)
-            self.done.put(done)
-            try:
-                os.write(self._write, b"x")
-            except BlockingIOError:
-                pass  # (the loop has a wake-up to read already)
+            self._post(done)
+
+    def _post(self, done: Done) -> None:
+        self.done.put(done)
+        try:
+            os.write(self._write, b"x")
+        except BlockingIOError:
+            pass  # (the loop has a wake-up to read already)
