@@ -17,6 +17,7 @@ from phasewatch.records import JournalRecord, Phase
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier, RecordingUnit, UnitFacts
 from phasewatch.sinks.children import run_child
 from phasewatch.sinks.evidence import EvidenceWriter
+from phasewatch.sinks.gpu_memory import GpuMemory
 from phasewatch.sinks.hooks import HookRunner
 from phasewatch.sinks.state import StateStore
 from phasewatch.sources.procs import ProcessTable
@@ -153,3 +154,13 @@ def test_a_hung_hook_runs_off_the_loop_which_keeps_judging_and_pinging(tmp_path:
             break
     assert unit.restarts == [INV] and hook.runs == 1
     assert app.store.load().pending == ()
+
+
+def test_a_flooding_nvidia_smi_is_capped_in_the_gpu_check(tmp_path: Path) -> None:
+    """M-6: the after-stop check read nvidia-smi's output whole: OOM-killed in its 5 s."""
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\nexec /usr/bin/yes 0, GPU-0\n")
+    smi.chmod(0o755)
+    started = time.monotonic()
+    assert GpuMemory(lambda: str(smi), timeout=1.0).holders() is None  # not checked, never "free"
+    assert time.monotonic() - started < 5

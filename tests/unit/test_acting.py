@@ -1,6 +1,7 @@
 """Issue 22, part 1 (PROBE-S3 C-1, H-1, H-6, H-7, M-1, L-3): acting that survives the actor. The
-daemon's loop with its edges faked (a scripted journal, a recording unit, a fake clock); the action
-worker is the real thread, its hook a fake that blocks until the test lets it go."""
+daemon's loop with its edges faked (a scripted journal, a recording unit, a fake clock), the action
+worker too where it matters (a daemon killed mid-action: its jobs never come back). The real worker
+thread and real children: tests/integration/test_acting_children.py; the real systemd: tests/e2e."""
 
 from __future__ import annotations
 

@@ -216,7 +216,9 @@ class GuardedRestart:
         left = self.scan(pending.control_group)
         name = pending.action.message.split(":", 1)[0]
         if not left:
-            logger.info("[%s] nothing of the old start-up survived; starting", name)
+            unchecked = not getattr(self.scan, "gpu_checked", True)
+            logger.info("[%s] nothing of the old start-up survived%s; starting", name,
+                        " in /proc (GPU memory not checked: nvidia-smi missing or did not answer)" if unchecked else "")
             self.unit.start()  # a refusal (UnitError) keeps it pending: tried again at the next tick
             self.pending = None
             return
