@@ -16,6 +16,7 @@ import os
 import queue
 import threading
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Callable, Protocol
 
 from ..errors import UnitError
@@ -95,16 +96,16 @@ class ActionRunner:
                 action = replace(action, evidence=path)
             if action.kind == "hook":
                 once = (action.hook, action.invocation_id, action.verdict_kind)
-                if once not in hooks_run and self.run_hook is not None and not action.dry_run:
+                run_hook = self.run_hook
+                if once not in hooks_run and run_hook is not None and not action.dry_run:
                     hooks_run.add(once)
                     ranks = ",".join(a.rank for a in job.actions if a.kind == "hook" and a.rank
                                      and (a.hook, a.invocation_id, a.verdict_kind) == once)
-                    self._guard(f"hook {action.hook}", lambda a=action, r=ranks: self.run_hook(  # type: ignore
-                        replace(a, rank=r or None)))
+                    self._guard(f"hook {action.hook}", partial(run_hook, replace(action, rank=ranks or None)))
             elif action.kind == "alert":
                 logger.info("[%s rank=%s phase=%s] alert %s: %s", self.name, action.rank, action.phase,
                             action.verdict_kind, action.message)
-                self._guard("alert", lambda a=action: self.alert(a))  # type: ignore[misc]
+                self._guard("alert", partial(self.alert, action))
                 self.progress(Done(replace(job, actions=(original,)), partial=True))
             elif action.kind == "restart" and action.dry_run:
                 logger.info("[%s] dry run: would restart (%s)", self.name, action.verdict_kind)
