@@ -6,11 +6,12 @@ within its bound, and (but the last, which is killed on purpose) phasewatch is n
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from e2e_env import STATE_DIR, VENV, WATCHER, Scenario, at, restarts_by_phasewatch
+from e2e_env import REPO, STATE_DIR, VENV, WATCHER, Scenario, at, restarts_by_phasewatch
 
 HANG = "--scale 0.01 --hang TP3:draft_cuda_graph_capture"
 DEADLINE = 6.0
@@ -121,3 +122,32 @@ def test_a_daemon_killed_mid_action_restarts_the_unit_when_it_is_back(acting: Sc
     restarted_once_within(acting, 5.0 + 10.0, killed=1)  # RestartSec=5s, then the daemon's own start
     assert "making the restart recorded as pending" in acting.watcher_log()
     assert [a["PHASEWATCH_VERDICT"] for a in acting.alerts()].count("stalled") == 1  # sent before the kill
+
+
+def test_a_guarded_start_waiting_for_leftovers_survives_a_phasewatch_restart(acting: Scenario) -> None:
+    """H-6: the start that waited for a leftover lived in the daemon's memory only: after a restart of
+    phasewatch (an upgrade) the server stayed stopped once the leftover was gone."""
+    box = acting.box
+    box.write("/etc/polkit-1/rules.d/51-phasewatch-leftovers.rules",
+              (REPO / "units" / "polkit" / "51-phasewatch-leftovers.rules.example").read_text())
+    acting.configure(HANG, phases={"draft_cuda_graph_capture": {"deadline": "6s"}},
+                     leftovers={"check": True, "wait": "5m"})
+    acting.start()
+    acting.sim("--scale 0.01")
+    box.run("sh", "-c", "setsid systemd-run --scope --unit=escaped-rank-h6 -q bash -c "
+            "\"trap '' TERM; exec -a sglang::scheduler_TP3 sleep 600\" </dev/null >/dev/null 2>&1 &")
+    procs = " ".join(f"{root}/system.slice/escaped-rank-h6.scope/cgroup.procs"
+                     for root in ("/sys/fs/cgroup", "/sys/fs/cgroup/unified", "/sys/fs/cgroup/systemd"))
+    pid = box.wait_for(lambda: box.run("sh", "-c", f"cat {procs} 2>/dev/null | head -1", check=False).stdout.strip(),
+                       20, "the escaped rank")
+    try:
+        box.wait_for(lambda: [a for a in acting.alerts() if a.get("PHASEWATCH_VERDICT") == "restart_blocked"], 90,
+                     "the restart_blocked alert")
+        box.systemctl("restart", WATCHER)  # an upgrade, while the start waits
+        box.wait_for(lambda: box.show(WATCHER, "ActiveState")["ActiveState"] == "active", 30, "phasewatch back")
+        time.sleep(2)  # (its first steps)
+    finally:
+        box.run("kill", "-9", pid, check=False)
+    box.wait_for(lambda: len(acting.invocations()) == 2, 30, "the start once the leftover is gone")
+    acting.wait_state("ready", timeout=90)
+    assert "its start is pending" in acting.watcher_log()
