@@ -151,3 +151,32 @@ def test_a_guarded_start_waiting_for_leftovers_survives_a_phasewatch_restart(act
     box.wait_for(lambda: len(acting.invocations()) == 2, 30, "the start once the leftover is gone")
     acting.wait_state("ready", timeout=90)
     assert "its start is pending" in acting.watcher_log()
+
+
+FLAKY_POLKIT = "/etc/polkit-1/rules.d/10-phasewatch-e2e-flaky.rules"
+FLAKY_RULE = """// e2e: polkit refuses phasewatch's first two restarts (a transient polkit or D-Bus failure)
+var phasewatchE2eRefused = 0;
+polkit.addRule(function(action, subject) {
+    if (action.id == "org.freedesktop.systemd1.manage-units" && subject.user == "phasewatch" &&
+            action.lookup("verb") == "restart" && phasewatchE2eRefused < 2) {
+        phasewatchE2eRefused++;
+        return polkit.Result.NO;
+    }
+});
+"""
+
+
+def test_a_refused_restart_is_tried_again(acting: Scenario) -> None:
+    """H-7: a RestartUnit that failed once (EINTR, a transient D-Bus or polkit error) was never tried again."""
+    box = acting.box
+    box.write(FLAKY_POLKIT, FLAKY_RULE)
+    try:
+        time.sleep(1)  # (polkitd reads its rules again when the directory changes)
+        acting.configure(HANG, phases={"draft_cuda_graph_capture": {"deadline": "6s"}})
+        acting.start()
+        restarted_once_within(acting, 1.0 + 2.0 + 2 * 2.0)  # two refusals, the backoffs, the third try
+    finally:
+        box.run("rm", "-f", FLAKY_POLKIT, check=False)
+    failed = [a for a in acting.alerts() if a.get("PHASEWATCH_VERDICT") == "restart_failed"]
+    assert len(failed) == 1, failed
+    assert acting.watcher_log().count("restart refused (try") == 2
