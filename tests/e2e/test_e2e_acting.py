@@ -180,3 +180,23 @@ def test_a_refused_restart_is_tried_again(acting: Scenario) -> None:
     failed = [a for a in acting.alerts() if a.get("PHASEWATCH_VERDICT") == "restart_failed"]
     assert len(failed) == 1, failed
     assert acting.watcher_log().count("restart refused (try") == 2
+
+
+def test_a_nul_in_a_crash_line_reaches_the_hook_escaped(acting: Scenario) -> None:
+    """H-1: the crash verdict quotes the line; a NUL in it (sent by the server over the native protocol)
+    made the hook's spawn raise `ValueError: embedded null byte` and the daemon exit."""
+    box = acting.box
+    crash = "--scale 0.01 --exception TP4:cuda_graph_capture"
+    acting.configure(crash, hooks={"env": {"exec": ["/usr/bin/env"], "timeout": "5s"}},
+                     actions={"crashed": ["alert", "hook:env", "restart"]})
+    box.write("/run/sglang-sim.env", f"SIM_ARGS={crash}\nSGLANG_SIM_NATIVE_NUL=1\n")
+    acting.start()
+    box.wait_for(lambda: [a for a in acting.alerts() if a.get("PHASEWATCH_VERDICT") == "crashed"], 90,
+                 "the crashed alert")
+    acting.sim("--scale 0.01")
+    box.wait_for(lambda: "hook env: PHASEWATCH_MESSAGE=" in acting.watcher_log(), 30, "the hook's output")
+    assert "\\x00" in acting.watcher_log()
+    box.wait_for(lambda: len(acting.invocations()) == 2, 60, "phasewatch's restart after the crash")
+    acting.wait_state("ready", timeout=90)
+    assert box.show(WATCHER, "ActiveState", "NRestarts") == {"ActiveState": "active", "NRestarts": "0"}
+    assert "Traceback" not in acting.watcher_log()
