@@ -277,7 +277,8 @@ class Daemon:
                             dict(self.responder.degraded), self.signs.vitals,
                             self.journal.entries_by_invocation.get(inv.invocation_id, 0) if inv else 0,
                             dict(self.follower.rejected), tuple(w.message for w in self.responder.timer_warnings),
-                            self.responder.why(inv.invocation_id if inv else None, self.clock.wall()))
+                            {**self.responder.why(inv.invocation_id if inv else None, self.clock.wall()),
+                             "journal": self.journal.document(self.clock.wall())})
         if self.exporter is not None:
             self.exporter.set_why(result.why)
         self.systemd.tell(result, self.clock.monotonic())

@@ -165,7 +165,9 @@ class JournalFollower:
         if self._reader._next():
             if self._reader.test_cursor(cursor):
                 return True
-            self._reader._previous()  # the entry is gone (vacuumed): start at the next one
+            # The entry is gone (vacuumed): start at this next one. (Not `_previous()`: at the
+            # journal's head that does not move, and this entry would be skipped.)
+            self._reader.seek_cursor(self._reader._get_cursor())
             return False
         return False  # (nothing at or after it: the cursor names no entry left)
 

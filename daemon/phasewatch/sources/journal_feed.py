@@ -145,6 +145,12 @@ class JournalFeed:
             return 0.0
         return max(wall - position, 0.0)
 
+    def document(self, wall: float) -> dict[str, object]:
+        """How the reading stands, for the status file, `/status` and the metrics: seconds behind
+        (whole seconds: the status file is written when it changes), reopens by why, losses."""
+        return {"behind_seconds": math.floor(self.lag(wall)), "reopens": dict(self.reopens),
+                "lost_unread": self.lost_unread}
+
     def read(self) -> bool:
         records = self.follower.read(READ_BATCH)
         if self.follower.read_error is not None:
