@@ -5,7 +5,7 @@ A start-up that has served for weeks has millions of entries, and a rebuild that
 not end within the unit's start timeout (docs/operations.md). What a judgement needs is the start-up's
 beginning up to ready (its phases, ranks, ready time) and its recent entries (its state now), so the
 rebuild reads from the start to ready (at most START_ENTRIES), then skips to the recent window: the
-last RECENT_ENTRIES entries (a few seconds of reading; at 10 lines/s over an hour of serving).
+last RECENT_ENTRIES entries (one to two seconds of reading; at 10 lines/s half an hour of serving).
 While it reads it tells systemd to wait (EXTEND_TIMEOUT_USEC, and WATCHDOG=1). A start the journal
 no longer holds (its oldest entry is younger than the start-up) is lines lost.
 
@@ -28,7 +28,7 @@ from .journal_feed import JournalFeed
 
 logger = logging.getLogger(__name__)
 
-RECENT_ENTRIES = 50_000
+RECENT_ENTRIES = 20_000
 START_ENTRIES = 1_000_000
 EXTEND_EVERY = 5.0  # seconds between EXTEND_TIMEOUT_USEC while reading
 EXTEND_BY = 30.0
