@@ -101,6 +101,10 @@ def test_rotation_and_vacuum_during_a_50k_lines_a_second_flood_cost_no_crash_and
     try:
         status = box.wait_for(lambda: (s := flood.status()) and len(s["restarted"]) == 1 and s, 150,
                               "phasewatch's restart")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; {box.read(DONE)}; {rotations[0]} rotations; status {flood.status()}; "
+                             f"{box.show(WATCHER, 'NRestarts', 'ActiveState')}; alerts "
+                             f"{[a['MESSAGE'] for a in flood.alerts()]}\n{flood.watcher_log()[-5000:]}") from None
     finally:
         stop.set()
         churn.join()

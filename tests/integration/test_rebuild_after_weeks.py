@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from sglang_sim import build, journal_json
 
+from forged_entries import forged_line
 from journal_dirs import write_journal
 from phasewatch.app import Daemon
 from phasewatch.clock import FakeClock
@@ -99,6 +100,28 @@ def test_a_rebuild_after_long_serving_reads_to_ready_and_the_recent_entries_and_
         while app.journal.read():
             pass
         assert app.pipeline.entries == before + 5
+
+
+def test_entries_forged_in_the_units_name_cost_the_rebuild_a_bounded_read(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # PROBE-S3 L-4: a local user's OBJECT_SYSTEMD_UNIT= entries, 30,000 after ready and 30,000 during
+    # the start-up; the rebuild reads the last RECENT_ENTRIES of them, and before ready at most
+    # START_SECONDS of them.
+    entries = list(journal_json(build(scale=0.01), base=STARTED, unit=UNIT, invocation=INVOCATION))
+    first = int(entries[1]["__REALTIME_TIMESTAMP"]) / 1e6  # type: ignore[call-overload]
+    last = max(int(e["__REALTIME_TIMESTAMP"]) for e in entries) / 1e6  # type: ignore[call-overload]
+    during = [forged_line(f"forged {k}", first + 0.001 + k * 1e-7) for k in range(30_000)]
+    after = [forged_line(f"forged {k}", last + 60 + k * 0.01) for k in range(30_000)]
+    directory = write_journal(tmp_path / "journal", sorted([*entries, *during, *after],
+                                                           key=lambda e: int(e["__REALTIME_TIMESTAMP"])))
+    monkeypatch.setattr(rebuild, "RECENT_ENTRIES", 2000)
+    app, _ = started(directory, tmp_path, "forged", STARTED + 86_400)
+    inv = app.pipeline.current()
+    assert inv is not None and inv.state.value in ("ready", "serving")
+    assert 30_000 <= app.follower.rejected["line_not_from_unit"] <= 30_000 + journal_source.BATCH + 2000
+    monkeypatch.setattr(rebuild, "START_SECONDS", 0.0)  # (the bound reached at the first batch)
+    bounded, _ = started(directory, tmp_path, "bounded", STARTED + 86_400)
+    assert bounded.follower.rejected["line_not_from_unit"] <= 2 * journal_source.BATCH + 2000
 
 
 def test_a_start_up_whose_beginning_was_vacuumed_is_lines_lost(tmp_path: Path) -> None:

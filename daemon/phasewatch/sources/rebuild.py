@@ -4,7 +4,8 @@ it reads behind the journal.
 A start-up that has served for weeks has millions of entries, and a rebuild that reads them all does
 not end within the unit's start timeout (docs/operations.md). What a judgement needs is the start-up's
 beginning up to ready (its phases, ranks, ready time) and its recent entries (its state now), so the
-rebuild reads from the start to ready (at most START_ENTRIES), then skips to the recent window: the
+rebuild reads from the start to ready (at most START_ENTRIES, or START_SECONDS: entries forged in the
+unit's name before ready cost at most that, PROBE-S3 L-4), then skips to the recent window: the
 last RECENT_ENTRIES entries (one to two seconds of reading; at 10 lines/s half an hour of serving).
 While it reads it tells systemd to wait (EXTEND_TIMEOUT_USEC, and WATCHDOG=1). A start the journal
 no longer holds (its oldest entry is younger than the start-up) is lines lost.
@@ -30,6 +31,7 @@ logger = logging.getLogger(__name__)
 
 RECENT_ENTRIES = 20_000
 START_ENTRIES = 1_000_000
+START_SECONDS = 30.0
 EXTEND_EVERY = 5.0  # seconds between EXTEND_TIMEOUT_USEC while reading
 EXTEND_BY = 30.0
 FOLLOW_AT_START = 2.0  # seconds the follower reads on before READY=1 (then the loop reads on)
@@ -100,11 +102,13 @@ def rebuild_startup(journal: JournalFeed, since: float, started_at: float, invoc
     recent = recent_since(follower)
     skip_to = since if recent is None else recent  # (nothing to skip: enough() never ends the read)
     follower.seek_realtime(since)
+    until = journal.clock.monotonic() + START_SECONDS
 
     def enough() -> bool:  # of the start-up's beginning: ready (or very long), and more after it
         position, current = follower.position, pipeline.current()
         return position is not None and position < skip_to and (
-            (current is not None and current.state in UP_STATES) or pipeline.entries >= START_ENTRIES)
+            (current is not None and current.state in UP_STATES) or pipeline.entries >= START_ENTRIES
+            or journal.clock.monotonic() >= until)
 
     if not journal.catch_up(since, enough, telling):
         while journal.read() and not enough():
