@@ -16,10 +16,12 @@ from test_daemon import T0 as DT0
 
 from phasewatch.clock import FakeClock
 from phasewatch.config import Config
+from phasewatch.errors import JournalError
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import JournalRecord, VerdictKind
 from phasewatch.sources import rebuild
-from phasewatch.sources.follow import ReadEnd
+from phasewatch.sources.base import Instant
+from phasewatch.sources.follow import JournalFollower, ReadEnd
 from phasewatch.sources.journal_feed import SAME_CURSOR_ERRORS, JournalFeed
 from phasewatch.sources.rebuild import JudgedClock, StartTelling
 
@@ -202,3 +204,21 @@ def test_a_rank_silent_in_what_was_read_during_a_flood_is_not_late_and_its_deadl
     assert app.journal.lag(clock.wall()) > rebuild.BEHIND_SLACK
     [alert] = alerter.sent
     assert "weight_load" in alert["MESSAGE"]
+
+
+def test_a_journal_that_cannot_be_reopened_is_tried_again_and_the_old_reader_stays_polled(tmp_path: Path) -> None:
+    follower = JournalFollower(UNIT, str(tmp_path))  # (an empty journal directory)
+    fd = follower.fileno()
+    clock = FakeClock(wall=T0)
+    feed = JournalFeed(follower, Pipeline(Config(unit=UNIT)), UNIT, clock, lambda: None)
+
+    def refuse() -> None:
+        raise JournalError("cannot open the journal: Permission denied")
+
+    follower.open = refuse  # type: ignore[method-assign]
+    assert not feed.reopen("changed")
+    assert follower.fileno() == fd and feed.reopen_at is not None and feed.reopens == {}
+    del follower.open  # (the class's again)
+    clock.jump(2)
+    feed.collect(Instant(T0 + 2, 0.0), [])
+    assert feed.reopen_at is None and feed.reopens == {"retry": 1}

@@ -87,8 +87,10 @@ class JournalFollower:
         """After INVALIDATE or a failed read: a fresh reader, positioned after the last entry read.
         False when that entry is no longer in the journal (its file was vacuumed): the reader then
         goes on at the next entry there is. Raises OSError or JournalError when it cannot reopen."""
-        self.close()
-        self.open()
+        old = self._reader
+        self.open()  # (a journal that cannot be opened leaves the old reader: its fd stays polled)
+        if old is not None:
+            old.close()
         self.read_error = None
         if self.cursor is None:
             self.seek_tail()
