@@ -244,7 +244,7 @@ def markdown(r: dict[str, Any]) -> str:
             out.append(f"| {mix} | {rb['entries']:,} | {fmt(raw, 3)} | {fmt(in_c, 3)} | {c_cpu} | "
                        f"{fmt(in_python, 3)} | {fmt(raw / in_c)} | {fmt(raw / in_python)} |")
         found = rebuilds[0][1].get("found", {})
-        out += ["", "What each found (serving-heavy): " + "; ".join(f"{k[0]}: {v}" for k, v in found.items()), ""]
+        out += ["", f"What each found ({rebuilds[0][0]}): " + "; ".join(f"{k[0]}: {v}" for k, v in found.items()), ""]
     if sc:
         out += ["## 6. Scale: replay over N", "", "Max RSS counts the journal's pages that sd-journal maps while "
                 "reading: the raw reader (a) grows the same way. What phasewatch itself holds is the difference.", "",
