@@ -36,7 +36,7 @@ if [ -s "$stage/cgroup-mounts" ]; then
   umount -R /sys/fs/cgroup
   while read -r fstype options target; do
     mkdir -p "$target"
-    mount -t "$fstype" -o "${options/#ro,/rw,}" "$fstype" "$target"
+    mount -t "$fstype" -o "$options" "$fstype" "$target"
   done < "$stage/cgroup-mounts"
 fi
 # An ancestor of the checkout that other users cannot traverse (e.g. /root) is replaced by a tmpfs
