@@ -28,6 +28,7 @@ from .sinks.metrics import Exporter
 from .sinks.responder import Alerter, Responder
 from .sinks.state import StateStore
 from .sinks.systemd_status import Notify, StepResult, SystemdStatus
+from .sources import rebuild
 from .sources.base import Instant, Source
 from .sources.follow import JournalFollower
 from .sources.health import HealthProbes
@@ -35,6 +36,7 @@ from .sources.journal_feed import JournalFeed
 from .sources.probe import BackgroundProbe
 from .sources.procs import ProcessTable
 from .sources.procstat import ProcSampler
+from .sources.rebuild import JudgedClock, StartTelling
 from .sources.signs_of_life import SignsOfLife
 from .sources.unit_processes import RankProcesses, Unit, UnitFactsReader
 from .stages import policy, wakeups
@@ -77,7 +79,8 @@ class Daemon:
         self.actors = build_actors(config, self.unit, alerter.alert, processes, store.path.parent)
         self.unguarded = self.actors.unguarded
         self.responder = Responder(config, self.pipeline, unit=unit, read_facts=self.facts.read, alerter=alerter,
-                                   store=store, clock=clock, history=history, exporter=exporter,
+                                   store=store, clock=JudgedClock(clock, self.journal), history=history,
+                                   exporter=exporter,
                                    cursor=lambda: follower.cursor, action_unit=self.unit,
                                    hold=HoldFile(store.path.parent, config.unit).read, run_hook=self.actors.hooks,
                                    guarded=self.actors.guarded, evidence=self.actors.evidence)
@@ -100,19 +103,22 @@ class Daemon:
         return Instant(self.clock.wall(), self.clock.monotonic())
 
     def start(self) -> None:
-        """Rebuild the current start-up from the journal, then tell systemd we are ready."""
+        """Rebuild the current start-up from the journal (its beginning up to ready and its recent
+        window: sources/rebuild.py), then tell systemd we are ready."""
         saved = self.store.load()
         self.responder.memory, self.responder.last_restart = saved.memory, saved.last_restart
         facts = self.facts.known = self.facts.read()
+        telling = StartTelling(self.notifier.send, self.clock, self.systemd.watchdog_interval is not None)
         if facts is not None and facts.started_at is not None and facts.active_state != "inactive":
-            self.follower.seek_realtime(facts.started_at - REBUILD_MARGIN)
             logger.info("[%s] rebuilding the start-up that began %s ago from the journal", self.config.unit,
                         format_duration(self.clock.wall() - facts.started_at))
-            self.journal.catch_up(facts.started_at - REBUILD_MARGIN)  # (weeks of serving: read in C)
+            rebuild.rebuild_startup(self.journal, facts.started_at - REBUILD_MARGIN, facts.started_at,
+                                    facts.invocation_id, telling)
         else:
             self.follower.seek_tail()
-        while self.journal.read():
-            pass
+        until = self.clock.monotonic() + rebuild.FOLLOW_AT_START  # (a flood: the loop reads on, behind)
+        while self.journal.read() and self.clock.monotonic() < until:
+            telling()
         current = self.pipeline.current()
         self.responder.watched_invocation = current.invocation_id if current is not None else None
         pending = resume_guarded(self.responder.guarded, saved, self.unit, self.facts.known, self.config.unit)
@@ -281,7 +287,8 @@ class Daemon:
                             dict(self.responder.degraded), self.signs.vitals,
                             self.journal.entries_by_invocation.get(inv.invocation_id, 0) if inv else 0,
                             dict(self.follower.rejected), tuple(w.message for w in self.responder.timer_warnings),
-                            self.responder.why(inv.invocation_id if inv else None, self.clock.wall()))
+                            {**self.responder.why(inv.invocation_id if inv else None, self.clock.wall()),
+                             "journal": self.journal.document(self.clock.wall())})
         if self.exporter is not None:
             self.exporter.set_why(result.why)
         self.systemd.tell(result, self.clock.monotonic())

@@ -108,6 +108,8 @@ class Published:
     eta: float | None = None  # seconds to ready, from past start-ups
     rejected: Mapping[str, int] = field(default_factory=dict)  # reason -> untrusted entries ignored (trust.py)
     degraded: Mapping[str, str] = field(default_factory=dict)  # "history"/"state" -> why kept in memory only
+    behind_seconds: float = 0.0  # how far the reading is behind the journal's newest entries
+    reopens: Mapping[str, int] = field(default_factory=dict)  # why -> journal reopens at the cursor
 
 
 @dataclass(frozen=True)
@@ -242,6 +244,13 @@ def families(published: Published, probes: Probes, now: float, config: Config) -
         [unit], float(published.entries))
     counter("phasewatch_journal_lines_lost", "Lines journald dropped (rate limit) or elided", []).add_metric(
         [unit], float(published.lines_lost))
+    gauge("phasewatch_journal_behind_seconds", "How far the reading is behind the journal's newest entries "
+          "(0: caught up); while over 2 s the start-up is judged at the last entry read", []).add_metric(
+        [unit], float(published.behind_seconds))
+    reopens = counter("phasewatch_journal_reopens", "Journal reopens at the cursor: its files changed (rotation, "
+                      "vacuum), a read failed (EBADMSG, ENOENT, ESTALE), the catch-up reader failed", ["reason"])
+    for reason, count in published.reopens.items():
+        reopens.add_metric([unit, reason], float(count))
     rejected = counter("phasewatch_entries_rejected", "Journal entries that claimed the unit without the trusted "
                        "fields that vouch for it, ignored", ["reason"])
     for reason, count in published.rejected.items():

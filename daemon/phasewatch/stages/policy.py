@@ -86,10 +86,19 @@ def _straggler_base(inv: InvocationView, rank: RankView) -> float | None:
     return inv.first_exit(rank.phase)
 
 
+# The cause of lines lost that the journal itself forgot: vacuumed (or unreadable) before they were read.
+LOST_UNREAD = "journal_vacuumed"
+
+
 def evaluate(inv: InvocationView, now: float, config: Config, profile: Profile | None = None) -> list[Verdict]:
     unit = config.unit
     verdicts: list[Verdict] = []
-    if inv.lines_lost:
+    if inv.lines_lost and inv.lost_cause == LOST_UNREAD:
+        verdicts.append(Verdict(VerdictKind.LINES_LOST, inv.invocation_id, None, None, LOST_UNREAD,
+                                f"{unit}: the journal dropped lines of this start-up before phasewatch read them "
+                                "(rotated out and vacuumed, or a file it cannot read); phases and progress may be "
+                                "missing (raise SystemMaxUse= in journald.conf)", now))
+    elif inv.lines_lost:
         verdicts.append(Verdict(VerdictKind.LINES_LOST, inv.invocation_id, None, None, "journald_rate_limit",
                                 f"{unit}: journald dropped {inv.lines_lost} line(s) of this start-up; phases and "
                                 "progress may be missing (raise LogRateLimitBurst= in the unit)", now))

@@ -229,6 +229,7 @@ class InvocationView:
     anomalies: tuple[Anomaly, ...] = ()  # lines that would have moved a rank backwards
     anomalies_dropped: int = 0  # past MAX_ANOMALIES
     cold: bool = False  # a JIT compiler ran during this start-up (DeepGEMM, FlashInfer, torch.compile)
+    lost_cause: str | None = None  # of the last lines lost (tracker_state.InvocationState)
 
     # Judging asks these for every rank: each is computed once per view, in one pass over the ranks
     # (judging stays linear in ranks). The view is immutable, so the cached values stay true.

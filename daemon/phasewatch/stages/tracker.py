@@ -90,7 +90,7 @@ class Tracker:
         if event.kind is EventKind.LINES_LOST:
             # journald's notice names the unit, not the invocation: the lines were the current one's.
             inv, out = (self._current, []) if self._current is not None else self._start(None, ts)
-            inv.lines_lost += max(event.count, 1)
+            inv.lose(event.count, event.cause)
             return out
         inv, out = self._target(event, ts)
         if ts is not None:

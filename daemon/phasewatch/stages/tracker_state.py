@@ -91,6 +91,7 @@ class InvocationState:
     ranks: dict[str, RankState] = field(default_factory=dict)
     fatals: dict[int, FatalView] = field(default_factory=dict)
     lines_lost: int = 0
+    lost_cause: str | None = None  # of the last lines lost: journald's rate limit, the journal vacuumed...
     server: ServerInfo | None = None
     server_args_ts: float | None = None
     server_args: dict[str, str] = field(default_factory=dict)  # all argument lines so far (vLLM: several)
@@ -117,6 +118,11 @@ class InvocationState:
     ranks_ignored: int = 0  # events of ranks past MAX_RANKS
     anomalies: list[Anomaly] = field(default_factory=list)
     anomalies_dropped: int = 0
+
+    def lose(self, count: int, cause: str | None) -> None:
+        """Lines of this start-up lost (at least one), and why."""
+        self.lines_lost += max(count, 1)
+        self.lost_cause = cause or self.lost_cause
 
     def refuse(self, anomaly: Anomaly) -> None:
         """A line that would have moved a rank backwards: recorded (up to MAX_ANOMALIES), not applied."""
@@ -147,7 +153,7 @@ class InvocationState:
                               self.before_stop, self.health_failures, self.health_episode, self.health_error,
                               self.proof_of_life, dict(self.phase_silence), self.ranks_ignored,
                               anomalies=tuple(self.anomalies), anomalies_dropped=self.anomalies_dropped,
-                              cold=self.cold)
+                              cold=self.cold, lost_cause=self.lost_cause)
 
 
 def bar_family(phase: Phase | None) -> frozenset[Phase] | None:
