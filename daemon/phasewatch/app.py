@@ -77,8 +77,9 @@ class Daemon:
         self.sources: Sequence[Source] = (self.journal, self.health, self.ranks, self.signs)
         scan = LeftoverScan(processes, GpuMemory())
         guarded = GuardedRestart(unit, scan, alerter.alert, config.leftovers.wait,
-                                 scan.before_stop) if config.leftovers.check else None
-        self.unguarded = UnguardedStops(config.unit, lambda old: scan.unguarded(old, config.rank_processes != "host"),
+                                 lambda group: scan.before_stop(group, self.ranks.watch.known_pids())
+                                 ) if config.leftovers.check else None
+        self.unguarded = UnguardedStops(config.unit, lambda old: scan.unguarded(old, self.ranks.started),
                                         alerter.alert) if config.leftovers.after_any_stop else None
         self.responder = Responder(config, self.pipeline, unit=unit, read_facts=self.facts.read, alerter=alerter,
                                    store=store, clock=clock, history=history, exporter=exporter,
