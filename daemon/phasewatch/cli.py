@@ -208,6 +208,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .app import Daemon, watchdog_interval_from_env
     from .clock import SystemClock
     from .commands.checkconfig import check_instance
+    from .config_trust import check_trusted
     from .sinks.actions import JournalAlerter, Notifier, SystemdUnit
     from .sinks.history import History
     from .sinks.http import start_metrics
@@ -220,6 +221,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         path = instance_config(args.config)
         config = load_config(path)
         check_instance(config, args.instance, path)
+        check_trusted(path, config.profile_path)
         return config
 
     config = read_config()

@@ -87,6 +87,7 @@ class Config:
     crash_cause_wait: float = DEFAULT_CRASH_CAUSE_WAIT
     profile: Profile | None = None
     source: str | None = None
+    profile_path: str | None = None  # the file `profile` came from (config_trust checks who may write it)
     actions: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: dict(DEFAULT_ACTIONS))
     restart_budget: RestartBudget = RestartBudget()
     dry_run: bool = False
@@ -248,7 +249,7 @@ def parse_config(text: str, path: str | None = None) -> Config:
             raise fail("evidence.timeout", "expected a duration like 15s", at)
         evidence = replace(evidence, timeout=timeout)
     return Config(unit=unit, engine=engine, phases=phases, rank_skew=rank_skew, crash_cause_wait=crash_cause_wait,
-                  profile=profile, source=path,
+                  profile=profile, source=path, profile_path=document.get("profile_path"),
                   actions=actions, restart_budget=budget, dry_run=dry_run, metrics_listen=listen, health=health,
                   adaptive=adaptive, vitals=vitals, rank_processes=rank_processes, evidence=evidence, hooks=hooks,
                   leftovers=_leftovers(document.get("leftovers", {}) or {}, lines.get("leftovers"), fail))
