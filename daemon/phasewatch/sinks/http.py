@@ -24,15 +24,18 @@ from ..clock import Clock
 from ..config import Config
 from ..errors import ListenError
 from .metrics import Exporter
+from .peers import peer_key
 
 logger = logging.getLogger(__name__)
 
 # A scrape or a `phasewatch status` takes milliseconds; a client that has not sent its request within
 # READ_TIMEOUT of a read, or is not done within CONNECTION_DEADLINE, is cut off. At most
-# MAX_CONNECTIONS are served at once; more are closed at once (counted as `busy`).
+# MAX_CONNECTIONS are served at once, at most MAX_PER_PEER of them for one peer (a local user by
+# its uid, sinks/peers.py; a remote one by its address); more are closed at once (counted as `busy`).
 READ_TIMEOUT = 5.0
 CONNECTION_DEADLINE = 15.0
 MAX_CONNECTIONS = 16
+MAX_PER_PEER = 4
 CONNECTION_REASONS = ("reset", "timeout", "busy", "error")
 TEXT = "text/plain; charset=utf-8"
 INDEX = (b'<html><body><h1>phasewatch</h1><p><a href="/metrics">/metrics</a> '
@@ -50,6 +53,7 @@ class _Server(ThreadingMixIn, WSGIServer):
         self.address_family = family
         self.exporter = exporter
         self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self.per_peer: dict[str, int] = {}  # connections being served, by peer (under _counts_lock)
         self._counts_lock = threading.Lock()
         self.connection_errors: dict[str, int] = {}
         super().__init__(address, _Handler)
@@ -59,26 +63,50 @@ class _Server(ThreadingMixIn, WSGIServer):
         with self._counts_lock:
             self.connection_errors = {**self.connection_errors, reason: self.connection_errors.get(reason, 0) + 1}
 
+    def _take(self, peer: str) -> bool:
+        with self._counts_lock:
+            if self.per_peer.get(peer, 0) >= MAX_PER_PEER:
+                return False
+            self.per_peer[peer] = self.per_peer.get(peer, 0) + 1
+            return True
+
+    def _give_back(self, peer: str) -> None:
+        with self._counts_lock:
+            left = self.per_peer.get(peer, 1) - 1
+            if left > 0:
+                self.per_peer[peer] = left
+            else:
+                self.per_peer.pop(peer, None)
+
     def process_request(self, request: Any, client_address: Any) -> None:
+        peer = peer_key(client_address) if isinstance(client_address, tuple) else "unknown"
+        if not self._take(peer):
+            self.count("busy")
+            self.shutdown_request(request)
+            return
         if not self.slots.acquire(blocking=False):
+            self._give_back(peer)
             self.count("busy")
             self.shutdown_request(request)
             return
         try:
-            super().process_request(request, client_address)  # a thread, which releases the slot
+            super().process_request(request, (client_address, peer))  # a thread, which releases both
         except BaseException:
             self.slots.release()
+            self._give_back(peer)
             raise
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
+        address, peer = client_address
         deadline = threading.Timer(CONNECTION_DEADLINE, _cut_off, (request,))
         deadline.daemon = True
         deadline.start()
         try:
-            super().process_request_thread(request, client_address)
+            super().process_request_thread(request, address)
         finally:
             deadline.cancel()
             self.slots.release()
+            self._give_back(peer)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A client that went away is a counter, not a traceback in the journal."""
