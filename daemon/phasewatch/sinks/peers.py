@@ -49,3 +49,26 @@ def peer_key(address: tuple[str, int] | tuple[str, int, int, int], proc_net: Pat
         if owner is not None:
             return f"uid {owner}"
     return f"host {host}"
+
+
+LISTEN = "0A"  # /proc/net/tcp's state of a listening socket
+
+
+def listener_owner(host: str, port: int, proc_net: Path = PROC_NET) -> int | None:
+    """The uid owning the socket that listens on host:port (or on the wildcard address with that
+    port) in this network namespace; None when none is found."""
+    v6 = ":" in host
+    wanted = {kernel_address(host, port), kernel_address("::" if v6 else "0.0.0.0", port)}
+    if not v6:  # an IPv6 wildcard socket takes IPv4 connections too
+        wanted.add(kernel_address("::", port))
+    for name in ("tcp", "tcp6"):
+        try:
+            with open(proc_net / name, encoding="ascii", errors="replace") as table:
+                next(table, None)
+                for line in table:
+                    fields = line.split()
+                    if len(fields) > 7 and fields[3] == LISTEN and fields[1] in wanted and fields[7].isdigit():
+                        return int(fields[7])
+        except OSError:
+            continue
+    return None
