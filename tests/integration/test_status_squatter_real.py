@@ -111,3 +111,34 @@ def test_a_port_another_user_holds_is_not_asked() -> None:
         squatter.wait()
         if squatter.stdout is not None:
             squatter.stdout.close()
+
+
+def test_the_daemon_alerts_once_and_binds_again_once_the_port_is_free() -> None:
+    """PROBE-S3 M-4, the daemon's side: it said "cannot listen" once in its log and never tried again."""
+    import urllib.request
+
+    from prometheus_client import CollectorRegistry
+
+    from phasewatch.clock import FakeClock
+    from phasewatch.sinks.http import Rebinder
+    from phasewatch.sinks.metrics import Exporter
+
+    squatter = socket.create_server(("127.0.0.1", 0))
+    port = squatter.getsockname()[1]
+    said: list[str] = []
+    exporter = Exporter(config(port), CollectorRegistry(), FakeClock(wall=1771804502.0))
+    rebinder = Rebinder(f"127.0.0.1:{port}", exporter, said.append, spacing=0.2)
+    try:
+        assert len(said) == 1 and f"cannot listen on 127.0.0.1:{port}" in said[0]
+        time.sleep(0.5)
+        assert rebinder.server is None  # still held
+        squatter.close()
+        deadline = time.monotonic() + 10
+        while rebinder.server is None and time.monotonic() < deadline:
+            time.sleep(0.05)  # the re-bind thread's next try: a real event
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            assert b"phasewatch_unit_ready" in response.read()
+        assert len(said) == 1
+    finally:
+        squatter.close()
+        rebinder.close()

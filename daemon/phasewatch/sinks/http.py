@@ -275,19 +275,54 @@ def parse_listen(listen: str) -> tuple[str, int]:
     return host.removeprefix("[").removesuffix("]"), int(port)
 
 
-def serve(listen: str, exporter: Exporter) -> MetricsServer | None:
-    """Serve /metrics and /status on `listen`; None (logged) when that fails: the daemon runs on."""
+def serve(listen: str, exporter: Exporter, quiet: bool = False) -> MetricsServer | None:
+    """Serve /metrics and /status on `listen`; None (logged unless `quiet`) when that fails: the daemon
+    runs on."""
     try:
         host, port = parse_listen(listen)
         family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
         httpd = _Server((host, port), family, exporter)
     except (OSError, ValueError) as exc:
+        if quiet:
+            return None
         logger.error("[%s] metrics: cannot listen on %s (%s); running without /metrics and /status",
                      exporter.config.unit, listen, exc)
         return None
     server = MetricsServer(httpd)
     logger.info("[%s] metrics and status on http://%s/metrics, /status", exporter.config.unit, listen)
     return server
+
+
+REBIND_SPACING = 30.0  # seconds between tries to bind metrics.listen after it failed
+
+
+class Rebinder:
+    """While `metrics.listen` cannot be bound (a local user may hold the port first): said once through
+    `unbound(why)` (the daemon's metrics_unbound alert), then tried again every REBIND_SPACING in a
+    thread of its own until it binds; `server` is the listener once there."""
+
+    def __init__(self, listen: str, exporter: Exporter, unbound: Callable[[str], None],
+                 spacing: float = REBIND_SPACING) -> None:
+        self.listen, self.exporter, self.spacing = listen, exporter, spacing
+        self.server: MetricsServer | None = None
+        self._stop = threading.Event()
+        unbound(f"{exporter.config.unit}: cannot listen on {listen} for /metrics and /status (another process may "
+                f"hold the port); watching and acting without them, trying again every {spacing:g}s")
+        self._thread = threading.Thread(target=self._run, name="phasewatch-rebind", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.spacing):
+            server = serve(self.listen, self.exporter, quiet=True)
+            if server is not None:
+                self.server = server
+                return
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        if self.server is not None:
+            self.server.close()
 
 
 def start_metrics(config: Config, clock: Clock | None = None) -> tuple[Exporter, MetricsServer | None]:
