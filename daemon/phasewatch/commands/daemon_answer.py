@@ -2,7 +2,7 @@
 
 Whatever listens on `metrics.listen` may not be phasewatch (a local user can bind the port before the
 daemon starts). So: the listening socket's owner (/proc/net/tcp) must be root, the phasewatch user or
-the user asking; the whole exchange has one deadline (not one per read: a peer trickling a byte
+the user asking (`check_owner`, after the answer's own checks); the whole exchange has one deadline (not one per read: a peer trickling a byte
 every half second is cut off) and the answer a size cap. A breach of either is ForeignDaemon (exit
 4); nothing listening is None (the journal is read instead).
 """
@@ -32,15 +32,20 @@ def trusted_listeners() -> set[int]:
     return owners
 
 
-def get(url: str, deadline: float = TOTAL_DEADLINE, cap: int = MAX_ANSWER_BYTES,
-        owners: set[int] | None = None) -> tuple[int, bytes] | None:
-    """(HTTP status, body) of GET `url`; None when nothing listens there."""
+def check_owner(url: str, owners: set[int] | None = None) -> None:
+    """ForeignDaemon when the socket listening at `url` belongs to an untrusted uid (a squatter can
+    copy the unit's name and the daemon's InvocationID into its answer, not the socket's owner)."""
     parts = urlsplit(url)
     host, port = parts.hostname or "127.0.0.1", parts.port or 80
     owner = listener_owner(host, port)
     if owner is not None and owner not in (trusted_listeners() if owners is None else owners):
-        raise ForeignDaemon(f"{host}:{port} is held by a process of uid {owner}, not by phasewatch (or root): "
-                            "not asked")
+        raise ForeignDaemon(f"{host}:{port} is held by a process of uid {owner}, not by phasewatch (or root)")
+
+
+def get(url: str, deadline: float = TOTAL_DEADLINE, cap: int = MAX_ANSWER_BYTES) -> tuple[int, bytes] | None:
+    """(HTTP status, body) of GET `url`; None when nothing listens there."""
+    parts = urlsplit(url)
+    host, port = parts.hostname or "127.0.0.1", parts.port or 80
     end = time.monotonic() + deadline
     try:
         connection = socket.create_connection((host, port), timeout=deadline)

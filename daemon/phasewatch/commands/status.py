@@ -39,7 +39,7 @@ from ..sources.current import CurrentStartup, StartPoint, find_start, resolve_co
 from ..sources.follow import JournalFollower
 from ..stages.timerlint import UnitTimers, lint
 from ..stages.verdict_lines import VerdictLine, grouped
-from .daemon_answer import TOTAL_DEADLINE, get
+from .daemon_answer import TOTAL_DEADLINE, check_owner, get
 from .status_line import oneline
 
 EXIT_FAILING, EXIT_UNKNOWN = EXIT_WILL_NOT_BE_READY, EXIT_UNKNOWN_UNIT
@@ -99,6 +99,7 @@ def ask_daemon(config: Config, timeout: float = DAEMON_TIMEOUT,
     if expected is not None and claimed != expected:
         raise ForeignDaemon(f"{url} names daemon invocation {shown(claimed)}, but "
                             f"{watcher_of(config.unit)} runs as invocation {expected}")
+    check_owner(url)  # last: an answer that copies both the unit and the invocation passes the above
     document.setdefault("source", "daemon")
     return document
 

@@ -136,7 +136,8 @@ class _ServerCollector:
     def collect(self) -> Iterator[Metric]:
         family = CounterMetricFamily("phasewatch_http_connection_errors", "Connections to /metrics and /status "
                                      "that ended badly: reset by the client, timed out, refused as busy (more than "
-                                     f"{MAX_CONNECTIONS} at once, or {MAX_PER_PEER} from one peer), or failed", labels=["unit", "reason"])
+                                     f"{MAX_CONNECTIONS} at once, or {MAX_PER_PEER} from one peer), or failed",
+                                     labels=["unit", "reason"])
         counts = self.httpd.connection_errors
         for reason in CONNECTION_REASONS:
             family.add_metric([self.httpd.exporter.config.unit, reason], counts.get(reason, 0))
