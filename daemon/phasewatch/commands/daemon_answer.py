@@ -1,10 +1,11 @@
 """`phasewatch status` asking the daemon: one bounded GET of /status (sinks/http.py serves it).
 
-Whatever listens on `metrics.listen` may not be phasewatch (a local user can bind the port before the
-daemon starts). So: the listening socket's owner (/proc/net/tcp) must be root, the phasewatch user or
-the user asking (`check_owner`, after the answer's own checks); the whole exchange has one deadline (not one per read: a peer trickling a byte
-every half second is cut off) and the answer a size cap. A breach of either is ForeignDaemon (exit
-4); nothing listening is None (the journal is read instead).
+Whatever listens on `metrics.listen` may not be phasewatch (a local user can bind the port before
+the daemon starts). So: the listening socket's owner (/proc/net/tcp) must be root, the phasewatch
+user or the user asking (`check_owner`, after the answer's own checks); the whole exchange has one
+deadline (not one per read: a peer trickling a byte every half second is cut off) and the answer a
+size cap. A breach of any is ForeignDaemon (exit 4); nothing listening is None (the journal is read
+instead).
 """
 
 from __future__ import annotations
