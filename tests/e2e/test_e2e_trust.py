@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from e2e_env import REPO, VENV, Scenario, restarts_by_phasewatch
+from e2e_env import CONFIG_PATH, REPO, VENV, WATCHER, Scenario, restarts_by_phasewatch
 from test_e2e_container import container  # noqa: F401 - the fixture
 from test_e2e_init import CONFIG_DIR, init
 
@@ -86,3 +86,22 @@ def test_c4_a_line_break_in_execstart_writes_no_key(scenario: Scenario) -> None:
                      "c = load_config(sys.argv[1]); print(sorted(c.hooks), c.actions.get('stalled'))",
                      f"{CONFIG_DIR}/sglang-injected.yaml").stdout
     assert loaded.startswith("[] ") and "hook:pwn" not in loaded
+
+
+def test_m5_a_config_others_may_write_is_refused_at_reload_and_at_start(scenario: Scenario) -> None:
+    """PROBE-S3 M-5: `chmod 666` on the config, then `systemctl reload`, gave "config reloaded"."""
+    box = scenario.box
+    scenario.configure("--scale 0.01 --slow-load 20")
+    scenario.start()
+    box.wait_for(lambda: "phasewatch watching" in scenario.watcher_log(), 60, "the watcher up")
+    box.run("chmod", "666", CONFIG_PATH)
+    box.systemctl("reload", WATCHER)
+    box.wait_for(lambda: "refused: writable by group and others" in scenario.watcher_log(), 30, "the refusal")
+    assert "config reloaded" not in scenario.watcher_log()
+    assert box.show(WATCHER, "ActiveState")["ActiveState"] == "active"  # the running config kept
+    box.systemctl("restart", WATCHER, check=False)
+    box.wait_for(lambda: box.show(WATCHER, "ActiveState")["ActiveState"] in ("failed", "inactive", "activating"),
+                 30, "the watcher refusing to start")
+    checked = box.run(f"{VENV}/bin/phasewatch", "check-config", CONFIG_PATH, check=False)
+    assert checked.returncode == 78 and "refused: writable by group and others" in checked.stderr
+    box.run("chmod", "644", CONFIG_PATH)
