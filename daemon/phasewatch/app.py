@@ -21,7 +21,7 @@ from .durations import format_duration
 from .errors import ConfigError, UnitError
 from .pipeline import Pipeline
 from .sinks.acting import ActionUnit, Worker
-from .sinks.actors import build_actors, carry_over, resume_guarded
+from .sinks.actors import Actors, build_actors, carry_over, resume_guarded
 from .sinks.history import History
 from .sinks.hold import HoldFile
 from .sinks.metrics import Exporter
@@ -76,7 +76,7 @@ class Daemon:
                                  exporter.saw_vitals if exporter is not None else None)
         self.sources: Sequence[Source] = (self.journal, self.health, self.ranks, self.signs)
         self.unit, self.alerter, self.processes = action_unit or unit, alerter, processes
-        self.actors = build_actors(config, self.unit, alerter.alert, processes, store.path.parent)
+        self.actors = self._actors(config)
         self.unguarded = self.actors.unguarded
         self.responder = Responder(config, self.pipeline, unit=unit, read_facts=self.facts.read, alerter=alerter,
                                    store=store, clock=JudgedClock(clock, self.journal), history=history,
@@ -102,6 +102,10 @@ class Daemon:
     def now(self) -> Instant:
         return Instant(self.clock.wall(), self.clock.monotonic())
 
+
+    def _actors(self, config: Config) -> Actors:
+        return build_actors(config, self.unit, self.alerter.alert, self.processes, self.store.path.parent,
+                            rank_pids=self.ranks.watch.known_pids, rank_starts=lambda: self.ranks.started)
     def start(self) -> None:
         """Rebuild the current start-up from the journal (its beginning up to ready and its recent
         window: sources/rebuild.py), then tell systemd we are ready."""
@@ -201,8 +205,7 @@ class Daemon:
         self.pipeline.reconfigure(config)
         self.health.config = self.signs.config = self.responder.config = self.systemd.config = config
         self.responder.learned.clear()  # learned limits are derived from the config's
-        self.actors = carry_over(self.actors, build_actors(config, self.unit, self.alerter.alert, self.processes,
-                                                           self.store.path.parent))
+        self.actors = carry_over(self.actors, self._actors(config))
         self.unguarded = self.actors.unguarded
         runner = self.responder.runner
         runner.run_hook, runner.evidence, runner.guarded = self.actors.hooks, self.actors.evidence, self.actors.guarded

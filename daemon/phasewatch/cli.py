@@ -208,11 +208,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .app import Daemon, watchdog_interval_from_env
     from .clock import SystemClock
     from .commands.checkconfig import check_instance
+    from .config_trust import check_trusted
     from .sinks.actions import JournalAlerter, Notifier, SystemdUnit
     from .sinks.history import History
-    from .sinks.http import start_metrics
+    from .sinks.http import Rebinder, start_metrics
     from .sinks.state import StateStore
     from .sources.follow import JournalFollower
+    from .stages.respond import PRIORITY, Action
 
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
 
@@ -220,6 +222,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         path = instance_config(args.config)
         config = load_config(path)
         check_instance(config, args.instance, path)
+        check_trusted(path, config.profile_path)
         return config
 
     config = read_config()
@@ -230,8 +233,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise ConfigError("unit", f"{config.unit} is not loaded by systemd (not-found): is the name right?",
                           config.source)
     exporter, metrics_server = start_metrics(config)  # None when metrics.listen cannot be bound: runs on
+    alerter = JournalAlerter(config.unit)
+    rebinder = None if metrics_server is not None else Rebinder(
+        config.metrics_listen, exporter,
+        lambda why: alerter.alert(Action("alert", why, "metrics_unbound", PRIORITY["metrics_unbound"], cause="listen")))
     daemon = Daemon(config, follower=JournalFollower(config.unit, args.directory), unit=unit,
-                    alerter=JournalAlerter(config.unit), notifier=Notifier(), store=StateStore(state_dir, config.unit),
+                    alerter=alerter, notifier=Notifier(), store=StateStore(state_dir, config.unit),
                     clock=SystemClock(), watchdog_interval=watchdog_interval_from_env(), exporter=exporter,
                     history=History(Path(state_dir) / f"{config.unit}.history.sqlite3"), reload=read_config,
                     actions_off_the_loop=True, action_unit=SystemdUnit(config.unit))  # (its own D-Bus connection)
@@ -253,6 +260,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         daemon.notifier.send("STOPPING=1")
         if metrics_server is not None:
             metrics_server.close()
+        if rebinder is not None:
+            rebinder.close()
     return EX_OK
 
 

@@ -88,6 +88,7 @@ class Config:
     crash_cause_wait: float = DEFAULT_CRASH_CAUSE_WAIT
     profile: Profile | None = None
     source: str | None = None
+    profile_path: str | None = None  # the file `profile` came from (config_trust checks who may write it)
     actions: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: dict(DEFAULT_ACTIONS))
     restart_budget: RestartBudget = RestartBudget()
     dry_run: bool = False
@@ -255,7 +256,7 @@ def parse_config(text: str, path: str | None = None) -> Config:
                        f"(evidence.timeout, each hook's timeout, D-Bus): at most {CHAIN_LIMIT:g}s (docs/operations.md"
                        ", \"Actions and their bounds\")", lines.get("actions"))
     return Config(unit=unit, engine=engine, phases=phases, rank_skew=rank_skew, crash_cause_wait=crash_cause_wait,
-                  profile=profile, source=path,
+                  profile=profile, source=path, profile_path=document.get("profile_path"),
                   actions=actions, restart_budget=budget, dry_run=dry_run, metrics_listen=listen, health=health,
                   adaptive=adaptive, vitals=vitals, rank_processes=rank_processes, evidence=evidence, hooks=hooks,
                   leftovers=_leftovers(document.get("leftovers", {}) or {}, lines.get("leftovers"), fail))
