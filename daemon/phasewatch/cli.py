@@ -335,7 +335,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "names with a legend, within 100 columns)")
     report.add_argument("--plot", metavar="FILE", help="write an SVG timeline of them")
     report.set_defaults(func=cmd_report)
-    from .commands import checkconfig, hold, init, logs, status, waitready
+    from .commands import checkconfig, hold, init, logs, status, vitals, waitready
 
     checkconfig.add_parser(sub)
 
@@ -344,6 +344,7 @@ def build_parser() -> argparse.ArgumentParser:
     hold.add_parser(sub)
     logs.add_parser(sub)
     waitready.add_parser(sub)
+    vitals.add_parser(sub)
     for command in sub.choices.values():
         command.epilog = exit_table()
         command.formatter_class = argparse.RawDescriptionHelpFormatter
