@@ -33,6 +33,7 @@ from .sinks.systemd_status import Notify, StepResult, SystemdStatus
 from .sinks.unguarded_stops import UnguardedStops
 from .sources.base import Instant, Source
 from .sources.follow import JournalFollower
+from .sources.gpu import NvmlSource
 from .sources.health import HealthProbes
 from .sources.journal_feed import JournalFeed
 from .sources.probe import BackgroundProbe
@@ -73,7 +74,7 @@ class Daemon:
         self.health = HealthProbes(config, health_probe or BackgroundProbe(), current, clock, observe)
         self.ranks = RankProcesses(self.facts, processes, current, config.rank_processes == "host")
         self.signs = SignsOfLife(config, sampler or ProcSampler(processes), self.facts, current,
-                                 exporter.saw_vitals if exporter is not None else None)
+                                 exporter.saw_vitals if exporter is not None else None, NvmlSource())
         self.sources: Sequence[Source] = (self.journal, self.health, self.ranks, self.signs)
         scan = LeftoverScan(processes, GpuMemory())
         guarded = GuardedRestart(unit, scan, alerter.alert, config.leftovers.wait,

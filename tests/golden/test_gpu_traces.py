@@ -35,7 +35,7 @@ def check(document: dict, rank_filter: str | None = None) -> list[str]:
                 alive = [p["ranks"].get(rank, {}).get("alive", False) for p in inside]
                 if sum(alive) < 0.9 * len(alive):
                     problems.append(f"{window['name']} {rank}: {sum(alive)} of {len(alive)} periods alive")
-                if any(not a and not b for a, b in zip(alive, alive[1:])):
+                if any(not a and not b for a, b in zip(alive, alive[1:], strict=False)):
                     problems.append(f"{window['name']} {rank}: two dead periods in a row")
             if window["expect"] == "no_progress":
                 for p in overlapping:

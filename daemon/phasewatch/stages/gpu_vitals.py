@@ -46,6 +46,9 @@ class GpuThresholds:
     idle_sm_util: float = 2.0
 
 
+DEFAULT_THRESHOLDS = GpuThresholds()
+
+
 @dataclass(frozen=True)
 class GpuInfo:
     index: int
@@ -128,7 +131,7 @@ def baseline_after(info: GpuInfo, readings: Sequence[GpuReading], baseline: GpuB
 
 
 def judge(info: GpuInfo, readings: Sequence[GpuReading], baseline: GpuBaseline, pids: Iterable[int] = (),
-          thresholds: GpuThresholds = GpuThresholds()) -> GpuPeriod:
+          thresholds: GpuThresholds = DEFAULT_THRESHOLDS) -> GpuPeriod:
     """The period of one GPU (its readings in the period, oldest first) for the rank whose processes are
     `pids`; `baseline` is the one before this period (the period's own readings count in it too)."""
     mine = [r for r in readings if r.index == info.index]
@@ -147,7 +150,7 @@ def judge(info: GpuInfo, readings: Sequence[GpuReading], baseline: GpuBaseline, 
     memory = [sum(v for p, v in r.processes.items() if p in wanted) for r in mine if r.processes is not None]
     growth = memory[-1] - memory[0] if len(memory) >= 2 else 0
     reasons = []
-    flat = swing is not None and bool(limit) and swing / limit < thresholds.flat
+    flat = swing is not None and limit is not None and limit > 0 and swing / limit < thresholds.flat
     resident = sm is not None and sm >= thresholds.resident_sm_util
     if mean is not None and floor is not None and limit:
         above = (mean - floor) / limit
@@ -181,7 +184,7 @@ def rank_gpus(readings: Sequence[GpuReading], pids: Iterable[int]) -> tuple[int,
 
 
 def judge_rank(infos: Mapping[int, GpuInfo], readings: Sequence[GpuReading], baselines: Mapping[int, GpuBaseline],
-               pids: Iterable[int], thresholds: GpuThresholds = GpuThresholds()) -> tuple[GpuPeriod, ...]:
+               pids: Iterable[int], thresholds: GpuThresholds = DEFAULT_THRESHOLDS) -> tuple[GpuPeriod, ...]:
     """Each GPU the rank uses, judged over the period (none: the rank has no GPU context yet)."""
     pids = tuple(pids)
     return tuple(judge(infos.get(i, GpuInfo(i)), readings, baselines.get(i, GpuBaseline()), pids, thresholds)
@@ -193,7 +196,8 @@ def baselines_after(infos: Mapping[int, GpuInfo], readings: Sequence[GpuReading]
     out = dict(baselines)
     for index in sorted({r.index for r in readings}):
         info = infos.get(index, GpuInfo(index))
-        out[index] = baseline_after(info, [r for r in readings if r.index == index], baselines.get(index, GpuBaseline()))
+        mine = [r for r in readings if r.index == index]
+        out[index] = baseline_after(info, mine, baselines.get(index, GpuBaseline()))
     return out
 
 
@@ -201,11 +205,9 @@ def summary(periods: Sequence[GpuPeriod]) -> GpuPeriod | None:
     """The rank's GPU that says most: an alive one, else a waiting one, else the first."""
     if not periods:
         return None
-    for wanted in (lambda p: p.alive, lambda p: p.state == "waiting"):
-        found = [p for p in periods if wanted(p)]
-        if found:
-            return found[0]
-    return periods[0]
+    alive = [p for p in periods if p.alive]
+    waiting = [p for p in periods if p.state == "waiting"]
+    return (alive or waiting or list(periods))[0]
 
 
 def _pcie(reading: GpuReading) -> float | None:

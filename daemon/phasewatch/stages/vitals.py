@@ -12,10 +12,12 @@ reader is procstat.py, the daemon turns progress into RANK_PROGRESS events for t
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping, Sequence
 
+from ..durations import format_duration
 from ..records import Event, EventKind
+from .gpu_vitals import DEFAULT_THRESHOLDS as DEFAULT_GPU_THRESHOLDS
 from .gpu_vitals import GpuBaseline, GpuInfo, GpuPeriod, GpuReading, GpuThresholds, judge_rank
 from .gpu_vitals import summary as gpu_summary
 
@@ -149,6 +151,9 @@ class Vitals:
     at: float
     ranks: tuple[RankVitals, ...]
     unit: UnitVitals | None = None
+    gpu_source: str = "off"  # off | ok | unavailable | stuck (sources/gpu.py)
+    gpu_problem: str | None = None  # why there are no GPU readings
+    gpu_since: Mapping[str, float] = field(default_factory=dict)  # rank -> since when its GPU is in its state
 
     def rank(self, label: str) -> RankVitals | None:
         return next((r for r in self.ranks if r.rank == label), None)
@@ -255,7 +260,7 @@ def _rank_key(label: str) -> tuple[int, ...]:
 
 
 def with_gpus(vitals: Vitals, sample: Sample, readings: Sequence[GpuReading], infos: Mapping[int, GpuInfo],
-              baselines: Mapping[int, GpuBaseline], thresholds: GpuThresholds = GpuThresholds()) -> Vitals:
+              baselines: Mapping[int, GpuBaseline], thresholds: GpuThresholds = DEFAULT_GPU_THRESHOLDS) -> Vitals:
     """`vitals` with each rank's GPU over the period (`readings`: NVML's samples in it), found by the
     GPU contexts of the rank's process and its descendants; a GPU that computes or moves data is a
     sign of life (gpu_vitals.py)."""
@@ -276,7 +281,7 @@ def with_gpus(vitals: Vitals, sample: Sample, readings: Sequence[GpuReading], in
     return replace(vitals, ranks=tuple(ranks))
 
 
-def host_work(rank: RankVitals, gpu: GpuPeriod, thresholds: GpuThresholds = GpuThresholds()) -> bool:
+def host_work(rank: RankVitals, gpu: GpuPeriod, thresholds: GpuThresholds = DEFAULT_GPU_THRESHOLDS) -> bool:
     """The rank busy on the CPU while its GPU has no kernel resident: host work (an in-process
     compiler such as NVRTC shows nothing else: no children, faults only between kernels). A rank
     spinning while it waits on the GPU has a kernel resident (the waiting signature); one waiting
@@ -297,13 +302,24 @@ def document(vitals: Vitals | None, now: float) -> dict[str, Any] | None:
         return None
     ranks = {}
     for r in vitals.ranks:
-        ranks[r.rank] = {"pid": r.pid, "text": r.text(), "progress": list(r.progress),
+        ranks[r.rank] = {"pid": r.pid, "text": _status_text(r, vitals.gpu_since.get(r.rank), now),
+                         "progress": list(r.progress),
                          "intake_bytes": r.intake_bytes, "page_faults": r.faults,
                          "read_bytes_per_second": None if r.read_rate is None else round(r.read_rate, 1),
                          "faults_per_second": round(r.fault_rate, 1), "cpu_share": round(r.cpu_share, 3),
                          "compilers": dict(r.compilers), "gpu": gpu_document(r.gpu)}
     return {"sampled_seconds_ago": round(max(now - vitals.at, 0.0), 3), "ranks": ranks,
-            "unit": vitals.unit.text() if vitals.unit is not None else None}
+            "unit": vitals.unit.text() if vitals.unit is not None else None,
+            "gpu_source": {"state": vitals.gpu_source, "problem": vitals.gpu_problem}}
+
+
+def _status_text(rank: RankVitals, since: float | None, now: float) -> str:
+    """`GPU waiting 14m, 124 W flat: a kernel waits, likely a collective` for a waiting GPU; else text()."""
+    gpu = rank.gpu
+    if gpu is None or gpu.state != "waiting" or rank.alive or since is None:
+        return rank.text()
+    power = f"{gpu.power_w:.0f} W" if gpu.power_w is not None else "power"
+    return f"GPU waiting {format_duration(max(now - since, 0.0))}, {power} flat: a kernel waits, likely a collective"
 
 
 def gpu_document(gpu: GpuPeriod | None) -> dict[str, Any] | None:
