@@ -635,7 +635,8 @@ def main(argv: list[str] | None = None) -> int:
                                                    "slow_load": faults.slow_load,
                                                    "health_fail_after": faults.health_fail_after,
                                                    "decode_every": faults.decode_every,
-                                                   "silent_load": faults.silent_load}}, handle)
+                                                   "silent_load": faults.silent_load,
+                                                   "silent_capture": faults.silent_capture}}, handle)
     os.environ["SGLANG_SIM_PLAN_FILE"] = plan_path
     return run(plan, args.port, faults, args.hostile)
 
