@@ -58,7 +58,8 @@ class Daemon:
                  store: StateStore, clock: Clock, processes: ProcessTable | None = None,
                  watchdog_interval: float | None = None, health_probe: BackgroundProbe | None = None,
                  exporter: Exporter | None = None, history: History | None = None,
-                 sampler: ProcSampler | None = None, reload: Callable[[], Config] | None = None) -> None:
+                 sampler: ProcSampler | None = None, reload: Callable[[], Config] | None = None,
+                 gpu: NvmlSource | None = None) -> None:
         self.config, self.follower, self.notifier, self.store, self.clock = config, follower, notifier, store, clock
         self.exporter = exporter  # metrics and /status (None: none)
         self.pipeline = Pipeline(config)
@@ -74,7 +75,7 @@ class Daemon:
         self.health = HealthProbes(config, health_probe or BackgroundProbe(), current, clock, observe)
         self.ranks = RankProcesses(self.facts, processes, current, config.rank_processes == "host")
         self.signs = SignsOfLife(config, sampler or ProcSampler(processes), self.facts, current,
-                                 exporter.saw_vitals if exporter is not None else None, NvmlSource())
+                                 exporter.saw_vitals if exporter is not None else None, gpu)
         self.sources: Sequence[Source] = (self.journal, self.health, self.ranks, self.signs)
         scan = LeftoverScan(processes, GpuMemory())
         guarded = GuardedRestart(unit, scan, alerter.alert, config.leftovers.wait,

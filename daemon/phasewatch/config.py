@@ -162,6 +162,10 @@ def parse_config(text: str, path: str | None = None) -> Config:
             if key not in values:
                 raise fail(f"phases.{name}.{key}", "unknown setting (known: deadline, stall, gpu_stall)", key_at)
             values[key] = _duration(raw, f"phases.{name}.{key}", key_at, fail)
+        if isinstance(spec, dict) and "stall" in spec and "gpu_stall" not in spec:
+            # A stall window set alone bounds the shipped GPU one (none: no stall judgement at all).
+            stall, gpu = values["stall"], values["gpu_stall"]
+            values["gpu_stall"] = None if stall is None or gpu is None else min(stall, gpu)
         phases[Phase(name)] = PhaseLimits(values["deadline"], values["stall"], gpu_stall=values["gpu_stall"])
 
     rank_skew = DEFAULT_RANK_SKEW
