@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import time
+import types
+from typing import Any
 
 from phasewatch.config import DEFAULT_LIMITS, Config, VitalsSampling
 from phasewatch.pipeline import Pipeline
@@ -83,3 +85,26 @@ def test_the_default_config_raises_no_timer_lint_and_a_real_finding_still_does()
     short = lint(Config(unit=UNIT), {"dist_timeout": "120"}, UnitTimers())
     assert {("stall_after_nccl", "cuda_graph_capture"), ("stall_after_nccl", "draft_cuda_graph_capture")} <= {
         (w.code, w.phase) for w in short}  # a 2 m NCCL timeout pre-empts even the 3 m GPU window
+
+
+def test_the_evidence_file_says_what_each_ranks_gpu_did() -> None:
+    from phasewatch.sinks.actions import UnitFacts
+    from phasewatch.sinks.evidence import EvidenceTaker
+    from phasewatch.stages.respond import Action
+
+    class Writer:
+        settings = types.SimpleNamespace(peers=True)
+        message = ""
+
+        def capture(self, invocation: Any, verdict: Any, message: str, targets: Any) -> None:
+            Writer.message = message
+
+    pipeline = Pipeline(Config(unit=UNIT))
+    _capturing(pipeline)
+    _gpu(pipeline, "TP1", T0 + 5, "waiting", WAITING, False)
+    inv = pipeline.snapshot().current
+    assert inv is not None
+    action = Action("evidence", "TP1 stalled", "stalled", 0, INV, "cuda_graph_capture", "TP1")
+    EvidenceTaker(Writer(), lambda group: []).take(inv, [action], UnitFacts("activating", "start", INV))  # type: ignore[arg-type]
+    assert "=== GPUs ===" in Writer.message and "TP1: GPU waiting since" in Writer.message
+    assert "likely a collective" in Writer.message
