@@ -108,3 +108,23 @@ def test_the_evidence_file_says_what_each_ranks_gpu_did() -> None:
     EvidenceTaker(Writer(), lambda group: []).take(inv, [action], UnitFacts("activating", "start", INV))  # type: ignore[arg-type]
     assert "=== GPUs ===" in Writer.message and "TP1: GPU waiting since" in Writer.message
     assert "likely a collective" in Writer.message
+
+
+def test_init_writes_both_windows_and_its_config_lints_clean() -> None:
+    from pathlib import Path
+
+    from phasewatch.config import parse_config
+    from phasewatch.stages.init_config import UnitCommand, engine_facts, exec_argv, render_config
+
+    facts = engine_facts(exec_argv("python3 -m sglang.launch_server --model-path m --tp 8 "
+                                   "--speculative-algorithm EAGLE3"))
+    text = render_config(UnitCommand("sglang.service", ()), facts)
+    config = parse_config(text)
+    for phase in (Phase.CUDA_GRAPH_CAPTURE, Phase.DRAFT_CUDA_GRAPH_CAPTURE, Phase.WARMUP):
+        limits = config.limits(phase)
+        assert limits.gpu_stall == 180 and limits.stall is not None and limits.stall > limits.gpu_stall, phase
+    assert "gpu_stall: 3m" in text
+    assert lint(config, {}, UnitTimers()) == []
+    shipped = parse_config((Path(__file__).resolve().parents[2] / "config" / "phasewatch.yaml").read_text())
+    assert shipped.limits(Phase.CUDA_GRAPH_CAPTURE).gpu_stall == 180
+    assert lint(shipped, {}, UnitTimers()) == []  # the default install: no timer lint alert
