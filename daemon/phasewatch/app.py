@@ -31,6 +31,7 @@ from .sinks.systemd_status import Notify, StepResult, SystemdStatus
 from .sources import rebuild
 from .sources.base import Instant, Source
 from .sources.follow import JournalFollower
+from .sources.gpu import NvmlSource
 from .sources.health import HealthProbes
 from .sources.journal_feed import JournalFeed
 from .sources.probe import BackgroundProbe
@@ -57,7 +58,8 @@ class Daemon:
                  watchdog_interval: float | None = None, health_probe: BackgroundProbe | None = None,
                  exporter: Exporter | None = None, history: History | None = None,
                  sampler: ProcSampler | None = None, reload: Callable[[], Config] | None = None,
-                 actions_off_the_loop: bool = False, action_unit: ActionUnit | None = None) -> None:
+                 actions_off_the_loop: bool = False, action_unit: ActionUnit | None = None,
+                 gpu: NvmlSource | None = None) -> None:
         self.config, self.follower, self.notifier, self.store, self.clock = config, follower, notifier, store, clock
         self.exporter = exporter  # metrics and /status (None: none)
         self.pipeline = Pipeline(config)
@@ -73,7 +75,7 @@ class Daemon:
         self.health = HealthProbes(config, health_probe or BackgroundProbe(), current, clock, observe)
         self.ranks = RankProcesses(self.facts, processes, current, config.rank_processes == "host")
         self.signs = SignsOfLife(config, sampler or ProcSampler(processes), self.facts, current,
-                                 exporter.saw_vitals if exporter is not None else None)
+                                 exporter.saw_vitals if exporter is not None else None, gpu)
         self.sources: Sequence[Source] = (self.journal, self.health, self.ranks, self.signs)
         self.unit, self.alerter, self.processes = action_unit or unit, alerter, processes
         self.actors = self._actors(config)

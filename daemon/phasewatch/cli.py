@@ -237,11 +237,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     rebinder = None if metrics_server is not None else Rebinder(
         config.metrics_listen, exporter,
         lambda why: alerter.alert(Action("alert", why, "metrics_unbound", PRIORITY["metrics_unbound"], cause="listen")))
+    from .sources.gpu import NvmlSource
+
     daemon = Daemon(config, follower=JournalFollower(config.unit, args.directory), unit=unit,
                     alerter=alerter, notifier=Notifier(), store=StateStore(state_dir, config.unit),
                     clock=SystemClock(), watchdog_interval=watchdog_interval_from_env(), exporter=exporter,
                     history=History(Path(state_dir) / f"{config.unit}.history.sqlite3"), reload=read_config,
-                    actions_off_the_loop=True, action_unit=SystemdUnit(config.unit))  # (its own D-Bus connection)
+                    actions_off_the_loop=True, action_unit=SystemdUnit(config.unit),  # (its own D-Bus connection)
+                    gpu=NvmlSource())
 
     def stop(signum: int, frame: object) -> None:
         raise SystemExit(0)
@@ -345,7 +348,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "names with a legend, within 100 columns)")
     report.add_argument("--plot", metavar="FILE", help="write an SVG timeline of them")
     report.set_defaults(func=cmd_report)
-    from .commands import checkconfig, hold, init, logs, status, waitready
+    from .commands import checkconfig, hold, init, logs, status, vitals, waitready
 
     checkconfig.add_parser(sub)
 
@@ -354,6 +357,7 @@ def build_parser() -> argparse.ArgumentParser:
     hold.add_parser(sub)
     logs.add_parser(sub)
     waitready.add_parser(sub)
+    vitals.add_parser(sub)
     for command in sub.choices.values():
         command.epilog = exit_table()
         command.formatter_class = argparse.RawDescriptionHelpFormatter

@@ -285,6 +285,7 @@ class EventKind(enum.Enum):
     PROBE_FAILED = "probe_failed"
     HEARTBEAT = "heartbeat"  # a line a process prints on a timer while it waits: no sign that anything moved
     RANK_PROGRESS = "rank_progress"  # a sign of life from /proc (vitals.py): data taken in, a compiler ran
+    RANK_GPU = "rank_gpu"  # the rank's GPU was observed over a vitals period (cause: its state; text: what it did)
 
 
 @dataclass(frozen=True)

@@ -265,6 +265,9 @@ def _vitals_lines(document: dict[str, Any]) -> list[str]:
     out.extend(f"  {label}: {rank.get('text')}" for label, rank in vitals["ranks"].items() if isinstance(rank, dict))
     if vitals.get("unit"):
         out.append(f"  unit: {vitals['unit']}")
+    source = vitals.get("gpu_source")
+    if isinstance(source, dict) and source.get("state") in ("unavailable", "stuck"):
+        out.append(f"  GPU: {source.get('problem')} (the GPU phases' long stall windows are in force)")
     return out
 
 

@@ -290,13 +290,28 @@ def vitals_families(vitals: Vitals | None, unit: str) -> list[Metric]:
                                   "running under the rank at the last sample", labels=["unit", "rank"])
     alive = GaugeMetricFamily("phasewatch_rank_progress", "1 when the last sample showed the rank taking in data "
                               "or compiling (a sign of life without a log line), 0 when not", labels=["unit", "rank"])
+    power = GaugeMetricFamily("phasewatch_rank_gpu_power_watts", "Mean power of the rank's GPU over the last "
+                              "vitals period (NVML; per GPU: ranks sharing one show the same)", labels=["unit", "rank"])
+    gpu_state = GaugeMetricFamily("phasewatch_rank_gpu_state", "1 for the state the rank's GPU was in over the last "
+                                  "period: computing, transferring, allocating (signs of life), waiting (a kernel "
+                                  "resident, power low and flat, no transfers: likely a collective), idle",
+                                  labels=["unit", "rank", "state"])
+    source = GaugeMetricFamily("phasewatch_gpu_source", "1 for the GPU source's state: ok, unavailable (no "
+                               "nvidia-ml-py, driver, GPU or permission), stuck (NVML not answering), off",
+                               labels=["unit", "state"])
+    if vitals is not None:
+        source.add_metric([unit, vitals.gpu_source], 1.0)
     for rank in vitals.ranks if vitals is not None else ():
+        if rank.gpu is not None:
+            if rank.gpu.power_w is not None:
+                power.add_metric([unit, rank.rank], rank.gpu.power_w)
+            gpu_state.add_metric([unit, rank.rank, rank.gpu.state], 1.0)
         if rank.intake_bytes is not None:
             intake.add_metric([unit, rank.rank], float(rank.intake_bytes))
         faults.add_metric([unit, rank.rank], float(rank.faults))
         compilers.add_metric([unit, rank.rank], float(sum(n for _, n in rank.compilers)))
         alive.add_metric([unit, rank.rank], 1.0 if rank.alive else 0.0)
-    return [intake, faults, compilers, alive]
+    return [intake, faults, compilers, alive, power, gpu_state, source]
 
 
 def _text(server: ServerInfo | None, name: str) -> str:

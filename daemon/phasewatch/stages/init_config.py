@@ -211,7 +211,11 @@ def limits_for(facts: EngineFacts, last: Mapping[Phase, float],
         if phase is Phase.WARMUP and deadline is not None and stall is not None:
             deadline = min(deadline, timers["warmup"] - 60)
             stall = min(stall, timers.get("scheduler_watchdog", stall) - 60)
-        limits[phase] = PhaseLimits(deadline, stall if stall is None or deadline is None else min(stall, deadline))
+        gpu_stall = base.gpu_stall
+        if gpu_stall is not None and stall is not None:
+            gpu_stall = min(gpu_stall, stall)
+        limits[phase] = PhaseLimits(deadline, stall if stall is None or deadline is None else min(stall, deadline),
+                                    gpu_stall=gpu_stall)
     return limits
 
 
@@ -260,7 +264,8 @@ def render_config(command: UnitCommand, facts: EngineFacts) -> str:
              f"# runs as User={command.user or 'root'}" + (
                  "; its last start-up in the journal sized the limits it came near" if command.last_startup
                  else "; no start-up in the journal yet: the shipped limits"),
-             "# deadline: longest one rank may stay in a phase; stall: longest it may stay silent in it.",
+             "# deadline: longest one rank may stay in a phase; stall: longest it may stay silent in it;",
+             "# gpu_stall: the stall window while the rank's GPU is observed (NVML; docs/phases.md).",
              "# Durations: 90s, 20m, 1h30m, or none. Check with: phasewatch check-config FILE",
              ""]
     lines += [f"# {note}" for note in timer_notes(command, facts, limits)]
@@ -273,6 +278,8 @@ def render_config(command: UnitCommand, facts: EngineFacts) -> str:
         lines.append(f"  {phase.value}:{' ' * max(1, 26 - len(phase.value))}# {note}")
         lines.append(f"    deadline: {_limit(limit.deadline)}")
         lines.append(f"    stall: {_limit(limit.stall)}")
+        if limit.gpu_stall is not None:
+            lines.append(f"    gpu_stall: {_limit(limit.gpu_stall)}      # while its GPU is observed (NVML)")
     lines += ["  ready: {deadline: none, stall: none}", "  serving: {deadline: none, stall: none}", ""]
     if facts.ranks > 1:
         lines += ["# A rank still in a phase this long after the first rank left it is a straggler.",

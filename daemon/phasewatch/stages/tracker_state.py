@@ -14,6 +14,7 @@ from .snapshot import (
     CAPTURE_PHASES,
     LOADING_PHASES,
     FatalView,
+    GpuSeen,
     InvocationView,
     PhaseSpan,
     RankView,
@@ -111,6 +112,7 @@ class InvocationState:
     phase_seen: dict[Phase, float] = field(default_factory=dict)
     phase_silence: dict[Phase, float] = field(default_factory=dict)
     vitals: dict[str, float] = field(default_factory=dict)  # rank -> last RANK_PROGRESS
+    gpus: dict[str, GpuSeen] = field(default_factory=dict)  # rank -> its GPU as last observed (RANK_GPU)
     fatal_chars: int = 0
     layout: int = 0  # bumped when a rank appears or changes phase
     owners: dict[frozenset[Phase] | None, RankState | None] = field(default_factory=dict)  # bar owner per family
@@ -145,8 +147,8 @@ class InvocationState:
                                       (PhaseSpan(phase, start, None),), seen=False)
                              for label in expected if label not in seen)
         ranks.sort(key=lambda r: rank_sort_key(r.rank))
-        if self.vitals:
-            ranks = [replace(r, last_vital=self.vitals.get(r.rank)) for r in ranks]
+        if self.vitals or self.gpus:
+            ranks = [replace(r, last_vital=self.vitals.get(r.rank), gpu=self.gpus.get(r.rank)) for r in ranks]
         return InvocationView(self.invocation_id, self.started_at, self.last_ts, self.state, tuple(ranks),
                               tuple(self.fatals.values()), self.lines_lost, self.server, self.unit_result,
                               self.exit_status, self.restart_scheduled, self.stop_job, self.stopped_at,
