@@ -6,7 +6,7 @@ JournalRecord -> LineSplitter -> EventMapper -> Tracker -> (snapshot) -> policy.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterable
 
 from .config import Config
@@ -15,6 +15,7 @@ from .stages import policy
 from .stages.events import EventMapper, is_lifecycle_record, lifecycle_event
 from .stages.fastpath import FastPath
 from .stages.lines import LineSplitter
+from .stages.remedies import NO_UNIT, UnitSettings, remedy_for
 from .stages.ruletally import RuleTally
 from .stages.snapshot import InvocationView, Snapshot, Transition
 from .stages.tracker import Tracker
@@ -48,6 +49,7 @@ class Pipeline:
         self.quarantined = 0  # records that raised in a stage: skipped, the rest goes on
         self._fast_wanted = fast
         self.fast = self._fast_path()
+        self.unit_settings: UnitSettings = NO_UNIT  # the unit's ExecStart=, Environment=... (the daemon sets it)
 
     def _fast_path(self) -> FastPath | None:
         engine = self.profile.engine_module
@@ -206,6 +208,11 @@ class Pipeline:
     def current_id(self) -> str | None:
         return self.tracker.current_id()
 
+    def _with_remedy(self, verdict: policy.Verdict, inv: InvocationView) -> policy.Verdict:
+        found = remedy_for(verdict.kind, verdict.cause, verdict.phase, verdict.rank, inv, self.profile.remedies,
+                           self.unit_settings)
+        return verdict if found is None else replace(verdict, remedy=found)
+
     def judge(self, now: float, snapshot: Snapshot | None = None) -> list[Judgement]:
         judgements = []
         for inv in (snapshot or self.snapshot()).invocations:
@@ -219,5 +226,6 @@ class Pipeline:
                 if before and outcome in (Outcome.STOPPED, Outcome.CRASHED) and not any(
                         v.kind == VerdictKind.CRASHED for v in verdicts):
                     outcome = Outcome.STALLED
+            verdicts = [self._with_remedy(v, inv) for v in verdicts]
             judgements.append(Judgement(inv, tuple(verdicts), outcome))
         return judgements

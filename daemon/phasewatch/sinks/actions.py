@@ -157,7 +157,7 @@ def alert_fields(action: Action, unit: str) -> dict[str, str]:
     }
     optional = {"PHASEWATCH_INVOCATION": action.invocation_id, "PHASEWATCH_PHASE": action.phase,
                 "PHASEWATCH_RANK": action.rank, "PHASEWATCH_CAUSE": action.cause,
-                "PHASEWATCH_EVIDENCE": action.evidence}
+                "PHASEWATCH_EVIDENCE": action.evidence, "PHASEWATCH_REMEDY": action.remedy}
     fields.update({k: v for k, v in optional.items() if v})
     if action.dry_run:
         fields["PHASEWATCH_DRY_RUN"] = "1"

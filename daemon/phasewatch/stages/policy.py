@@ -14,6 +14,7 @@ from ..config import Config, PhaseLimits
 from ..durations import format_duration
 from ..profile import Profile
 from ..records import MAIN, PHASE_NAMES, STUCK, UNIT_PHASES, WRONG_WHEN_STOPPED, Outcome, Phase, VerdictKind
+from .remedies import Remedy
 from .crashfacts import CrashFacts, ServerRanks, crash_facts, describe, mentions_in, traceback_phase
 from .snapshot import LIVE_STATES, UP_STATES, FatalView, InvocationView, RankView, UnitState
 
@@ -37,6 +38,7 @@ class Verdict:
     at: float
     episode: int = 0  # unhealthy: which run of failed probes
     facts: CrashFacts | None = None  # crashed: healthy, waiting and culprit ranks named in the lines
+    remedy: Remedy | None = None  # what to do about it (remedies.py), when the facts say
 
     @property
     def key(self) -> tuple[str, str, str | None, str | None]:

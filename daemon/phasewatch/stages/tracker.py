@@ -116,7 +116,12 @@ class Tracker:
                     EventKind.UNIT_EXITED, EventKind.RESTART_SCHEDULED):
             return self._lifecycle(inv, event, ts)
         if kind is EventKind.HEARTBEAT:
-            return []  # the API server's "Waiting for core engine": it says nothing about the ranks
+            # The API server's "Waiting for core engine": it says nothing about the ranks, but a
+            # start-up that only prints it has begun (judged by launch's limits from its first one).
+            inv.heartbeat = event.rule
+            if event.rank in (None, MAIN) and MAIN not in inv.ranks:
+                self._rank(inv, MAIN, ts)
+            return []
         if kind is EventKind.SERVER_ARGS:
             # vLLM spreads its arguments over several lines (non-default args, then the engine's config).
             inv.server_args = {**inv.server_args, **event.args}

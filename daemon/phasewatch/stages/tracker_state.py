@@ -5,6 +5,7 @@ them (signs of life, the owner of an unprefixed bar, the budget of fatal text). 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 
 from ..ranks import rank_sort_key, tp_index
 from ..records import MAIN, UNIT_PHASES, Event, Phase, Progress
@@ -117,6 +118,7 @@ class InvocationState:
     ranks_ignored: int = 0  # events of ranks past MAX_RANKS
     anomalies: list[Anomaly] = field(default_factory=list)
     anomalies_dropped: int = 0
+    heartbeat: str | None = None  # the rule of the last heartbeat line (a process waiting for others)
 
     def refuse(self, anomaly: Anomaly) -> None:
         """A line that would have moved a rank backwards: recorded (up to MAX_ANOMALIES), not applied."""
@@ -147,7 +149,8 @@ class InvocationState:
                               self.before_stop, self.health_failures, self.health_episode, self.health_error,
                               self.proof_of_life, dict(self.phase_silence), self.ranks_ignored,
                               anomalies=tuple(self.anomalies), anomalies_dropped=self.anomalies_dropped,
-                              cold=self.cold)
+                              cold=self.cold, server_args=MappingProxyType(self.server_args),
+                              heartbeat=self.heartbeat)
 
 
 def bar_family(phase: Phase | None) -> frozenset[Phase] | None:

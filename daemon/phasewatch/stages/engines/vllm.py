@@ -175,6 +175,10 @@ _ARG_ALIASES = (
     ("host", ("host",)),
     ("port", ("port",)),
     ("enable_expert_parallel", ("enable_expert_parallel",)),
+    # read for remedies (stages/remedies.py)
+    *((name, (name,)) for name in ("gpu_memory_utilization", "max_num_seqs", "max_model_len", "enforce_eager",
+                                   "cuda_graph_sizes", "max_num_batched_tokens", "tokenizer", "kv_cache_dtype",
+                                   "quantization", "distributed_executor_backend")),
 )
 _VALUE = r"('[^']*'|\"[^\"]*\"|[^,)}\s]+)"
 VERSION_RE = re.compile(r"LLM engine \(v(?P<v>[\w.+-]+)\)|vLLM API server version (?P<w>[\w.+-]+)")
