@@ -208,10 +208,14 @@ class Pipeline:
     def current_id(self) -> str | None:
         return self.tracker.current_id()
 
-    def _with_remedy(self, verdict: policy.Verdict, inv: InvocationView) -> policy.Verdict:
-        found = remedy_for(verdict.kind, verdict.cause, verdict.phase, verdict.rank, inv, self.profile.remedies,
-                           self.unit_settings)
-        return verdict if found is None else replace(verdict, remedy=found)
+    def with_remedies(self, verdicts: Iterable[policy.Verdict], inv: InvocationView) -> list[policy.Verdict]:
+        """Each verdict with what to do about it, when the profile's remedies and the facts say."""
+        out = []
+        for verdict in verdicts:
+            found = remedy_for(verdict.kind, verdict.cause, verdict.phase, verdict.rank, inv,
+                               self.profile.remedies, self.unit_settings)
+            out.append(verdict if found is None else replace(verdict, remedy=found))
+        return out
 
     def judge(self, now: float, snapshot: Snapshot | None = None) -> list[Judgement]:
         judgements = []
@@ -226,6 +230,6 @@ class Pipeline:
                 if before and outcome in (Outcome.STOPPED, Outcome.CRASHED) and not any(
                         v.kind == VerdictKind.CRASHED for v in verdicts):
                     outcome = Outcome.STALLED
-            verdicts = [self._with_remedy(v, inv) for v in verdicts]
+            verdicts = self.with_remedies(verdicts, inv)
             judgements.append(Judgement(inv, tuple(verdicts), outcome))
         return judgements

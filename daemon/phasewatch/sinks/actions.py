@@ -90,9 +90,12 @@ class SystemdUnit:
                 key, sep, value = _text(item).partition("=")
                 if sep:
                     environment[key] = value
+            exec_start = list(service.ExecStart or [])
             return UnitTimers(timeout_start=math.inf if usec >= USEC_INFINITY else usec / 1e6,
                               service_type=_text(service.Type), has_exec_start_post=bool(service.ExecStartPost),
-                              environment=environment)
+                              environment=environment,
+                              exec_start=tuple(_text(w) for w in exec_start[0][1]) if exec_start else (),
+                              devices=_devices(service))
 
     def load_state(self) -> str:
         """loaded, not-found, masked, error..."""
@@ -144,6 +147,23 @@ class RecordingUnit:
     def start(self) -> str:
         self.calls.append("start")
         return "/org/freedesktop/systemd1/job/start"
+
+
+def _devices(service: Any) -> dict[str, str]:
+    """PrivateDevices=yes, DevicePolicy=closed and DeviceAllow= as the unit file would say them."""
+    devices: dict[str, str] = {}
+    try:
+        if service.PrivateDevices:
+            devices["PrivateDevices"] = "yes"
+        policy = _text(service.DevicePolicy)
+        if policy and policy != "auto":
+            devices["DevicePolicy"] = policy
+        allowed = " ".join(f"{_text(path)}:{_text(mode)}" for path, mode in service.DeviceAllow or ())
+        if allowed:
+            devices["DeviceAllow"] = allowed
+    except (AttributeError, TypeError, ValueError):
+        pass  # an older systemd without one of these properties
+    return devices
 
 
 def alert_fields(action: Action, unit: str) -> dict[str, str]:

@@ -146,13 +146,14 @@ def respond(verdicts: list[Verdict], memory: Memory, status: UnitStatus, now: fl
     for verdict in verdicts:
         wanted = config.actions.get(verdict.kind, ("alert",))
         note = ""
+        remedy = verdict.remedy.text if verdict.remedy is not None else None
         evidence_key = (verdict.key[0], f"evidence:{verdict.kind}", verdict.key[2], verdict.key[3])
         if "evidence" in wanted and evidence_key not in alerted:
             alerted.add(evidence_key)
-            actions.append(Action("evidence", verdict.message, verdict.kind, PRIORITY[verdict.kind],
-                                  verdict.invocation_id, verdict.phase, verdict.rank, verdict.cause, config.dry_run))
+            actions.append(Action("evidence", verdict.message + (f"; remedy: {remedy}" if remedy else ""),
+                                  verdict.kind, PRIORITY[verdict.kind], verdict.invocation_id, verdict.phase,
+                                  verdict.rank, verdict.cause, config.dry_run, remedy=remedy))
         held = hold is not None and hold.active(now)
-        remedy = verdict.remedy.text if verdict.remedy is not None else None
         for hook in (a.removeprefix("hook:") for a in wanted if a.startswith("hook:") and not held):
             hook_key = (verdict.key[0], f"hook:{hook}:{verdict.kind}", verdict.key[2], verdict.key[3])
             if hook_key not in alerted:
