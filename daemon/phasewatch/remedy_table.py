@@ -17,7 +17,7 @@ from typing import Any, Mapping
 from .errors import ProfileError
 from .records import PHASE_NAMES, VerdictKind
 
-FACT_RE = re.compile(r"\{([a-z]+(?:\.[A-Za-z_][\w-]*)?)\}")
+FACT_RE = re.compile(r"\{([^{}]*)\}")
 FACT_KINDS = ("arg", "env", "unit", "line", "heartbeat")
 PLAIN_FACTS = ("rank", "phase")
 _KEYS = {"id", "kind", "cause", "phase", "needs", "absent", "text"}

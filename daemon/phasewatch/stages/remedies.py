@@ -40,6 +40,8 @@ LINE_FACTS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((name, re.compile(pa
     ("line.path", r"'([^']{1,200})' is not a local folder"),
     ("line.path", r"Invalid repository ID or local directory specified: '([^']{1,200})'"),
     ("line.path", r"Cannot find any model weights with `([^`]{1,200})`"),
+    ("line.no_gpu", r"(No CUDA GPUs are available|no CUDA-capable device is detected|cudaErrorNoDevice|"
+                    r"Found no NVIDIA driver|invalid device ordinal)"),
     ("line.symbol", r"undefined symbol: (\w{1,120})"),
     ("line.module", r"No module named '([\w.]{1,120})'"),
     ("line.library", r"(\S{1,120}\.so[\w.]*): cannot open shared object file"),
