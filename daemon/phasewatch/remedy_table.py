@@ -30,7 +30,7 @@ class RemedyRule:
     causes: frozenset[str]  # the verdict's cause (empty: any)
     phases: frozenset[str]  # the verdict's phase (empty: any)
     needs: tuple[str, ...]  # facts that must be known (those the text names, and more)
-    absent: tuple[str, ...]  # facts that must be unknown, or false ("False", "0", "none")
+    absent: tuple[str, ...]  # facts that must be unknown, or false ("False", "None", "no")
     text: str
 
     @property

@@ -19,7 +19,7 @@ from .snapshot import InvocationView
 
 MAX_VALUE = 120  # characters of a fact shown in a remedy
 MAX_TEXTS = 64  # failing lines read for numbers (the first ones: the exception is near the start)
-FALSE_VALUES = frozenset({"", "False", "false", "0", "None", "none", "null", "no"})
+FALSE_VALUES = frozenset({"", "False", "false", "None", "none", "null", "no"})
 # Launch argument spellings -> the key server_args= uses (vLLM's flags, SGLang's short forms).
 ALIASES = {"tensor_parallel_size": "tp_size", "tp": "tp_size", "pipeline_parallel_size": "pp_size",
            "data_parallel_size": "dp_size", "model": "model_path", "model_name_or_path": "model_path"}
