@@ -229,6 +229,8 @@ class Tracker:
 
     def _progress(self, inv: InvocationState, event: Event, ts: float | None) -> list[Transition]:
         owner = self._rank(inv, event.rank, ts) if event.rank else bar_owner(inv, event.phase)
+        if owner is None and self._single_scheduler(inv, event):
+            owner = self._rank(inv, "TP0", ts)  # adopts the earlier bar, then takes this one
         if owner is None:
             inv.unowned_bar = replace(event, ts=ts)
             return []
@@ -244,6 +246,18 @@ class Tracker:
             owner.progress_totals[owner.phase] = total
         alive(inv, owner, ts)
         return out
+
+    @staticmethod
+    def _single_scheduler(inv: InvocationState, event: Event) -> bool:
+        """A bar nobody can own, in a start-up with no scheduler rank: it is a one-GPU server's
+        TP0 when the arguments say one GPU, or when a bar of another stage (weights, then capture)
+        was already left unowned: the server moved on without ever naming a rank."""
+        if any(label != MAIN for label in inv.ranks):
+            return False
+        if inv.server is not None and inv.server.expected_ranks() == ("TP0",):
+            return True
+        earlier = inv.unowned_bar
+        return earlier is not None and bar_family(earlier.phase) is not bar_family(event.phase)
 
     # -- unit (main process and PID 1) ---------------------------------------------------------
     def _unit_phase(self, inv: InvocationState, phase: Phase, ts: float | None, rule: str | None) -> list[Transition]:
