@@ -5,8 +5,9 @@ stages/remedies.py.
 A remedy's text names facts in braces: `{arg.mem_fraction_static}` (a launch argument: server_args=,
 vLLM's non-default args, else the unit's ExecStart=), `{env.CUDA_VISIBLE_DEVICES}` (the unit's
 Environment=), `{unit.PrivateDevices}`, `{line.tried}` (a number read from the failing lines),
-`heartbeat.RULE` (a heartbeat rule's line was seen), `{rank}`, `{phase}`. Every fact a text names must be known, else the remedy does not apply: none is
-better than one the facts do not support."""
+`{rank}`, `{phase}`; `heartbeat.RULE` is known when a heartbeat rule's line was seen. Every fact a
+text names must be known, else the remedy does not apply: none is better than one the facts do not
+support."""
 
 from __future__ import annotations
 

@@ -174,7 +174,7 @@ def test_every_cause_has_a_row_in_the_runbooks_remedies(engine: str) -> None:
     from pathlib import Path
 
     runbook = (Path(__file__).resolve().parents[2] / "docs" / "runbook.md").read_text("utf-8")
-    table = runbook.split('<a id="remedies-by-cause"></a>', 1)[1].split("\n<a id=", 1)[0]
+    table = runbook.split("### Remedies by cause", 1)[1].split("\n<a id=", 1)[0]
     causes = {c.id for c in load_builtin_profile(engine).causes} | {"exit_code"}
     missing = sorted(c for c in causes if f"`{c}`" not in table)
     assert not missing, f"docs/runbook.md#remedies-by-cause has no row for {missing}"
