@@ -156,6 +156,11 @@ class Pipeline:
             # journalctl elided it (>= 4096 bytes without --all, or shown as "[N blob data]").
             return self.tracker.apply(Event(EventKind.LINES_LOST, record.realtime, count=1, cause="elided",
                                             invocation_id=record.invocation_id), now)
+        rewrite = self.profile.engine_module.rewrite
+        message = record.message
+        if rewrite is not None and message[:1] in (b"{", "{"):
+            text = rewrite(message if isinstance(message, str) else message.decode("utf-8", "replace"))
+            record = record if text is None else replace(record, message=text)
         return self._lines(self.splitter.feed(record), now)
 
     def feed_all(self, records: Iterable[JournalRecord], now: float | None) -> list[Transition]:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 from ...records import MAIN
 from ..lines import Prefix, bounded_int, canonical_rank, epoch, rank_number
 from . import Engine
+from ._json_logs import text_of_json_line
 
 if TYPE_CHECKING:
     from ..snapshot import ServerInfo
@@ -233,9 +234,10 @@ def _numbered_workers(version: str | None) -> bool:
 
 
 def detect(line: str) -> int:
-    if _SURE_RE.search(line):
+    if _SURE_RE.search(line) or '"vllm_process_name"' in line:
         return 2
     return 1 if HEADER_RE.search(line) else 0
 
 
-ENGINE = Engine("vllm", find_prefixes, rank_from_title, parse_server_args, expected_ranks, detect)
+ENGINE = Engine("vllm", find_prefixes, rank_from_title, parse_server_args, expected_ranks, detect,
+                rewrite=text_of_json_line)
