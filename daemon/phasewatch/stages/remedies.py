@@ -33,6 +33,7 @@ LINE_FACTS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((name, re.compile(pa
     ("line.kv_needed", r"\(([\d.]+ ?GiB) KV cache is needed"),
     ("line.kv_available", r"available KV cache memory \(([\d.]+ ?GiB)\)"),
     ("line.max_len", r"estimated maximum model length is (\d+)"),
+    ("line.no_cache_memory", r"(No available memory for the cache blocks)"),
     ("line.mem_fraction_static", r"mem_fraction_static=([\d.]+)"),
     ("line.port", r"bind on address \([^)]*?, ?(\d{1,5})\)"),
     ("line.port", r"[Aa]ddress already in use[^\d]{0,40}?:(\d{1,5})\b"),
