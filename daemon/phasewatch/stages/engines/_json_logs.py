@@ -11,7 +11,7 @@ import re
 
 MAX_JSON_CHARS = 1 << 20  # a longer object is no log record of ours: left as it is
 _TIME_RE = re.compile(r"(?:\d{4}-)?(\d\d-\d\d)[ T](\d\d:\d\d:\d\d)")
-_NAME_RE = re.compile(r"[\w.-]{1,64}")  # a process name as the text prefix would show it
+_NAME_RE = re.compile(r"[\w.-]{1,64}(?: rank=\d{1,6})?")  # a process name as the text prefix shows it
 _LEVELS = frozenset({"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"})
 
 
