@@ -219,8 +219,9 @@ def parse_profile(document: Mapping[str, Any], origin: str) -> Profile:
         if not isinstance(value, bool):
             raise ProfileError(f"{origin}: {name}", f"expected true or false, got {value!r}")
         flags.append(value)
-    return Profile(engine, rules, causes, families, module, *flags,
-                   remedies=parse_remedies(document.get("remedies"), origin))
+    lockstep, draft_phases = flags
+    return Profile(engine, rules, causes, families, module, lockstep, draft_phases,
+                   parse_remedies(document.get("remedies"), origin))
 
 
 def builtin_engines() -> list[str]:

@@ -49,7 +49,8 @@ def test_an_exception_in_the_record_comes_out_as_its_lines() -> None:
                        "exc_info": "Traceback (most recent call last):\n  File \"x.py\", line 1, in f\n"
                                    "torch.OutOfMemoryError: CUDA out of memory."})
     text = text_of_json_line(line)
-    assert text is not None and text.splitlines()[-1] == "(Worker_TP1 pid=8) torch.OutOfMemoryError: CUDA out of memory."
+    assert text is not None
+    assert text.splitlines()[-1] == "(Worker_TP1 pid=8) torch.OutOfMemoryError: CUDA out of memory."
 
 
 VLLM_START = [record("APIServer", 1, "non-default args: {'model': '/m', 'tensor_parallel_size': 2, "
