@@ -5,7 +5,8 @@ stages/remedies.py.
 A remedy's text names facts in braces: `{arg.mem_fraction_static}` (a launch argument: server_args=,
 vLLM's non-default args, else the unit's ExecStart=), `{env.CUDA_VISIBLE_DEVICES}` (the unit's
 Environment=), `{unit.PrivateDevices}`, `{line.tried}` (a number read from the failing lines),
-`{rank}`, `{phase}`; `heartbeat.RULE` is known when a heartbeat rule's line was seen. Every fact a
+`{host.port_holder}` (the process listening on the port the line or `--port` names), `{rank}`,
+`{phase}`; `heartbeat.RULE` is known when a heartbeat rule's line was seen. Every fact a
 text names must be known, else the remedy does not apply: none is better than one the facts do not
 support."""
 
@@ -19,7 +20,7 @@ from .errors import ProfileError
 from .records import PHASE_NAMES, VerdictKind
 
 FACT_RE = re.compile(r"\{([^{}]*)\}")
-FACT_KINDS = ("arg", "env", "unit", "line", "heartbeat")
+FACT_KINDS = ("arg", "env", "unit", "line", "heartbeat", "host")
 PLAIN_FACTS = ("rank", "phase")
 _KEYS = {"id", "kind", "cause", "phase", "needs", "absent", "text"}
 
@@ -54,7 +55,8 @@ def _fact(name: str, key: str) -> str:
     kind = name.split(".", 1)[0]
     if name in PLAIN_FACTS or (kind in FACT_KINDS and "." in name):
         return name
-    raise ProfileError(key, f"unknown fact {name!r} (arg.X, env.X, unit.X, line.X, heartbeat.RULE, rank, phase)")
+    raise ProfileError(key, f"unknown fact {name!r} (arg.X, env.X, unit.X, line.X, heartbeat.RULE, "
+                            "host.port_holder, rank, phase)")
 
 
 def parse_remedy(spec: Mapping[str, Any], key: str) -> RemedyRule:

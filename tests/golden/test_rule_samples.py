@@ -22,7 +22,7 @@ SAMPLES = Path(__file__).parent / "rule_samples"
 PROFILES = Path(__file__).resolve().parents[2] / "daemon" / "phasewatch" / "profiles"
 ENGINES = sorted(p.stem for p in PROFILES.glob("*.yaml"))
 BLOCK_HEADER = re.compile(r"^# (rule|cause|family|remedy): (\S+)")
-META = re.compile(r"^## (judge|unit|env|argv): (.*)$")
+META = re.compile(r"^## (judge|unit|env|argv|host): (.*)$")
 
 
 def sample_blocks(engine: str) -> dict[tuple[str, str], list[str]]:
@@ -92,7 +92,8 @@ def remedied_verdicts(engine: str, ident: str) -> list[Verdict]:
     pipeline.unit_settings = UnitSettings(
         tuple(shlex.split(meta["argv"][0])) if "argv" in meta else (),
         dict(item.split("=", 1) for item in meta.get("env", [])),
-        dict(item.split("=", 1) for item in meta.get("unit", [])))
+        dict(item.split("=", 1) for item in meta.get("unit", [])),
+        {int(port): holder for port, holder in (item.split("=", 1) for item in meta.get("host", []))})
     pipeline.feed_all(records, now=None)
     last = max((i.last_ts for i in pipeline.snapshot().invocations if i.last_ts is not None), default=0.0)
     later = float(meta["judge"][0].strip("+s")) if "judge" in meta else 5.0  # past crash_cause_wait

@@ -17,6 +17,7 @@ from ..errors import UnitError
 from ..pipeline import Pipeline
 from ..records import MAIN, NEWS_AFTER_THE_END, Phase, VerdictKind
 from ..render import iso
+from ..sources.listeners import port_holders
 from ..stages import policy
 from ..stages.learn import LimitInForce, adapted, eta_seconds, limits_in_force, typical_durations
 from ..stages.remedies import UnitSettings
@@ -137,7 +138,9 @@ class Responder:
         except UnitError as exc:
             logger.warning("[%s] timer check without the unit's settings: %s", self.config.unit, exc)
             timers = UnitTimers()
-        self.pipeline.unit_settings = UnitSettings(timers.exec_start, timers.environment, timers.devices)
+        port = inv.server.port or 0  # who holds the server's port now (a leftover server, another service)
+        self.pipeline.unit_settings = UnitSettings(timers.exec_start, timers.environment, timers.devices,
+                                                   port_holders([port]) if port else {})
         self.timer_warnings = lint(learned.config, inv.server.timer_args, timers, learned.typical)
         if self.exporter is not None:
             self.exporter.saw_timer_warnings(self.timer_warnings)

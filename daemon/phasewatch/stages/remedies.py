@@ -56,6 +56,7 @@ class UnitSettings:
     exec_start: tuple[str, ...] = ()
     environment: Mapping[str, str] = field(default_factory=dict)
     properties: Mapping[str, str] = field(default_factory=dict)  # PrivateDevices=, DeviceAllow=...
+    port_holders: Mapping[int, str] = field(default_factory=dict)  # port -> the process listening on it
 
 
 @dataclass(frozen=True)
@@ -120,6 +121,9 @@ def facts_for(verdict_rank: str | None, phase: str | None, inv: InvocationView, 
     facts.update({f"env.{k}": v for k, v in unit.environment.items()})
     facts.update({f"unit.{k}": v for k, v in unit.properties.items()})
     facts.update(line_facts(texts))
+    port = facts.get("line.port") or facts.get("arg.port") or ""
+    if port.isdigit() and int(port) in unit.port_holders:
+        facts["host.port_holder"] = unit.port_holders[int(port)]
     if inv.heartbeat is not None:
         facts[f"heartbeat.{inv.heartbeat}"] = "True"
     if verdict_rank is not None and verdict_rank != MAIN:
