@@ -122,7 +122,7 @@ def facts_for(verdict_rank: str | None, phase: str | None, inv: InvocationView, 
     facts.update({f"unit.{k}": v for k, v in unit.properties.items()})
     facts.update(line_facts(texts))
     port = facts.get("line.port") or facts.get("arg.port") or ""
-    if port.isdigit() and int(port) in unit.port_holders:
+    if port.isdigit() and len(port) <= 5 and int(port) in unit.port_holders:  # a port, not 5000 digits
         facts["host.port_holder"] = unit.port_holders[int(port)]
     if inv.heartbeat is not None:
         facts[f"heartbeat.{inv.heartbeat}"] = "True"
