@@ -297,6 +297,8 @@ def render_table(document: dict[str, Any], listen: str | None = None) -> str:
         out.extend(f"  {line}" for line in grouped(
             VerdictLine(str(v.get("kind")), v.get("rank") if isinstance(v.get("rank"), str) else None,
                         str(v.get("message"))) for v in verdicts))
+        remedies = [r.get("text") for v in verdicts if isinstance(r := v.get("remedy"), dict)]
+        out.extend(f"  remedy: {text}" for text in dict.fromkeys(t for t in remedies if isinstance(t, str)))
     warnings = document.get("timer_warnings")
     if isinstance(warnings, list) and warnings:
         out.append("timer warnings (an engine or systemd timer ends a phase before phasewatch's limit):")
