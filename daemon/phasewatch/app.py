@@ -20,6 +20,7 @@ from .config import Config
 from .durations import format_duration
 from .errors import ConfigError, UnitError
 from .pipeline import Pipeline
+from .sinks.group_restarts import GroupRestarts
 from .sinks.evidence import EvidenceTaker, EvidenceWriter
 from .sinks.gpu_memory import GpuMemory
 from .sinks.history import History
@@ -31,6 +32,7 @@ from .sinks.responder import Alerter, Responder
 from .sinks.state import StateStore
 from .sinks.systemd_status import Notify, StepResult, SystemdStatus
 from .sinks.unguarded_stops import UnguardedStops
+from .sources.alert_receiver import AlertReceiver
 from .sources.base import Instant, Source
 from .sources.follow import JournalFollower
 from .sources.health import HealthProbes
@@ -57,7 +59,8 @@ class Daemon:
                  store: StateStore, clock: Clock, processes: ProcessTable | None = None,
                  watchdog_interval: float | None = None, health_probe: BackgroundProbe | None = None,
                  exporter: Exporter | None = None, history: History | None = None,
-                 sampler: ProcSampler | None = None, reload: Callable[[], Config] | None = None) -> None:
+                 sampler: ProcSampler | None = None, reload: Callable[[], Config] | None = None,
+                 receiver: AlertReceiver | None = None) -> None:
         self.config, self.follower, self.notifier, self.store, self.clock = config, follower, notifier, store, clock
         self.exporter = exporter  # metrics and /status (None: none)
         self.pipeline = Pipeline(config)
@@ -74,7 +77,9 @@ class Daemon:
         self.ranks = RankProcesses(self.facts, processes, current, config.rank_processes == "host")
         self.signs = SignsOfLife(config, sampler or ProcSampler(processes), self.facts, current,
                                  exporter.saw_vitals if exporter is not None else None)
-        self.sources: Sequence[Source] = (self.journal, self.health, self.ranks, self.signs)
+        self.receiver = receiver  # the group's decisions from Alertmanager (None: no group receiver)
+        self.sources: Sequence[Source] = (self.journal, self.health, self.ranks, self.signs,
+                                          *((receiver,) if receiver is not None else ()))
         scan = LeftoverScan(processes, GpuMemory())
         guarded = GuardedRestart(unit, scan, alerter.alert, config.leftovers.wait,
                                  scan.before_stop) if config.leftovers.check else None
@@ -91,6 +96,9 @@ class Daemon:
         self.last_publish = -math.inf  # monotonic
         self.publish_due = False  # a publish was put off by PUBLISH_SPACING: it has a deadline
         self.responder.leftovers_seen = self._leftovers_seen
+        self.group = GroupRestarts(self.responder, receiver.handled if receiver is not None else lambda act: None)
+        if exporter is not None and receiver is not None:
+            exporter.group_counts = receiver.counts
 
     @property
     def vitals(self) -> Vitals | None:
@@ -167,6 +175,8 @@ class Daemon:
             for event in source.collect(now, readable):
                 self.pipeline.apply(event, now.wall)
         self.responder.judge_and_act()
+        if self.receiver is not None:
+            self.group.handle(self.receiver.take())
         self._tick_guarded()
         self._tell_sinks()
         self.journal.release_memory()

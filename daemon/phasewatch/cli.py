@@ -212,6 +212,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .sinks.history import History
     from .sinks.http import start_metrics
     from .sinks.state import StateStore
+    from .sources.alert_receiver import start_receiver
     from .sources.follow import JournalFollower
 
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
@@ -230,10 +231,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise ConfigError("unit", f"{config.unit} is not loaded by systemd (not-found): is the name right?",
                           config.source)
     exporter, metrics_server = start_metrics(config)  # None when metrics.listen cannot be bound: runs on
+    receiver = start_receiver(config)
     daemon = Daemon(config, follower=JournalFollower(config.unit, args.directory), unit=unit,
                     alerter=JournalAlerter(config.unit), notifier=Notifier(), store=StateStore(state_dir, config.unit),
                     clock=SystemClock(), watchdog_interval=watchdog_interval_from_env(), exporter=exporter,
-                    history=History(Path(state_dir) / f"{config.unit}.history.sqlite3"), reload=read_config)
+                    history=History(Path(state_dir) / f"{config.unit}.history.sqlite3"), reload=read_config,
+                    receiver=receiver)
 
     def stop(signum: int, frame: object) -> None:
         raise SystemExit(0)

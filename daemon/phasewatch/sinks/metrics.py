@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -36,6 +36,7 @@ from ..stages.snapshot import InvocationView, ServerInfo, Snapshot
 from ..stages.timerlint import TimerWarning
 from ..stages.vitals import Vitals
 from ..stages.vitals import document as vitals_document
+from .group_metrics import group_document, group_families
 from .metric_families import (
     PHASE_BUCKETS,
     RANK_PHASES,
@@ -81,6 +82,8 @@ class Exporter:
         self._probe_lock = threading.Lock()
         self._vitals: Vitals | None = None  # replaced whole by the daemon, read by the server threads
         self._timer_warnings: list[str] = []  # replaced whole, like _vitals
+        # the group's counts (webhook refusals by reason, decisions by act): read from their owner
+        self.group_counts: Callable[[], Mapping[str, Mapping[str, int]]] = lambda: {}
         self.registry.register(_Collector(self))
 
     # -- fed by the daemon (main thread) -------------------------------------------------------
@@ -198,6 +201,7 @@ class Exporter:
         document["vitals"] = vitals_document(self._vitals, now)
         document.update(self._why)
         document["timer_warnings"] = list(self._timer_warnings)
+        document["group"] = group_document(published, self.config)
         return document
 
     def collect(self) -> Iterator[Metric]:
@@ -205,6 +209,7 @@ class Exporter:
             probes = self._probes
         yield from families(self._published, probes, self.clock.wall(), self._published.judged_with or self.config)
         yield from vitals_families(self._vitals, self.config.unit)
+        yield from group_families(self._published, self.config, self.group_counts())
         hold = self._why.get("hold")
         held = GaugeMetricFamily("phasewatch_hold_until_seconds", "When the operator's hold ends (Unix time; "
                                  "0: not held). While held, verdicts are alerted but nothing is restarted.",

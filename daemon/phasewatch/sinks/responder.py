@@ -90,6 +90,7 @@ class Responder:
         self.degraded_alerted: set[str] = set()  # alerted once per run
         self.linted: set[str] = set()  # start-ups whose timers were checked (once each)
         self.timer_warnings: list[TimerWarning] = []
+        self.ended_by: dict[str, str] = {}  # invocation -> what ended it from outside (the group's decision)
 
     def judge_and_act(self) -> None:
         snapshot = self.pipeline.snapshot()
@@ -182,6 +183,7 @@ class Responder:
                            ended_at or now, marks)
         if record is None:
             return
+        record = replace(record, ended_by=self.ended_by.get(inv.invocation_id))
         try:
             if self.history.add(record):
                 logger.info("[%s] start-up %s recorded: %s in %s", self.config.unit, inv.invocation_id,
@@ -194,9 +196,14 @@ class Responder:
     # -- acting ------------------------------------------------------------------------------------
     def _unhandled(self, verdict: policy.Verdict, held: bool = False) -> bool:
         wanted = self.config.actions.get(verdict.kind, ("alert",))
+        group = self.config.group
         return ("alert" in wanted and verdict.key not in self.memory.alerted) or (
-            "restart" in wanted and not held and verdict.invocation_id not in self.memory.restarted
+            "restart" in wanted and not held and (group is None or group.receiver is None) and verdict.invocation_id not in self.memory.restarted
             and self.memory.budget.state is BudgetState.ARMED)
+
+    def execute(self, response: Response, inv: InvocationView, facts: UnitFacts) -> None:
+        """Remember, then act (evidence, alerts, hooks, restarts): for decisions made outside `respond`."""
+        self._execute(response, inv, facts)
 
     def _execute(self, response: Response, inv: InvocationView, facts: UnitFacts) -> None:
         self.memory = response.memory

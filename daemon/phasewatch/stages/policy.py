@@ -14,6 +14,7 @@ from ..config import Config, PhaseLimits
 from ..durations import format_duration
 from ..profile import Profile
 from ..records import MAIN, PHASE_NAMES, STUCK, UNIT_PHASES, WRONG_WHEN_STOPPED, Outcome, Phase, VerdictKind
+from .group_wait import with_node_waiting
 from .crashfacts import CrashFacts, ServerRanks, crash_facts, describe, mentions_in, traceback_phase
 from .snapshot import LIVE_STATES, UP_STATES, FatalView, InvocationView, RankView, UnitState
 
@@ -123,7 +124,7 @@ def evaluate(inv: InvocationView, now: float, config: Config, profile: Profile |
             verdict = _straggler(inv, rank, now, config.rank_skew, unit)
         if verdict is not None:
             verdicts.append(verdict)
-    return verdicts
+    return with_node_waiting(inv, verdicts, now, config)
 
 
 def _others(inv: InvocationView, rank: RankView, now: float) -> str:
