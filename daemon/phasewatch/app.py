@@ -20,9 +20,9 @@ from .config import Config
 from .durations import format_duration
 from .errors import ConfigError, UnitError
 from .pipeline import Pipeline
-from .sinks.group_restarts import GroupRestarts
 from .sinks.evidence import EvidenceTaker, EvidenceWriter
 from .sinks.gpu_memory import GpuMemory
+from .sinks.group_restarts import GroupRestarts
 from .sinks.history import History
 from .sinks.hold import HoldFile
 from .sinks.hooks import HookRunner

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from .config_group import parse_group
 from .config_file import load_yaml, read_config_text, strip_lines
+from .config_group import parse_group
 
 # Re-exported: the section records are part of what a Config is.
 from .config_sections import Adaptive as Adaptive

@@ -26,8 +26,15 @@ from ..errors import HistoryUnreadable
 from ..records import MAIN, PHASE_NAMES, Phase
 from ..stages.snapshot import InvocationView, ServerInfo
 from ..stages.timestamps import is_dated
-from .history_schema import (SCHEMA, SCHEMA_VERSION, HistoryTooNew, MalformedHistory, has_ended_by, migrate,
-                             schema_version)
+from .history_schema import (
+    SCHEMA,
+    SCHEMA_VERSION,
+    HistoryTooNew,
+    MalformedHistory,
+    has_ended_by,
+    migrate,
+    schema_version,
+)
 
 logger = logging.getLogger(__name__)
 KEEP = 500  # start-ups kept per unit

@@ -197,8 +197,9 @@ class Responder:
     def _unhandled(self, verdict: policy.Verdict, held: bool = False) -> bool:
         wanted = self.config.actions.get(verdict.kind, ("alert",))
         group = self.config.group
+        alone = group is None or group.receiver is None  # (a group's node restarts when its group decides)
         return ("alert" in wanted and verdict.key not in self.memory.alerted) or (
-            "restart" in wanted and not held and (group is None or group.receiver is None) and verdict.invocation_id not in self.memory.restarted
+            "restart" in wanted and not held and alone and verdict.invocation_id not in self.memory.restarted
             and self.memory.budget.state is BudgetState.ARMED)
 
     def execute(self, response: Response, inv: InvocationView, facts: UnitFacts) -> None:

@@ -74,7 +74,7 @@ def with_node_waiting(inv: InvocationView, verdicts: list[Verdict], now: float, 
         return verdicts
     others = [v for v in verdicts if v.kind not in (VerdictKind.STALLED, VerdictKind.LINES_LOST)]
     stalls = [v for v in verdicts if v.kind == VerdictKind.STALLED]
-    if others or not stalls or not waiting_ranks(inv, [v.rank for v in stalls], gpu_waiting):
+    if others or not stalls or not waiting_ranks(inv, [v.rank or "" for v in stalls], gpu_waiting):
         return verdicts
     phase = stalls[0].phase
     silences = [s for r in inv.scheduler_ranks if r.seen and (s := _silent_since(inv, r)) is not None]

@@ -14,8 +14,8 @@ from ..config import Config, PhaseLimits
 from ..durations import format_duration
 from ..profile import Profile
 from ..records import MAIN, PHASE_NAMES, STUCK, UNIT_PHASES, WRONG_WHEN_STOPPED, Outcome, Phase, VerdictKind
-from .group_wait import with_node_waiting
 from .crashfacts import CrashFacts, ServerRanks, crash_facts, describe, mentions_in, traceback_phase
+from .group_wait import with_node_waiting
 from .snapshot import LIVE_STATES, UP_STATES, FatalView, InvocationView, RankView, UnitState
 
 OUTCOMES = tuple(Outcome)
