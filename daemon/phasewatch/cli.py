@@ -266,7 +266,7 @@ def _wakeup_pipe() -> tuple[int, int]:
 
 def cmd_report(args: argparse.Namespace) -> int:
 
-    from .commands.report import evidence_for, evidence_lines, to_svg, to_table
+    from .commands.report import ended_by_lines, evidence_for, evidence_lines, to_svg, to_table
     from .commands.report import to_json as report_json
     from .sinks.history import History
 
@@ -290,7 +290,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         json.dump(report_json(records, evidence), sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        sys.stdout.write(to_table(records, wide=args.wide) + evidence_lines(records, evidence))
+        sys.stdout.write(to_table(records, wide=args.wide) + evidence_lines(records, evidence)
+                         + ended_by_lines(records))
     return EX_OK
 
 
