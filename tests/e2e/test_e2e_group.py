@@ -261,8 +261,15 @@ def test_a_hang_on_node_1_restarts_both_nodes_once_through_prometheus_and_alertm
                      f"node {node} ready")
     hub.wait_for(lambda: not firing(hub), 60, "the alert to resolve")
 
-    # Alertmanager's repeat of the same decision (resent by hand, as it would be): nothing restarts.
+    # Alertmanager's repeat of the same decision (resent by hand, as it would be): nothing restarts;
+    # nor after phasewatch itself restarted and forgot what it handled (the start-up began after it).
     repeat = notification(alert)
+    assert [post(hub, n, repeat) for n in (0, 1)] == ["200", "200"]
+    for box in nodes:
+        box.systemctl("restart", WATCHER)
+    for node, box in enumerate(nodes):
+        box.wait_for(lambda n=node: status(hub, n).get("invocation", {}).get("outcome") == "ready", 60,
+                     f"node {node}'s phasewatch again")
     assert [post(hub, n, repeat) for n in (0, 1)] == ["200", "200"]
     # A forged notification without the token, and one for another group: refused and counted.
     assert post(hub, 1, repeat, token=None) == "401"
@@ -275,8 +282,7 @@ def test_a_hang_on_node_1_restarts_both_nodes_once_through_prometheus_and_alertm
     assert metric(hub, 1, "phasewatch_group_webhook_refused_total", reason="bad_token") == 1
     assert metric(hub, 1, "phasewatch_group_webhook_refused_total", reason="other_group") == 1
     for node in (0, 1):
-        assert metric(hub, node, "phasewatch_group_restarts_total", act="restart") == 1
-        assert metric(hub, node, "phasewatch_group_restarts_total", act="ignored") >= 1
+        assert metric(hub, node, "phasewatch_group_restarts_total", act="ignored") == 1  # (since its restart)
     # The history of each node: the start-up the group ended.
     for box in nodes:
         report = box.run(f"{VENV}/bin/phasewatch", "report", UNIT, "--state-dir", STATE_DIR, check=False).stdout
