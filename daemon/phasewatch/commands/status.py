@@ -320,7 +320,7 @@ def _why_lines(document: dict[str, Any]) -> list[str]:
                    if group.get("node_from") else "") + (", restarts decided by the group (Alertmanager webhook "
                    f"on {group['receiver']})" if group.get("receiver") else ""))
         if group.get("waiting"):
-            out.append(f"waiting for another node: {group['waiting']}")
+            out[-1] += "; waiting for another node"
     hold = document.get("hold")
     if isinstance(hold, dict):
         out.append(f"held until {local_time(_epoch(hold.get('until')))}: {hold.get('reason')} "
