@@ -6,8 +6,9 @@ but these two namespaces. Each runs tools/multinode_sim.py as sglang-kimi.servic
 nodes: node 0 TP0..TP7, node 1 TP8..TP15, whose ranks meet at barriers kept by node 0's process
 over the veth) and phasewatch with `group: {name: kimi-tp16, nodes: 2}` and its Alertmanager
 webhook receiver on the node's address. Node 0's sandbox also runs Prometheus (scraping both
-phasewatch instances every 5 s, evaluating the shipped rules every 5 s) and Alertmanager (the
-shipped route and receiver: both nodes' webhooks, the bearer token from a file).
+phasewatch instances every 5 s, evaluating the shipped rules every 5 s) and two Alertmanagers (the
+shipped route and receiver: both nodes' webhooks, the bearer token from a file), both sent every
+alert, so each node gets each notification twice.
 
 Node 1's TP12 hangs in CUDA graph capture; node 0's ranks wait at the next barrier. Node 1 judges
 TP12 stalled, node 0 "waiting for another node"; PhasewatchGroupRestart fires; both units are
@@ -59,7 +60,7 @@ rule_files:
 alerting:
   alertmanagers:
     - static_configs:
-        - targets: ['127.0.0.1:9093']
+        - targets: ['127.0.0.1:9093', '127.0.0.1:9095']
 scrape_configs:
   - job_name: phasewatch
     static_configs:
@@ -140,10 +141,13 @@ def nodes() -> Iterator[tuple[Sandbox, Sandbox]]:
         hub.run("systemd-run", "--unit=prom-test.service", "/usr/bin/prometheus",
                 "--config.file=/run/prom/prometheus.yml", "--storage.tsdb.path=/run/prom-data",
                 "--web.listen-address=127.0.0.1:9090")
-        hub.run("systemd-run", "--unit=am-test.service", "/usr/bin/prometheus-alertmanager",
-                "--config.file=/run/am/alertmanager.yml", "--storage.path=/run/am-data",
-                "--web.listen-address=127.0.0.1:9093", "--cluster.listen-address=")
-        for url in (f"{PROM}/-/ready", f"{AM}/-/ready"):
+        # Two Alertmanagers, both sent every alert, not even gossiping: each node gets every
+        # notification twice (an HA pair's worst case) and acts once.
+        for n, port in enumerate((9093, 9095)):
+            hub.run("systemd-run", f"--unit=am-test-{n}.service", "/usr/bin/prometheus-alertmanager",
+                    "--config.file=/run/am/alertmanager.yml", f"--storage.path=/run/am-data-{n}",
+                    f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address=")
+        for url in (f"{PROM}/-/ready", f"{AM}/-/ready", "http://127.0.0.1:9095/-/ready"):
             hub.wait_for(lambda u=url: hub.run("curl", "-sf", u, check=False).returncode == 0, 60, url)
         yield boxes[0], boxes[1]
     finally:
@@ -260,6 +264,9 @@ def test_a_hang_on_node_1_restarts_both_nodes_once_through_prometheus_and_alertm
         box.wait_for(lambda b=box, n=node: status(hub, n).get("invocation", {}).get("outcome") == "ready", 90,
                      f"node {node} ready")
     hub.wait_for(lambda: not firing(hub), 60, "the alert to resolve")
+    for node in (0, 1):  # both Alertmanagers delivered it to both nodes
+        assert metric(hub, node, "phasewatch_group_webhook_notifications_total") >= 2
+        assert metric(hub, node, "phasewatch_group_restarts_total", act="restart") == 1
 
     # Alertmanager's repeat of the same decision (resent by hand, as it would be): nothing restarts;
     # nor after phasewatch itself restarted and forgot what it handled (the start-up began after it).
