@@ -200,6 +200,8 @@ class Daemon:
         if config.metrics_listen != self.config.metrics_listen:
             logger.warning("[%s] metrics.listen changed to %s: it takes effect when phasewatch restarts",
                            self.config.unit, config.metrics_listen)
+        if config.group != self.config.group:
+            logger.warning("[%s] group changed: its receiver takes it when phasewatch restarts", self.config.unit)
         self.config = config
         self.pipeline.reconfigure(config)
         self.health.config = self.signs.config = self.responder.config = self.systemd.config = config

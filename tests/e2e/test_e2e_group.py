@@ -104,7 +104,7 @@ def ip(*args: str) -> None:
 def nodes() -> Iterator[tuple[Sandbox, Sandbox]]:
     for tool in ("prometheus", "prometheus-alertmanager", "curl"):
         if shutil.which(tool) is None:
-            message = f"{tool} not installed (apt-get install prometheus prometheus-alertmanager curl; scripts/setup.sh)"
+            message = f"{tool} missing (apt-get install prometheus prometheus-alertmanager curl; scripts/setup.sh)"
             if os.environ.get("CI"):
                 pytest.fail(message)
             pytest.skip(message)
