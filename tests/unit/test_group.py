@@ -5,6 +5,7 @@ socket and the daemon acting on it: tests/integration/test_group_receiver.py).""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import datetime, timezone
 
 import pytest
@@ -81,6 +82,8 @@ def test_an_alertmanager_notification_becomes_this_groups_requests_only() -> Non
     assert request == GroupRestartRequest("kimi-tp16", "1", "stalled", pytest.approx(T0 + 5, abs=1e-3),
                                           "0f1e2d3c4b5a6978", "TP12", "cuda_graph_capture", None)
     assert request.why == "node 1 TP12 stalled in cuda_graph_capture"
+    held = notification(T0).replace(b'"held_nodes": ""', b'"held_nodes": "node 0, node 2"')
+    assert parse_notification(held, "kimi-tp16").requests[0].held_nodes == "node 0, node 2"
     other = parse_notification(notification(T0, group="other"), "kimi-tp16")
     assert other.requests == () and other.other_groups == 1
     assert parse_notification(notification(T0, status="resolved"), "kimi-tp16").requests == ()
@@ -134,3 +137,35 @@ def test_the_group_config_is_validated() -> None:
                      "    token_file: /t\n    tls_cert: /c\n")
 
 
+
+
+def group_samples(j: Journal) -> dict[str, list[tuple[dict[str, str], float]]]:
+    from prometheus_client import CollectorRegistry
+
+    from phasewatch.sinks.metrics import Exporter
+    from phasewatch.stages.respond import Memory
+
+    exporter = Exporter(j.config, CollectorRegistry(), j.clock)
+    exporter.publish(j.pipeline, Memory(), j.now)
+    return {f.name: [(s.labels, s.value) for s in f.samples] for f in exporter.collect()
+            if f.name.startswith("phasewatch_group_")}
+
+
+def test_the_group_metrics_name_the_culprit_and_the_waiting_node() -> None:
+    culprit = Journal(Config(unit="sglang.service", group=replace(GROUP, node_rank=1)))
+    capture_for_all(culprit, ended=tuple(r for r in TP8 if r != "TP3"))
+    culprit.wait(1300)
+    samples = group_samples(culprit)
+    assert samples["phasewatch_group_culprit"] == [({"unit": "sglang.service", "group": "kimi-tp16", "node": "1",
+                                                     "rank": "TP3", "phase": "cuda_graph_capture",
+                                                     "reason": "stalled"}, 1.0)]
+    assert samples["phasewatch_group_node"] == [({"unit": "sglang.service", "group": "kimi-tp16", "node": "1",
+                                                  "nodes": "2"}, 1.0)]
+    assert [v for _, v in samples["phasewatch_group_waiting"]] == [0.0]
+    waiting = Journal(Config(unit="sglang.service", group=GROUP))
+    capture_for_all(waiting)
+    waiting.wait(1300)
+    samples = group_samples(waiting)
+    assert samples["phasewatch_group_culprit"] == []
+    assert [v for _, v in samples["phasewatch_group_waiting"]] == [1.0]
+    assert samples["phasewatch_group_node"][0][0]["node"] == ""  # these server_args say nnodes=1: no node rank

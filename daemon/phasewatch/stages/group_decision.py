@@ -21,7 +21,7 @@ from .respond import Budget, BudgetState, Hold, Memory
 
 ALERT_NAME = "PhasewatchGroupRestart"
 MAX_ALERTS = 1000
-LABEL_RE = re.compile(r"[\w.:@/ -]{1,128}")
+LABEL_RE = re.compile(r"[\w.:@/, -]{1,128}")
 
 
 class NotificationError(ValueError):
