@@ -124,7 +124,8 @@ def evaluate(inv: InvocationView, now: float, config: Config, profile: Profile |
             verdict = _straggler(inv, rank, now, config.rank_skew, unit)
         if verdict is not None:
             verdicts.append(verdict)
-    return with_node_waiting(inv, verdicts, now, config)
+    # (gpu_waiting: the ranks whose GPU shows the waiting signature, once the GPU sampler gives it)
+    return with_node_waiting(inv, verdicts, now, config, gpu_waiting=None)
 
 
 def _others(inv: InvocationView, rank: RankView, now: float) -> str:
