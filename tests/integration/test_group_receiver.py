@@ -129,3 +129,33 @@ def test_the_daemon_restarts_once_per_group_decision_and_never_alone(tmp_path: P
     app.step(max_wait=5)
     assert unit.restarts == [INV] and receiver.counts()["acts"] == {"restart": 1, "ignored": 1}
     assert app.responder.ended_by == {INV: "restarted by the group: node 1 TP12 stalled in cuda_graph_capture"}
+
+
+def test_the_receiver_speaks_tls_when_given_a_certificate_and_refuses_plain_http(tmp_path: Path) -> None:
+    import shutil
+    import ssl
+    import subprocess
+
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl not installed")
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+                    "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True, timeout=60)
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n")
+    spec = GroupReceiver("127.0.0.1:0", str(token_file), str(cert), str(key))
+    made = AlertReceiver(UNIT, GROUP, spec, read_token(spec))
+    try:
+        host, port = made.address
+        context = ssl.create_default_context(cafile=str(cert))
+        req = urllib.request.Request(f"https://{host}:{port}/alertmanager", data=notification(T0 + 5), method="POST",
+                                     headers={"Authorization": f"Bearer {TOKEN}"})
+        with urllib.request.urlopen(req, timeout=10, context=context) as answer:
+            assert answer.status == 200
+        assert len(made.take()) == 1
+        with pytest.raises((urllib.error.URLError, ConnectionError)):
+            post(made.address, notification(T0 + 5))  # plain HTTP to the TLS listener
+        assert made.counts()["refused"] == {"tls": 1}
+    finally:
+        made.close()

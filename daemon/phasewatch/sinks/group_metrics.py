@@ -23,7 +23,7 @@ from .metric_families import Published
 
 GROUP_ACTS = ("restart", "refused", "ignored")
 REFUSAL_REASONS = ("no_token", "bad_token", "method", "path", "too_large", "bad_payload", "other_group",
-                   "timeout", "tls")
+                   "timeout", "tls", "busy", "error")
 
 
 def group_families(published: Published, config: Config, counts: Mapping[str, Mapping[str, int]]) -> list[Metric]:

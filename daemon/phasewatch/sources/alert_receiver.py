@@ -5,7 +5,7 @@ Accepted: `POST /alertmanager` with `Authorization: Bearer <token>` (the token f
 Alertmanager's `http_config.authorization.credentials_file`), a JSON notification (version 4) with
 at least one PhasewatchGroupRestart of this node's group. Everything else is refused and counted by
 reason (phasewatch_group_webhook_refused_total): no_token, bad_token, method, path, too_large,
-bad_payload, other_group, timeout, tls. An accepted notification's firing alerts become
+bad_payload, other_group, timeout, tls, busy, error. An accepted notification's firing alerts become
 `GroupRestartRequest`s, handed to the loop through a pipe (`fds()`), taken by `take()`; the responder
 decides (stages/group_decision.py).
 """
@@ -161,7 +161,7 @@ class _Server(ThreadingHTTPServer):
 
     def process_request(self, request: Any, client_address: Any) -> None:
         if not self.slots.acquire(blocking=False):
-            self.owner.refused("timeout", str(client_address[0]))
+            self.owner.refused("busy", str(client_address[0]))
             self.shutdown_request(request)
             return
         super().process_request(request, client_address)
@@ -181,7 +181,7 @@ class _Server(ThreadingHTTPServer):
             self.slots.release()
 
     def handle_error(self, request: Any, client_address: Any) -> None:
-        self.owner.refused("timeout", str(client_address[0]))
+        self.owner.refused("error", str(client_address[0]))  # (a reset, a read past READ_TIMEOUT)
 
 
 class _Handler(BaseHTTPRequestHandler):
