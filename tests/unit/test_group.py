@@ -10,13 +10,18 @@ from datetime import datetime, timezone
 
 import pytest
 
-from fakes import TP8, Journal, up_to_capture
+from fakes import INV as FIRST
+from fakes import MAIN_PID, TP8, Journal, up_to_capture
 from phasewatch.config import Config, Group, parse_config
 from phasewatch.config_sections import GroupReceiver
 from phasewatch.errors import ConfigError
-from phasewatch.records import GroupRestartRequest, VerdictKind
+from phasewatch.records import MID_FAILED, MID_STARTED, GroupRestartRequest, JournalRecord, VerdictKind
+from phasewatch.sinks.group_metrics import HOLD_OVER, ended_failures
+from phasewatch.sinks.metrics import Exporter
 from phasewatch.stages.group_decision import LocalStart, NotificationError, decide, parse_notification
+from phasewatch.stages.policy import Verdict
 from phasewatch.stages.respond import Budget, BudgetState, Hold, Memory
+from phasewatch.stages.snapshot import InvocationView, Snapshot
 
 GROUP = Group("kimi-tp16", 2)
 UNIT = "sglang-kimi.service"
@@ -140,11 +145,6 @@ def test_the_group_config_is_validated() -> None:
 
 
 def group_samples(j: Journal) -> dict[str, list[tuple[dict[str, str], float]]]:
-    from prometheus_client import CollectorRegistry
-
-    from phasewatch.sinks.metrics import Exporter
-    from phasewatch.stages.respond import Memory
-
     exporter = Exporter(j.config, CollectorRegistry(), j.clock)
     exporter.publish(j.pipeline, Memory(), j.now)
     return {f.name: [(s.labels, s.value) for s in f.samples] for f in exporter.collect()
@@ -169,3 +169,27 @@ def test_the_group_metrics_name_the_culprit_and_the_waiting_node() -> None:
     assert samples["phasewatch_group_culprit"] == []
     assert [v for _, v in samples["phasewatch_group_waiting"]] == [1.0]
     assert samples["phasewatch_group_node"][0][0]["node"] == ""  # these server_args say nnodes=1: no node rank
+
+
+def test_a_node_that_failed_and_was_started_again_at_once_stays_the_culprit_for_a_while() -> None:
+    j = Journal(Config(unit="sglang.service", group=GROUP))
+    capture_for_all(j)
+    j.systemd(MID_FAILED, "sglang.service: Failed with result 'exit-code'.", UNIT_RESULT="exit-code")
+    j.wait(1)  # the unit's Restart=: a new start-up before any scrape saw the failed one
+    second = "0123456789abcdef0123456789abcdee"
+    j.pipeline.feed(JournalRecord(message="Started sglang.service - SGLang server.", realtime=j.now, pid=1,
+                                  message_id=MID_STARTED, unit="sglang.service", invocation_id=second,
+                                  extra={"JOB_TYPE": "start", "INVOCATION_ID": second}), j.now)
+    j.pipeline.feed(JournalRecord(message="[2026-02-22 23:59:00] starting", realtime=j.now, pid=MAIN_PID + 1,
+                                  invocation_id=second), j.now)
+    snapshot = j.pipeline.snapshot()
+    assert snapshot.current is not None and snapshot.current.invocation_id == second
+
+    def judge(inv: InvocationView) -> tuple[Verdict, ...]:
+        return j.pipeline.judge(j.now, Snapshot((inv,)))[0].verdicts
+
+    held = ended_failures(snapshot, Memory(), j.now, judge)
+    assert held and {reason for _, _, reason in held} <= {"crashed", "unit_failed"}
+    # not once phasewatch (the group) restarted that start-up, nor after HOLD_OVER
+    assert ended_failures(snapshot, Memory(restarted=frozenset({FIRST})), j.now, judge) == ()
+    assert ended_failures(snapshot, Memory(), j.now + HOLD_OVER + 1, judge) == ()

@@ -11,22 +11,49 @@ config/prometheus/phasewatch-rules.yml join on. Pure: from the published judgeme
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from ..config import Config
 from ..records import FAILED_STARTUP, VerdictKind
 from ..stages.group_wait import node_rank
-from ..stages.snapshot import UP_STATES, UnitState
+from ..stages.policy import Verdict
+from ..stages.respond import Memory
+from ..stages.snapshot import UP_STATES, InvocationView, Snapshot, UnitState
 from .metric_families import Published
 
 GROUP_ACTS = ("restart", "refused", "ignored")
+# A start-up that crashed, lost a rank or failed by itself, and was started again at once (the unit's
+# Restart=) before Prometheus scraped it, is still a culprit for this long into the next start-up.
+HOLD_OVER = 120.0
+Culprit = tuple[str, str, str]  # rank, phase, reason
 REFUSAL_REASONS = ("no_token", "bad_token", "method", "path", "too_large", "bad_payload", "other_group",
                    "timeout", "tls", "busy", "error")
 
 
-def group_families(published: Published, config: Config, counts: Mapping[str, Mapping[str, int]]) -> list[Metric]:
+def ended_failures(snapshot: Snapshot, memory: Memory, now: float,
+                   judge: Callable[[InvocationView], Sequence[Verdict]]) -> tuple[Culprit, ...]:
+    """The failures of the start-up before the current one, while the current one is younger than
+    HOLD_OVER: only of one that failed by itself (not one phasewatch restarted, nor one stopped)."""
+    if len(snapshot.invocations) < 2:
+        return ()
+    previous, current = snapshot.invocations[-2], snapshot.invocations[-1]
+    if current.state in UP_STATES or current.started_at is None or now - current.started_at > HOLD_OVER:
+        return ()
+    if previous.invocation_id in memory.restarted or (previous.state is not UnitState.FAILED
+                                                      and not previous.restart_scheduled):
+        return ()  # (restarted by phasewatch, or stopped: a stop ends in stopped, a failure in failed)
+    verdicts = judge(previous)
+    out = [(v.rank or "", v.phase or "", v.kind.value) for v in verdicts
+           if v.kind in (VerdictKind.CRASHED, VerdictKind.RANK_DIED)]
+    if previous.state is UnitState.FAILED and not any(v.kind == VerdictKind.CRASHED for v in verdicts):
+        out.append(("", "", "unit_failed"))
+    return tuple(dict.fromkeys(out))
+
+
+def group_families(published: Published, config: Config, counts: Mapping[str, Mapping[str, int]],
+                   ended: Sequence[Culprit] = ()) -> list[Metric]:
     group = config.group
     if group is None:
         return []
@@ -55,7 +82,12 @@ def group_families(published: Published, config: Config, counts: Mapping[str, Ma
             seen.add(labels)
             culprit.add_metric([unit, group.name, node, *labels], 1.0)
     if inv is not None and inv.state is UnitState.FAILED and not any(v.kind == VerdictKind.CRASHED for v in verdicts):
+        seen.add(("", "", "unit_failed"))
         culprit.add_metric([unit, group.name, node, "", "", "unit_failed"], 1.0)
+    for labels in ended:
+        if labels not in seen:
+            seen.add(labels)
+            culprit.add_metric([unit, group.name, node, *labels], 1.0)
     waits = any(v.kind == VerdictKind.WAITING_FOR_NODE for v in verdicts) and starting
     waiting.add_metric([unit, group.name, node], 1.0 if waits else 0.0)
     restarts = CounterMetricFamily("phasewatch_group_restarts", "Group restart decisions (PhasewatchGroupRestart) "
