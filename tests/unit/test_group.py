@@ -9,6 +9,7 @@ from dataclasses import replace
 from datetime import datetime, timezone
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from fakes import INV as FIRST
 from fakes import MAIN_PID, TP8, Journal, up_to_capture
