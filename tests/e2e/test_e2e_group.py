@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 from e2e_env import STATE_DIR, UNIT, VENV, WATCHER, WATCHER_DROPIN, at
-from sandbox import INNER, REPO, Sandbox
+from sandbox import REPO, Sandbox
 
 NODES = ("10.250.0.1", "10.250.0.2")
 GROUP = "kimi-tp16"
@@ -66,18 +66,6 @@ scrape_configs:
     static_configs:
       - targets: ['{NODES[0]}:9877', '{NODES[1]}:9877']
 """
-
-
-MOUNT_LINE = '    mount -t "$fstype" -o "$options" "$fstype" "$target"\n'
-
-
-class NodeSandbox(Sandbox):
-    """sandbox.py's, but for a host whose /sys/fs/cgroup tmpfs is read-only: it is mounted again
-    writable (the hierarchies' mount points are made in it), then read-only. (Until the boot recipe
-    does that itself: its mount of the tmpfs with the host's `ro` fails on such a host.)"""
-
-    inner_script = INNER.replace(MOUNT_LINE, '    if [ "$fstype" = tmpfs ]; then options="${options/ro,/rw,}"; fi\n'
-                                 + MOUNT_LINE)
 
 
 def alertmanager_config() -> str:
@@ -122,7 +110,7 @@ def nodes() -> Iterator[tuple[Sandbox, Sandbox]]:
             ip("-n", name, "addr", "add", f"{address}/30", "dev", end)
             ip("-n", name, "link", "set", end, "up")
         for node, name in enumerate(names):
-            box = NodeSandbox(netns=name)
+            box = Sandbox(netns=name)
             box.boot()
             boxes.append(box)
             box.write("/run/systemd/system/sglang-kimi.service", SIM_UNIT)
