@@ -4,6 +4,7 @@ and the daemon (its edges faked, tests/unit/test_daemon.py's way) restarting onc
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -156,6 +157,9 @@ def test_the_receiver_speaks_tls_when_given_a_certificate_and_refuses_plain_http
         assert len(made.take()) == 1
         with pytest.raises((urllib.error.URLError, ConnectionError)):
             post(made.address, notification(T0 + 5))  # plain HTTP to the TLS listener
+        deadline = time.monotonic() + 10  # (the client may see the TLS alert before the server counted it)
+        while made.counts()["refused"] != {"tls": 1} and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert made.counts()["refused"] == {"tls": 1}
     finally:
         made.close()
