@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from datetime import datetime, timezone
+from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -194,3 +195,17 @@ def test_a_node_that_failed_and_was_started_again_at_once_stays_the_culprit_for_
     # not once phasewatch (the group) restarted that start-up, nor after HOLD_OVER
     assert ended_failures(snapshot, Memory(restarted=frozenset({FIRST})), j.now, judge) == ()
     assert ended_failures(snapshot, Memory(), j.now + HOLD_OVER + 1, judge) == ()
+
+
+def test_check_config_reads_the_token_as_the_daemon_will(tmp_path: Path) -> None:
+    from phasewatch.commands.checkconfig import group_line
+
+    token = tmp_path / "group.token"
+    config = Config(unit=UNIT, group=replace(GROUP, receiver=GroupReceiver("10.0.0.2:9878", str(token))))
+    with pytest.raises(ConfigError, match="cannot read the token"):
+        group_line(config)
+    token.write_text("a-token-long-enough\n")
+    assert group_line(config) == (f"group kimi-tp16 of 2 nodes, node rank from server_args; Alertmanager webhook on "
+                                  f"10.0.0.2:9878 (http), token file {token} readable")
+    assert group_line(Config(unit=UNIT, group=replace(GROUP, node_rank=1))).startswith(
+        "group kimi-tp16 of 2 nodes, node 1; no receiver")
