@@ -407,7 +407,11 @@ def _play(plan: Plan, writer: int, start: float, base: float, port: int, decode_
         delay = start + emit.t - time.time()
         if delay > 0:
             time.sleep(delay)
-        out.write(rendered(emit, base, pid, port) + ("\n" if emit.newline else ""))
+        text = rendered(emit, base, pid, port)
+        if NATIVE_NUL and text.startswith(("RuntimeError: ", "Exception: ")):
+            _send_with_nul(text)
+            continue
+        out.write(text + ("\n" if emit.newline else ""))
         out.flush()
     if writer == 0 and decode_every and plan.ready_at is not None:
         tokens = 48213
@@ -429,6 +433,18 @@ def _play(plan: Plan, writer: int, start: float, base: float, port: int, decode_
         simulated_hang_in_collective()
     while True:  # a scheduler waits for requests until killed
         time.sleep(3600)
+
+
+# SGLANG_SIM_NATIVE_NUL=1: the exception's last line goes to the journal over the native protocol
+# with a NUL in it (a server's JournalHandler can; a stdout stream cannot: NUL breaks its line).
+NATIVE_NUL = os.environ.get("SGLANG_SIM_NATIVE_NUL") == "1"
+
+
+def _send_with_nul(text: str) -> None:
+    from systemd import journal
+
+    head, _, tail = text.partition(": ")
+    journal.send(f"{head}: \x00{tail}", PRIORITY="3")
 
 
 def simulated_hang_in_collective() -> None:

@@ -13,25 +13,22 @@ import logging
 import math
 import os
 import select
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from .clock import Clock
 from .config import Config
 from .durations import format_duration
 from .errors import ConfigError, UnitError
 from .pipeline import Pipeline
-from .sinks.evidence import EvidenceTaker, EvidenceWriter
-from .sinks.gpu_memory import GpuMemory
+from .sinks.acting import ActionUnit, Worker
+from .sinks.actors import build_actors, carry_over, resume_guarded
 from .sinks.group_restarts import GroupRestarts
 from .sinks.history import History
 from .sinks.hold import HoldFile
-from .sinks.hooks import HookRunner
-from .sinks.leftovers import GuardedRestart, LeftoverScan
 from .sinks.metrics import Exporter
 from .sinks.responder import Alerter, Responder
 from .sinks.state import StateStore
 from .sinks.systemd_status import Notify, StepResult, SystemdStatus
-from .sinks.unguarded_stops import UnguardedStops
 from .sources.alert_receiver import AlertReceiver
 from .sources.base import Instant, Source
 from .sources.follow import JournalFollower
@@ -60,6 +57,7 @@ class Daemon:
                  watchdog_interval: float | None = None, health_probe: BackgroundProbe | None = None,
                  exporter: Exporter | None = None, history: History | None = None,
                  sampler: ProcSampler | None = None, reload: Callable[[], Config] | None = None,
+                 actions_off_the_loop: bool = False, action_unit: ActionUnit | None = None,
                  receiver: AlertReceiver | None = None) -> None:
         self.config, self.follower, self.notifier, self.store, self.clock = config, follower, notifier, store, clock
         self.exporter = exporter  # metrics and /status (None: none)
@@ -77,28 +75,23 @@ class Daemon:
         self.ranks = RankProcesses(self.facts, processes, current, config.rank_processes == "host")
         self.signs = SignsOfLife(config, sampler or ProcSampler(processes), self.facts, current,
                                  exporter.saw_vitals if exporter is not None else None)
-        self.receiver = receiver  # the group's decisions from Alertmanager (None: no group receiver)
         self.sources: Sequence[Source] = (self.journal, self.health, self.ranks, self.signs,
                                           *((receiver,) if receiver is not None else ()))
-        scan = LeftoverScan(processes, GpuMemory())
-        guarded = GuardedRestart(unit, scan, alerter.alert, config.leftovers.wait,
-                                 scan.before_stop) if config.leftovers.check else None
-        self.unguarded = UnguardedStops(config.unit, lambda old: scan.unguarded(old, config.rank_processes != "host"),
-                                        alerter.alert) if config.leftovers.after_any_stop else None
+        self.unit, self.alerter, self.processes = action_unit or unit, alerter, processes
+        self.actors = build_actors(config, self.unit, alerter.alert, processes, store.path.parent)
+        self.unguarded = self.actors.unguarded
         self.responder = Responder(config, self.pipeline, unit=unit, read_facts=self.facts.read, alerter=alerter,
                                    store=store, clock=clock, history=history, exporter=exporter,
-                                   cursor=lambda: follower.cursor, hold=HoldFile(store.path.parent, config.unit).read,
-                                   run_hook=HookRunner(config.unit, dict(config.hooks)), guarded=guarded,
-                                   evidence=EvidenceTaker(
-                                       EvidenceWriter(store.path.parent, config.unit, config.evidence),
-                                       lambda group: [(p.rank, p.pid) for p in processes.ranks(group)]))
+                                   cursor=lambda: follower.cursor, action_unit=self.unit,
+                                   hold=HoldFile(store.path.parent, config.unit).read, run_hook=self.actors.hooks,
+                                   guarded=self.actors.guarded, evidence=self.actors.evidence)
+        if actions_off_the_loop:
+            self.responder.actor = Worker(self.responder.runner)
         self.systemd = SystemdStatus(config, notifier, store, watchdog_interval)
         self.last_publish = -math.inf  # monotonic
         self.publish_due = False  # a publish was put off by PUBLISH_SPACING: it has a deadline
-        self.responder.leftovers_seen = self._leftovers_seen
-        self.group = GroupRestarts(self.responder, receiver.handled if receiver is not None else lambda act: None)
-        if exporter is not None and receiver is not None:
-            exporter.group_counts = receiver.counts
+        self.responder.leftovers_seen = lambda: leftovers_seen(self.responder.guarded, self.unguarded)
+        self.group = GroupRestarts(self.responder, receiver, exporter)  # the group's decisions from Alertmanager
 
     @property
     def vitals(self) -> Vitals | None:
@@ -127,6 +120,8 @@ class Daemon:
             pass
         current = self.pipeline.current()
         self.responder.watched_invocation = current.invocation_id if current is not None else None
+        pending = resume_guarded(self.responder.guarded, saved, self.unit, self.facts.known, self.config.unit)
+        self.responder.resume(pending, self.facts.known)
         if self.unguarded is not None:
             self.unguarded.known_already(self.pipeline.snapshot().invocations)
         self.responder.judge_and_act()
@@ -157,6 +152,8 @@ class Daemon:
                 poller.register(fd, select.POLLIN)
         if self.wakeup_fd is not None:
             poller.register(self.wakeup_fd, select.POLLIN)
+        for fd in self.responder.actor.fds():
+            poller.register(fd, select.POLLIN)
         # (rounded up: a wait that ends a millisecond before its deadline would need a second step)
         readable = [fd for fd, _ in poller.poll(None if math.isinf(timeout) else max(math.ceil(timeout * 1000), 0))]
         if self.wakeup_fd is not None and self.wakeup_fd in readable:
@@ -164,6 +161,7 @@ class Daemon:
         if self.reload_requested:
             self.reload()
         self.journal.collect(now, readable)
+        self.responder.finish()  # what the action worker did since
         if polling and not readable and not self.journal.read_any and \
                 self.clock.monotonic() < now.monotonic + full - 0.05:
             # Only looked for entries journald had not announced, and no deadline passed meanwhile
@@ -175,8 +173,7 @@ class Daemon:
             for event in source.collect(now, readable):
                 self.pipeline.apply(event, now.wall)
         self.responder.judge_and_act()
-        if self.receiver is not None:
-            self.group.handle(self.receiver.take())
+        self.group.handle()
         self._tick_guarded()
         self._tell_sinks()
         self.journal.release_memory()
@@ -200,12 +197,17 @@ class Daemon:
         if config.metrics_listen != self.config.metrics_listen:
             logger.warning("[%s] metrics.listen changed to %s: it takes effect when phasewatch restarts",
                            self.config.unit, config.metrics_listen)
-        if config.group != self.config.group:
-            logger.warning("[%s] group changed: its receiver takes it when phasewatch restarts", self.config.unit)
+        self.group.reconfigured(config)
         self.config = config
         self.pipeline.reconfigure(config)
         self.health.config = self.signs.config = self.responder.config = self.systemd.config = config
         self.responder.learned.clear()  # learned limits are derived from the config's
+        self.actors = carry_over(self.actors, build_actors(config, self.unit, self.alerter.alert, self.processes,
+                                                           self.store.path.parent))
+        self.unguarded = self.actors.unguarded
+        runner = self.responder.runner
+        runner.run_hook, runner.evidence, runner.guarded = self.actors.hooks, self.actors.evidence, self.actors.guarded
+        self.ranks.host_wide = config.rank_processes == "host"
         if self.exporter is not None:
             self.exporter.config = config
         logger.info("[%s] config reloaded from %s", self.config.unit, config.source)
@@ -222,15 +224,13 @@ class Daemon:
             self.unguarded.tick(now)
         if guarded is None:
             return
+        waiting = guarded.pending
         try:
             guarded.tick(now)
         except UnitError as exc:
             logger.error("[%s] %s", self.config.unit, exc)
-
-    def _leftovers_seen(self) -> float | None:
-        guarded, unguarded = self.responder.guarded, self.unguarded
-        times = (guarded.survivors_seen_at if guarded else None, unguarded.survivors_seen_at if unguarded else None)
-        return max((t for t in times if t is not None), default=None)
+        if guarded.pending is not waiting:
+            self._save()  # the start that waited is made (or given up): no longer to resume
 
     def _old_pids(self, invocation_id: str) -> dict[int, str]:
         current = self.pipeline.current()
@@ -252,7 +252,7 @@ class Daemon:
         if self.publish_due:
             deadlines.append(self.last_publish + PUBLISH_SPACING)
         unguarded = self.unguarded.next_deadline() if self.unguarded is not None else None
-        for wall in (self.responder.retry_at, unguarded):
+        for wall in (self.responder.retry_at, unguarded, self.responder.next_retry()):
             if wall is not None:
                 deadlines.append(now.monotonic + wall - now.wall)
         return max(min(deadlines, default=math.inf) - now.monotonic, 0.0)
@@ -300,6 +300,12 @@ class Daemon:
             self.exporter.saw_rejected(self.follower.rejected)
             self.exporter.publish(self.pipeline, self.responder.memory, self.clock.wall(), self.responder.eta,
                                   {p.value: item.reason for p, item in limits.items()})
+
+
+def leftovers_seen(guarded: Any, unguarded: Any) -> float | None:
+    """When survivors of a stop were last found, by the guarded restart or the unguarded stops' check."""
+    times = (guarded.survivors_seen_at if guarded else None, unguarded.survivors_seen_at if unguarded else None)
+    return max((t for t in times if t is not None), default=None)
 
 
 def _drain(fd: int) -> None:

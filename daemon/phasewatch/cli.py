@@ -236,6 +236,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                     alerter=JournalAlerter(config.unit), notifier=Notifier(), store=StateStore(state_dir, config.unit),
                     clock=SystemClock(), watchdog_interval=watchdog_interval_from_env(), exporter=exporter,
                     history=History(Path(state_dir) / f"{config.unit}.history.sqlite3"), reload=read_config,
+                    actions_off_the_loop=True, action_unit=SystemdUnit(config.unit),  # (its own D-Bus connection)
                     receiver=receiver)
 
     def stop(signum: int, frame: object) -> None:

@@ -17,6 +17,7 @@ from .config_file import load_yaml, read_config_text, strip_lines
 from .config_group import parse_group
 
 # Re-exported: the section records are part of what a Config is.
+from .config_sections import CHAIN_LIMIT, chain_bound
 from .config_sections import Adaptive as Adaptive
 from .config_sections import EvidenceCapture as EvidenceCapture
 from .config_sections import Group as Group
@@ -249,6 +250,12 @@ def parse_config(text: str, path: str | None = None) -> Config:
         if not timeout:
             raise fail("evidence.timeout", "expected a duration like 15s", at)
         evidence = replace(evidence, timeout=timeout)
+    for kind, listed in actions.items():
+        bound = chain_bound(listed, evidence.timeout, {name: h.timeout for name, h in hooks.items()})
+        if bound > CHAIN_LIMIT:
+            raise fail(f"actions.{kind}", f"the actions take up to {bound:g}s before the restart is asked for "
+                       f"(evidence.timeout, each hook's timeout, D-Bus): at most {CHAIN_LIMIT:g}s (docs/operations.md"
+                       ", \"Actions and their bounds\")", lines.get("actions"))
     return Config(unit=unit, engine=engine, phases=phases, rank_skew=rank_skew, crash_cause_wait=crash_cause_wait,
                   profile=profile, source=path,
                   actions=actions, restart_budget=budget, dry_run=dry_run, metrics_listen=listen, health=health,

@@ -6,26 +6,42 @@ decision kept for the history of the start-up it ended."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
+from ..config import Config
 from ..records import GroupRestartRequest
+from ..sources.alert_receiver import AlertReceiver
 from ..stages.group_decision import LocalStart, decide
 from ..stages.respond import PRIORITY, Action, Response
 from .actions import UnitFacts
+from .metrics import Exporter
 from .responder import Responder
 
 logger = logging.getLogger(__name__)
 
 
 class GroupRestarts:
-    def __init__(self, responder: Responder, counted: Callable[[str], None] = lambda act: None) -> None:
-        self.responder = responder
-        self.counted = counted  # phasewatch_group_restarts_total{act}
+    def __init__(self, responder: Responder, receiver: AlertReceiver | None = None,
+                 exporter: Exporter | None = None) -> None:
+        self.responder, self.receiver = responder, receiver  # (None: no group receiver)
         self.decided: frozenset[tuple[str, float]] = frozenset()  # (fingerprint, startsAt) handled here
+        if exporter is not None and receiver is not None:
+            exporter.group_counts = receiver.counts
 
-    def handle(self, requests: Iterable[GroupRestartRequest]) -> None:
+    def handle(self, requests: Iterable[GroupRestartRequest] | None = None) -> None:
+        """The requests given, else those the receiver took in since the last step."""
+        if requests is None:
+            requests = self.receiver.take() if self.receiver is not None else ()
         for request in requests:
             self._handle(request)
+
+    def counted(self, act: str) -> None:
+        if self.receiver is not None:
+            self.receiver.handled(act)  # phasewatch_group_restarts_total{act}
+
+    def reconfigured(self, config: Config) -> None:
+        if config.group != self.responder.config.group:
+            logger.warning("[%s] group changed: its receiver takes it when phasewatch restarts", config.unit)
 
     def _handle(self, request: GroupRestartRequest) -> None:
         responder = self.responder

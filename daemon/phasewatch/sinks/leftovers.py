@@ -12,9 +12,10 @@ still holds GPU memory is a survivor even when /proc no longer shows it with its
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 from ..durations import format_duration
 from ..sources.procs import ProcessTable, rank_from_title
@@ -99,6 +100,7 @@ class LeftoverScan:
         self.table = table
         self.gpu = gpu
         self.old: dict[int, str] = {}  # the start-up's processes before the stop: pid -> title
+        self.gpu_checked = True  # the last scan's GPU query answered (False: nvidia-smi missing or failed)
 
     def before_stop(self, control_group: str | None) -> None:
         self.old = {}
@@ -111,8 +113,7 @@ class LeftoverScan:
 
     def __call__(self, control_group: str | None) -> list[Survivor]:
         found = survivors(self.table, control_group)
-        holders = self.gpu.holders() if self.gpu is not None else None
-        return with_gpu(found, holders or [], self.old)
+        return with_gpu(found, self._holders(), self.old)
 
     def unguarded(self, old: dict[int, str], titles: bool = True) -> list[Survivor]:
         """After a stop phasewatch did not make (a new start-up may already run in the unit's cgroup):
@@ -130,8 +131,12 @@ class LeftoverScan:
             if pid not in found and rank_from_title(cmdline) == rank:
                 title = cmdline.split(b"\0", 1)[0].decode("utf-8", "replace")[:80]
                 found[pid] = Survivor(pid, title, _rss_kb(entry), cgroup)
+        return with_gpu(list(found.values()), self._holders(), {pid: f"rank {rank}" for pid, rank in old.items()})
+
+    def _holders(self) -> list[GpuHolder]:
         holders = self.gpu.holders() if self.gpu is not None else None
-        return with_gpu(list(found.values()), holders or [], {pid: f"rank {rank}" for pid, rank in old.items()})
+        self.gpu_checked = holders is not None
+        return holders or []
 
 
 class StopStart(Protocol):
@@ -172,6 +177,28 @@ class GuardedRestart:
             self.before_stop(control_group)
         return self.unit.stop()
 
+    def record(self) -> dict[str, Any] | None:
+        """The start that waits, for the state file: after a daemon restart it still waits (H-6)."""
+        pending = self.pending
+        if pending is None:
+            return None
+        old = getattr(self.scan, "old", {})  # LeftoverScan's processes before the stop
+        return {"action": asdict(pending.action), "control_group": pending.control_group, "until": pending.until,
+                "blocked_alerted": pending.blocked_alerted, "old": {str(k): v for k, v in old.items()}}
+
+    def resume(self, record: dict[str, Any], action: Action) -> None:
+        """A start that waited when the daemon stopped: it waits again, until the same time."""
+        self.pending = Pending(action, record.get("control_group"), float(record["until"]),
+                               bool(record.get("blocked_alerted")))
+        if action.invocation_id is not None:
+            self.stopped.add(action.invocation_id)
+        old = record.get("old")
+        if isinstance(old, dict) and hasattr(self.scan, "old"):
+            self.scan.old = {int(k): str(v) for k, v in old.items() if str(k).isdigit()}
+        logger.warning("[%s] the unit was stopped by phasewatch and its start is pending (until %s): waiting for "
+                       "the old start-up's processes again", action.message.split(":", 1)[0],
+                       time.strftime("%H:%M:%S", time.localtime(self.pending.until)))
+
     def next_deadline(self, now: float) -> float | None:
         return now + POLL if self.pending is not None else None
 
@@ -189,7 +216,9 @@ class GuardedRestart:
         left = self.scan(pending.control_group)
         name = pending.action.message.split(":", 1)[0]
         if not left:
-            logger.info("[%s] nothing of the old start-up survived; starting", name)
+            unchecked = not getattr(self.scan, "gpu_checked", True)
+            logger.info("[%s] nothing of the old start-up survived%s; starting", name,
+                        " in /proc (GPU memory not checked: nvidia-smi missing or did not answer)" if unchecked else "")
             self.unit.start()  # a refusal (UnitError) keeps it pending: tried again at the next tick
             self.pending = None
             return
