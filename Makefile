@@ -94,6 +94,8 @@ install-data:
 	$(INSTALL) -d $(DESTDIR)$(COMPLETIONSDIR)
 	$(INSTALL) -m 0644 completions/phasewatch $(DESTDIR)$(COMPLETIONSDIR)/phasewatch
 	$(INSTALL) -m 0644 config/prometheus/*.yml $(DESTDIR)$(DATADIR)/prometheus/
+	$(INSTALL) -d $(DESTDIR)$(DATADIR)/alertmanager
+	$(INSTALL) -m 0644 config/alertmanager/*.yml $(DESTDIR)$(DATADIR)/alertmanager/
 	if [ -d config/grafana ]; then \
 		$(INSTALL) -d $(DESTDIR)$(DATADIR)/grafana && cp -R config/grafana/. $(DESTDIR)$(DATADIR)/grafana/ && \
 		chmod -R u=rwX,go=rX $(DESTDIR)$(DATADIR)/grafana; \

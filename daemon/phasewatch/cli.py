@@ -213,6 +213,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .sinks.history import History
     from .sinks.http import Rebinder, start_metrics
     from .sinks.state import StateStore
+    from .sources.alert_receiver import start_receiver
     from .sources.follow import JournalFollower
     from .stages.respond import PRIORITY, Action
 
@@ -239,12 +240,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         lambda why: alerter.alert(Action("alert", why, "metrics_unbound", PRIORITY["metrics_unbound"], cause="listen")))
     from .sources.gpu import NvmlSource
 
+    receiver = start_receiver(config)
     daemon = Daemon(config, follower=JournalFollower(config.unit, args.directory), unit=unit,
                     alerter=alerter, notifier=Notifier(), store=StateStore(state_dir, config.unit),
                     clock=SystemClock(), watchdog_interval=watchdog_interval_from_env(), exporter=exporter,
                     history=History(Path(state_dir) / f"{config.unit}.history.sqlite3"), reload=read_config,
                     actions_off_the_loop=True, action_unit=SystemdUnit(config.unit),  # (its own D-Bus connection)
-                    gpu=NvmlSource())
+                    gpu=NvmlSource(), receiver=receiver)
 
     def stop(signum: int, frame: object) -> None:
         raise SystemExit(0)
@@ -276,7 +278,7 @@ def _wakeup_pipe() -> tuple[int, int]:
 
 def cmd_report(args: argparse.Namespace) -> int:
 
-    from .commands.report import evidence_for, evidence_lines, to_svg, to_table
+    from .commands.report import ended_by_lines, evidence_for, evidence_lines, to_svg, to_table
     from .commands.report import to_json as report_json
     from .sinks.history import History
 
@@ -300,7 +302,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         json.dump(report_json(records, evidence), sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        sys.stdout.write(to_table(records, wide=args.wide) + evidence_lines(records, evidence))
+        sys.stdout.write(to_table(records, wide=args.wide) + evidence_lines(records, evidence)
+                         + ended_by_lines(records))
     return EX_OK
 
 

@@ -107,7 +107,8 @@ def test_package_lays_out_the_files_and_the_user(box: PackageSandbox) -> None:
     for path in ("/usr/bin/phasewatch", "/lib/systemd/system/phasewatch@.service",
                  "/usr/lib/sysusers.d/phasewatch.conf", "/usr/lib/tmpfiles.d/phasewatch.conf",
                  "/usr/lib/systemd/catalog/phasewatch.catalog", "/usr/share/phasewatch/polkit/50-phasewatch.rules",
-                 "/usr/share/phasewatch/prometheus/phasewatch-rules.yml", CONFIG,
+                 "/usr/share/phasewatch/prometheus/phasewatch-rules.yml",
+                 "/usr/share/phasewatch/alertmanager/phasewatch-group.yml", CONFIG,
                  "/usr/lib/python3/dist-packages/phasewatch/__init__.py", "/usr/share/doc/phasewatch/copyright"):
         assert path in files, path
     # The polkit rule is a template: the package never puts a live rule in /etc (an edited one is

@@ -23,7 +23,7 @@ CRASH_SETTLE = 5.0  # seconds between a crash verdict and a restart decision abo
 # syslog priorities
 PRIORITY = {"stalled": 4, "straggler": 4, "lines_lost": 4, "unhealthy": 4, "rank_died": 3, "crashed": 3,
             "gave_up": 2, "restart_failed": 3, "state_degraded": 3, "timer_lint": 4,
-            "restart_blocked": 2, "metrics_unbound": 3}
+            "restart_blocked": 2, "metrics_unbound": 3, "waiting_for_node": 5, "group_restart": 4}
 # journal MESSAGE_IDs, one per kind of alert (records.MessageId; docs: units/phasewatch.catalog)
 MESSAGE_IDS = {kind.value: MessageId[kind.name] for kind in (*VerdictKind, *AlertKind)}
 
@@ -163,6 +163,8 @@ def respond(verdicts: list[Verdict], memory: Memory, status: UnitStatus, now: fl
                                       config.dry_run, hook=hook, remedy=remedy))
         if "restart" in wanted and held and hold is not None:
             note = f"not restarting: held by the operator for {format_duration(hold.until - now)} ({hold.reason})"
+        elif "restart" in wanted and config.group is not None and config.group.receiver is not None:
+            note = f"not restarting alone: a node of group {config.group.name}, whose restarts the group decides"
         elif "restart" in wanted and verdict.invocation_id not in restarted:
             restart_now, budget, note, wait_until = _restart_decision(verdict, budget, status, now, config)
             if restart_now:
