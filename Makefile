@@ -38,6 +38,9 @@ PYTHON ?= /usr/bin/python3
 WATCHED ?= sglang-kimi
 
 INSTALL ?= install
+# The example config's last line in /etc (stages/init_config.py's EXAMPLE_SEAL_PREFIX): `phasewatch
+# init` replaces the file while this still matches, as it replaces a file it wrote itself.
+EXAMPLE_SEAL := \# phasewatch's example config, installed unedited; edited once this stops matching: sha256 
 
 VERSION := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' pyproject.toml)
 DEB := dist/phasewatch_$(VERSION)_all.deb
@@ -76,8 +79,9 @@ install-files: install-data
 	elif ! cmp -s units/polkit/50-phasewatch.rules $(DESTDIR)$(POLKITDIR)/50-phasewatch.rules; then \
 		echo "kept $(DESTDIR)$(POLKITDIR)/50-phasewatch.rules (yours); the shipped one is $(DATADIR)/polkit/50-phasewatch.rules"; \
 	fi
-	test -e $(DESTDIR)$(CONFDIR)/$(WATCHED).yaml || test -e $(DESTDIR)$(CONFDIR)/$(WATCHED).service.yaml || \
-		$(INSTALL) -m 0644 config/phasewatch.yaml $(DESTDIR)$(CONFDIR)/$(WATCHED).yaml
+	test -e $(DESTDIR)$(CONFDIR)/$(WATCHED).yaml || test -e $(DESTDIR)$(CONFDIR)/$(WATCHED).service.yaml || { \
+		{ cat config/phasewatch.yaml; printf '%s%s\n' "$(EXAMPLE_SEAL)" "$$(sha256sum < config/phasewatch.yaml | cut -c1-16)"; } \
+			> $(DESTDIR)$(CONFDIR)/$(WATCHED).yaml && chmod 0644 $(DESTDIR)$(CONFDIR)/$(WATCHED).yaml; }
 
 # Everything but the program, the live polkit rule and the config. The daemon's unit names
 # $(BINDIR)/phasewatch; a dashboard directory (config/grafana) is shipped whole if there is one.

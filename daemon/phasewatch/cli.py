@@ -31,6 +31,7 @@ from .errors import (
     UsageError,
     exit_table,
 )
+from .fit import output_width
 from .instances import other_spelling, watched_unit
 from .pipeline import Pipeline
 from .profile import builtin_engines
@@ -187,7 +188,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(json_text(to_json(judgements, now)) + "\n")
     else:
-        sys.stdout.write(to_table(judgements, now, timeless=last_line is None))
+        sys.stdout.write(to_table(judgements, now, timeless=last_line is None, width=output_width(sys.stdout),
+                                  plain=args.plain))
     return EX_OK
 
 
@@ -315,6 +317,8 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--engine", choices=builtin_engines(),
                         help="the engine whose profile reads the log (default: the config's, else told by the log)")
     replay.add_argument("--json", action="store_true", help="print the JSON document")
+    replay.add_argument("--plain", action="store_true", help="for scripts: no legend, full names, no line "
+                        "shortened or wrapped to fit the terminal")
     replay.add_argument("--rules", action="store_true",
                         help="print how many lines each rule of the profile matched, and the lines none matched")
     replay.add_argument("--now", help="judge at this time: +DURATION after the last line, or an ISO time")

@@ -7,6 +7,7 @@ hung start-up restarted by the packaged daemon on Debian's python3 and python3-*
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -94,6 +95,79 @@ def host_package_status() -> str:
                           capture_output=True, text=True).stdout
 
 
+# The server the Quick start watches: `python3 -m sglang.launch_server` with a real TP=8 EAGLE-3
+# server's arguments (init reads them over D-Bus), the module being the simulator (1/100 of real time).
+LAUNCH_SERVER = """import runpy, sys
+sys.argv = ["sglang_sim", "run", "--scale", "0.01", "--port", "30000", "--unit", "sglang-kimi.service"]
+runpy.run_path("{stage}/sglang_sim.py", run_name="__main__")
+"""
+QUICKSTART_UNIT = """[Unit]
+Description=simulated SGLang Kimi-K2.5 INT4, TP=8, EAGLE-3 (the README's Quick start)
+
+[Service]
+Type=simple
+Environment=PYTHONPATH=/run/simpkg PYTHONUNBUFFERED=1
+ExecStart=/usr/bin/python3 -m sglang.launch_server --model-path /models/Kimi-K2.5-INT4 --tp 8 \\
+    --speculative-algorithm EAGLE3
+KillMode=control-group
+TimeoutStopSec=5s
+"""
+SAMPLE_START, SAMPLE_END = "<!-- quickstart sample: tests/e2e/test_e2e_deb.py -->", "<!-- end of sample -->"
+
+
+def quickstart_commands() -> list[str]:
+    """The README's Quick start block, as written (comments dropped)."""
+    text = (REPO / "README.md").read_text().split("## Quick start", 1)[1]
+    block = text.split("\n\n")[2]
+    commands = [line[4:].split("  #")[0].strip() for line in block.splitlines() if line.startswith("    ")]
+    assert commands and commands[0].startswith("make deb && apt install"), commands
+    return commands
+
+
+def normalized(text: str) -> str:
+    """A transcript without what changes from run to run: ids, times, counts."""
+    return re.sub(r"\d+", "N", re.sub(r"[0-9a-f]{32}", "ID", text))
+
+
+def test_the_readme_quick_start_works_as_written(box: PackageSandbox) -> None:
+    box.write("/run/simpkg/sglang/__init__.py", "")
+    box.write("/run/simpkg/sglang/launch_server.py", LAUNCH_SERVER.format(stage=box.stage))
+    box.write(f"/etc/systemd/system/{UNIT}", QUICKSTART_UNIT)
+    box.systemctl("daemon-reload")
+    box.systemctl("start", UNIT)  # "on the host that runs the server's unit"
+    box.wait_for(lambda: any("fired up" in str(e.get("MESSAGE")) for e in box.journal(f"_SYSTEMD_UNIT={UNIT}")),
+                 120, "the server ready")
+    transcript = []
+    try:
+        for command in quickstart_commands():
+            if command.startswith("make deb && "):
+                # The `deb` fixture ran `make deb` in this checkout; the box installed what it built
+                # (so this `apt install` finds it installed already).
+                command = command.removeprefix("make deb && ")
+            result = box.run("bash", "-c", f"cd {REPO} && {command}", check=False, timeout=300)
+            assert result.returncode == 0, f"{command}: {result.returncode}\n{result.stdout}{result.stderr}"
+            if command.startswith("phasewatch "):
+                transcript.append(f"# {command}\n{result.stdout}")
+        assert "ready" in transcript[-1], transcript[-1]
+        assert box.read(CONFIG) is not None and "engine: sglang" in box.read(CONFIG)
+        # The unit's next start keeps every line: the drop-in is loaded.
+        assert box.show(UNIT, "LogRateLimitBurst")["LogRateLimitBurst"] == "100000"
+        shown = "".join(transcript)
+        (REPO / "build").mkdir(exist_ok=True)
+        (REPO / "build" / "quickstart.txt").write_text(shown)
+        readme = (REPO / "README.md").read_text()
+        sample = readme.split(SAMPLE_START, 1)[1].split(SAMPLE_END, 1)[0]
+        sample_lines = [line[4:] for line in sample.splitlines() if line.startswith("    ")]
+        assert sample_lines
+        # What the README shows is what the commands print (times, ids and counts aside).
+        assert normalized("\n".join(sample_lines)) in normalized(shown.rstrip("\n")), shown
+    finally:
+        box.systemctl("disable", "--now", WATCHER, check=False)
+        box.systemctl("stop", UNIT, check=False)
+        box.run("sh", "-c", f"rm -rf {CONFIG} /etc/systemd/system/{UNIT} {STATE}/*", check=False)
+        box.systemctl("daemon-reload", check=False)
+
+
 def test_the_host_does_not_see_the_installation(box: PackageSandbox) -> None:
     assert box.run("dpkg-query", "-W", "-f", "${Status}", "phasewatch").stdout == "install ok installed"
     assert box.run("test", "-e", "/usr/share/phasewatch/polkit/50-phasewatch.rules", check=False).returncode == 0
@@ -107,13 +181,17 @@ def test_package_lays_out_the_files_and_the_user(box: PackageSandbox) -> None:
     for path in ("/usr/bin/phasewatch", "/lib/systemd/system/phasewatch@.service",
                  "/usr/lib/sysusers.d/phasewatch.conf", "/usr/lib/tmpfiles.d/phasewatch.conf",
                  "/usr/lib/systemd/catalog/phasewatch.catalog", "/usr/share/phasewatch/polkit/50-phasewatch.rules",
-                 "/usr/share/phasewatch/prometheus/phasewatch-rules.yml", CONFIG,
+                 "/usr/share/phasewatch/prometheus/phasewatch-rules.yml",
                  "/usr/lib/python3/dist-packages/phasewatch/__init__.py", "/usr/share/doc/phasewatch/copyright"):
         assert path in files, path
     # The polkit rule is a template: the package never puts a live rule in /etc (an edited one is
     # the operator's, never replaced by an upgrade).
     assert not any(path.startswith("/etc/polkit-1") for path in files)
-    assert box.run("dpkg-query", "-W", "-f", "${Conffiles}", "phasewatch").stdout.split()[0] == CONFIG
+    # No config in /etc: `phasewatch init` writes it (an example in /etc would be taken for an
+    # operator's edit, and a conffile init rewrote would make every upgrade ask).
+    assert not any(path.startswith("/etc/phasewatch") for path in files)
+    assert any(path.startswith("/usr/share/doc/phasewatch/examples/phasewatch.yaml") for path in files)
+    assert box.run("dpkg-query", "-W", "-f", "${Conffiles}", "phasewatch").stdout.strip() == ""
     # postinst: the user (in systemd-journal), its state directory, the catalog, the unit loaded.
     assert "systemd-journal" in box.run("id", "-nG", "phasewatch").stdout.split()
     assert box.run("stat", "-c", "%U %a", STATE).stdout.split() == ["phasewatch", "700"]

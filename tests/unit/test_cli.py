@@ -79,7 +79,7 @@ def test_standard_input_source(monkeypatch: pytest.MonkeyPatch, capsys: pytest.C
 
 
 def test_table_shows_each_rank_and_the_verdict(capsys: pytest.CaptureFixture[str]) -> None:
-    _, out, _ = run(["replay", "--now", "+25m", str(STALL)], capsys)
+    _, out, _ = run(["replay", "--plain", "--now", "+25m", str(STALL)], capsys)  # full names, unwrapped
     lines = out.splitlines()
     assert lines[0].startswith("invocation 5e1f3c9a0b7d4e21a6c8f00d1e2b3c4d: stalled, phase draft_cuda_graph_capture")
     # The main process waits for the ranks through the whole load: a line, not a row "in launch for 25m".
@@ -97,7 +97,7 @@ def test_table_shows_each_rank_and_the_verdict(capsys: pytest.CaptureFixture[str
 
 
 def test_table_names_the_main_process_s_own_phases_once_ready(capsys: pytest.CaptureFixture[str]) -> None:
-    _, out, _ = run(["replay", str(STALL.with_name("sglang-kimi-healthy.json"))], capsys)
+    _, out, _ = run(["replay", "--plain", str(STALL.with_name("sglang-kimi-healthy.json"))], capsys)
     lines = out.splitlines()
     assert lines[1] == "main process: ready since 08:18:43 (http_server_start 0s, warmup 2s)"
     assert [line for line in lines if line.split()[:1] == ["main"]] == [lines[1]]  # no rank row `main`

@@ -12,6 +12,7 @@ from typing import Any, Sequence
 
 from ..durations import format_duration
 from ..records import PHASE_NAMES
+from ..render import PHASE_SHORT
 from ..sinks.history import StartupRecord
 from ..stages.timestamps import is_dated
 from ..stages.verdict_lines import rank_ranges
@@ -77,9 +78,7 @@ def to_json(records: Sequence[StartupRecord], evidence: dict[str, list[str]] | N
 
 
 # Short column names for the default table (it fits 100 columns); `--wide` uses the full names.
-SHORT = {"launch": "launch", "dist_init": "dist", "weight_load": "load", "kv_cache_alloc": "kv",
-         "cuda_graph_capture": "graphs", "draft_weight_load": "dload", "draft_cuda_graph_capture": "dgraphs",
-         "http_server_start": "http", "warmup": "warmup"}
+SHORT = PHASE_SHORT
 FITS = 100
 
 

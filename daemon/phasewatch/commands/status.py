@@ -31,6 +31,7 @@ from ..errors import (
     NoSuchUnit,
     UsageError,
 )
+from ..fit import fit_text, output_width
 from ..instances import watcher_names, watcher_of
 from ..records import FAILING, MAIN
 from ..render import clock_text, json_text, status_document, terminal_safe
@@ -342,7 +343,7 @@ def _signatures(document: dict[str, Any]) -> tuple[object, dict[str, str]]:
 
 def watch(fetch: Callable[[], dict[str, Any]], out: TextIO, tty: bool, listen: str | None = None,
           interval: float = 1.0, sleep: Callable[[float], None] = time.sleep,
-          clock: Callable[[], float] = time.time) -> int:
+          clock: Callable[[], float] = time.time, width: int | None = None) -> int:
     """Redraw every `interval` on a terminal; elsewhere (a log) print a block when a phase, the
     outcome or a verdict changes, and one line when only a progress bar moved. Ends on ^C/SIGTERM
     with the exit status of the last document."""
@@ -355,11 +356,11 @@ def watch(fetch: Callable[[], dict[str, Any]], out: TextIO, tty: bool, listen: s
             code = exit_status(document)
             if tty:
                 out.write(CLEAR + f"{local_time(clock())}  (every {interval:g}s, ^C to stop)\n" +
-                          render_table(document, listen))
+                          fitted(render_table(document, listen), width))
             else:
                 block, progress = _signatures(document)
                 if block != last_block:
-                    out.write(f"--- {local_time(clock())}\n" + render_table(document, listen) + "\n")
+                    out.write(f"--- {local_time(clock())}\n" + fitted(render_table(document, listen), width) + "\n")
                 else:
                     phases = {label: r.get("phase") for label, r in
                               ((document.get("invocation") or {}).get("ranks") or {}).items()}
@@ -374,6 +375,10 @@ def watch(fetch: Callable[[], dict[str, Any]], out: TextIO, tty: bool, listen: s
         return code
 
 
+def fitted(text: str, width: int | None) -> str:
+    return text if width is None else fit_text(text, width)
+
+
 def _terminate(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
@@ -385,17 +390,18 @@ def cmd_status(args: argparse.Namespace) -> int:
         raise UsageError("--json, --oneline and --watch do not go together")
     source = StatusSource(config, args.directory)
     listen = None if args.directory else config.metrics_listen
+    width = None if args.plain else output_width(sys.stdout)
     try:
         if args.watch:
             signal.signal(signal.SIGTERM, _terminate)
-            return watch(source.document, sys.stdout, sys.stdout.isatty(), listen)
+            return watch(source.document, sys.stdout, sys.stdout.isatty(), listen, width=width)
         document = source.document()
         if args.json:
             sys.stdout.write(json_text(document) + "\n")
         elif args.oneline:
             sys.stdout.write(oneline(document) + "\n")
         else:
-            sys.stdout.write(render_table(document, listen))
+            sys.stdout.write(fitted(render_table(document, listen), width))
         return exit_status(document)
     except NoSuchUnit:
         print(f"phasewatch: {config.unit}: no such unit (systemd does not know it, and the journal has "
@@ -418,6 +424,7 @@ def add_parser(sub: Any) -> None:
     status.add_argument("--oneline", action="store_true", help="one line: phase, ranks in it, time in it "
                         "against its deadline, ETA (for a prompt or a status bar); same exit status")
     status.add_argument("--watch", action="store_true", help="redraw every second until interrupted")
+    status.add_argument("--plain", action="store_true", help="for scripts: no line wrapped to fit the terminal")
     status.add_argument("--directory", help="read this journal directory (copied from another host); "
                         "no daemon is asked")
     status.set_defaults(func=cmd_status)
