@@ -368,6 +368,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.now and not re.match(r"^(\+.+|\d{4}-\d\d-\d\d.*)$", args.now):
             parser.error(f"--now: expected +DURATION or an ISO time, got {args.now!r}")
     try:
+        _preflight(args)
         code: int = args.func(args)
         return code
     except PhasewatchError as exc:
@@ -378,6 +379,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EX_NOINPUT
     except BrokenPipeError:
         return closed_pipe()
+
+
+# The commands that read a UNIT: before they do, what would leave them with nothing to say (no
+# permission, no system bus, an unknown unit, a directory that is no journal) is said instead.
+PREFLIGHT = ("logs", "wait-ready", "init")  # status: once no daemon answers (StatusSource)
+
+
+def _preflight(args: argparse.Namespace) -> None:
+    unit = getattr(args, "unit", None)
+    if unit and (args.command in PREFLIGHT or args.command == "replay"):
+        from .sources.access import preflight
+
+        preflight(watched_unit(unit), getattr(args, "directory", None), needs_systemd=args.command == "init")
 
 
 def closed_pipe() -> int:

@@ -13,7 +13,7 @@
     │   ├── JournalError                     the journal cannot be opened or read
     │   │   └── JournalUnavailable           ... for replay --unit (says which journal)
     │   ├── UnitError                        systemd (D-Bus) refused or could not be reached
-    │   ├── NoSuchUnit                       neither systemd nor the journal knows the unit
+    │   ├── NoSuchUnit                    3  neither systemd nor the journal knows the unit
     │   └── ForeignDaemon                    something else answers on metrics.listen
     ├── ConfigError                      78  a bad config, naming key, file and line (also a ValueError)
     ├── ProfileError                     78  a malformed rule in a profile or in `patterns:` (a ValueError)
@@ -135,6 +135,8 @@ class UnitError(UnavailableError):
 
 class NoSuchUnit(UnavailableError):
     """The unit is not loaded by systemd and the journal has nothing of it."""
+
+    exit_status = EXIT_UNKNOWN_UNIT
 
 
 class ForeignDaemon(UnavailableError):

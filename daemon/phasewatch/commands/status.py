@@ -27,14 +27,18 @@ from ..errors import (
     EXIT_STARTING,
     EXIT_UNKNOWN_UNIT,
     EXIT_WILL_NOT_BE_READY,
+    DataError,
     ForeignDaemon,
+    NoPermission,
     NoSuchUnit,
+    UnavailableError,
     UsageError,
 )
 from ..fit import fit_text, output_width
 from ..instances import watcher_names, watcher_of
 from ..records import FAILING, MAIN
 from ..render import clock_text, json_text, status_document, terminal_safe
+from ..sources.access import preflight
 from ..sources.current import CurrentStartup, StartPoint, find_start, resolve_config, unit_name, unit_timers, warn
 from ..sources.follow import JournalFollower
 from ..stages.timerlint import UnitTimers, lint
@@ -132,6 +136,12 @@ class StatusSource:
 
     def _from_journal(self, now: float) -> dict[str, Any]:
         if self.startup is None:
+            try:
+                preflight(self.config.unit, self.directory)  # no daemon answered: can the journal say?
+            except (NoPermission, NoSuchUnit, UnavailableError, DataError) as exc:
+                if self.directory is None:
+                    raise type(exc)(f"{exc} (no phasewatch daemon answered on {self.config.metrics_listen})") from None
+                raise
             self.start = find_start(self.config.unit, self.directory)
             self.follower = JournalFollower(self.config.unit, self.directory)
             self.startup = CurrentStartup(self.config, self.follower, self.start, follow_restarts=True)
