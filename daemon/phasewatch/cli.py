@@ -11,11 +11,13 @@ import os
 import re
 import sqlite3
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, NoReturn, Sequence
 
 from . import __version__
+from .commands.logs import parse_since
 from .config import Config, load_config
 from .durations import parse_duration
 from .errors import (
@@ -27,6 +29,7 @@ from .errors import (
     HistoryUnreadable,
     InputError,
     NoHistory,
+    NoPermission,
     PhasewatchError,
     UsageError,
     exit_table,
@@ -130,6 +133,9 @@ def _messages(records: Iterable[JournalRecord]) -> Iterator[str]:
             yield record.message.decode("utf-8", "replace")
 
 
+CLOCK_TIME = re.compile(r"\d\d:\d\d:\d\d")  # what every log line's prefix has, in one form or another
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
     config = load_config(args.config) if args.config else Config(unit=args.unit or Config.unit)
     if args.unit and not args.config:
@@ -137,11 +143,16 @@ def cmd_replay(args: argparse.Namespace) -> int:
     warnings: list[str] = []
     records: Iterable[JournalRecord]
     unit_records: UnitRecords | None = None
+    since = parse_since(args.since, time.time()) if args.since else None  # as logs reads it: ISO or 30m ago
     if args.unit:
-        since = _parse_when(args.since, None) if args.since else None
         records = unit_records = UnitRecords(args.unit, args.directory, since)  # streamed: memory does not grow
     else:
         records, warnings = _records_from_file(args.source)
+        if since is not None:
+            timed = [r for r in records if r.realtime is not None]
+            if not timed:
+                warnings.append(f"--since: {args.source} has no journal times (a text log): every line read")
+            records = [r for r in records if r.realtime is None or r.realtime >= since]
     for warning in warnings:
         print(f"phasewatch: warning: {terminal_safe(warning)}", file=sys.stderr)
     records = clamped = TimeClamp(records)
@@ -176,6 +187,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
         return EX_OK
     now = _parse_when(args.now, last_line) if args.now else (last_line or 0.0)
     judgements = pipeline.judge(now, snapshot)
+    if not args.unit and last_line is None and judgements and not any(
+            j.verdicts or j.invocation.ranks or j.invocation.server for j in judgements) and not any(
+            CLOCK_TIME.search(message) for message in _messages(records)):  # no time of day, no rank: prose
+        raise InputError("no line of a start-up phasewatch knows (SGLang, vLLM) in it: not the server's log? "
+                         "(phasewatch replay --rules FILE shows what each rule matched)", args.source)
     if unit_records is not None and unit_records.rejected:
         counts = ", ".join(f"{count} {reason}" for reason, count in sorted(unit_records.rejected.items()))
         print(f"phasewatch: warning: ignored entries that claim {terminal_safe(args.unit)} without journald's "
@@ -275,8 +291,13 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise UsageError("report needs a UNIT (or --config naming one)")
     state_dir = Path(args.state_dir or os.environ.get("STATE_DIRECTORY", "").split(":")[0] or "/var/lib/phasewatch")
     path = state_dir / f"{unit}.history.sqlite3"
+    if state_dir.is_dir() and not os.access(state_dir, os.R_OK | os.X_OK):
+        raise NoPermission(f"{state_dir} is not readable by this user (it is the phasewatch user's): run "
+                           f"as root (sudo phasewatch report {unit})")
     if not path.exists():
-        raise NoHistory(f"no history for {unit} in {state_dir} (phasewatch run records start-ups there)")
+        others = sorted(p.name.removesuffix(".history.sqlite3") for p in state_dir.glob("*.history.sqlite3"))
+        raise NoHistory(f"no history for {unit} in {state_dir} (phasewatch run records start-ups there)"
+                        + (f"; units with a history: {', '.join(others)}" if others else ""))
     history = History(path, read_only=True)  # report changes nothing on disk, even a broken file
     try:
         records = history.startups(unit, last=args.last)
@@ -312,7 +333,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "log), or - for standard input")
     replay.add_argument("--unit", help="read this unit's entries from the journal instead of a file")
     replay.add_argument("--directory", help="with --unit: a journal directory copied from another host")
-    replay.add_argument("--since", help="with --unit: start at this time (ISO)")
+    replay.add_argument("--since", help="from this time (ISO, local unless it has a zone) or DURATION ago (30m); "
+                        "a file's lines without a journal time are all read")
     replay.add_argument("--config", help="phasewatch YAML config (limits, patterns)")
     replay.add_argument("--engine", choices=builtin_engines(),
                         help="the engine whose profile reads the log (default: the config's, else told by the log)")

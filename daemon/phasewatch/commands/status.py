@@ -255,7 +255,7 @@ def header(document: dict[str, Any], listen: str | None = None) -> list[str]:
         return [f"{unit}: no start-up in the journal", where]
     outcome = inv.get("outcome")
     slowest = " (the slowest rank's)" if outcome in ("starting", "stalled") else ""
-    lines = [f"{unit}: {outcome}, phase {inv.get('phase')}{slowest}, "
+    lines = [f"{unit}: {outcome}, phase {inv.get('phase') or 'none seen yet'}{slowest}, "
              f"{_duration(inv.get('elapsed_seconds'))} since start"]
     detail = f"invocation {inv.get('invocation_id')}, started {local_time(_epoch(inv.get('started_at')))}"
     now, last = _epoch(document.get("now")), _epoch(inv.get("last_line_at"))
