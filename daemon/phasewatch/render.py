@@ -295,8 +295,8 @@ def to_table(judgements: list[Judgement], now: float, timeless: bool = False, wi
             times = "no time stamps in the log (no durations)"
         else:
             times = f"started {when_text(inv.started_at)}, last line {when_text(inv.last_ts)}"
-        header = (f"invocation {inv.invocation_id}: {judgement.outcome}, phase {current_phase(inv) or 'none seen yet'}, "
-                  f"{times}")
+        phase = current_phase(inv) or "none seen yet"
+        header = f"invocation {inv.invocation_id}: {judgement.outcome}, phase {phase}, {times}"
 
         if inv.lines_lost:
             header += f", {inv.lines_lost} line(s) lost"
