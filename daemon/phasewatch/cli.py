@@ -327,7 +327,7 @@ def build_parser() -> argparse.ArgumentParser:
                     epilog=exit_table(), formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version",
                         version=f"%(prog)s {__version__} (journal reader: {journal_source.reader_name()})")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     replay = sub.add_parser("replay", help="run the pipeline over a saved log or the journal and judge it")
     replay.add_argument("source", nargs="?", help="a log file (journalctl -o json/export/short/cat, or a pasted "
                         "log), or - for standard input")
