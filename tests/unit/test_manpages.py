@@ -8,7 +8,7 @@ from pathlib import Path
 from phasewatch.cli import build_parser
 from phasewatch.config import TOP_KEYS
 from phasewatch.errors import EXIT_STATUSES
-from phasewatch.manpages import KEY_DOCS, PAGES, _subcommands, render_all
+from phasewatch.manpages import KEY_DOCS, PAGES, _esc, _subcommands, render_all
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -34,7 +34,7 @@ def test_phasewatch_1_has_every_command_option_and_exit_status() -> None:
                 if action.help != "==SUPPRESS==":
                     assert option.replace("-", "\\-") in page, (name, option)
     for code, meaning in EXIT_STATUSES:
-        assert f".TP\n\\fB{code}\\fR\n" in page, code
+        assert f".TP\n\\fB{code}\\fR\n{_esc(meaning)}\n" in page, code
 
 
 def test_every_config_key_is_in_phasewatch_yaml_5() -> None:

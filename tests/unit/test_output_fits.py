@@ -68,7 +68,7 @@ def test_wrapping_keeps_table_rows_and_long_words_whole() -> None:
 
 
 @pytest.mark.parametrize("columns", ["80", "100"])
-def test_every_help_line_fits(columns: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_every_help_line_fits(columns: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", columns)
     parser = build_parser()
     for sub in [parser, *(sub for _, _, sub in _subcommands(parser))]:
