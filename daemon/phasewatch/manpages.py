@@ -60,7 +60,7 @@ def _options(parser: argparse.ArgumentParser) -> list[str]:
     for action in parser._actions:
         if action.help == argparse.SUPPRESS or isinstance(action, argparse._SubParsersAction):
             continue
-        names = ", ".join(action.option_strings) or (action.metavar or action.dest)
+        names = ", ".join(action.option_strings) or str(action.metavar or action.dest)
         if action.option_strings and action.nargs != 0:
             names += f" {action.metavar or action.dest.upper()}"
         help_text = (action.help or "") % {"prog": parser.prog, "default": action.default}

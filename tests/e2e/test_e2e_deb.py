@@ -144,7 +144,9 @@ def test_the_readme_quick_start_works_as_written(box: PackageSandbox) -> None:
                 # The `deb` fixture ran `make deb` in this checkout; the box installed what it built
                 # (so this `apt install` finds it installed already).
                 command = command.removeprefix("make deb && ")
-            result = box.run("bash", "-c", f"cd {REPO} && {command}", check=False, timeout=300)
+            # Not a terminal: what a pipe gets, 100 columns (no COLUMNS from whoever runs the tests).
+            result = box.run("env", "-u", "COLUMNS", "bash", "-c", f"cd {REPO} && {command}", check=False,
+                             timeout=300)
             assert result.returncode == 0, f"{command}: {result.returncode}\n{result.stdout}{result.stderr}"
             if command.startswith("phasewatch "):
                 transcript.append(f"# {command}\n{result.stdout}")
@@ -157,7 +159,7 @@ def test_the_readme_quick_start_works_as_written(box: PackageSandbox) -> None:
         (REPO / "build" / "quickstart.txt").write_text(shown)
         readme = (REPO / "README.md").read_text()
         sample = readme.split(SAMPLE_START, 1)[1].split(SAMPLE_END, 1)[0]
-        sample_lines = [line[4:] for line in sample.splitlines() if line.startswith("    ")]
+        sample_lines = [line[4:] for line in sample.strip("\n").splitlines()]
         assert sample_lines
         # What the README shows is what the commands print (times, ids and counts aside).
         assert normalized("\n".join(sample_lines)) in normalized(shown.rstrip("\n")), shown
@@ -204,6 +206,18 @@ def test_package_lays_out_the_files_and_the_user(box: PackageSandbox) -> None:
     assert box.run("head", "-1", "/usr/bin/phasewatch").stdout.strip() == "#!/usr/bin/python3"
     where = box.run("/usr/bin/python3", "-c", "import phasewatch; print(phasewatch.__file__)").stdout.strip()
     assert where == "/usr/lib/python3/dist-packages/phasewatch/__init__.py"
+    # The man pages (generated from the parser: man/), read by man as an operator would; the
+    # Prometheus rules' runbook_url absolute, to the runbook the package installs, uncompressed.
+    for section, page in (("1", "phasewatch"), ("5", "phasewatch.yaml"), ("8", "phasewatch@.service")):
+        shown = box.run("env", "MANWIDTH=100", "man", "-P", "cat", section, page, check=False)
+        assert shown.returncode == 0 and "SEE ALSO" in shown.stdout, (page, shown.stderr)
+    assert "EXIT STATUS" in box.run("env", "MANWIDTH=100", "man", "-P", "cat", "phasewatch").stdout
+    rules = box.read("/usr/share/phasewatch/prometheus/phasewatch-rules.yml") or ""
+    urls = re.findall(r"runbook_url: (\S+)", rules)
+    assert urls and all(u.startswith("file:///usr/share/doc/phasewatch/runbook.md#") for u in urls), urls
+    assert box.run("test", "-f", "/usr/share/doc/phasewatch/runbook.md", check=False).returncode == 0
+    for example in ("sglang-log-rate.conf", "phasewatch-remote-scrape.conf"):
+        assert f"/usr/share/doc/phasewatch/examples/{example}" in files, example
     # `Architecture: all`: no compiled module (debian/rules builds without the C journal reader).
     assert not any(path.endswith(".so") for path in files)
     assert box.run("/usr/bin/phasewatch", "--version").stdout.endswith(" (journal reader: Python)\n")
@@ -272,6 +286,9 @@ def test_installed_package_restarts_a_hung_start_up_on_debians_python(box: Packa
     assert alert["PHASEWATCH_INVOCATION"] == first
     assert "restarting (1 of 3 in 6h)" in alert["MESSAGE"]
     assert alert["_SYSTEMD_UNIT"] == WATCHER
+    # Once in the watcher's journal (the daemon's stderr is the journal: it does not log it again).
+    shown = box.run("journalctl", "-u", WATCHER, "-o", "cat", "--no-pager").stdout
+    assert shown.count(alert["MESSAGE"]) == 1, shown
     # pystemd 0.11 now in the map too: the restart went over D-Bus.
     mapped = box.run("cat", f"/proc/{pid}/maps").stdout
     assert "/usr/lib/python3/dist-packages/pystemd/" in mapped

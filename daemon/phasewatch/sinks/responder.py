@@ -23,7 +23,7 @@ from ..stages.respond import PRIORITY, Action, BudgetState, Hold, Memory, Respon
 from ..stages.snapshot import ENDED_STATES, UP_STATES, InvocationView, ServerInfo, Snapshot, UnitState
 from ..stages.timerlint import TimerWarning, UnitTimers, lint
 from ..stages.timerlint import summary as lint_summary
-from .actions import UnitFacts
+from .actions import UnitFacts, stderr_is_journal
 from .history import History, fingerprint, summarize
 from .leftovers import GuardedRestart
 from .metrics import Exporter
@@ -219,8 +219,9 @@ class Responder:
                     self.run_hook(replace(action, rank=ranks or None))
                 continue
             if action.kind == "alert":
-                logger.info("[%s rank=%s phase=%s] alert %s: %s", self.config.unit, action.rank, action.phase,
-                            action.verdict_kind, action.message)
+                if not stderr_is_journal():  # else the alert's own journal entry would show twice
+                    logger.info("[%s rank=%s phase=%s] alert %s: %s", self.config.unit, action.rank, action.phase,
+                                action.verdict_kind, action.message)
                 self.alerter.alert(action)
             elif action.dry_run:
                 logger.info("[%s] dry run: would restart (%s)", self.config.unit, action.verdict_kind)
