@@ -396,7 +396,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PhasewatchError as exc:
         print(terminal_safe(f"phasewatch: {exc.describe()}"), file=sys.stderr)
         return exc.exit_status
-    except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
+    except PermissionError as exc:
+        from .sources.access import user_name
+
+        print(terminal_safe(f"phasewatch: {exc.filename}: {exc.strerror} for {user_name()}: run as root, or as a user "
+                            "who may"), file=sys.stderr)
+        return NoPermission.exit_status
+    except (FileNotFoundError, IsADirectoryError) as exc:
         print(terminal_safe(f"phasewatch: {exc.filename}: {exc.strerror}"), file=sys.stderr)
         return EX_NOINPUT
     except BrokenPipeError:

@@ -413,9 +413,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         else:
             sys.stdout.write(fitted(render_table(document, listen), width))
         return exit_status(document)
-    except NoSuchUnit:
-        print(f"phasewatch: {config.unit}: no such unit (systemd does not know it, and the journal has "
-              "nothing of it)", file=sys.stderr)
+    except NoSuchUnit as exc:
+        said = str(exc) if str(exc) != config.unit else (f"{config.unit}: no such unit (systemd does not know it, "
+                                                          "and the journal has nothing of it)")
+        print(f"phasewatch: {terminal_safe(said)}", file=sys.stderr)
         return EXIT_UNKNOWN
     except ForeignDaemon as exc:
         print(f"phasewatch: {terminal_safe(str(exc))}: not showing it as {config.unit}'s state "

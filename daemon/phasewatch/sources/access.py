@@ -48,7 +48,7 @@ def system_bus_problem(environ: dict[str, str] | None = None) -> str | None:
     return None
 
 
-def _user() -> str:
+def user_name() -> str:
     try:
         return pwd.getpwuid(os.geteuid()).pw_name
     except KeyError:
@@ -65,7 +65,7 @@ def journal_permission_problem(dirs: Iterable[str] = JOURNAL_DIRS,
         group = grp.getgrgid(files[0].stat().st_gid).gr_name
     except (KeyError, OSError):
         group = "systemd-journal"
-    user = _user()
+    user = user_name()
     return (f"{user} may not read the system journal ({files[0]}): join the {group} group "
             f"(usermod -aG {group} {user}, then log in again) or run as root")
 
@@ -85,7 +85,8 @@ def known_units(unit: str, config_dir: str = CONFIG_DIR) -> list[str]:
         from pystemd.systemd1 import Manager  # pragma: systemd no cover
 
         manager = Manager(_autoload=True)
-        names.update((u[0].decode() if isinstance(u[0], bytes) else str(u[0])) for u in manager.Manager.ListUnits())
+        names.update(_text(u[0]) for u in manager.Manager.ListUnits())
+        names.update(os.path.basename(_text(f[0])) for f in manager.Manager.ListUnitFiles())
     except Exception:  # pystemd's D-Bus errors: the journal's names are enough
         pass
     if os.path.isdir(config_dir):
@@ -93,6 +94,10 @@ def known_units(unit: str, config_dir: str = CONFIG_DIR) -> list[str]:
     services = sorted(n for n in names if n.endswith(".service") and n != unit)
     close = difflib.get_close_matches(unit, services, n=5, cutoff=0.5)
     return close or [n for n in services if any(w in n for w in ("sglang", "vllm", "llm"))][:5]
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def unknown_unit(unit: str) -> NoSuchUnit:
@@ -120,7 +125,7 @@ def check_directory(directory: str) -> None:
     try:
         found = next(iter(path.rglob("*.journal*")), None)
     except PermissionError:
-        raise NoPermission(f"{directory}: not readable as {_user()}: run as root or copy it readable") from None
+        raise NoPermission(f"{directory}: not readable as {user_name()}: run as root or copy it readable") from None
     if found is None:
         raise DataError(f"{directory}: no journal file (*.journal) in it: not a journal directory (copy "
                         "/var/log/journal/MACHINE-ID from the unit's host)")
