@@ -1,10 +1,12 @@
-"""A real systemd (PID 1 of a fresh PID + mount + network namespace) for end-to-end tests.
+"""A real systemd (PID 1 of a fresh PID + mount + network + cgroup namespace) for end-to-end tests.
 
 Recipe (../shared/docs/FACTS.md): private mounts; fresh tmpfs on /run, /tmp and /var/log/journal
 (never the host's); our own journald.conf, passwd/group (with the `phasewatch` system user) and
 polkit rules bind-mounted; the checkout re-bound where the tmpfs would hide it; then
-`/lib/systemd/systemd --system --unit=basic.target`. Stopped with `systemctl poweroff` inside;
-only processes this harness started are ever signalled, by PID.
+`/lib/systemd/systemd --system --unit=basic.target`. The cgroup namespace's root is a subtree of
+its own in every hierarchy, and the hierarchies are mounted again inside, so the sandbox's systemd
+manages that subtree only: two sandboxes on one machine never reach each other's units. Stopped
+with `systemctl poweroff` inside; only processes this harness started are ever signalled, by PID.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 REPO = Path(__file__).resolve().parents[2]
 SYSTEMD = "/lib/systemd/systemd"
@@ -28,12 +30,18 @@ set -euo pipefail
 stage="$1"; repo="$2"
 mount --make-rprivate /
 ip link set lo up
-mount -t tmpfs -o mode=755 tmpfs /run
-mkdir -p /run/keep-repo
-mount --bind "$repo" /run/keep-repo
-mount -t tmpfs -o mode=1777 tmpfs /tmp
+# The cgroup hierarchies again, as this cgroup namespace sees them (its root is the sandbox's own
+# subtree): the sandbox's systemd manages that subtree, never the host's /system.slice.
+if [ -s "$stage/cgroup-mounts" ]; then
+  umount -R /sys/fs/cgroup
+  while read -r fstype options target; do
+    mkdir -p "$target"
+    mount -t "$fstype" -o "$options" "$fstype" "$target"
+  done < "$stage/cgroup-mounts"
+fi
 # An ancestor of the checkout that other users cannot traverse (e.g. /root) is replaced by a tmpfs
-# inside the sandbox, so the unprivileged phasewatch user can reach the venv.
+# inside the sandbox, so the unprivileged phasewatch user can reach the venv. Found before /tmp
+# and /run are replaced, for a checkout below either.
 hidden=""
 path="$repo"
 while [ "$path" != "/" ]; do
@@ -41,6 +49,10 @@ while [ "$path" != "/" ]; do
   if [ "$(( $(stat -c '%a' "$parent") & 1 ))" = "0" ]; then hidden="$parent"; fi
   path="$parent"
 done
+mount -t tmpfs -o mode=755 tmpfs /run
+mkdir -p /run/keep-repo
+mount --bind "$repo" /run/keep-repo
+mount -t tmpfs -o mode=1777 tmpfs /tmp
 if [ -n "$hidden" ]; then mount -t tmpfs -o mode=755 tmpfs "$hidden"; fi
 mkdir -p "$repo"
 mount --bind /run/keep-repo "$repo"
@@ -58,6 +70,70 @@ exec /lib/systemd/systemd --system --unit=basic.target
 
 class SandboxError(RuntimeError):
     pass
+
+
+class CgroupMount(NamedTuple):
+    fstype: str  # cgroup (a v1 hierarchy), cgroup2 or the tmpfs that holds the v1 hierarchies
+    options: str
+    target: str
+
+
+def cgroup_mounts() -> list[CgroupMount]:
+    """The mounts at and below /sys/fs/cgroup, outermost first (a hybrid host: a tmpfs, then each
+    hierarchy; a unified one: one cgroup2)."""
+    mounts = []
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        _source, target, fstype, options = line.split()[:4]
+        if (target == "/sys/fs/cgroup" or target.startswith("/sys/fs/cgroup/")) and \
+                fstype in ("cgroup", "cgroup2", "tmpfs"):
+            mounts.append(CgroupMount(fstype, options, target))
+    return sorted(mounts, key=lambda mount: mount.target.count("/"))
+
+
+def own_cgroups(name: str) -> list[Path]:
+    """A fresh subtree named NAME below our own cgroup in every hierarchy, so that two sandboxes on
+    one machine (CI beside a development run) never manage each other's units."""
+    made = []
+    for mount in cgroup_mounts():
+        if mount.fstype == "tmpfs":
+            continue
+        ours = _own_cgroup_path(mount)
+        if ours is None:
+            continue
+        path = Path(mount.target) / ours.lstrip("/") / name
+        path.mkdir()
+        made.append(path)
+        for inherited in ("cpuset.cpus", "cpuset.mems"):  # a v1 cpuset starts empty, refusing tasks
+            if (path / inherited).exists() and not (path / inherited).read_text().strip():
+                (path / inherited).write_text((path.parent / inherited).read_text())
+    return made
+
+
+def _own_cgroup_path(mount: CgroupMount) -> str | None:
+    controllers = set(mount.options.split(",")) if mount.fstype == "cgroup" else set()
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _id, names, path = line.split(":", 2)
+        if mount.fstype == "cgroup2" and names == "":
+            return path
+        if mount.fstype == "cgroup" and names and set(names.split(",")) <= controllers:
+            return path
+    return None
+
+
+def remove_cgroups(paths: list[Path]) -> None:
+    """The sandbox's subtrees, deepest first (a cgroup goes only once its processes are gone)."""
+    for top in paths:
+        if not top.exists():
+            continue
+        for directory in sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+            try:
+                directory.rmdir()
+            except OSError:
+                pass
+        try:
+            top.rmdir()
+        except OSError:
+            pass
 
 
 def can_boot() -> str | None:
@@ -81,6 +157,7 @@ class Sandbox:
         self.stage = Path(tempfile.mkdtemp(prefix="phasewatch-e2e-", dir="/var/tmp"))
         self.process: subprocess.Popen[bytes] | None = None
         self.pid: int | None = None  # host PID of the sandbox's PID 1
+        self.cgroups: list[Path] = []  # the sandbox's own subtree in each cgroup hierarchy
 
     # -- life cycle ------------------------------------------------------------------------------
     def boot(self, timeout: float = 90.0) -> None:
@@ -88,10 +165,17 @@ class Sandbox:
         script = self.stage / "inner.sh"
         script.write_text(self.inner_script)
         script.chmod(0o755)
+        self.cgroups = own_cgroups(self.stage.name)
+        (self.stage / "cgroup-mounts").write_text("".join(f"{m.fstype} {m.options} {m.target}\n"
+                                                          for m in cgroup_mounts()))
+        # The unshare joins the sandbox's own subtree of every hierarchy before it makes the cgroup
+        # namespace whose root that subtree is.
+        join = "".join(f'echo $$ > "{path}/cgroup.procs"; ' for path in self.cgroups)
         with open(self.stage / "boot.log", "wb") as log:
             self.process = subprocess.Popen(
-                ["unshare", "--pid", "--mount", "--net", "--fork", "--mount-proc", str(script), str(self.stage),
-                 str(REPO)], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                ["sh", "-c", join + 'exec "$@"', "sh", "unshare", "--cgroup", "--pid", "--mount", "--net", "--fork",
+                 "--mount-proc", str(script), str(self.stage), str(REPO)],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             self.pid = self._child_pid()
@@ -140,6 +224,7 @@ class Sandbox:
             self.process.kill()
             self.process.wait(timeout=30)
         self.process = None
+        remove_cgroups(self.cgroups)
         shutil.rmtree(self.stage, ignore_errors=True)
 
     def _stage_files(self) -> None:
