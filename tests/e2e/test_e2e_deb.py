@@ -38,6 +38,39 @@ PACKAGE_INNER = (INNER.replace('mount -t tmpfs -o mode=755 tmpfs /run\n',
                  .replace('mount --bind "$stage/polkit" /etc/polkit-1/rules.d\n', ""))
 assert PACKAGE_INNER.count("mount -t overlay") == 1 and "/etc/passwd" not in PACKAGE_INNER
 
+# Debian 13 (systemd 257, Python 3.13): a root made by mmdebstrap from Debian's archive, cached
+# (scripts/debian-root.sh), booted as the sandbox's PID 1 on an overlay (its tmpfs takes every
+# write; the cached root is never changed). The cgroup steps of the recipe come first, as in
+# Debian 12's; the checkout and the stage are bound at their own paths inside the new root.
+ROOTS = {"debian-13": Path("/var/cache/phasewatch-e2e/trixie")}
+PIVOT = r"""
+mount -t tmpfs -o mode=700 tmpfs "$stage/overlay"
+mkdir -p "$stage/overlay/upper" "$stage/overlay/work" "$stage/overlay/root"
+new="$stage/overlay/root"
+mount -t overlay overlay -o "lowerdir=$os_root,upperdir=$stage/overlay/upper,workdir=$stage/overlay/work" "$new"
+mount -t proc proc "$new/proc"
+mount --rbind /sys "$new/sys"
+mount --rbind /dev "$new/dev"
+mkdir -p "$new$stage" "$new$repo" "$new/oldroot"
+mount --bind "$stage" "$new$stage"
+mount --bind "$repo" "$new$repo"
+cd "$new"
+pivot_root . oldroot
+umount -l /oldroot
+mount -t tmpfs -o mode=755 tmpfs /run
+mount -t tmpfs -o mode=1777 tmpfs /tmp
+mkdir -p /var/log/journal
+mount -t tmpfs -o mode=2755 tmpfs /var/log/journal
+mount --bind "$stage/journald.conf" /etc/systemd/journald.conf
+export container=phasewatch-e2e
+# systemd 257 runs on the legacy cgroup hierarchies of a Debian 12 host only when asked to; in a
+# container it reads its own command line as the kernel's.
+exec /lib/systemd/systemd --system --unit=basic.target SYSTEMD_CGROUP_ENABLE_LEGACY_FORCE=1
+"""
+ROOT_INNER = INNER.split("mount -t tmpfs -o mode=755 tmpfs /run\n", 1)[0].replace(
+    'stage="$1"; repo="$2"', 'stage="$1"; repo="$2"; os_root="$3"') + PIVOT
+assert ROOT_INNER.count("pivot_root") == 1 and "cgroup-mounts" in ROOT_INNER
+
 STATE = "/var/lib/phasewatch"
 CONFIG = f"/etc/phasewatch/{INSTANCE}.yaml"
 STALLED_ID = "8d4c3f6b2a1e4e0f9b7d5c3a1f2e4d60"  # the catalog entry of "stalled"
@@ -46,6 +79,12 @@ STALLED_ID = "8d4c3f6b2a1e4e0f9b7d5c3a1f2e4d60"  # the catalog entry of "stalled
 class PackageSandbox(Sandbox):
     inner_script = PACKAGE_INNER
     host_status_before = ""  # the host's own dpkg status of phasewatch, before the sandbox installed it
+    os_root: Path | None = None  # another Debian's root (ROOTS) instead of the host's own
+
+    def boot(self, timeout: float = 90.0) -> None:
+        if self.os_root is not None:
+            self.inner_script = ROOT_INNER.replace('os_root="$3"', f'os_root="{self.os_root}"')
+        super().boot(timeout)
 
     def _stage_files(self) -> None:
         super()._stage_files()
@@ -76,9 +115,20 @@ def deb() -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
-def box(deb: Path) -> Iterator[PackageSandbox]:
+def debian_root(name: str) -> Path:
+    """The cached root of `name` (ROOTS), made by scripts/debian-root.sh if it is not there yet."""
+    root = ROOTS[name]
+    made = subprocess.run(["bash", str(REPO / "scripts" / "debian-root.sh"), name.removeprefix("debian-"),
+                           str(root)], capture_output=True, text=True, timeout=1800)
+    assert made.returncode == 0, made.stdout[-3000:] + made.stderr[-3000:]
+    return root
+
+
+@pytest.fixture(scope="module", params=["debian-12", "debian-13"])
+def box(deb: Path, request: pytest.FixtureRequest) -> Iterator[PackageSandbox]:
     sandbox = PackageSandbox()
+    if request.param != "debian-12":
+        sandbox.os_root = debian_root(request.param)
     sandbox.host_status_before = host_package_status()
     try:
         sandbox.boot()
@@ -199,7 +249,9 @@ def test_package_lays_out_the_files_and_the_user(box: PackageSandbox) -> None:
     assert box.run("stat", "-c", "%U %a", STATE).stdout.split() == ["phasewatch", "700"]
     assert STALLED_ID in box.run("journalctl", "--list-catalog").stdout
     unit = box.show(WATCHER, "FragmentPath", "ExecStart", "UnitFileState")
-    assert unit["FragmentPath"] == "/lib/systemd/system/phasewatch@.service"
+    # Debian 13's systemd searches /usr/lib only (its /lib is a link to usr/lib).
+    assert unit["FragmentPath"] == ("/lib/systemd/system/phasewatch@.service" if box.os_root is None
+                                    else "/usr/lib/systemd/system/phasewatch@.service")
     assert "path=/usr/bin/phasewatch" in unit["ExecStart"]
     assert unit["UnitFileState"] == "disabled"  # the package enables nothing
     # The command runs on Debian's interpreter, from dist-packages.
