@@ -86,7 +86,10 @@ def cgroup_mounts() -> list[CgroupMount]:
         _source, target, fstype, options = line.split()[:4]
         if (target == "/sys/fs/cgroup" or target.startswith("/sys/fs/cgroup/")) and \
                 fstype in ("cgroup", "cgroup2", "tmpfs"):
-            mounts.append(CgroupMount(fstype, options, target))
+            # Mounted again read-write: the sandbox's systemd writes its own subtree (a host may
+            # show the tmpfs that holds the v1 hierarchies read-only).
+            writable = ",".join(["rw", *(o for o in options.split(",") if o not in ("ro", "rw"))])
+            mounts.append(CgroupMount(fstype, writable, target))
     return sorted(mounts, key=lambda mount: mount.target.count("/"))
 
 
