@@ -128,7 +128,11 @@ def load_config(path: str | Path) -> Config:
 
 
 def parse_config(text: str, path: str | None = None) -> Config:
-    document = load_yaml(text, path)
+    return parse_document(load_yaml(text, path), path)
+
+
+def parse_document(document: Any, path: str | None = None) -> Config:
+    """The config from its YAML document (mappings carry `__lines__`: each key's line)."""
     if document is None:
         document = {"__lines__": {}}
     if not isinstance(document, dict):

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Mapping
 
 from ..errors import UnitError
 from ..stages.respond import Action, UnitStatus
@@ -207,6 +208,19 @@ def alert_fields(action: Action, unit: str) -> dict[str, str]:
     if action.dry_run:
         fields["PHASEWATCH_DRY_RUN"] = "1"
     return fields
+
+
+def stderr_is_journal(environ: Mapping[str, str] | None = None, stat: Callable[[int], os.stat_result] = os.fstat
+                      ) -> bool:
+    """Whether standard error is a journald stream (systemd sets JOURNAL_STREAM=DEVICE:INODE of it):
+    what the daemon logs there is in the journal already, beside the alerts' own entries."""
+    stream = (os.environ if environ is None else environ).get("JOURNAL_STREAM", "")
+    device, _, inode = stream.partition(":")
+    try:
+        st = stat(2)
+    except OSError:
+        return False
+    return device.isdigit() and inode.isdigit() and (st.st_dev, st.st_ino) == (int(device), int(inode))
 
 
 class JournalAlerter:

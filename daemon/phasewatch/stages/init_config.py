@@ -48,6 +48,7 @@ class UnitCommand:
     service_type: str = "simple"
     # Durations of the phases of the last start-up found in the journal (empty: none found).
     last_startup: Mapping[Phase, float] = field(default_factory=dict)
+    log_rate_burst: int = 0  # LogRateLimitBurst=; 0 = journald's global limit applies to the unit
 
 
 @dataclass(frozen=True)
@@ -322,15 +323,26 @@ def phase_durations(spans: Sequence[tuple[Phase, float | None, float | None]]) -
 SEAL_PREFIX = "# written by phasewatch init; edited once this stops matching: sha256 "
 
 
-def sealed(text: str) -> str:
+# The example config as `make install` puts it in /etc (sealed there by the Makefile): init may
+# replace it as it replaces its own file, until someone edits it.
+EXAMPLE_SEAL_PREFIX = "# phasewatch's example config, installed unedited; edited once this stops matching: sha256 "
+
+
+def sealed(text: str, prefix: str = SEAL_PREFIX) -> str:
     """The config with a last line that tells init later whether anyone edited it."""
-    return f"{text}{SEAL_PREFIX}{hashlib.sha256(text.encode()).hexdigest()[:16]}\n"
+    return f"{text}{prefix}{hashlib.sha256(text.encode()).hexdigest()[:16]}\n"
 
 
 def untouched(text: str) -> bool:
-    """True for a file exactly as init wrote it (so init may replace it); False once edited."""
+    """True for a file exactly as init wrote it or as the install put the example (so init may
+    replace it); False once edited."""
     body, _, last = text.rstrip("\n").rpartition("\n")
-    return last.startswith(SEAL_PREFIX) and sealed(body + "\n") == text
+    return any(last.startswith(prefix) and sealed(body + "\n", prefix) == text
+               for prefix in (SEAL_PREFIX, EXAMPLE_SEAL_PREFIX))
+
+
+# Below this LogRateLimitBurst= journald may drop a start-up's lines (docs/operations.md).
+LOG_RATE_BURST_NEEDED = 100_000
 
 
 def _lint_lines(command: UnitCommand, facts: EngineFacts, limits_text: str, written: set[str]) -> list[str]:
