@@ -101,17 +101,13 @@ class Daemon:
     def vitals(self) -> Vitals | None:
         return self.signs.vitals
 
-    @property
-    def degraded(self) -> dict[str, str]:
-        return self.responder.degraded
-
     def now(self) -> Instant:
         return Instant(self.clock.wall(), self.clock.monotonic())
-
 
     def _actors(self, config: Config) -> Actors:
         return build_actors(config, self.unit, self.alerter.alert, self.processes, self.store.path.parent,
                             rank_pids=self.ranks.watch.known_pids, rank_starts=lambda: self.ranks.started)
+
     def start(self) -> None:
         """Rebuild the current start-up from the journal (its beginning up to ready and its recent
         window: sources/rebuild.py), then tell systemd we are ready."""
@@ -229,7 +225,9 @@ class Daemon:
         guarded, now = self.responder.guarded, self.clock.wall()
         if self.unguarded is not None:
             if self.journal.read_any:  # an end is only ever learned from the journal
-                self.unguarded.observe(self.pipeline.snapshot().invocations, self._old_pids,
+                current = self.pipeline.current()
+                self.unguarded.observe(self.pipeline.snapshot().invocations, lambda invocation: self.ranks.ended_pids(
+                    invocation, current.invocation_id if current is not None else None),
                                        lambda invocation: guarded is not None and invocation in guarded.stopped, now)
             self.unguarded.tick(now)
         if guarded is None:
@@ -241,12 +239,6 @@ class Daemon:
             logger.error("[%s] %s", self.config.unit, exc)
         if guarded.pending is not waiting:
             self._save()  # the start that waited is made (or given up): no longer to resume
-
-    def _old_pids(self, invocation_id: str) -> dict[int, str]:
-        current = self.pipeline.current()
-        if current is not None and current.invocation_id == invocation_id:
-            return self.ranks.watch.known_pids()
-        return self.ranks.previous_pids
 
     def _timeout(self, now: Instant) -> float:
         """Seconds until the earliest deadline of any source, the policy, the backoff or the watchdog."""
