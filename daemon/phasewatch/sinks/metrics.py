@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -36,6 +36,7 @@ from ..stages.snapshot import InvocationView, ServerInfo, Snapshot
 from ..stages.timerlint import TimerWarning
 from ..stages.vitals import Vitals
 from ..stages.vitals import document as vitals_document
+from .group_metrics import ended_failures, group_document, group_families
 from .metric_families import (
     PHASE_BUCKETS,
     RANK_PHASES,
@@ -50,6 +51,7 @@ from .metric_families import (
 )
 
 logger = logging.getLogger(__name__)
+REOPEN_REASONS = ("changed", "read_error", "retry", "catch_up_error")  # sources/journal_feed.py
 
 class Exporter:
     """Counters fed by the daemon, a snapshot published by it, metrics and /status read from them."""
@@ -71,6 +73,8 @@ class Exporter:
         self._lost: dict[str, int] = {}
         self._lines_lost = 0
         self._rejected: dict[str, int] = dict.fromkeys(trust.REASONS, 0)
+        self._behind = 0.0
+        self._reopens: dict[str, int] = dict.fromkeys(REOPEN_REASONS, 0)
         self._server: ServerInfo | None = None
         self._known: frozenset[str] = frozenset()
         self._degraded: dict[str, str] = {}
@@ -81,6 +85,9 @@ class Exporter:
         self._probe_lock = threading.Lock()
         self._vitals: Vitals | None = None  # replaced whole by the daemon, read by the server threads
         self._timer_warnings: list[str] = []  # replaced whole, like _vitals
+        # the group's counts (webhook refusals by reason, decisions by act): read from their owner
+        self.group_counts: Callable[[], Mapping[str, Mapping[str, int]]] = lambda: {}
+        self._group_ended: tuple[tuple[str, str, str], ...] = ()  # group_metrics.ended_failures
         self.registry.register(_Collector(self))
 
     # -- fed by the daemon (main thread) -------------------------------------------------------
@@ -116,6 +123,10 @@ class Exporter:
 
     def set_why(self, why: Mapping[str, Any]) -> None:
         self._why = dict(why)
+        journal = why.get("journal")
+        if isinstance(journal, Mapping):  # (the journal feed's document: behind, reopens)
+            self._behind = float(journal.get("behind_seconds") or 0)
+            self._reopens.update(journal.get("reopens") or {})
 
     def set_degraded(self, degraded: Mapping[str, str]) -> None:
         """What of the state directory is kept in memory only ("history", "state"), and why."""
@@ -136,6 +147,9 @@ class Exporter:
         judgement = pipeline.judge(now, Snapshot((current,)))[0] if current is not None else None
         for verdict in judgement.verdicts if judgement is not None else ():
             self._saw_verdict(verdict, now)  # a standing verdict stays recent
+        if self.config.group is not None:
+            self._group_ended = ended_failures(snapshot, memory, now,
+                                               lambda inv: pipeline.judge(now, Snapshot((inv,)))[0].verdicts)
         self._published = self._freeze(Published(now, current, judgement, BudgetView.of(memory, now, self.config),
                                                  self._server, pipeline.entries, judged_with=pipeline.config,
                                                  limit_reasons=dict(limit_reasons or {}), eta=eta))
@@ -146,7 +160,7 @@ class Exporter:
                          dict(self._verdicts_seen),
                          dict(self._restarts), dict(self._phase_durations), self._startup_durations,
                          published.judged_with, published.limit_reasons, published.eta, dict(self._rejected),
-                         dict(self._degraded))
+                         dict(self._degraded), self._behind, dict(self._reopens))
 
     def _observe(self, snapshot: Snapshot) -> None:
         for inv in snapshot.invocations:
@@ -198,6 +212,7 @@ class Exporter:
         document["vitals"] = vitals_document(self._vitals, now)
         document.update(self._why)
         document["timer_warnings"] = list(self._timer_warnings)
+        document["group"] = group_document(published, self.config)
         return document
 
     def collect(self) -> Iterator[Metric]:
@@ -205,6 +220,7 @@ class Exporter:
             probes = self._probes
         yield from families(self._published, probes, self.clock.wall(), self._published.judged_with or self.config)
         yield from vitals_families(self._vitals, self.config.unit)
+        yield from group_families(self._published, self.config, self.group_counts(), self._group_ended)
         hold = self._why.get("hold")
         held = GaugeMetricFamily("phasewatch_hold_until_seconds", "When the operator's hold ends (Unix time; "
                                  "0: not held). While held, verdicts are alerted but nothing is restarted.",
