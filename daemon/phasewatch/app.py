@@ -191,19 +191,9 @@ class Daemon:
         No RELOADING=1/READY=1: under systemd 252 that notification during ExecReload= fails the reload
         job (seen in tests/e2e); the reload is done before the next step, so there is nothing to wait for."""
         self.reload_requested = False
-        if self.read_config is None:
+        config = reloaded_config(self.read_config, self.config) if self.read_config is not None else None
+        if config is None:
             return False
-        try:
-            config = self.read_config()
-            if config.unit != self.config.unit:
-                raise ConfigError("unit", f"a reload cannot change the watched unit ({self.config.unit} -> "
-                                  f"{config.unit}); restart phasewatch for that", config.source)
-        except ConfigError as exc:
-            logger.error("[%s] reload refused, the old config stays in force: %s", self.config.unit, exc)
-            return False
-        if config.metrics_listen != self.config.metrics_listen:
-            logger.warning("[%s] metrics.listen changed to %s: it takes effect when phasewatch restarts",
-                           self.config.unit, config.metrics_listen)
         self.group.reconfigured(config)
         self.config = config
         self.pipeline.reconfigure(config)
@@ -303,6 +293,22 @@ class Daemon:
             self.exporter.saw_rejected(self.follower.rejected)
             self.exporter.publish(self.pipeline, self.responder.memory, self.clock.wall(), self.responder.eta,
                                   {p.value: item.reason for p, item in limits.items()})
+
+
+def reloaded_config(read: Callable[[], Config], old: Config) -> Config | None:
+    """The config read again; None (logged, the old one stays) when it does not load or names another unit."""
+    try:
+        config = read()
+        if config.unit != old.unit:
+            raise ConfigError("unit", f"a reload cannot change the watched unit ({old.unit} -> {config.unit}); "
+                              "restart phasewatch for that", config.source)
+    except ConfigError as exc:
+        logger.error("[%s] reload refused, the old config stays in force: %s", old.unit, exc)
+        return None
+    if config.metrics_listen != old.metrics_listen:
+        logger.warning("[%s] metrics.listen changed to %s: it takes effect when phasewatch restarts", old.unit,
+                       config.metrics_listen)
+    return config
 
 
 def leftovers_seen(guarded: Any, unguarded: Any) -> float | None:
