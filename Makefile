@@ -27,6 +27,10 @@ SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
 TMPFILESDIR ?= $(PREFIX)/lib/tmpfiles.d
 CATALOGDIR ?= $(PREFIX)/lib/systemd/catalog
 DOCDIR ?= $(PREFIX)/share/doc/phasewatch
+MANDIR ?= $(PREFIX)/share/man
+# Where the Prometheus alerts' runbook_url points (absolute): the runbook as installed here, or
+# your own copy of it, e.g. make install RUNBOOK_BASE=https://wiki.example/phasewatch/runbook.md
+RUNBOOK_BASE ?= file://$(DOCDIR)/runbook.md
 # Templates the operator copies and adapts: the polkit rule, Prometheus rules, dashboards.
 DATADIR ?= $(PREFIX)/share/phasewatch
 POLKITDIR ?= $(SYSCONFDIR)/polkit-1/rules.d
@@ -38,6 +42,9 @@ PYTHON ?= /usr/bin/python3
 WATCHED ?= sglang-kimi
 
 INSTALL ?= install
+# The example config's last line in /etc (stages/init_config.py's EXAMPLE_SEAL_PREFIX): `phasewatch
+# init` replaces the file while this still matches, as it replaces a file it wrote itself.
+EXAMPLE_SEAL := \# phasewatch's example config, installed unedited; edited once this stops matching: sha256 
 
 VERSION := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' pyproject.toml)
 DEB := dist/phasewatch_$(VERSION)_all.deb
@@ -46,7 +53,12 @@ DEB_BUILD_DEPS := dpkg-dev debhelper dh-python pybuild-plugin-pyproject python3-
 	python3-pytest python3-hypothesis python3-systemd python3-pystemd python3-httpx \
 	python3-prometheus-client python3-yaml
 
-.PHONY: install install-venv install-files install-data uninstall deb deb-deps bench
+.PHONY: install install-venv install-files install-data uninstall deb deb-deps bench man
+
+# The man pages, from the parser, the config's keys and the unit (phasewatch/manpages.py); committed,
+# and a test checks that they equal what this writes.
+man:
+	PYTHONPATH=daemon $(PYTHON) -m phasewatch.manpages man
 
 install: install-venv install-files
 	systemd-sysusers $(SYSUSERSDIR)/phasewatch.conf
@@ -76,8 +88,9 @@ install-files: install-data
 	elif ! cmp -s units/polkit/50-phasewatch.rules $(DESTDIR)$(POLKITDIR)/50-phasewatch.rules; then \
 		echo "kept $(DESTDIR)$(POLKITDIR)/50-phasewatch.rules (yours); the shipped one is $(DATADIR)/polkit/50-phasewatch.rules"; \
 	fi
-	test -e $(DESTDIR)$(CONFDIR)/$(WATCHED).yaml || test -e $(DESTDIR)$(CONFDIR)/$(WATCHED).service.yaml || \
-		$(INSTALL) -m 0644 config/phasewatch.yaml $(DESTDIR)$(CONFDIR)/$(WATCHED).yaml
+	test -e $(DESTDIR)$(CONFDIR)/$(WATCHED).yaml || test -e $(DESTDIR)$(CONFDIR)/$(WATCHED).service.yaml || { \
+		{ cat config/phasewatch.yaml; printf '%s%s\n' "$(EXAMPLE_SEAL)" "$$(sha256sum < config/phasewatch.yaml | cut -c1-16)"; } \
+			> $(DESTDIR)$(CONFDIR)/$(WATCHED).yaml && chmod 0644 $(DESTDIR)$(CONFDIR)/$(WATCHED).yaml; }
 
 # Everything but the program, the live polkit rule and the config. The daemon's unit names
 # $(BINDIR)/phasewatch; a dashboard directory (config/grafana) is shipped whole if there is one.
@@ -93,7 +106,14 @@ install-data:
 	$(INSTALL) -m 0644 units/polkit/50-phasewatch.rules $(DESTDIR)$(DATADIR)/polkit/50-phasewatch.rules
 	$(INSTALL) -d $(DESTDIR)$(COMPLETIONSDIR)
 	$(INSTALL) -m 0644 completions/phasewatch $(DESTDIR)$(COMPLETIONSDIR)/phasewatch
-	$(INSTALL) -m 0644 config/prometheus/*.yml $(DESTDIR)$(DATADIR)/prometheus/
+	for rules in config/prometheus/*.yml; do \
+		sed 's|runbook_url: docs/runbook.md#|runbook_url: $(RUNBOOK_BASE)#|' "$$rules" > $(DESTDIR)$(DATADIR)/prometheus/$$(basename "$$rules"); \
+	done
+	chmod 0644 $(DESTDIR)$(DATADIR)/prometheus/*.yml
+	$(INSTALL) -d $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man8
+	$(INSTALL) -m 0644 man/phasewatch.1 $(DESTDIR)$(MANDIR)/man1/
+	$(INSTALL) -m 0644 man/phasewatch.yaml.5 $(DESTDIR)$(MANDIR)/man5/
+	$(INSTALL) -m 0644 man/phasewatch@.service.8 $(DESTDIR)$(MANDIR)/man8/
 	$(INSTALL) -d $(DESTDIR)$(DATADIR)/alertmanager
 	$(INSTALL) -m 0644 config/alertmanager/*.yml $(DESTDIR)$(DATADIR)/alertmanager/
 	if [ -d config/grafana ]; then \
@@ -104,7 +124,8 @@ install-data:
 		> $(DESTDIR)$(DOCDIR)/examples/sglang-kimi.service
 	sed 's|/usr/local/bin/phasewatch|$(BINDIR)/phasewatch|g' units/sglang-kimi-ready.service \
 		> $(DESTDIR)$(DOCDIR)/examples/sglang-kimi-ready.service
-	$(INSTALL) -m 0644 units/sglang-log-rate.conf config/phasewatch.yaml $(DESTDIR)$(DOCDIR)/examples/
+	$(INSTALL) -m 0644 units/sglang-log-rate.conf units/phasewatch-remote-scrape.conf config/phasewatch.yaml \
+		$(DESTDIR)$(DOCDIR)/examples/
 	chmod 0644 $(DESTDIR)$(DOCDIR)/examples/*
 	cp -R docs/. $(DESTDIR)$(DOCDIR)/
 	chmod -R u=rwX,go=rX $(DESTDIR)$(DOCDIR)
@@ -115,7 +136,8 @@ uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/phasewatch $(DESTDIR)$(UNITDIR)/phasewatch@.service \
 		$(DESTDIR)$(SYSUSERSDIR)/phasewatch.conf $(DESTDIR)$(TMPFILESDIR)/phasewatch.conf \
 		$(DESTDIR)$(CATALOGDIR)/phasewatch.catalog $(DESTDIR)$(POLKITDIR)/50-phasewatch.rules \
-		$(DESTDIR)$(COMPLETIONSDIR)/phasewatch \
+		$(DESTDIR)$(COMPLETIONSDIR)/phasewatch $(DESTDIR)$(MANDIR)/man1/phasewatch.1 \
+		$(DESTDIR)$(MANDIR)/man5/phasewatch.yaml.5 $(DESTDIR)$(MANDIR)/man8/phasewatch@.service.8 \
 		$(DESTDIR)$(SYSCONFDIR)/systemd/journald.conf.d/50-phasewatch.conf
 	rm -rf $(DESTDIR)$(DOCDIR) $(DESTDIR)$(DATADIR)
 

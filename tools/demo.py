@@ -25,6 +25,9 @@ UNIT = "sglang-kimi.service"
 INSTANCE = "sglang-kimi"
 WATCHER = f"phasewatch@{INSTANCE}.service"
 VENV = REPO / ".venv"
+# What the demo captures goes here, never over tracked files (docs/demo-*.txt and
+# docs/images/demo-startups.svg are copies of one run, refreshed by hand: cp build/demo/... docs/).
+OUT = REPO / "build" / "demo"
 CONFIG = {
     "unit": UNIT,
     # The shipped limits are minutes; the simulation runs 100 times faster.
@@ -44,6 +47,7 @@ def main() -> int:
         return 1
     box = Sandbox()
     say("booting a throwaway systemd (PID 1 of new PID, mount and network namespaces)")
+    OUT.mkdir(parents=True, exist_ok=True)
     box.boot()
     try:
         box.write(f"/run/systemd/system/{UNIT}", f"""[Unit]
@@ -108,9 +112,9 @@ BindReadOnlyPaths={REPO}
             time.sleep(0.25)
         watcher.terminate()
         watcher.wait(timeout=10)
-        (REPO / "docs" / "demo-status-watch.txt").write_text("".join(captured))
+        (OUT / "demo-status-watch.txt").write_text("".join(captured))
         sample_oneline()
-        (REPO / "docs" / "demo-status-oneline.txt").write_text("".join(onelines))
+        (OUT / "demo-status-oneline.txt").write_text("".join(onelines))
         say("phasewatch status sglang-kimi --oneline, as it was along the way (a prompt, a tmux status bar)")
         print("".join(onelines), end="")
         say(f"systemctl status {WATCHER}: its STATUS= line")
@@ -125,14 +129,14 @@ BindReadOnlyPaths={REPO}
         final = box.run(f"{VENV}/bin/phasewatch", "status", "sglang-kimi", "--config",
                         f"/run/phasewatch/{INSTANCE}.yaml", check=False)
         print(final.stdout + f"(exit status {final.returncode})")
-        (REPO / "docs" / "demo-status.txt").write_text(final.stdout)
+        (OUT / "demo-status.txt").write_text(final.stdout)
         say("phasewatch report: both start-ups, from phasewatch's history")
-        plot = REPO / "docs" / "images" / "demo-startups.svg"
+        plot = OUT / "demo-startups.svg"
         plot.parent.mkdir(parents=True, exist_ok=True)
         report = box.run(f"{VENV}/bin/phasewatch", "report", "sglang-kimi", "--state-dir", "/run/phasewatch-state",
                          "--plot", str(plot)).stdout
         print(report)
-        (REPO / "docs" / "demo-report.txt").write_text(report)
+        (OUT / "demo-report.txt").write_text(report)
         print(f"(timeline written to {plot.relative_to(REPO)})")
         say(f"both start-ups, from the real journal: phasewatch replay --unit {UNIT}")
         print(box.run(f"{VENV}/bin/phasewatch", "replay", "--unit", UNIT, "--config",

@@ -21,7 +21,7 @@ from .durations import format_duration
 from .errors import ConfigError, UnitError
 from .pipeline import Pipeline
 from .sinks.acting import ActionUnit, Worker
-from .sinks.actors import build_actors, carry_over, resume_guarded
+from .sinks.actors import Actors, build_actors, carry_over, resume_guarded
 from .sinks.group_restarts import GroupRestarts
 from .sinks.history import History
 from .sinks.hold import HoldFile
@@ -29,14 +29,17 @@ from .sinks.metrics import Exporter
 from .sinks.responder import Alerter, Responder
 from .sinks.state import StateStore
 from .sinks.systemd_status import Notify, StepResult, SystemdStatus
+from .sources import rebuild
 from .sources.alert_receiver import AlertReceiver
 from .sources.base import Instant, Source
 from .sources.follow import JournalFollower
+from .sources.gpu import NvmlSource
 from .sources.health import HealthProbes
 from .sources.journal_feed import JournalFeed
 from .sources.probe import BackgroundProbe
 from .sources.procs import ProcessTable
 from .sources.procstat import ProcSampler
+from .sources.rebuild import JudgedClock, StartTelling
 from .sources.signs_of_life import SignsOfLife
 from .sources.unit_processes import RankProcesses, Unit, UnitFactsReader
 from .stages import policy, wakeups
@@ -58,7 +61,7 @@ class Daemon:
                  exporter: Exporter | None = None, history: History | None = None,
                  sampler: ProcSampler | None = None, reload: Callable[[], Config] | None = None,
                  actions_off_the_loop: bool = False, action_unit: ActionUnit | None = None,
-                 receiver: AlertReceiver | None = None) -> None:
+                 gpu: NvmlSource | None = None, receiver: AlertReceiver | None = None) -> None:
         self.config, self.follower, self.notifier, self.store, self.clock = config, follower, notifier, store, clock
         self.exporter = exporter  # metrics and /status (None: none)
         self.pipeline = Pipeline(config)
@@ -74,14 +77,15 @@ class Daemon:
         self.health = HealthProbes(config, health_probe or BackgroundProbe(), current, clock, observe)
         self.ranks = RankProcesses(self.facts, processes, current, config.rank_processes == "host")
         self.signs = SignsOfLife(config, sampler or ProcSampler(processes), self.facts, current,
-                                 exporter.saw_vitals if exporter is not None else None)
+                                 exporter.saw_vitals if exporter is not None else None, gpu)
         self.sources: Sequence[Source] = (self.journal, self.health, self.ranks, self.signs,
                                           *((receiver,) if receiver is not None else ()))
         self.unit, self.alerter, self.processes = action_unit or unit, alerter, processes
-        self.actors = build_actors(config, self.unit, alerter.alert, processes, store.path.parent)
+        self.actors = self._actors(config)
         self.unguarded = self.actors.unguarded
         self.responder = Responder(config, self.pipeline, unit=unit, read_facts=self.facts.read, alerter=alerter,
-                                   store=store, clock=clock, history=history, exporter=exporter,
+                                   store=store, clock=JudgedClock(clock, self.journal), history=history,
+                                   exporter=exporter,
                                    cursor=lambda: follower.cursor, action_unit=self.unit,
                                    hold=HoldFile(store.path.parent, config.unit).read, run_hook=self.actors.hooks,
                                    guarded=self.actors.guarded, evidence=self.actors.evidence)
@@ -104,20 +108,27 @@ class Daemon:
     def now(self) -> Instant:
         return Instant(self.clock.wall(), self.clock.monotonic())
 
+
+    def _actors(self, config: Config) -> Actors:
+        return build_actors(config, self.unit, self.alerter.alert, self.processes, self.store.path.parent,
+                            rank_pids=self.ranks.watch.known_pids, rank_starts=lambda: self.ranks.started)
     def start(self) -> None:
-        """Rebuild the current start-up from the journal, then tell systemd we are ready."""
+        """Rebuild the current start-up from the journal (its beginning up to ready and its recent
+        window: sources/rebuild.py), then tell systemd we are ready."""
         saved = self.store.load()
         self.responder.memory, self.responder.last_restart = saved.memory, saved.last_restart
         facts = self.facts.known = self.facts.read()
+        telling = StartTelling(self.notifier.send, self.clock, self.systemd.watchdog_interval is not None)
         if facts is not None and facts.started_at is not None and facts.active_state != "inactive":
-            self.follower.seek_realtime(facts.started_at - REBUILD_MARGIN)
             logger.info("[%s] rebuilding the start-up that began %s ago from the journal", self.config.unit,
                         format_duration(self.clock.wall() - facts.started_at))
-            self.journal.catch_up(facts.started_at - REBUILD_MARGIN)  # (weeks of serving: read in C)
+            rebuild.rebuild_startup(self.journal, facts.started_at - REBUILD_MARGIN, facts.started_at,
+                                    facts.invocation_id, telling)
         else:
             self.follower.seek_tail()
-        while self.journal.read():
-            pass
+        until = self.clock.monotonic() + rebuild.FOLLOW_AT_START  # (a flood: the loop reads on, behind)
+        while self.journal.read() and self.clock.monotonic() < until:
+            telling()
         current = self.pipeline.current()
         self.responder.watched_invocation = current.invocation_id if current is not None else None
         pending = resume_guarded(self.responder.guarded, saved, self.unit, self.facts.known, self.config.unit)
@@ -202,8 +213,7 @@ class Daemon:
         self.pipeline.reconfigure(config)
         self.health.config = self.signs.config = self.responder.config = self.systemd.config = config
         self.responder.learned.clear()  # learned limits are derived from the config's
-        self.actors = carry_over(self.actors, build_actors(config, self.unit, self.alerter.alert, self.processes,
-                                                           self.store.path.parent))
+        self.actors = carry_over(self.actors, self._actors(config))
         self.unguarded = self.actors.unguarded
         runner = self.responder.runner
         runner.run_hook, runner.evidence, runner.guarded = self.actors.hooks, self.actors.evidence, self.actors.guarded
@@ -283,7 +293,8 @@ class Daemon:
                             dict(self.responder.degraded), self.signs.vitals,
                             self.journal.entries_by_invocation.get(inv.invocation_id, 0) if inv else 0,
                             dict(self.follower.rejected), tuple(w.message for w in self.responder.timer_warnings),
-                            self.responder.why(inv.invocation_id if inv else None, self.clock.wall()))
+                            {**self.responder.why(inv.invocation_id if inv else None, self.clock.wall()),
+                             "journal": self.journal.document(self.clock.wall())})
         if self.exporter is not None:
             self.exporter.set_why(result.why)
         self.systemd.tell(result, self.clock.monotonic())

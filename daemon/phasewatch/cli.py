@@ -6,16 +6,16 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import os
 import re
-import sqlite3
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, NoReturn, Sequence
 
 from . import __version__
+from .commands.logs import parse_since
 from .config import Config, load_config
 from .durations import parse_duration
 from .errors import (
@@ -24,13 +24,13 @@ from .errors import (
     EX_USAGE,
     EXIT_CLOSED_PIPE,
     ConfigError,
-    HistoryUnreadable,
     InputError,
-    NoHistory,
+    NoPermission,
     PhasewatchError,
     UsageError,
     exit_table,
 )
+from .fit import output_width
 from .instances import other_spelling, watched_unit
 from .pipeline import Pipeline
 from .profile import builtin_engines
@@ -129,6 +129,9 @@ def _messages(records: Iterable[JournalRecord]) -> Iterator[str]:
             yield record.message.decode("utf-8", "replace")
 
 
+CLOCK_TIME = re.compile(r"\d\d:\d\d:\d\d")  # what every log line's prefix has, in one form or another
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
     config = load_config(args.config) if args.config else Config(unit=args.unit or Config.unit)
     if args.unit and not args.config:
@@ -136,11 +139,16 @@ def cmd_replay(args: argparse.Namespace) -> int:
     warnings: list[str] = []
     records: Iterable[JournalRecord]
     unit_records: UnitRecords | None = None
+    since = parse_since(args.since, time.time()) if args.since else None  # as logs reads it: ISO or 30m ago
     if args.unit:
-        since = _parse_when(args.since, None) if args.since else None
         records = unit_records = UnitRecords(args.unit, args.directory, since)  # streamed: memory does not grow
     else:
         records, warnings = _records_from_file(args.source)
+        if since is not None:
+            timed = [r for r in records if r.realtime is not None]
+            if not timed:
+                warnings.append(f"--since: {args.source} has no journal times (a text log): every line read")
+            records = [r for r in records if r.realtime is None or r.realtime >= since]
     for warning in warnings:
         print(f"phasewatch: warning: {terminal_safe(warning)}", file=sys.stderr)
     records = clamped = TimeClamp(records)
@@ -175,6 +183,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
         return EX_OK
     now = _parse_when(args.now, last_line) if args.now else (last_line or 0.0)
     judgements = pipeline.judge(now, snapshot)
+    if not args.unit and last_line is None and judgements and not any(
+            j.verdicts or j.invocation.ranks or j.invocation.server for j in judgements) and not any(
+            CLOCK_TIME.search(message) for message in _messages(records)):  # no time of day, no rank: prose
+        raise InputError("no line of a start-up phasewatch knows (SGLang, vLLM) in it: not the server's log? "
+                         "(phasewatch replay --rules FILE shows what each rule matched)", args.source)
     if unit_records is not None and unit_records.rejected:
         counts = ", ".join(f"{count} {reason}" for reason, count in sorted(unit_records.rejected.items()))
         print(f"phasewatch: warning: ignored entries that claim {terminal_safe(args.unit)} without journald's "
@@ -187,7 +200,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(json_text(to_json(judgements, now)) + "\n")
     else:
-        sys.stdout.write(to_table(judgements, now, timeless=last_line is None))
+        sys.stdout.write(to_table(judgements, now, timeless=last_line is None, width=output_width(sys.stdout),
+                                  plain=args.plain))
     return EX_OK
 
 
@@ -208,12 +222,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .app import Daemon, watchdog_interval_from_env
     from .clock import SystemClock
     from .commands.checkconfig import check_instance
+    from .config_trust import check_trusted
     from .sinks.actions import JournalAlerter, Notifier, SystemdUnit
     from .sinks.history import History
-    from .sinks.http import start_metrics
+    from .sinks.http import Rebinder, start_metrics
     from .sinks.state import StateStore
     from .sources.alert_receiver import start_receiver
     from .sources.follow import JournalFollower
+    from .stages.respond import PRIORITY, Action
 
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
 
@@ -221,6 +237,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         path = instance_config(args.config)
         config = load_config(path)
         check_instance(config, args.instance, path)
+        check_trusted(path, config.profile_path)
         return config
 
     config = read_config()
@@ -231,13 +248,19 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise ConfigError("unit", f"{config.unit} is not loaded by systemd (not-found): is the name right?",
                           config.source)
     exporter, metrics_server = start_metrics(config)  # None when metrics.listen cannot be bound: runs on
+    alerter = JournalAlerter(config.unit)
+    rebinder = None if metrics_server is not None else Rebinder(
+        config.metrics_listen, exporter,
+        lambda why: alerter.alert(Action("alert", why, "metrics_unbound", PRIORITY["metrics_unbound"], cause="listen")))
+    from .sources.gpu import NvmlSource
+
     receiver = start_receiver(config)
     daemon = Daemon(config, follower=JournalFollower(config.unit, args.directory), unit=unit,
-                    alerter=JournalAlerter(config.unit), notifier=Notifier(), store=StateStore(state_dir, config.unit),
+                    alerter=alerter, notifier=Notifier(), store=StateStore(state_dir, config.unit),
                     clock=SystemClock(), watchdog_interval=watchdog_interval_from_env(), exporter=exporter,
                     history=History(Path(state_dir) / f"{config.unit}.history.sqlite3"), reload=read_config,
                     actions_off_the_loop=True, action_unit=SystemdUnit(config.unit),  # (its own D-Bus connection)
-                    receiver=receiver)
+                    gpu=NvmlSource(), receiver=receiver)
 
     def stop(signum: int, frame: object) -> None:
         raise SystemExit(0)
@@ -256,6 +279,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         daemon.notifier.send("STOPPING=1")
         if metrics_server is not None:
             metrics_server.close()
+        if rebinder is not None:
+            rebinder.close()
     return EX_OK
 
 
@@ -263,37 +288,6 @@ def _wakeup_pipe() -> tuple[int, int]:
     """(write end, read end), both non-blocking: what signal.set_wakeup_fd needs."""
     read_end, write_end = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     return write_end, read_end
-
-
-def cmd_report(args: argparse.Namespace) -> int:
-
-    from .commands.report import ended_by_lines, evidence_for, evidence_lines, to_svg, to_table
-    from .commands.report import to_json as report_json
-    from .sinks.history import History
-
-    config = load_config(args.config) if args.config else None
-    unit = watched_unit(args.unit) if args.unit else (config.unit if config is not None else None)
-    if unit is None:
-        raise UsageError("report needs a UNIT (or --config naming one)")
-    state_dir = Path(args.state_dir or os.environ.get("STATE_DIRECTORY", "").split(":")[0] or "/var/lib/phasewatch")
-    path = state_dir / f"{unit}.history.sqlite3"
-    if not path.exists():
-        raise NoHistory(f"no history for {unit} in {state_dir} (phasewatch run records start-ups there)")
-    history = History(path, read_only=True)  # report changes nothing on disk, even a broken file
-    try:
-        records = history.startups(unit, last=args.last)
-    except sqlite3.Error as exc:
-        raise HistoryUnreadable(f"{path}: cannot read the history: {exc}") from None
-    evidence = evidence_for(records, unit, [str(p) for p in sorted((state_dir / "evidence").glob("*.txt"))])
-    if args.plot:
-        Path(args.plot).write_text(to_svg(records, f"{unit}: the last {len(records)} start-up(s)"))
-    if args.json:
-        json.dump(report_json(records, evidence), sys.stdout, indent=2)
-        sys.stdout.write("\n")
-    else:
-        sys.stdout.write(to_table(records, wide=args.wide) + evidence_lines(records, evidence)
-                         + ended_by_lines(records))
-    return EX_OK
 
 
 class Parser(argparse.ArgumentParser):
@@ -309,17 +303,20 @@ def build_parser() -> argparse.ArgumentParser:
                     epilog=exit_table(), formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version",
                         version=f"%(prog)s {__version__} (journal reader: {journal_source.reader_name()})")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     replay = sub.add_parser("replay", help="run the pipeline over a saved log or the journal and judge it")
     replay.add_argument("source", nargs="?", help="a log file (journalctl -o json/export/short/cat, or a pasted "
                         "log), or - for standard input")
     replay.add_argument("--unit", help="read this unit's entries from the journal instead of a file")
     replay.add_argument("--directory", help="with --unit: a journal directory copied from another host")
-    replay.add_argument("--since", help="with --unit: start at this time (ISO)")
+    replay.add_argument("--since", help="from this time (ISO, local unless it has a zone) or DURATION ago (30m); "
+                        "a file's lines without a journal time are all read")
     replay.add_argument("--config", help="phasewatch YAML config (limits, patterns)")
     replay.add_argument("--engine", choices=builtin_engines(),
                         help="the engine whose profile reads the log (default: the config's, else told by the log)")
     replay.add_argument("--json", action="store_true", help="print the JSON document")
+    replay.add_argument("--plain", action="store_true", help="for scripts: no legend, full names, no line "
+                        "shortened or wrapped to fit the terminal")
     replay.add_argument("--rules", action="store_true",
                         help="print how many lines each rule of the profile matched, and the lines none matched")
     replay.add_argument("--now", help="judge at this time: +DURATION after the last line, or an ISO time")
@@ -330,17 +327,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--instance", help="the unit's instance name (%%i): the config's unit: must be it")
     run.add_argument("--directory", help=argparse.SUPPRESS)
     run.set_defaults(func=cmd_run)
-    report = sub.add_parser("report", help="past start-ups of a unit: table, JSON, SVG timeline")
-    report.add_argument("unit", nargs="?", help="the watched unit (default: the config's)")
-    report.add_argument("--config", help="phasewatch YAML config")
-    report.add_argument("--state-dir", help="phasewatch's state directory (default /var/lib/phasewatch)")
-    report.add_argument("--last", type=int, default=10, help="how many start-ups (default 10)")
-    report.add_argument("--json", action="store_true")
-    report.add_argument("--wide", action="store_true", help="every phase under its full name (default: short "
-                        "names with a legend, within 100 columns)")
-    report.add_argument("--plot", metavar="FILE", help="write an SVG timeline of them")
-    report.set_defaults(func=cmd_report)
-    from .commands import checkconfig, hold, init, logs, status, waitready
+    from .commands import report as report_command
+
+    report_command.add_parser(sub)
+    from .commands import checkconfig, hold, init, logs, status, vitals, waitready
 
     checkconfig.add_parser(sub)
 
@@ -349,6 +339,7 @@ def build_parser() -> argparse.ArgumentParser:
     hold.add_parser(sub)
     logs.add_parser(sub)
     waitready.add_parser(sub)
+    vitals.add_parser(sub)
     for command in sub.choices.values():
         command.epilog = exit_table()
         command.formatter_class = argparse.RawDescriptionHelpFormatter
@@ -369,16 +360,36 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.now and not re.match(r"^(\+.+|\d{4}-\d\d-\d\d.*)$", args.now):
             parser.error(f"--now: expected +DURATION or an ISO time, got {args.now!r}")
     try:
+        _preflight(args)
         code: int = args.func(args)
         return code
     except PhasewatchError as exc:
         print(terminal_safe(f"phasewatch: {exc.describe()}"), file=sys.stderr)
         return exc.exit_status
-    except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
+    except PermissionError as exc:
+        from .sources.access import user_name
+
+        print(terminal_safe(f"phasewatch: {exc.filename}: {exc.strerror} for {user_name()}: run as root, or as a user "
+                            "who may"), file=sys.stderr)
+        return NoPermission.exit_status
+    except (FileNotFoundError, IsADirectoryError) as exc:
         print(terminal_safe(f"phasewatch: {exc.filename}: {exc.strerror}"), file=sys.stderr)
         return EX_NOINPUT
     except BrokenPipeError:
         return closed_pipe()
+
+
+# The commands that read a UNIT: before they do, what would leave them with nothing to say (no
+# permission, no system bus, an unknown unit, a directory that is no journal) is said instead.
+PREFLIGHT = ("logs", "wait-ready", "init")  # status: once no daemon answers (StatusSource)
+
+
+def _preflight(args: argparse.Namespace) -> None:
+    unit = getattr(args, "unit", None)
+    if unit and (args.command in PREFLIGHT or args.command == "replay"):
+        from .sources.access import preflight
+
+        preflight(watched_unit(unit), getattr(args, "directory", None), needs_systemd=args.command == "init")
 
 
 def closed_pipe() -> int:

@@ -68,6 +68,9 @@ class VitalsSampling:
 
     period: float = 5.0
     enabled: bool = True
+    # Each rank's GPU through NVML (sources/gpu.py) where it is there: a GPU that computes or moves
+    # data is a sign of life, and the GPU phases' `gpu_stall` windows are in force while it is observed.
+    gpu: bool = True
 
 
 @dataclass(frozen=True)

@@ -8,11 +8,12 @@
     │   └── HistoryUnreadable                a history database that is not one
     ├── NoInputError                     66  input that is not there
     │   └── NoHistory                        no history recorded for the unit yet
+    ├── NoPermission                     77  not allowed to read the journal or the state (says the group)
     ├── UnavailableError                 69  a service phasewatch needs does not answer
     │   ├── JournalError                     the journal cannot be opened or read
     │   │   └── JournalUnavailable           ... for replay --unit (says which journal)
     │   ├── UnitError                        systemd (D-Bus) refused or could not be reached
-    │   ├── NoSuchUnit                       neither systemd nor the journal knows the unit
+    │   ├── NoSuchUnit                    3  neither systemd nor the journal knows the unit
     │   └── ForeignDaemon                    something else answers on metrics.listen
     ├── ConfigError                      78  a bad config, naming key, file and line (also a ValueError)
     ├── ProfileError                     78  a malformed rule in a profile or in `patterns:` (a ValueError)
@@ -26,7 +27,7 @@
 from __future__ import annotations
 
 EX_OK, EX_USAGE, EX_DATAERR, EX_NOINPUT, EX_UNAVAILABLE, EX_SOFTWARE = 0, 64, 65, 66, 69, 70
-EX_NOPERM, EX_CONFIG = 77, 78
+EX_CANTCREAT, EX_NOPERM, EX_CONFIG = 73, 77, 78
 # The answers of `status` and `wait-ready` about the start-up, below sysexits' range.
 EXIT_READY, EXIT_STARTING, EXIT_WILL_NOT_BE_READY, EXIT_UNKNOWN_UNIT, EXIT_FOREIGN = 0, 1, 2, 3, 4
 EXIT_INTERRUPTED, EXIT_CLOSED_PIPE = 130, 141
@@ -44,16 +45,26 @@ EXIT_STATUSES: tuple[tuple[int, str], ...] = (
     (EX_NOINPUT, "a missing file, or no history recorded yet (report)"),
     (EX_UNAVAILABLE, "the journal, systemd or polkit (D-Bus) cannot be reached or refused to answer"),
     (EX_SOFTWARE, "an internal error"),
-    (EX_NOPERM, "check-config --privileges: polkit says the daemon's user may not restart the unit"),
+    (EX_CANTCREAT, "init: a config someone edited is in the way (the diff is shown; --force replaces it)"),
+    (EX_NOPERM, "no permission: reading the journal or the state (the group to join is named); "
+                "check-config --privileges: polkit says the daemon's user may not restart the unit"),
     (EX_CONFIG, "bad configuration, naming key, file and line (the daemon's unit does not restart it)"),
     (EXIT_INTERRUPTED, "wait-ready interrupted (^C)"),
     (EXIT_CLOSED_PIPE, "the reader of the output went away (piped into head): nothing more is printed"),
 )
 
 
+HELP_WIDTH = 79  # every line of every --help fits an 80-column terminal
+
+
 def exit_table() -> str:
     """The epilog of `phasewatch --help` and of each command's."""
-    return "exit statuses:\n" + "\n".join(f"  {code:>3}  {meaning}" for code, meaning in EXIT_STATUSES)
+    import textwrap
+
+    return "exit statuses:\n" + "\n".join(
+        textwrap.fill(meaning, HELP_WIDTH, initial_indent=f"  {code:>3}  ", subsequent_indent=" " * 7)
+        for code, meaning in EXIT_STATUSES)
+
 
 
 class PhasewatchError(Exception):
@@ -99,6 +110,13 @@ class NoHistory(NoInputError):
     pass
 
 
+class NoPermission(PhasewatchError):
+    """The journal or a file phasewatch reads is there but not readable by this user; the message
+    names what to do (the group to join, or root)."""
+
+    exit_status = EX_NOPERM
+
+
 class UnavailableError(PhasewatchError):
     exit_status = EX_UNAVAILABLE
 
@@ -117,6 +135,8 @@ class UnitError(UnavailableError):
 
 class NoSuchUnit(UnavailableError):
     """The unit is not loaded by systemd and the journal has nothing of it."""
+
+    exit_status = EXIT_UNKNOWN_UNIT
 
 
 class ForeignDaemon(UnavailableError):

@@ -17,6 +17,7 @@ from typing import Any
 
 from .config import Config
 from .durations import format_duration
+from .fit import fit_text
 from .pipeline import Judgement
 from .records import FINAL_PHASES, MAIN, UNIT_PHASES, Phase, Progress
 from .stages.policy import Verdict
@@ -168,6 +169,8 @@ def verdict_json(v: Verdict) -> dict[str, Any]:
         out["ranks"] = {"culprits": list(v.facts.culprits), "found_by": v.facts.found_by or None,
                         "remote": v.facts.remote, "healthy": list(v.facts.healthy),
                         "waiting": list(v.facts.waiting)}
+    if v.remedy is not None:
+        out["remedy"] = {"text": v.remedy.text, "arguments": dict(v.remedy.arguments)}
     return out
 
 
@@ -234,18 +237,68 @@ def _jit_cell(rank: RankView, now: float) -> str:
     return format_duration(max(jit.end - jit.first, 0.0))
 
 
-def to_table(judgements: list[Judgement], now: float, timeless: bool = False) -> str:
-    """`timeless`: the log has no time stamp at all; phases are shown without durations."""
+# Short phase names for tables that must fit (report's default, replay's within the width).
+PHASE_SHORT = {"launch": "launch", "dist_init": "dist", "weight_load": "load", "kv_cache_alloc": "kv",
+               "cuda_graph_capture": "graphs", "draft_weight_load": "dload",
+               "draft_cuda_graph_capture": "dgraphs", "http_server_start": "http", "warmup": "warmup"}
+
+
+def _grid(rows: list[list[str]]) -> list[str]:
+    widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
+    return ["  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+            for row in rows]
+
+
+def fit_columns(columns: list[str], rows: list[list[str]], fixed: int, width: int | None
+                ) -> tuple[list[str], list[str], int]:
+    """The table's lines within `width` (None: as wide as it is): the columns after the first
+    `fixed` are phases, named in full, else short (PHASE_SHORT), else the earliest left out.
+    Returns the lines, the phases shown short, and how many phase columns were left out."""
+    lines = _grid([columns, *rows])
+    if width is None or max(len(line) for line in lines) <= width:
+        return lines, [], 0
+    short = [*columns[:fixed], *(PHASE_SHORT.get(name, name) for name in columns[fixed:])]
+    renamed = [name for name in columns[fixed:] if PHASE_SHORT.get(name, name) != name]
+    for cut in range(len(columns) - fixed + 1):
+        keep = list(range(fixed)) + list(range(fixed + cut, len(columns)))
+        lines = _grid([[short[i] for i in keep], *([row[i] for i in keep] for row in rows)])
+        if max(len(line) for line in lines) <= width:
+            break
+    return lines, [name for name in renamed if name in columns[fixed + cut:]], cut
+
+
+def legend_lines(names: list[str], width: int) -> list[str]:
+    """`phases: dist = dist_init, load = weight_load, ...` within `width`."""
+    pairs = [f"{PHASE_SHORT.get(name, name)} = {name}" for name in names]
+    lines, line = [], "phases:"
+    for pair in pairs:
+        if len(line) + len(pair) + 2 > width and line.strip() != "phases:":
+            lines.append(line.rstrip(","))
+            line = "       "
+        line += f" {pair},"
+    return [*lines, line.rstrip(",")] if pairs else []
+
+
+def to_table(judgements: list[Judgement], now: float, timeless: bool = False, width: int | None = None,
+             plain: bool = False) -> str:
+    """`timeless`: the log has no time stamp at all; phases are shown without durations. `width`:
+    the table fits it (short phase names, then the earliest phases left out) and other long lines
+    wrap; `plain`: no legend, nothing shortened nor wrapped (for scripts)."""
     if not judgements:
         return "no invocations found\n"
+    if plain:
+        width = None
     out: list[str] = []
+    short_names: list[str] = []
+    left_out = 0
     for judgement in judgements:
         inv = judgement.invocation
         if timeless:
             times = "no time stamps in the log (no durations)"
         else:
             times = f"started {when_text(inv.started_at)}, last line {when_text(inv.last_ts)}"
-        header = f"invocation {inv.invocation_id}: {judgement.outcome}, phase {current_phase(inv)}, {times}"
+        phase = current_phase(inv) or "none seen yet"
+        header = f"invocation {inv.invocation_id}: {judgement.outcome}, phase {phase}, {times}"
 
         if inv.lines_lost:
             header += f", {inv.lines_lost} line(s) lost"
@@ -270,13 +323,19 @@ def to_table(judgements: list[Judgement], now: float, timeless: bool = False) ->
             rows.append([rank.rank, now_text, progress_text(rank.progress),
                          *(_cell(rank, p, now, timeless) for p in phases),
                          *([_jit_cell(rank, now)] if jit else [])])
-        widths = [max(len(str(row[i])) for row in [columns, *rows]) for i in range(len(columns))]
-        for row in [columns, *rows]:
-            out.append("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+        lines, shortened, cut = fit_columns(columns, rows, 3, width)
+        out.extend(lines)
+        short_names += [name for name in shortened if name not in short_names]
+        left_out = max(left_out, cut)
         if judgement.verdicts:
             out.append("verdicts:")
             out.extend(f"  {line}" for line in grouped(VerdictLine(v.kind, v.rank, v.message)
                                                        for v in judgement.verdicts))
+            remedies: dict[str, str] = {}  # one line per remedy, not one per rank stuck alike
+            for v in judgement.verdicts:
+                if v.remedy is not None:
+                    remedies.setdefault(v.remedy.id, v.remedy.text)
+            out.extend(f"  remedy: {text}" for text in remedies.values())
         else:
             out.append("verdicts: none")
         if inv.anomalies:
@@ -288,5 +347,12 @@ def to_table(judgements: list[Judgement], now: float, timeless: bool = False) ->
     legend = "(durations: finished phases; '+' = still running at the judged time"
     if any(s.confidence != "exact" for j in judgements for r in j.invocation.ranks for s in r.spans):
         legend += "; '~' = read by a family rule, not an exact one"
-    out.append(legend + ")")
-    return "\n".join(terminal_safe(line) for line in out) + "\n"
+    if not plain:
+        out.append(legend + ")")
+        if short_names and width is not None:
+            out.extend(legend_lines(short_names, width))
+        if left_out:
+            out.append(f"(the earliest {left_out} phase column(s) left out to fit {width} columns: --plain or --json "
+                       "for all)")
+    text = "\n".join(terminal_safe(line) for line in out) + "\n"
+    return fit_text(text, width) if width is not None else text

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from phasewatch.stages.init_config import untouched
+
 REPO = Path(__file__).resolve().parents[2]
 UNITS = REPO / "units"
 
@@ -24,6 +26,10 @@ def test_make_install_keeps_the_operators_polkit_rule_and_config(tmp_path: Path)
     first = make_install_files(tmp_path)
     assert first.returncode == 0, first.stderr
     assert rule.read_text() == (UNITS / "polkit" / "50-phasewatch.rules").read_text()
+    # The example, sealed as unedited: `phasewatch init` may replace it (the README's Quick start).
+    installed = config.read_text()
+    assert installed.startswith((REPO / "config" / "phasewatch.yaml").read_text())
+    assert untouched(installed) and not untouched(installed.replace("deadline:", "deadline: ", 1))
     edited = rule.read_text().replace('["sglang-kimi.service"]', '["sglang-kimi.service", "sglang-draft.service"]')
     rule.write_text(edited)
     config.write_text("unit: sglang-kimi.service\n")

@@ -79,7 +79,7 @@ def test_standard_input_source(monkeypatch: pytest.MonkeyPatch, capsys: pytest.C
 
 
 def test_table_shows_each_rank_and_the_verdict(capsys: pytest.CaptureFixture[str]) -> None:
-    _, out, _ = run(["replay", "--now", "+25m", str(STALL)], capsys)
+    _, out, _ = run(["replay", "--plain", "--now", "+25m", str(STALL)], capsys)  # full names, unwrapped
     lines = out.splitlines()
     assert lines[0].startswith("invocation 5e1f3c9a0b7d4e21a6c8f00d1e2b3c4d: stalled, phase draft_cuda_graph_capture")
     # The main process waits for the ranks through the whole load: a line, not a row "in launch for 25m".
@@ -97,7 +97,7 @@ def test_table_shows_each_rank_and_the_verdict(capsys: pytest.CaptureFixture[str
 
 
 def test_table_names_the_main_process_s_own_phases_once_ready(capsys: pytest.CaptureFixture[str]) -> None:
-    _, out, _ = run(["replay", str(STALL.with_name("sglang-kimi-healthy.json"))], capsys)
+    _, out, _ = run(["replay", "--plain", str(STALL.with_name("sglang-kimi-healthy.json"))], capsys)
     lines = out.splitlines()
     assert lines[1] == "main process: ready since 08:18:43 (http_server_start 0s, warmup 2s)"
     assert [line for line in lines if line.split()[:1] == ["main"]] == [lines[1]]  # no rank row `main`
@@ -145,3 +145,23 @@ def test_a_start_up_failed_by_wait_ready_after_a_stall_replays_as_stalled_not_cr
     [inv] = json.loads(out)["invocations"]
     assert (inv["unit_state"], inv["outcome"]) == ("failed", "stalled")
     assert [(v["kind"], v["rank"]) for v in inv["verdicts"]] == [("stalled", "TP3")]
+
+
+def test_since_takes_a_time_or_a_duration_ago_and_is_honoured_for_a_file(capsys: pytest.CaptureFixture[str]) -> None:
+    healthy = STALL.with_name("sglang-kimi-healthy.json")
+    code, out, _ = run(["replay", "--json", "--since", "2026-11-30T08:10:00Z", str(healthy)], capsys)
+    [inv] = json.loads(out)["invocations"]
+    assert code == EX_OK and inv["started_at"] >= "2026-11-30T08:10:00"  # the earlier lines were not read
+    # 30m ago (now): the example was written long before, so nothing of it is left.
+    assert run(["replay", "--since", "30m", str(healthy)], capsys)[:2] == (EX_OK, "no invocations found\n")
+    code, _, err = run(["replay", "--since", "soon", str(healthy)], capsys)
+    assert code == 64 and "--since: expected an ISO time or a duration like 30m, got 'soon'" in err
+
+
+def test_a_file_of_prose_is_not_a_log(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    prose = tmp_path / "prose.txt"
+    prose.write_text("Hello there, this is prose.\nAnother line of text.\n")
+    for form in (["replay"], ["replay", "--json"]):
+        code, out, err = run([*form, str(prose)], capsys)
+        assert (code, out) == (EX_DATAERR, "")
+        assert f"{prose}: no line of a start-up phasewatch knows (SGLang, vLLM) in it" in err and "None" not in err

@@ -5,6 +5,7 @@ check-config's instance check and its polkit question (answered here by a record
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 from typing import Sequence
@@ -29,7 +30,8 @@ from phasewatch.errors import (
 UNIT = "sglang-kimi.service"
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "config" / "phasewatch.yaml"
-COMMANDS = ("replay", "run", "report", "check-config", "init", "status", "hold", "release", "logs", "wait-ready")
+COMMANDS = ("replay", "run", "report", "check-config", "init", "status", "hold", "release", "logs", "wait-ready",
+            "vitals")
 
 
 def run(argv: Sequence[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -163,3 +165,37 @@ def test_the_parser_knows_every_command() -> None:
     parser = build_parser()
     sub = next(a for a in parser._actions if a.dest == "command")
     assert set(sub.choices) == set(COMMANDS)  # type: ignore[arg-type]
+
+
+def test_stderr_is_the_journal_only_when_journal_stream_names_it() -> None:
+    # Under systemd the daemon's stderr is the journal: its alert is logged once, as its own entry.
+    from phasewatch.sinks.actions import stderr_is_journal
+
+    def stat(fd: int) -> os.stat_result:
+        return os.stat_result((0o600, 77, 12, 1, 0, 0, 0, 0, 0, 0))  # st_ino 77, st_dev 12
+
+    assert stderr_is_journal({"JOURNAL_STREAM": "12:77"}, stat)
+    assert not stderr_is_journal({"JOURNAL_STREAM": "12:78"}, stat)  # inherited by a child with another stderr
+    assert not stderr_is_journal({}, stat)
+    assert not stderr_is_journal({"JOURNAL_STREAM": "garbage"}, stat)
+
+
+def test_check_config_reports_every_error_and_warns_on_a_stall_window_above_its_deadline(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(f"unit: {UNIT}\nrank_skew: soon\nbogus: 1\nphases:\n  weight_load: {{deadline: 20x}}\n"
+                   "  warmup: {stall: 1h, deadline: 10m}\n  nosuch: {deadline: 1m}\n")
+    code, out, err = run(["check-config", str(bad)], capsys)
+    assert (code, out) == (EX_CONFIG, "")
+    lines = err.splitlines()
+    assert [line.split(": ")[2] for line in lines[:4]] == ["rank_skew", "bogus", "phases.weight_load.deadline",
+                                                          "phases.nosuch"]  # in the file's order
+    assert lines[4] == f"phasewatch: 4 errors in {bad}"
+    code, out, _ = run(["check-config", str(bad), "--json"], capsys)
+    document = json.loads(out)
+    assert code == EX_CONFIG and len(document["errors"]) == 4 and document["key"] == "bogus"
+    warn = tmp_path / "warn.yaml"
+    warn.write_text(f"unit: {UNIT}\nphases:\n  warmup: {{stall: 1h, deadline: 10m}}\n")
+    code, out, _ = run(["check-config", str(warn)], capsys)
+    assert code == 0
+    assert "warning: phases.warmup: its stall window 1h is above its deadline 10m" in out

@@ -24,7 +24,9 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..config import Config, load_config
+from ..config_errors import every_error, limit_warnings
 from ..config_file import load_yaml, read_config_text
+from ..config_trust import check_trusted
 from ..errors import (
     EX_NOPERM,
     EX_OK,
@@ -38,7 +40,7 @@ from ..errors import (
 )
 from ..instances import watched_unit
 from ..records import Phase
-from ..render import json_text
+from ..render import json_text, terminal_safe
 from ..sources.alert_receiver import read_token
 
 RESTART_ACTION = "org.freedesktop.systemd1.manage-units"
@@ -112,17 +114,28 @@ def check_instance(config: Config, instance: str | None, path: str) -> None:
 def cmd_check_config(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config)
+        check_trusted(args.config, config.profile_path)
     except ConfigError as exc:
+        errors = _every_error(args.config, exc)
         if not args.json:
-            raise
+            if len(errors) == 1:
+                raise
+            for error in sorted(errors, key=lambda e: e.line or 0):
+                print(terminal_safe(f"phasewatch: {error.describe()}"), file=sys.stderr)
+            print(f"phasewatch: {len(errors)} errors in {terminal_safe(args.config)}", file=sys.stderr)
+            return exc.exit_status
         sys.stdout.write(json_text({"config": args.config, "ok": False, "error": str(exc), "key": exc.key,
-                                    "line": exc.line, "exit_status": exc.exit_status}) + "\n")
+                                    "line": exc.line, "exit_status": exc.exit_status,
+                                    "errors": [{"error": str(e), "key": e.key, "line": e.line} for e in errors]})
+                         + "\n")
         return exc.exit_status
     rules = len(config.engine_profile().rules)
+    warnings = limit_warnings(config)
     document: dict[str, Any] = {"config": args.config, "ok": True, "unit": config.unit, "engine": config.engine,
-                                "rules": rules}
+                                "rules": rules, "warnings": warnings}
     code = EX_OK
-    lines = [f"{args.config}: OK (unit {config.unit}, engine {config.engine}, {rules} rules)"]
+    lines = [f"{args.config}: OK (unit {config.unit}, engine {config.engine}, {rules} rules)",
+             *(f"warning: {warning}" for warning in warnings)]
     if config.group is not None:
         lines.append(group_line(config))
         document["group"] = {"name": config.group.name, "nodes": config.group.nodes,
@@ -157,6 +170,15 @@ def group_line(config: Config) -> str:
     read_token(group.receiver)
     return (f"group {group.name} of {group.nodes} nodes, {node}; Alertmanager webhook on {group.receiver.listen} "
             f"({'https' if group.receiver.tls_cert else 'http'}), token file {group.receiver.token_file} readable")
+
+
+def _every_error(path: str, first: ConfigError) -> list[ConfigError]:
+    """Every error of the file (config_errors.every_error), the loader's own first."""
+    try:
+        errors = every_error(read_config_text(path), path)
+    except ConfigError:  # unreadable, too big: the loader's error is the one
+        return [first]
+    return errors if errors and str(errors[0]) == str(first) else [first, *errors[1:]]
 
 
 def timer_check(config: Config, state_dir: str | None) -> list[str]:

@@ -13,20 +13,34 @@ import difflib
 import os
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from ..config import parse_config
-from ..errors import ConfigError, PhasewatchError, UnitError
+from ..config_file import load_yaml
+from ..errors import EX_CANTCREAT, ConfigError, PhasewatchError, UnitError
 from ..instances import config_names, watched_unit, watcher_of
 from ..profile import load_builtin_profile
 from ..records import Phase
 from ..render import terminal_safe
-from ..stages.init_config import UnitCommand, engine_facts, phase_durations, render_config, sealed, untouched
+from ..stages.init_config import (
+    LOG_RATE_BURST_NEEDED,
+    UnitCommand,
+    engine_facts,
+    intended_keys,
+    one_line,
+    phase_durations,
+    render_config,
+    sealed,
+    untouched,
+)
 
-EX_CANTCREAT = 73
 USEC_INFINITY = 2**64 - 1
 JOURNAL_LOOKBACK = 30 * 86400.0  # the last start-up is looked for this far back
+# The drop-in as the .deb installs it, or as `make install` does (PREFIX=/usr/local).
+LOG_RATE_DROPINS = ("/usr/share/doc/phasewatch/examples/sglang-log-rate.conf",
+                    "/usr/local/share/doc/phasewatch/examples/sglang-log-rate.conf")
 
 
 class EditedConfig(PhasewatchError):
@@ -53,7 +67,8 @@ def read_unit(unit: str) -> UnitCommand:  # pragma: systemd no cover (e2e: test_
         timeout = int(service.TimeoutStartUSec)
         return UnitCommand(unit=unit, argv=argv, environment=environment,
                            timeout_start=None if timeout == USEC_INFINITY else timeout / 1e6,
-                           user=_text(service.User) or None, service_type=_text(service.Type) or "simple")
+                           user=_text(service.User) or None, service_type=_text(service.Type) or "simple",
+                           log_rate_burst=int(getattr(service, "LogRateLimitBurst", 0) or 0))
     except PhasewatchError:
         raise
     except Exception as exc:  # pystemd's D-Bus exception tree
@@ -82,19 +97,21 @@ def last_startup(unit: str, directory: str | None) -> dict[Phase, float]:
 def cmd_init(args: argparse.Namespace) -> int:
     unit = watched_unit(args.unit)
     command = read_unit(unit)
-    command = UnitCommand(**{**command.__dict__, "last_startup": last_startup(unit, args.directory)})
+    command = replace(command, last_startup=last_startup(unit, args.directory))
     facts = engine_facts(command.argv)
     if facts.engine is None:
         raise ConfigError("engine", f"{unit}'s ExecStart= runs no engine phasewatch knows (sglang, vllm): "
-                          f"{' '.join(command.argv)[:200]}")
+                          f"{one_line(' '.join(command.argv)[:200])}")
     try:
         load_builtin_profile(facts.engine)
     except PhasewatchError:
         raise ConfigError("engine", f"{unit} runs {facts.engine}, which this phasewatch has no built-in "
                           "profile for yet") from None
+    facts.check_size()
     text = sealed(render_config(command, facts))
     path = Path(args.directory_out) / config_names(unit)[0]
     parse_config(text, str(path))  # what init writes, check-config accepts: checked before writing
+    _check_faithful(text, str(path), intended_keys(facts, command))
     if args.dry_run:
         sys.stdout.writelines(terminal_safe(line) + "\n" for line in text.splitlines())
         return 0
@@ -104,7 +121,7 @@ def cmd_init(args: argparse.Namespace) -> int:
         old = existing.read_text(errors="replace")
         if old == text:
             print(f"{existing}: unchanged")
-            return _next_steps(unit, existing)
+            return _next_steps(command, existing)
         if not untouched(old) and not args.force:
             diff = difflib.unified_diff(old.splitlines(True), text.splitlines(True), str(existing), "phasewatch init")
             sys.stdout.writelines(terminal_safe(line.rstrip("\n")) + "\n" for line in diff)
@@ -118,14 +135,40 @@ def cmd_init(args: argparse.Namespace) -> int:
     os.replace(temporary, path)
     print(f"wrote {path} ({facts.engine}, TP={facts.tp}"
           + (f", speculative {facts.speculative}" if facts.speculative else "") + ")")
-    return _next_steps(unit, path)
+    return _next_steps(command, path)
 
 
-def _next_steps(unit: str, path: Path) -> int:
-    print("next, check that polkit lets phasewatch restart it (else add it to WATCHED_UNITS there), then "
-          "enable the watchdog:")
+def _check_faithful(text: str, path: str, intended: dict[str, object]) -> None:
+    """The text parses back to exactly the keys init meant to write (values it names: the unit, the
+    engine, the phases): a value of the unit that made a key of its own is refused, nothing written."""
+    document = load_yaml(text, path) or {}
+    document.pop("__lines__", None)
+    found: dict[str, object] = {key: None for key in document}
+    for key in ("unit", "engine"):
+        if key in document:
+            found[key] = document[key]
+    if isinstance(document.get("phases"), dict):
+        found["phases"] = sorted(str(phase) for phase in document["phases"] if phase != "__lines__")
+    if found != intended:
+        extra = sorted(set(found) - set(intended))
+        raise ConfigError("config", "init's text does not parse back to the config it meant to write ("
+                          + (f"keys it did not write: {', '.join(map(one_line, map(str, extra)))}" if extra else
+                             "a value differs") + "): a value of the unit's ExecStart= or Environment= is not "
+                          "plain text; nothing written", path)
+
+
+def _next_steps(command: UnitCommand, path: Path) -> int:
+    unit = command.unit
+    print("next, check that polkit lets phasewatch restart it (else add it to WATCHED_UNITS there),")
+    print("then enable the watchdog:")
     print(f"    grep -n '\"{unit}\"' /etc/polkit-1/rules.d/50-phasewatch.rules")
     print(f"    systemctl enable --now {watcher_of(unit)}")
+    if command.log_rate_burst < LOG_RATE_BURST_NEEDED:
+        print(f"{unit} has LogRateLimitBurst={command.log_rate_burst}: journald may drop start-up lines;")
+        print("keep them all from its next start with:")
+        dropin = next((p for p in LOG_RATE_DROPINS if os.path.exists(p)), LOG_RATE_DROPINS[0])
+        print(f"    install -D -m 0644 {dropin} /etc/systemd/system/{unit}.d/50-log-rate.conf")
+        print("    systemctl daemon-reload")
     return 0
 
 

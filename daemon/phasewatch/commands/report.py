@@ -4,15 +4,25 @@ written by hand: one small file, no plotting stack."""
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
+import json
 import math
+import os
 import re
+import sqlite3
+import sys
 from html import escape
+from pathlib import Path
 from typing import Any, Sequence
 
+from ..config import load_config
 from ..durations import format_duration
+from ..errors import EX_OK, HistoryUnreadable, NoHistory, NoPermission, UsageError
+from ..instances import watched_unit
 from ..records import PHASE_NAMES
-from ..sinks.history import StartupRecord
+from ..render import PHASE_SHORT
+from ..sinks.history import History, StartupRecord
 from ..stages.timestamps import is_dated
 from ..stages.verdict_lines import rank_ranges
 
@@ -84,9 +94,7 @@ def to_json(records: Sequence[StartupRecord], evidence: dict[str, list[str]] | N
 
 
 # Short column names for the default table (it fits 100 columns); `--wide` uses the full names.
-SHORT = {"launch": "launch", "dist_init": "dist", "weight_load": "load", "kv_cache_alloc": "kv",
-         "cuda_graph_capture": "graphs", "draft_weight_load": "dload", "draft_cuda_graph_capture": "dgraphs",
-         "http_server_start": "http", "warmup": "warmup"}
+SHORT = PHASE_SHORT
 FITS = 100
 
 
@@ -244,3 +252,51 @@ def to_svg(records: Sequence[StartupRecord], title: str) -> str:
             "</style>\n"
             f'<rect width="100%" height="100%" fill="white"/>\n<text x="{LEFT}" y="{TITLE_Y}" class="title">'
             f"{escape(title)}</text>\n" + "\n".join(panels) + "\n" + "\n".join(legend) + "\n</svg>\n")
+
+
+# -- the command ------------------------------------------------------------------------------------
+
+def cmd_report(args: argparse.Namespace) -> int:
+    config = load_config(args.config) if args.config else None
+    unit = watched_unit(args.unit) if args.unit else (config.unit if config is not None else None)
+    if unit is None:
+        raise UsageError("report needs a UNIT (or --config naming one)")
+    state_dir = Path(args.state_dir or os.environ.get("STATE_DIRECTORY", "").split(":")[0] or "/var/lib/phasewatch")
+    path = state_dir / f"{unit}.history.sqlite3"
+    if state_dir.is_dir() and not os.access(state_dir, os.R_OK | os.X_OK):
+        raise NoPermission(f"{state_dir} is not readable by this user (it is the phasewatch user's): run "
+                           f"as root (sudo phasewatch report {unit})")
+    if not path.exists():
+        others = sorted(p.name.removesuffix(".history.sqlite3") for p in state_dir.glob("*.history.sqlite3"))
+        raise NoHistory(f"no history for {unit} in {state_dir} (phasewatch run records start-ups there)"
+                        + (f"; units with a history: {', '.join(others)}" if others else ""))
+    history = History(path, read_only=True)  # report changes nothing on disk, even a broken file
+    try:
+        records = history.startups(unit, last=args.last)
+    except sqlite3.Error as exc:
+        raise HistoryUnreadable(f"{path}: cannot read the history: {exc}") from None
+    evidence = evidence_for(records, unit, [str(p) for p in sorted((state_dir / "evidence").glob("*.txt"))])
+    if args.plot:
+        Path(args.plot).write_text(to_svg(records, f"{unit}: the last {len(records)} start-up(s)"))
+    if args.json:
+        json.dump(to_json(records, evidence), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(to_table(records, wide=args.wide or args.plain) + evidence_lines(records, evidence)
+                         + ended_by_lines(records))
+    return EX_OK
+
+
+def add_parser(sub: Any) -> None:
+    report = sub.add_parser("report", help="past start-ups of a unit: table, JSON, SVG timeline")
+    report.add_argument("unit", nargs="?", help="the watched unit (default: the config's)")
+    report.add_argument("--config", help="phasewatch YAML config")
+    report.add_argument("--state-dir", help="phasewatch's state directory (default /var/lib/phasewatch)")
+    report.add_argument("--last", type=int, default=10, help="how many start-ups (default 10)")
+    report.add_argument("--json", action="store_true")
+    report.add_argument("--wide", action="store_true", help="every phase under its full name (default: short "
+                        "names with a legend, within 100 columns)")
+    report.add_argument("--plain", action="store_true", help="for scripts: every phase under its full name, "
+                        "no legend (as --wide)")
+    report.add_argument("--plot", metavar="FILE", help="write an SVG timeline of them")
+    report.set_defaults(func=cmd_report)

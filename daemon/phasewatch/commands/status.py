@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import signal
 import sys
 import time
-from typing import TYPE_CHECKING, Any, Callable, TextIO
+from typing import Any, Callable, TextIO
 
 from ..config import Config
 from ..durations import format_duration, shown
@@ -27,21 +28,24 @@ from ..errors import (
     EXIT_STARTING,
     EXIT_UNKNOWN_UNIT,
     EXIT_WILL_NOT_BE_READY,
+    DataError,
     ForeignDaemon,
+    NoPermission,
     NoSuchUnit,
+    UnavailableError,
     UsageError,
 )
+from ..fit import fit_text, output_width
 from ..instances import watcher_names, watcher_of
 from ..records import FAILING, MAIN
 from ..render import clock_text, json_text, status_document, terminal_safe
+from ..sources.access import preflight
 from ..sources.current import CurrentStartup, StartPoint, find_start, resolve_config, unit_name, unit_timers, warn
 from ..sources.follow import JournalFollower
 from ..stages.timerlint import UnitTimers, lint
 from ..stages.verdict_lines import VerdictLine, grouped
+from .daemon_answer import TOTAL_DEADLINE, check_owner, get
 from .status_line import oneline
-
-if TYPE_CHECKING:
-    import httpx
 
 EXIT_FAILING, EXIT_UNKNOWN = EXIT_WILL_NOT_BE_READY, EXIT_UNKNOWN_UNIT
 FAILING_VERDICTS = FAILING
@@ -76,25 +80,23 @@ def daemon_invocation(unit: str) -> str | None:
     return None
 
 
-def ask_daemon(config: Config, timeout: float = DAEMON_TIMEOUT, transport: httpx.BaseTransport | None = None,
+def ask_daemon(config: Config, timeout: float = DAEMON_TIMEOUT,
                expected_invocation: Callable[[str], str | None] = daemon_invocation) -> dict[str, Any] | None:
     """The daemon's `/status` document; None when nothing answers on metrics.listen. ForeignDaemon
-    when something answers that is not this unit's daemon (another unit's, or another process that
-    took the port first): its document is never shown as this unit's state."""
-    import httpx  # here: every command's start-up (replay's too) would pay for it
-
+    when something answers that is not this unit's daemon (another unit's, another user's process
+    that took the port first, one too slow or too big: commands/daemon_answer.py): its document is
+    never shown as this unit's state."""
     url = status_url(config.metrics_listen)
-    try:
-        with httpx.Client(trust_env=False, timeout=timeout, transport=transport) as client:
-            response = client.get(url)
-    except httpx.HTTPError:
+    answer = get(url, deadline=max(timeout, TOTAL_DEADLINE))
+    if answer is None:
         return None
+    status_code, body = answer
     try:
-        document = response.json() if response.status_code == 200 else None
+        document = json.loads(body) if status_code == 200 else None
     except ValueError:
         document = None
     if not isinstance(document, dict) or not isinstance(document.get("daemon"), dict):
-        raise ForeignDaemon(f"{url} answers (HTTP {response.status_code}), but not with a phasewatch /status")
+        raise ForeignDaemon(f"{url} answers (HTTP {status_code}), but not with a phasewatch /status")
     if document.get("unit") != config.unit:
         raise ForeignDaemon(f"{url} is the phasewatch daemon of {shown(document.get('unit'))}, not of {config.unit}")
     claimed = document["daemon"].get("invocation_id")
@@ -102,6 +104,7 @@ def ask_daemon(config: Config, timeout: float = DAEMON_TIMEOUT, transport: httpx
     if expected is not None and claimed != expected:
         raise ForeignDaemon(f"{url} names daemon invocation {shown(claimed)}, but "
                             f"{watcher_of(config.unit)} runs as invocation {expected}")
+    check_owner(url)  # last: an answer that copies both the unit and the invocation passes the above
     document.setdefault("source", "daemon")
     return document
 
@@ -131,6 +134,12 @@ class StatusSource:
 
     def _from_journal(self, now: float) -> dict[str, Any]:
         if self.startup is None:
+            try:
+                preflight(self.config.unit, self.directory)  # no daemon answered: can the journal say?
+            except (NoPermission, NoSuchUnit, UnavailableError, DataError) as exc:
+                if self.directory is None:
+                    raise type(exc)(f"{exc} (no phasewatch daemon answered on {self.config.metrics_listen})") from None
+                raise
             self.start = find_start(self.config.unit, self.directory)
             self.follower = JournalFollower(self.config.unit, self.directory)
             self.startup = CurrentStartup(self.config, self.follower, self.start, follow_restarts=True)
@@ -244,7 +253,7 @@ def header(document: dict[str, Any], listen: str | None = None) -> list[str]:
         return [f"{unit}: no start-up in the journal", where]
     outcome = inv.get("outcome")
     slowest = " (the slowest rank's)" if outcome in ("starting", "stalled") else ""
-    lines = [f"{unit}: {outcome}, phase {inv.get('phase')}{slowest}, "
+    lines = [f"{unit}: {outcome}, phase {inv.get('phase') or 'none seen yet'}{slowest}, "
              f"{_duration(inv.get('elapsed_seconds'))} since start"]
     detail = f"invocation {inv.get('invocation_id')}, started {local_time(_epoch(inv.get('started_at')))}"
     now, last = _epoch(document.get("now")), _epoch(inv.get("last_line_at"))
@@ -267,6 +276,9 @@ def _vitals_lines(document: dict[str, Any]) -> list[str]:
     out.extend(f"  {label}: {rank.get('text')}" for label, rank in vitals["ranks"].items() if isinstance(rank, dict))
     if vitals.get("unit"):
         out.append(f"  unit: {vitals['unit']}")
+    source = vitals.get("gpu_source")
+    if isinstance(source, dict) and source.get("state") in ("unavailable", "stuck"):
+        out.append(f"  GPU: {source.get('problem')} (the GPU phases' long stall windows are in force)")
     return out
 
 
@@ -296,6 +308,8 @@ def render_table(document: dict[str, Any], listen: str | None = None) -> str:
         out.extend(f"  {line}" for line in grouped(
             VerdictLine(str(v.get("kind")), v.get("rank") if isinstance(v.get("rank"), str) else None,
                         str(v.get("message"))) for v in verdicts))
+        remedies = [r.get("text") for v in verdicts if isinstance(r := v.get("remedy"), dict)]
+        out.extend(f"  remedy: {text}" for text in dict.fromkeys(t for t in remedies if isinstance(t, str)))
     warnings = document.get("timer_warnings")
     if isinstance(warnings, list) and warnings:
         out.append("timer warnings (an engine or systemd timer ends a phase before phasewatch's limit):")
@@ -351,7 +365,7 @@ def _signatures(document: dict[str, Any]) -> tuple[object, dict[str, str]]:
 
 def watch(fetch: Callable[[], dict[str, Any]], out: TextIO, tty: bool, listen: str | None = None,
           interval: float = 1.0, sleep: Callable[[float], None] = time.sleep,
-          clock: Callable[[], float] = time.time) -> int:
+          clock: Callable[[], float] = time.time, width: int | None = None) -> int:
     """Redraw every `interval` on a terminal; elsewhere (a log) print a block when a phase, the
     outcome or a verdict changes, and one line when only a progress bar moved. Ends on ^C/SIGTERM
     with the exit status of the last document."""
@@ -364,11 +378,11 @@ def watch(fetch: Callable[[], dict[str, Any]], out: TextIO, tty: bool, listen: s
             code = exit_status(document)
             if tty:
                 out.write(CLEAR + f"{local_time(clock())}  (every {interval:g}s, ^C to stop)\n" +
-                          render_table(document, listen))
+                          fitted(render_table(document, listen), width))
             else:
                 block, progress = _signatures(document)
                 if block != last_block:
-                    out.write(f"--- {local_time(clock())}\n" + render_table(document, listen) + "\n")
+                    out.write(f"--- {local_time(clock())}\n" + fitted(render_table(document, listen), width) + "\n")
                 else:
                     phases = {label: r.get("phase") for label, r in
                               ((document.get("invocation") or {}).get("ranks") or {}).items()}
@@ -383,6 +397,10 @@ def watch(fetch: Callable[[], dict[str, Any]], out: TextIO, tty: bool, listen: s
         return code
 
 
+def fitted(text: str, width: int | None) -> str:
+    return text if width is None else fit_text(text, width)
+
+
 def _terminate(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
@@ -394,21 +412,23 @@ def cmd_status(args: argparse.Namespace) -> int:
         raise UsageError("--json, --oneline and --watch do not go together")
     source = StatusSource(config, args.directory)
     listen = None if args.directory else config.metrics_listen
+    width = None if args.plain else output_width(sys.stdout)
     try:
         if args.watch:
             signal.signal(signal.SIGTERM, _terminate)
-            return watch(source.document, sys.stdout, sys.stdout.isatty(), listen)
+            return watch(source.document, sys.stdout, sys.stdout.isatty(), listen, width=width)
         document = source.document()
         if args.json:
             sys.stdout.write(json_text(document) + "\n")
         elif args.oneline:
             sys.stdout.write(oneline(document) + "\n")
         else:
-            sys.stdout.write(render_table(document, listen))
+            sys.stdout.write(fitted(render_table(document, listen), width))
         return exit_status(document)
-    except NoSuchUnit:
-        print(f"phasewatch: {config.unit}: no such unit (systemd does not know it, and the journal has "
-              "nothing of it)", file=sys.stderr)
+    except NoSuchUnit as exc:
+        said = str(exc) if str(exc) != config.unit else (f"{config.unit}: no such unit (systemd does not know it, "
+                                                          "and the journal has nothing of it)")
+        print(f"phasewatch: {terminal_safe(said)}", file=sys.stderr)
         return EXIT_UNKNOWN
     except ForeignDaemon as exc:
         print(f"phasewatch: {terminal_safe(str(exc))}: not showing it as {config.unit}'s state "
@@ -427,6 +447,7 @@ def add_parser(sub: Any) -> None:
     status.add_argument("--oneline", action="store_true", help="one line: phase, ranks in it, time in it "
                         "against its deadline, ETA (for a prompt or a status bar); same exit status")
     status.add_argument("--watch", action="store_true", help="redraw every second until interrupted")
+    status.add_argument("--plain", action="store_true", help="for scripts: no line wrapped to fit the terminal")
     status.add_argument("--directory", help="read this journal directory (copied from another host); "
                         "no daemon is asked")
     status.set_defaults(func=cmd_status)

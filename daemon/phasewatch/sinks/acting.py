@@ -22,7 +22,7 @@ from typing import Callable, Protocol
 from ..errors import UnitError
 from ..stages.respond import Action
 from ..stages.snapshot import InvocationView
-from .actions import UnitFacts
+from .actions import UnitFacts, stderr_is_journal
 
 logger = logging.getLogger(__name__)
 RESTART_TRIES = 4
@@ -103,8 +103,9 @@ class ActionRunner:
                                      and (a.hook, a.invocation_id, a.verdict_kind) == once)
                     self._guard(f"hook {action.hook}", partial(run_hook, replace(action, rank=ranks or None)))
             elif action.kind == "alert":
-                logger.info("[%s rank=%s phase=%s] alert %s: %s", self.name, action.rank, action.phase,
-                            action.verdict_kind, action.message)
+                if not stderr_is_journal():  # else the alert's own journal entry would show twice
+                    logger.info("[%s rank=%s phase=%s] alert %s: %s", self.name, action.rank, action.phase,
+                                action.verdict_kind, action.message)
                 self._guard("alert", partial(self.alert, action))
                 self.progress(Done(replace(job, actions=(original,)), partial=True))
             elif action.kind == "restart" and action.dry_run:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable, Mapping
 
 from ..config import Config
 from ..errors import UnitError
@@ -33,12 +33,15 @@ class Actors:
 
 
 def build_actors(config: Config, unit: StopStart, alert: Callable[[Action], None], processes: ProcessTable,
-                 state_dir: Path, gpu: GpuMemory | None = None) -> Actors:
+                 state_dir: Path, gpu: GpuMemory | None = None,
+                 rank_pids: Callable[[], Iterable[int]] = tuple,
+                 rank_starts: Callable[[], Mapping[int, int] | None] = lambda: None) -> Actors:
+    """`rank_pids`: the start-up's rank processes as phasewatch knows them (also those outside the
+    unit's cgroup); `rank_starts`: their start times (pid -> ticks), to tell a PID reused."""
     scan = LeftoverScan(processes, gpu or GpuMemory())
     guarded = GuardedRestart(unit, scan, alert, config.leftovers.wait,
-                             scan.before_stop) if config.leftovers.check else None
-    titles = config.rank_processes != "host"
-    unguarded = UnguardedStops(config.unit, lambda old: scan.unguarded(old, titles), alert,
+                             lambda group: scan.before_stop(group, rank_pids())) if config.leftovers.check else None
+    unguarded = UnguardedStops(config.unit, lambda old: scan.unguarded(old, rank_starts()), alert,
                                lambda: scan.gpu_checked) if config.leftovers.after_any_stop else None
     evidence = EvidenceTaker(EvidenceWriter(state_dir, config.unit, config.evidence),
                              lambda group: [(p.rank, p.pid) for p in processes.ranks(group)])
@@ -58,7 +61,7 @@ def carry_over(old: Actors, new: Actors) -> Actors:
             new.guarded.survivors_seen_at = old.guarded.survivors_seen_at
             new_scan, old_scan = new.guarded.scan, old.guarded.scan
             if isinstance(new_scan, LeftoverScan) and isinstance(old_scan, LeftoverScan):
-                new_scan.old = old_scan.old
+                new_scan.old, new_scan.identities, new_scan.users = old_scan.old, old_scan.identities, old_scan.users
     if old.unguarded is not None and new.unguarded is not None:
         new.unguarded.checked = old.unguarded.checked
         new.unguarded.due = old.unguarded.due

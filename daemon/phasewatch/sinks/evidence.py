@@ -208,5 +208,10 @@ class EvidenceTaker:
         phases = {r.rank: r.phase.value for r in inv.ranks}
         chosen = targets(named, first.phase, phases, running, self.writer.settings.peers)
         message = "\n".join(dict.fromkeys(a.message for a in actions))
+        gpus = [f"{r.rank}: GPU {r.gpu.state} since {time.strftime('%H:%M:%S', time.gmtime(r.gpu.since))} UTC "
+                f"(last seen {time.strftime('%H:%M:%S', time.gmtime(r.gpu.seen))}): {r.gpu.text}"
+                for r in inv.ranks if r.gpu is not None]
+        if gpus:  # what each rank's GPU did, as NVML last showed it (sources/gpu.py)
+            message += "\n=== GPUs ===\n" + "\n".join(gpus)
         path = self.writer.capture(inv.invocation_id, first.verdict_kind, message, chosen)
         return str(path) if path is not None else None

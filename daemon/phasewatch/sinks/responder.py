@@ -17,8 +17,10 @@ from ..errors import UnitError
 from ..pipeline import Pipeline
 from ..records import MAIN, NEWS_AFTER_THE_END, Phase, VerdictKind
 from ..render import iso
+from ..sources.listeners import port_holders
 from ..stages import policy
 from ..stages.learn import LimitInForce, adapted, eta_seconds, limits_in_force, typical_durations
+from ..stages.remedies import UnitSettings
 from ..stages.respond import PRIORITY, Action, BudgetState, Hold, Memory, Response, reset_budget, respond, settled
 from ..stages.snapshot import ENDED_STATES, UP_STATES, InvocationView, ServerInfo, Snapshot, UnitState
 from ..stages.timerlint import TimerWarning, UnitTimers, lint
@@ -114,7 +116,7 @@ class Responder(ActingOnResponses):
             self.pipeline.use_limits(learned.config)  # judged with the limits in force for this start-up
             self.eta = eta_seconds(inv, now, learned.typical)
             self._lint_timers(inv, learned)
-        verdicts = policy.evaluate(inv, now, learned.config, self.pipeline.profile)
+        verdicts = self.pipeline.with_remedies(policy.evaluate(inv, now, learned.config, self.pipeline.profile), inv)
         ready_at = _ready_time(inv) if current and inv.state in UP_STATES else None
         if settled(self.memory, ready_at, verdicts, now, self.config):
             self.memory = reset_budget(self.memory)  # GAVE_UP -> ARMED: ready and healthy for `stable`
@@ -144,6 +146,9 @@ class Responder(ActingOnResponses):
         except UnitError as exc:
             logger.warning("[%s] timer check without the unit's settings: %s", self.config.unit, exc)
             timers = UnitTimers()
+        port = inv.server.port or 0  # who holds the server's port now (a leftover server, another service)
+        self.pipeline.unit_settings = UnitSettings(timers.exec_start, timers.environment, timers.devices,
+                                                   port_holders([port]) if port else {})
         self.timer_warnings = lint(learned.config, inv.server.timer_args, timers, learned.typical)
         if self.exporter is not None:
             self.exporter.saw_timer_warnings(self.timer_warnings)

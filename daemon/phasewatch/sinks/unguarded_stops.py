@@ -1,7 +1,7 @@
 """Edge: leftovers after stops phasewatch did not guard. A start-up that ended before ready (the
 operator's `systemctl restart` or `stop`, a crash and systemd's Restart=, or phasewatch's own
 RestartUnit when `leftovers.check` is off) is checked once its invocation is over: its rank processes
-still alive (by PID and the same rank title), rank-titled processes outside every service, and,
+still alive (by PID, start time and the same rank title; a rank title elsewhere is anybody's), and,
 where nvidia-smi exists, GPU memory held by its PIDs. Survivors are alerted once (`restart_blocked`,
 critical); phasewatch cannot hold a start that systemd makes by itself, so this is an alert only.
 """
