@@ -83,9 +83,11 @@ MIXES = {
     "crash-heavy": ("catchup_crash", "a crash loop: each start-up, then a short serving spell with KB-long "
                     "batch dumps every 25 lines and an ASGI traceback every 100, then every rank's fatal "
                     "traceback with a long CUDA out-of-memory line."),
+    "access-heavy": ("catchup_access", "one start-up, then uvicorn access lines only, each with its own hex "
+                     "request id: lines that form no runs (PROBE-S3 H-3)."),
 }
 
-MIX_ARGS = {"catchup": "serving", "catchup_crash": "crash"}
+MIX_ARGS = {"catchup": "serving", "catchup_crash": "crash", "catchup_access": "access"}
 
 
 def catchup_rows(c: dict[str, Any]) -> list[str]:
@@ -215,7 +217,7 @@ def markdown(r: dict[str, Any]) -> str:
         cm = r.get(key_)
         if not cm:
             continue
-        starts = s["invocations"] if key_ == "catchup" else s.get("crash_invocations")
+        starts = {"catchup": s["invocations"], "catchup_access": 1}.get(key_, s.get("crash_invocations"))
         out += [f"### {mix}: `{cm['unit']}`, {cm['entries']:,} entries", "",
                 f"{starts} start-ups written by `bench/writer.py catchup --mix {MIX_ARGS[key_]}` from inside the "
                 f"sandbox: {shape}", ""]
@@ -223,8 +225,8 @@ def markdown(r: dict[str, Any]) -> str:
         found = cm.get("found", {})
         if found:
             out += ["What each found: " + "; ".join(f"{k[0]}: {v}" for k, v in found.items()), ""]
-    rebuilds = [(mix, r[key]) for mix, key in (("serving-heavy", "rebuild"), ("crash-heavy", "rebuild_crash"))
-                if r.get(key)]
+    rebuilds = [(mix, r[key]) for mix, key in (("serving-heavy", "rebuild"), ("crash-heavy", "rebuild_crash"),
+                                                ("access-heavy", "rebuild_access")) if r.get(key)]
     if rebuilds:
         out += ["### The daemon's own catch-up at its start", "",
                 "`bench/rebuild.py`: `Daemon.start` in a process of its own, with the daemon's `JournalFollower` "
@@ -242,7 +244,7 @@ def markdown(r: dict[str, Any]) -> str:
             out.append(f"| {mix} | {rb['entries']:,} | {fmt(raw, 3)} | {fmt(in_c, 3)} | {c_cpu} | "
                        f"{fmt(in_python, 3)} | {fmt(raw / in_c)} | {fmt(raw / in_python)} |")
         found = rebuilds[0][1].get("found", {})
-        out += ["", "What each found (serving-heavy): " + "; ".join(f"{k[0]}: {v}" for k, v in found.items()), ""]
+        out += ["", f"What each found ({rebuilds[0][0]}): " + "; ".join(f"{k[0]}: {v}" for k, v in found.items()), ""]
     if sc:
         out += ["## 6. Scale: replay over N", "", "Max RSS counts the journal's pages that sd-journal maps while "
                 "reading: the raw reader (a) grows the same way. What phasewatch itself holds is the difference.", "",

@@ -173,14 +173,20 @@ class Bench:
         n, k = self.s["n"], self.s["crash_invocations"]
         self.box.write(f"/run/systemd/system/{crash_unit(n)}",
                        CATCHUP_UNIT.format(n=n, k=k, per=n // k, venv=VENV, repo=REPO, mix="crash"))
+        self.box.write(f"/run/systemd/system/{access_unit(n)}",
+                       CATCHUP_UNIT.format(n=n, k=1, per=n, venv=VENV, repo=REPO, mix="access"))
         self.box.systemctl("daemon-reload")
 
-    def write_journals(self) -> dict[str, Any]:
+    def write_journals(self, parts: set[str] | None = None) -> dict[str, Any]:
         """Each catch-up unit started `invocations` times (the crash-heavy one `crash_invocations`
-        times): the journals the readers race over."""
+        times, the access-heavy one once): the journals the readers race over. With `parts` of
+        `catchup_access` alone, only the access-heavy one."""
         out = {}
         units = [(str(n), catchup_unit(n), self.s["invocations"]) for n in self.s["scale"]]
         units.append((f"crash-{self.s['n']}", crash_unit(self.s["n"]), self.s["crash_invocations"]))
+        if parts is not None and not parts & {"catchup", "rebuild", "scale", "profile"}:
+            units = []
+        units.append((f"access-{self.s['n']}", access_unit(self.s["n"]), 1))
         for key, unit, starts in units:
             began = time.perf_counter()
             for _ in range(starts):
@@ -455,6 +461,10 @@ def crash_unit(n: int) -> str:
     return f"bench-crash-{n}.service"
 
 
+def access_unit(n: int) -> str:
+    return f"bench-access-{n}.service"
+
+
 def at(entry: dict[str, Any]) -> float:
     return int(entry["__REALTIME_TIMESTAMP"]) / 1e6
 
@@ -485,7 +495,8 @@ def main() -> int:
     parser.add_argument("--out", type=Path, help="write results.json and performance.md here instead of "
                         "bench/ and docs/")
     parser.add_argument("--only", help="comma-separated parts: "
-                        "catchup,rebuild,scale,profile,follow,action,idle,burst,pages")
+                        "catchup,rebuild,scale,profile,follow,action,idle,burst,pages (catchup_access: the "
+                        "access-heavy catch-up and rebuild rows alone)")
     args = parser.parse_args()
     settings = PROFILES["quick" if args.quick else "full"]
     parts = set((args.only or "catchup,rebuild,scale,profile,follow,action,idle,burst,pages").split(","))
@@ -498,14 +509,19 @@ def main() -> int:
     try:
         bench = Bench(box, settings)
         bench.install()
-        if parts & {"catchup", "rebuild", "scale", "profile"}:
-            results["journal"] = bench.write_journals()
+        if parts & {"catchup", "rebuild", "scale", "profile", "catchup_access"}:
+            results["journal"] = bench.write_journals(parts)
+        if "catchup_access" in parts and "catchup" not in parts:  # (the access-heavy rows alone)
+            results["catchup_access"] = bench.catchup(access_unit(settings["n"]))
+            results["rebuild_access"] = bench.rebuild(access_unit(settings["n"]))
         if "catchup" in parts:
             results["catchup"] = bench.catchup(catchup_unit(settings["n"]))
             results["catchup_crash"] = bench.catchup(crash_unit(settings["n"]))
+            results["catchup_access"] = bench.catchup(access_unit(settings["n"]))
         if "rebuild" in parts:
             results["rebuild"] = bench.rebuild(catchup_unit(settings["n"]))
             results["rebuild_crash"] = bench.rebuild(crash_unit(settings["n"]))
+            results["rebuild_access"] = bench.rebuild(access_unit(settings["n"]))
         if "scale" in parts:
             results["scale"] = bench.scale()
         if "profile" in parts and settings["profile"]:

@@ -8,6 +8,9 @@ writer, `_LINE_BREAK=pid-change` where a tqdm frame was cut by another rank's li
     catchup --entries N      one start-up of 8 ranks (the simulator's v0.5.9 lines, tqdm frames with
                              \\r, the long server_args line), then serving: mostly TP0 `Decode batch`
                              lines, some `Prefill batch`, uvicorn access lines and ASGI tracebacks
+    catchup --mix access     one start-up of 8 ranks, then serving that is uvicorn access lines only,
+                             each with its own hex request id (lines alike but for letters too: no
+                             run of the C reader forms; SGLang's `--log-requests` style, PROBE-S3 H-3)
     catchup --mix crash      one turn of a crash-looping server: the start-up, a short serving spell
                              with long lines (KB-sized batch dumps and warnings) and many tracebacks,
                              then every rank's fatal traceback (the unit is started again and again)
@@ -161,6 +164,25 @@ def serve_at(seconds: float | None) -> None:
     """The prefix time of the next serving lines (None: the wall clock again)."""
     global _serving_clock
     _serving_clock = seconds
+
+
+def request_line(n: int) -> str:
+    rid = f"{(n * 0x9E3779B97F4A7C15) & ((1 << 128) - 1):032x}"
+    return (f'[{stamp()}] INFO:     10.0.{n % 250}.{n % 7}:{40000 + n % 20000} - "POST /v1/chat/completions '
+            f'HTTP/1.1" 200 OK request_id={rid}')
+
+
+def access_only(entries: int) -> None:
+    """The start-up, then access lines with request ids, LINES_PER_SECOND a second of prefix time."""
+    bulk = max(entries - play_startup(), 0)
+    start, chunk = time.time(), []
+    for n in range(bulk):
+        serve_at(start + n / LINES_PER_SECOND)
+        chunk.append(request_line(n) + "\n")
+        if len(chunk) == 64:
+            write("".join(chunk))
+            chunk.clear()
+    write("".join(chunk))
 
 
 def catchup(entries: int) -> None:
@@ -365,7 +387,7 @@ def main() -> int:
     sub = parser.add_subparsers(dest="mode", required=True)
     p = sub.add_parser("catchup")
     p.add_argument("--entries", type=int, required=True)
-    p.add_argument("--mix", choices=("serving", "crash"), default="serving")
+    p.add_argument("--mix", choices=("serving", "crash", "access"), default="serving")
     p = sub.add_parser("paced")
     p.add_argument("--lines", type=int, default=220)
     p.add_argument("--interval", type=float, default=0.03)
@@ -386,7 +408,7 @@ def main() -> int:
     p.add_argument("--marker", required=True)
     args = parser.parse_args()
     if args.mode == "catchup":
-        (crash_loop if args.mix == "crash" else catchup)(args.entries)
+        {"crash": crash_loop, "access": access_only}.get(args.mix, catchup)(args.entries)
         return 0
     if args.mode == "paced":
         paced(args.lines, args.interval, args.status, args.out)

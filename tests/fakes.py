@@ -27,6 +27,10 @@ class ScriptedJournal:
         self.cursor: str | None = None
         self.rejected: dict[str, int] = {}
         self.behind = False
+        self.read_error: OSError | None = None
+        self.position: float | None = None  # the last entry read's time
+        self.at_end = True
+        self.head: float | None = None  # the journal's oldest entry's time (None: unknown)
         self._read, self._write = os.pipe()
 
     def push(self, *records: JournalRecord) -> None:
@@ -37,6 +41,8 @@ class ScriptedJournal:
         out, self.pending = self.pending[:limit], self.pending[limit:]
         if out:
             self.cursor = f"c{len(out)}"
+            self.position = out[-1].realtime
+        self.at_end = not self.pending
         return out
 
     def fileno(self) -> int:
@@ -50,7 +56,14 @@ class ScriptedJournal:
 
     def seek_tail(self) -> None: ...
 
-    def reopen(self) -> None: ...
+    def reopen(self) -> bool:
+        return True
+
+    def realtime_back(self, entries: int) -> float | None:
+        return None
+
+    def head_realtime(self) -> float | None:
+        return self.head
 
     def catch_up_entries(self, since: float, runs: object, end: object) -> None:
         return None  # (no C reader: the follower reads them)

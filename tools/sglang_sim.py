@@ -17,6 +17,9 @@ their `\\r` frames. A start-up is a schedule of `Emit`s (time, writer, text), bu
                                           page touches), then goes on: silent but healthy
     --silent-load 30:spin                 the same silence, but the ranks only spin the CPU (the classic
                                           hang in a collective), then go on
+    --silent-capture 30                   early in CUDA graph capture every rank prints nothing for 30
+                                          real seconds and only sleeps (what their GPUs do is for a
+                                          fake NVML to say: tests/e2e/fake_nvml), then goes on
 
 Two ways to play it:
     json   print it as `journalctl -o json --all` would (with PID 1's entries), for replay tests;
@@ -74,13 +77,14 @@ class Faults:
     health_fail_after: float | None = None  # seconds after ready (real seconds, not scaled)
     decode_every: float | None = None
     silent_load: str | None = None  # "SECONDS:stream" or "SECONDS:spin"
+    silent_capture: float | None = None  # real seconds of silence early in CUDA graph capture
 
 
 @dataclass(frozen=True)
 class Silence:
     at: float  # seconds after the unit started
     seconds: float  # real seconds, whatever the scale
-    mode: str  # stream | spin
+    mode: str  # stream | spin | idle (the GPU works: nothing to see from /proc)
 
 
 @dataclass(frozen=True)
@@ -221,6 +225,8 @@ def build(scale: float = 1.0, faults: Faults | None = None) -> Plan:
 
 def _silence(emits: list[Emit], faults: Faults, s: float) -> Silence | None:
     """--silent-load: a gap in every writer's lines right after TP0's first loading bar frame."""
+    if faults.silent_capture is not None:
+        return Silence(_phase_start(emits, 0, "cuda_graph_capture") + 0.6 * s, faults.silent_capture, "idle")
     if faults.silent_load is None:
         return None
     seconds, _, mode = faults.silent_load.partition(":")
@@ -251,6 +257,9 @@ def _silent_work(silence: Silence, start: float) -> None:
     if delay > 0:
         time.sleep(delay)
     end = time.time() + silence.seconds
+    if silence.mode == "idle":
+        time.sleep(silence.seconds)
+        return
     if silence.mode == "spin":
         # A collective's busy-wait; at a 20 % duty cycle per rank, to spare a shared CI runner's cores.
         while time.time() < end:
@@ -407,7 +416,11 @@ def _play(plan: Plan, writer: int, start: float, base: float, port: int, decode_
         delay = start + emit.t - time.time()
         if delay > 0:
             time.sleep(delay)
-        out.write(rendered(emit, base, pid, port) + ("\n" if emit.newline else ""))
+        text = rendered(emit, base, pid, port)
+        if NATIVE_NUL and text.startswith(("RuntimeError: ", "Exception: ")):
+            _send_with_nul(text)
+            continue
+        out.write(text + ("\n" if emit.newline else ""))
         out.flush()
     if writer == 0 and decode_every and plan.ready_at is not None:
         tokens = 48213
@@ -429,6 +442,18 @@ def _play(plan: Plan, writer: int, start: float, base: float, port: int, decode_
         simulated_hang_in_collective()
     while True:  # a scheduler waits for requests until killed
         time.sleep(3600)
+
+
+# SGLANG_SIM_NATIVE_NUL=1: the exception's last line goes to the journal over the native protocol
+# with a NUL in it (a server's JournalHandler can; a stdout stream cannot: NUL breaks its line).
+NATIVE_NUL = os.environ.get("SGLANG_SIM_NATIVE_NUL") == "1"
+
+
+def _send_with_nul(text: str) -> None:
+    from systemd import journal
+
+    head, _, tail = text.partition(": ")
+    journal.send(f"{head}: \x00{tail}", PRIORITY="3")
 
 
 def simulated_hang_in_collective() -> None:
@@ -566,7 +591,8 @@ def _faults_from(args: argparse.Namespace) -> Faults:
         if not valid:
             raise SystemExit(f"--silent-load: expected SECONDS:stream or SECONDS:spin, got {silent!r}")
     return Faults(parse(args.hang, "hang"), parse(args.kill, "kill"), parse(args.exception, "exception"),
-                  parse(args.oom, "oom"), args.slow_load, args.health_fail_after, args.decode_every, silent)
+                  parse(args.oom, "oom"), args.slow_load, args.health_fail_after, args.decode_every, silent,
+                  args.silent_capture)
 
 
 def _die_with_parent() -> None:
@@ -609,6 +635,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="first print lines with 5000-digit numbers and quadratic-regex bait, TIMES times "
                         "(run mode)")
     parser.add_argument("--silent-load", metavar="SECONDS:MODE")
+    parser.add_argument("--silent-capture", type=float, metavar="SECONDS")
     args = parser.parse_args(argv)
     faults = _faults_from(args)
     plan = build(args.scale, faults)
@@ -624,7 +651,8 @@ def main(argv: list[str] | None = None) -> int:
                                                    "slow_load": faults.slow_load,
                                                    "health_fail_after": faults.health_fail_after,
                                                    "decode_every": faults.decode_every,
-                                                   "silent_load": faults.silent_load}}, handle)
+                                                   "silent_load": faults.silent_load,
+                                                   "silent_capture": faults.silent_capture}}, handle)
     os.environ["SGLANG_SIM_PLAN_FILE"] = plan_path
     return run(plan, args.port, faults, args.hostile)
 

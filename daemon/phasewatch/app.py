@@ -20,24 +20,24 @@ from .config import Config
 from .durations import format_duration
 from .errors import ConfigError, UnitError
 from .pipeline import Pipeline
-from .sinks.evidence import EvidenceTaker, EvidenceWriter
-from .sinks.gpu_memory import GpuMemory
+from .sinks.acting import ActionUnit, Worker
+from .sinks.actors import Actors, build_actors, carry_over, resume_guarded
 from .sinks.history import History
 from .sinks.hold import HoldFile
-from .sinks.hooks import HookRunner
-from .sinks.leftovers import GuardedRestart, LeftoverScan
 from .sinks.metrics import Exporter
 from .sinks.responder import Alerter, Responder
 from .sinks.state import StateStore
 from .sinks.systemd_status import Notify, StepResult, SystemdStatus
-from .sinks.unguarded_stops import UnguardedStops
+from .sources import rebuild
 from .sources.base import Instant, Source
 from .sources.follow import JournalFollower
+from .sources.gpu import NvmlSource
 from .sources.health import HealthProbes
 from .sources.journal_feed import JournalFeed
 from .sources.probe import BackgroundProbe
 from .sources.procs import ProcessTable
 from .sources.procstat import ProcSampler
+from .sources.rebuild import JudgedClock, StartTelling
 from .sources.signs_of_life import SignsOfLife
 from .sources.unit_processes import RankProcesses, Unit, UnitFactsReader
 from .stages import policy, wakeups
@@ -57,7 +57,9 @@ class Daemon:
                  store: StateStore, clock: Clock, processes: ProcessTable | None = None,
                  watchdog_interval: float | None = None, health_probe: BackgroundProbe | None = None,
                  exporter: Exporter | None = None, history: History | None = None,
-                 sampler: ProcSampler | None = None, reload: Callable[[], Config] | None = None) -> None:
+                 sampler: ProcSampler | None = None, reload: Callable[[], Config] | None = None,
+                 actions_off_the_loop: bool = False, action_unit: ActionUnit | None = None,
+                 gpu: NvmlSource | None = None) -> None:
         self.config, self.follower, self.notifier, self.store, self.clock = config, follower, notifier, store, clock
         self.exporter = exporter  # metrics and /status (None: none)
         self.pipeline = Pipeline(config)
@@ -73,20 +75,19 @@ class Daemon:
         self.health = HealthProbes(config, health_probe or BackgroundProbe(), current, clock, observe)
         self.ranks = RankProcesses(self.facts, processes, current, config.rank_processes == "host")
         self.signs = SignsOfLife(config, sampler or ProcSampler(processes), self.facts, current,
-                                 exporter.saw_vitals if exporter is not None else None)
+                                 exporter.saw_vitals if exporter is not None else None, gpu)
         self.sources: Sequence[Source] = (self.journal, self.health, self.ranks, self.signs)
-        scan = LeftoverScan(processes, GpuMemory())
-        guarded = GuardedRestart(unit, scan, alerter.alert, config.leftovers.wait,
-                                 scan.before_stop) if config.leftovers.check else None
-        self.unguarded = UnguardedStops(config.unit, lambda old: scan.unguarded(old, config.rank_processes != "host"),
-                                        alerter.alert) if config.leftovers.after_any_stop else None
+        self.unit, self.alerter, self.processes = action_unit or unit, alerter, processes
+        self.actors = self._actors(config)
+        self.unguarded = self.actors.unguarded
         self.responder = Responder(config, self.pipeline, unit=unit, read_facts=self.facts.read, alerter=alerter,
-                                   store=store, clock=clock, history=history, exporter=exporter,
-                                   cursor=lambda: follower.cursor, hold=HoldFile(store.path.parent, config.unit).read,
-                                   run_hook=HookRunner(config.unit, dict(config.hooks)), guarded=guarded,
-                                   evidence=EvidenceTaker(
-                                       EvidenceWriter(store.path.parent, config.unit, config.evidence),
-                                       lambda group: [(p.rank, p.pid) for p in processes.ranks(group)]))
+                                   store=store, clock=JudgedClock(clock, self.journal), history=history,
+                                   exporter=exporter,
+                                   cursor=lambda: follower.cursor, action_unit=self.unit,
+                                   hold=HoldFile(store.path.parent, config.unit).read, run_hook=self.actors.hooks,
+                                   guarded=self.actors.guarded, evidence=self.actors.evidence)
+        if actions_off_the_loop:
+            self.responder.actor = Worker(self.responder.runner)
         self.systemd = SystemdStatus(config, notifier, store, watchdog_interval)
         self.last_publish = -math.inf  # monotonic
         self.publish_due = False  # a publish was put off by PUBLISH_SPACING: it has a deadline
@@ -103,22 +104,31 @@ class Daemon:
     def now(self) -> Instant:
         return Instant(self.clock.wall(), self.clock.monotonic())
 
+
+    def _actors(self, config: Config) -> Actors:
+        return build_actors(config, self.unit, self.alerter.alert, self.processes, self.store.path.parent,
+                            rank_pids=self.ranks.watch.known_pids, rank_starts=lambda: self.ranks.started)
     def start(self) -> None:
-        """Rebuild the current start-up from the journal, then tell systemd we are ready."""
+        """Rebuild the current start-up from the journal (its beginning up to ready and its recent
+        window: sources/rebuild.py), then tell systemd we are ready."""
         saved = self.store.load()
         self.responder.memory, self.responder.last_restart = saved.memory, saved.last_restart
         facts = self.facts.known = self.facts.read()
+        telling = StartTelling(self.notifier.send, self.clock, self.systemd.watchdog_interval is not None)
         if facts is not None and facts.started_at is not None and facts.active_state != "inactive":
-            self.follower.seek_realtime(facts.started_at - REBUILD_MARGIN)
             logger.info("[%s] rebuilding the start-up that began %s ago from the journal", self.config.unit,
                         format_duration(self.clock.wall() - facts.started_at))
-            self.journal.catch_up(facts.started_at - REBUILD_MARGIN)  # (weeks of serving: read in C)
+            rebuild.rebuild_startup(self.journal, facts.started_at - REBUILD_MARGIN, facts.started_at,
+                                    facts.invocation_id, telling)
         else:
             self.follower.seek_tail()
-        while self.journal.read():
-            pass
+        until = self.clock.monotonic() + rebuild.FOLLOW_AT_START  # (a flood: the loop reads on, behind)
+        while self.journal.read() and self.clock.monotonic() < until:
+            telling()
         current = self.pipeline.current()
         self.responder.watched_invocation = current.invocation_id if current is not None else None
+        pending = resume_guarded(self.responder.guarded, saved, self.unit, self.facts.known, self.config.unit)
+        self.responder.resume(pending, self.facts.known)
         if self.unguarded is not None:
             self.unguarded.known_already(self.pipeline.snapshot().invocations)
         self.responder.judge_and_act()
@@ -149,6 +159,8 @@ class Daemon:
                 poller.register(fd, select.POLLIN)
         if self.wakeup_fd is not None:
             poller.register(self.wakeup_fd, select.POLLIN)
+        for fd in self.responder.actor.fds():
+            poller.register(fd, select.POLLIN)
         # (rounded up: a wait that ends a millisecond before its deadline would need a second step)
         readable = [fd for fd, _ in poller.poll(None if math.isinf(timeout) else max(math.ceil(timeout * 1000), 0))]
         if self.wakeup_fd is not None and self.wakeup_fd in readable:
@@ -156,6 +168,7 @@ class Daemon:
         if self.reload_requested:
             self.reload()
         self.journal.collect(now, readable)
+        self.responder.finish()  # what the action worker did since
         if polling and not readable and not self.journal.read_any and \
                 self.clock.monotonic() < now.monotonic + full - 0.05:
             # Only looked for entries journald had not announced, and no deadline passed meanwhile
@@ -194,6 +207,11 @@ class Daemon:
         self.pipeline.reconfigure(config)
         self.health.config = self.signs.config = self.responder.config = self.systemd.config = config
         self.responder.learned.clear()  # learned limits are derived from the config's
+        self.actors = carry_over(self.actors, self._actors(config))
+        self.unguarded = self.actors.unguarded
+        runner = self.responder.runner
+        runner.run_hook, runner.evidence, runner.guarded = self.actors.hooks, self.actors.evidence, self.actors.guarded
+        self.ranks.host_wide = config.rank_processes == "host"
         if self.exporter is not None:
             self.exporter.config = config
         logger.info("[%s] config reloaded from %s", self.config.unit, config.source)
@@ -210,10 +228,13 @@ class Daemon:
             self.unguarded.tick(now)
         if guarded is None:
             return
+        waiting = guarded.pending
         try:
             guarded.tick(now)
         except UnitError as exc:
             logger.error("[%s] %s", self.config.unit, exc)
+        if guarded.pending is not waiting:
+            self._save()  # the start that waited is made (or given up): no longer to resume
 
     def _leftovers_seen(self) -> float | None:
         guarded, unguarded = self.responder.guarded, self.unguarded
@@ -240,7 +261,7 @@ class Daemon:
         if self.publish_due:
             deadlines.append(self.last_publish + PUBLISH_SPACING)
         unguarded = self.unguarded.next_deadline() if self.unguarded is not None else None
-        for wall in (self.responder.retry_at, unguarded):
+        for wall in (self.responder.retry_at, unguarded, self.responder.next_retry()):
             if wall is not None:
                 deadlines.append(now.monotonic + wall - now.wall)
         return max(min(deadlines, default=math.inf) - now.monotonic, 0.0)
@@ -271,7 +292,8 @@ class Daemon:
                             dict(self.responder.degraded), self.signs.vitals,
                             self.journal.entries_by_invocation.get(inv.invocation_id, 0) if inv else 0,
                             dict(self.follower.rejected), tuple(w.message for w in self.responder.timer_warnings),
-                            self.responder.why(inv.invocation_id if inv else None, self.clock.wall()))
+                            {**self.responder.why(inv.invocation_id if inv else None, self.clock.wall()),
+                             "journal": self.journal.document(self.clock.wall())})
         if self.exporter is not None:
             self.exporter.set_why(result.why)
         self.systemd.tell(result, self.clock.monotonic())

@@ -222,11 +222,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .app import Daemon, watchdog_interval_from_env
     from .clock import SystemClock
     from .commands.checkconfig import check_instance
+    from .config_trust import check_trusted
     from .sinks.actions import JournalAlerter, Notifier, SystemdUnit
     from .sinks.history import History
-    from .sinks.http import start_metrics
+    from .sinks.http import Rebinder, start_metrics
     from .sinks.state import StateStore
     from .sources.follow import JournalFollower
+    from .stages.respond import PRIORITY, Action
 
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
 
@@ -234,6 +236,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         path = instance_config(args.config)
         config = load_config(path)
         check_instance(config, args.instance, path)
+        check_trusted(path, config.profile_path)
         return config
 
     config = read_config()
@@ -244,10 +247,18 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise ConfigError("unit", f"{config.unit} is not loaded by systemd (not-found): is the name right?",
                           config.source)
     exporter, metrics_server = start_metrics(config)  # None when metrics.listen cannot be bound: runs on
+    alerter = JournalAlerter(config.unit)
+    rebinder = None if metrics_server is not None else Rebinder(
+        config.metrics_listen, exporter,
+        lambda why: alerter.alert(Action("alert", why, "metrics_unbound", PRIORITY["metrics_unbound"], cause="listen")))
+    from .sources.gpu import NvmlSource
+
     daemon = Daemon(config, follower=JournalFollower(config.unit, args.directory), unit=unit,
-                    alerter=JournalAlerter(config.unit), notifier=Notifier(), store=StateStore(state_dir, config.unit),
+                    alerter=alerter, notifier=Notifier(), store=StateStore(state_dir, config.unit),
                     clock=SystemClock(), watchdog_interval=watchdog_interval_from_env(), exporter=exporter,
-                    history=History(Path(state_dir) / f"{config.unit}.history.sqlite3"), reload=read_config)
+                    history=History(Path(state_dir) / f"{config.unit}.history.sqlite3"), reload=read_config,
+                    actions_off_the_loop=True, action_unit=SystemdUnit(config.unit),  # (its own D-Bus connection)
+                    gpu=NvmlSource())
 
     def stop(signum: int, frame: object) -> None:
         raise SystemExit(0)
@@ -266,6 +277,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         daemon.notifier.send("STOPPING=1")
         if metrics_server is not None:
             metrics_server.close()
+        if rebinder is not None:
+            rebinder.close()
     return EX_OK
 
 
@@ -315,7 +328,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .commands import report as report_command
 
     report_command.add_parser(sub)
-    from .commands import checkconfig, hold, init, logs, status, waitready
+    from .commands import checkconfig, hold, init, logs, status, vitals, waitready
 
     checkconfig.add_parser(sub)
 
@@ -324,6 +337,7 @@ def build_parser() -> argparse.ArgumentParser:
     hold.add_parser(sub)
     logs.add_parser(sub)
     waitready.add_parser(sub)
+    vitals.add_parser(sub)
     for command in sub.choices.values():
         command.epilog = exit_table()
         command.formatter_class = argparse.RawDescriptionHelpFormatter

@@ -16,6 +16,7 @@ from typing import Any, Callable, Mapping
 from .config_file import load_yaml, read_config_text, strip_lines
 
 # Re-exported: the section records are part of what a Config is.
+from .config_sections import CHAIN_LIMIT, chain_bound
 from .config_sections import Adaptive as Adaptive
 from .config_sections import EvidenceCapture as EvidenceCapture
 from .config_sections import HealthCheck as HealthCheck
@@ -42,6 +43,10 @@ class PhaseLimits:
     # With a learned deadline: a phase whose progress bar keeps moving may run past it, at its own
     # pace, up to this cap (the configured ceiling). None: the deadline is firm.
     cap: float | None = None
+    # The stall window in force while the rank's GPU is observed (NVML: vitals.gpu): a GPU that
+    # computes or moves data is a sign of life, so silence with an observed GPU means much more.
+    # None: the phase has no GPU work to see; `stall` applies.
+    gpu_stall: float | None = None
 
 
 # Sized for Kimi-K2.5 INT4 (547 GB) on 8 GPUs with an EAGLE-3 draft; see config/phasewatch.yaml.
@@ -50,11 +55,11 @@ DEFAULT_LIMITS: Mapping[Phase, PhaseLimits] = {
     Phase.DIST_INIT: PhaseLimits(600, 300),
     Phase.WEIGHT_LOAD: PhaseLimits(2700, 900),
     Phase.KV_CACHE_ALLOC: PhaseLimits(600, 600),
-    Phase.CUDA_GRAPH_CAPTURE: PhaseLimits(1800, 1200),
+    Phase.CUDA_GRAPH_CAPTURE: PhaseLimits(1800, 1200, gpu_stall=180),
     Phase.DRAFT_WEIGHT_LOAD: PhaseLimits(600, 300),
-    Phase.DRAFT_CUDA_GRAPH_CAPTURE: PhaseLimits(1200, 1200),
+    Phase.DRAFT_CUDA_GRAPH_CAPTURE: PhaseLimits(1200, 1200, gpu_stall=180),
     Phase.HTTP_SERVER_START: PhaseLimits(300, 300),
-    Phase.WARMUP: PhaseLimits(720, 660),
+    Phase.WARMUP: PhaseLimits(600, 540, gpu_stall=180),
     Phase.READY: PhaseLimits(None, None),
     Phase.SERVING: PhaseLimits(None, None),
     # DeepGEMM's pre-compile "typically 10-20 mins"; compiler child processes are signs of life (vitals.py).
@@ -87,6 +92,7 @@ class Config:
     crash_cause_wait: float = DEFAULT_CRASH_CAUSE_WAIT
     profile: Profile | None = None
     source: str | None = None
+    profile_path: str | None = None  # the file `profile` came from (config_trust checks who may write it)
     actions: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: dict(DEFAULT_ACTIONS))
     restart_budget: RestartBudget = RestartBudget()
     dry_run: bool = False
@@ -157,12 +163,16 @@ def parse_document(document: Any, path: str | None = None) -> Config:
         if name not in PHASE_NAMES:
             raise fail(f"phases.{name}", f"unknown phase (known: {', '.join(PHASE_NAMES)})", at)
         current = phases[Phase(name)]
-        values = {"deadline": current.deadline, "stall": current.stall}
+        values = {"deadline": current.deadline, "stall": current.stall, "gpu_stall": current.gpu_stall}
         for key, raw, key_at in _entries(spec, f"phases.{name}", at, "a mapping with deadline and/or stall", fail):
             if key not in values:
-                raise fail(f"phases.{name}.{key}", "unknown setting (known: deadline, stall)", key_at)
+                raise fail(f"phases.{name}.{key}", "unknown setting (known: deadline, stall, gpu_stall)", key_at)
             values[key] = _duration(raw, f"phases.{name}.{key}", key_at, fail)
-        phases[Phase(name)] = PhaseLimits(values["deadline"], values["stall"])
+        if isinstance(spec, dict) and "stall" in spec and "gpu_stall" not in spec:
+            # A stall window set alone bounds the shipped GPU one (none: no stall judgement at all).
+            stall, gpu = values["stall"], values["gpu_stall"]
+            values["gpu_stall"] = None if stall is None or gpu is None else min(stall, gpu)
+        phases[Phase(name)] = PhaseLimits(values["deadline"], values["stall"], gpu_stall=values["gpu_stall"])
 
     rank_skew = DEFAULT_RANK_SKEW
     if "rank_skew" in document:
@@ -251,8 +261,14 @@ def parse_document(document: Any, path: str | None = None) -> Config:
         if not timeout:
             raise fail("evidence.timeout", "expected a duration like 15s", at)
         evidence = replace(evidence, timeout=timeout)
+    for kind, listed in actions.items():
+        bound = chain_bound(listed, evidence.timeout, {name: h.timeout for name, h in hooks.items()})
+        if bound > CHAIN_LIMIT:
+            raise fail(f"actions.{kind}", f"the actions take up to {bound:g}s before the restart is asked for "
+                       f"(evidence.timeout, each hook's timeout, D-Bus): at most {CHAIN_LIMIT:g}s (docs/operations.md"
+                       ", \"Actions and their bounds\")", lines.get("actions"))
     return Config(unit=unit, engine=engine, phases=phases, rank_skew=rank_skew, crash_cause_wait=crash_cause_wait,
-                  profile=profile, source=path,
+                  profile=profile, source=path, profile_path=document.get("profile_path"),
                   actions=actions, restart_budget=budget, dry_run=dry_run, metrics_listen=listen, health=health,
                   adaptive=adaptive, vitals=vitals, rank_processes=rank_processes, evidence=evidence, hooks=hooks,
                   leftovers=_leftovers(document.get("leftovers", {}) or {}, lines.get("leftovers"), fail))
@@ -394,16 +410,16 @@ def _profile_file(raw: Any, line: int | None, config_path: str | None, fail: Fai
 
 def _vitals(doc: Any, line: int | None, fail: Fail) -> VitalsSampling:
     values: dict[str, Any] = {}
-    for key, raw, at in _entries(doc, "vitals", line, "a mapping with period, enabled", fail):
+    for key, raw, at in _entries(doc, "vitals", line, "a mapping with period, enabled, gpu", fail):
         if key == "period":
             parsed = _duration(raw, "vitals.period", at, fail)
             if parsed is None or parsed < 0.5:
                 raise fail("vitals.period", f"expected a duration of at least 0.5s, got {shown(raw)}", at)
             values["period"] = parsed
-        elif key == "enabled":
+        elif key in ("enabled", "gpu"):
             if not isinstance(raw, bool):
-                raise fail("vitals.enabled", f"expected true or false, got {shown(raw)}", at)
-            values["enabled"] = raw
+                raise fail(f"vitals.{key}", f"expected true or false, got {shown(raw)}", at)
+            values[key] = raw
         else:
-            raise fail(f"vitals.{key}", "unknown setting (known: period, enabled)", at)
+            raise fail(f"vitals.{key}", "unknown setting (known: period, enabled, gpu)", at)
     return VitalsSampling(**values)

@@ -115,7 +115,10 @@ _LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _con
 
 def load_yaml(text: str, path: str | None) -> Any:
     """A YAML document through the guarded loader; every refusal a ConfigError naming key, file, line."""
-    loader = _LineLoader(text)
+    try:
+        loader = _LineLoader(text)  # its reader refuses control characters here already
+    except yaml.YAMLError as exc:
+        raise ConfigError("config", f"invalid YAML: {getattr(exc, 'problem', None) or exc}", path) from None
     try:
         node = loader.get_single_node()
         if node is None:

@@ -68,6 +68,9 @@ class VitalsSampling:
 
     period: float = 5.0
     enabled: bool = True
+    # Each rank's GPU through NVML (sources/gpu.py) where it is there: a GPU that computes or moves
+    # data is a sign of life, and the GPU phases' `gpu_stall` windows are in force while it is observed.
+    gpu: bool = True
 
 
 @dataclass(frozen=True)
@@ -80,3 +83,21 @@ class Adaptive:
     min_samples: int = 5
     floor: float = 0.25
     ceiling: float = 2.0
+
+
+# The action chain of one verdict runs off the loop, in the action worker (sinks/acting.py): the
+# watchdog never waits on it. What it delays is the restart: a hung start-up waits for its evidence
+# and its hooks. CHAIN_LIMIT bounds that wait; each child may also take CHILD_REAP to be killed and
+# reaped (then it is abandoned), and one D-Bus call DBUS_CALL (sd-bus's default call timeout).
+CHAIN_LIMIT = 300.0
+CHILD_REAP = 1.0  # a killed child is waited on this long, then abandoned (sinks/children.py)
+DBUS_CALL = 25.0  # sd-bus's default method-call timeout: one RestartUnit
+EVIDENCE_TOOLS = 3  # py-spy --native, py-spy, nvidia-smi: each may need its reap past the deadline
+
+
+def chain_bound(actions: tuple[str, ...], evidence_timeout: float, hook_timeouts: dict[str, float]) -> float:
+    """Seconds a verdict's actions may take before its restart is asked for, and the restart's call."""
+    bound = evidence_timeout + EVIDENCE_TOOLS * CHILD_REAP if "evidence" in actions else 0.0
+    bound += sum(hook_timeouts.get(a.removeprefix("hook:"), 0.0) + CHILD_REAP for a in dict.fromkeys(actions)
+                 if a.startswith("hook:"))
+    return bound + (DBUS_CALL if "restart" in actions else 0.0)

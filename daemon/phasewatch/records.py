@@ -96,6 +96,7 @@ class AlertKind(enum.StrEnum):
     STATE_DEGRADED = "state_degraded"  # the state directory cannot be written
     TIMER_LINT = "timer_lint"  # an engine or systemd timer ends a phase before a limit can (stages/timerlint.py)
     RESTART_BLOCKED = "restart_blocked"  # processes of the stopped start-up survived (sinks/leftovers.py)
+    METRICS_UNBOUND = "metrics_unbound"  # metrics.listen cannot be bound: no /metrics, /status (sinks/http.py)
 
 
 class MessageId(enum.StrEnum):
@@ -112,6 +113,7 @@ class MessageId(enum.StrEnum):
     STATE_DEGRADED = "8d4c3f6b2a1e4e0f9b7d5c3a1f2e4d7a"  # not a verdict: the state directory failed
     TIMER_LINT = "8d4c3f6b2a1e4e0f9b7d5c3a1f2e4d7b"  # not a verdict: a timer pre-empts a limit
     RESTART_BLOCKED = "8d4c3f6b2a1e4e0f9b7d5c3a1f2e4d7c"
+    METRICS_UNBOUND = "8d4c3f6b2a1e4e0f9b7d5c3a1f2e4d7d"  # not a verdict: metrics.listen is taken
 
 
 @dataclass(frozen=True)
@@ -283,6 +285,7 @@ class EventKind(enum.Enum):
     PROBE_FAILED = "probe_failed"
     HEARTBEAT = "heartbeat"  # a line a process prints on a timer while it waits: no sign that anything moved
     RANK_PROGRESS = "rank_progress"  # a sign of life from /proc (vitals.py): data taken in, a compiler ran
+    RANK_GPU = "rank_gpu"  # the rank's GPU was observed over a vitals period (cause: its state; text: what it did)
 
 
 @dataclass(frozen=True)

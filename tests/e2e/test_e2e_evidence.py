@@ -44,6 +44,13 @@ def test_stacks_of_the_hung_rank_are_captured_before_the_restart(scenario: Scena
     assert (status["previous_startup"]["verdict"], status["previous_startup"]["evidence"]) == ("stalled", path)
 
 
+def move_to(scenario: Scenario, pid: str, group: str) -> None:
+    """Moves `pid` into `group` (made if need be) in every cgroup hierarchy mounted (v1 hybrid or v2)."""
+    steps = [f"if [ -e {root}/cgroup.procs ]; then mkdir -p {root}{group}; echo {pid} > {root}{group}/cgroup.procs; fi"
+             for root in ("/sys/fs/cgroup", "/sys/fs/cgroup/unified", "/sys/fs/cgroup/systemd")]
+    scenario.box.run("sh", "-c", " ; ".join(steps) + " ; true", check=False)
+
+
 def test_a_rank_that_escaped_the_cgroup_blocks_the_start_until_it_is_gone(scenario: Scenario) -> None:
     scenario.box.write("/etc/polkit-1/rules.d/51-phasewatch-leftovers.rules",
                        (REPO / "units" / "polkit" / "51-phasewatch-leftovers.rules.example").read_text())
@@ -52,8 +59,9 @@ def test_a_rank_that_escaped_the_cgroup_blocks_the_start_until_it_is_gone(scenar
                        leftovers={"check": True, "wait": "5m"})
     scenario.start()
     scenario.sim("--scale 0.01")
-    # A scheduler of this start-up outside the unit's cgroup that ignores SIGTERM (DP schedulers
-    # reparented by a crashed launcher look like this).
+    # A scheduler of this start-up that ignores SIGTERM and leaves the unit's cgroup while the stop
+    # runs (DP schedulers reparented by a crashed launcher look like this). A process only titled as a
+    # rank is nobody's survivor (PROBE-S3 C-2): this one was in the unit's cgroup when the stop began.
     scenario.box.run("sh", "-c", "setsid systemd-run --scope --unit=escaped-rank -q bash -c "
                      "\"trap '' TERM; exec -a sglang::scheduler_TP3 sleep 600\" </dev/null >/dev/null 2>&1 &")
     procs = " ".join(f"{root}/system.slice/escaped-rank.scope/cgroup.procs"
@@ -61,6 +69,10 @@ def test_a_rank_that_escaped_the_cgroup_blocks_the_start_until_it_is_gone(scenar
     pid = scenario.box.wait_for(
         lambda: scenario.box.run("sh", "-c", f"cat {procs} 2>/dev/null | head -1", check=False).stdout.strip(),
         20, "the escaped rank")
+    move_to(scenario, pid, scenario.unit("ControlGroup")["ControlGroup"])
+    scenario.box.wait_for(lambda: scenario.unit("ActiveState")["ActiveState"] == "deactivating", 90,
+                          "phasewatch's stop", interval=0.05)
+    move_to(scenario, pid, "/escaped.leaf")  # out of the unit's cgroup before systemd's SIGKILL (TimeoutStopSec=5s)
     blocked = scenario.box.wait_for(
         lambda: [a for a in scenario.alerts() if a.get("PHASEWATCH_VERDICT") == "restart_blocked"], 90,
         "the restart_blocked alert")
@@ -80,28 +92,27 @@ def test_a_rank_that_escaped_the_cgroup_blocks_the_start_until_it_is_gone(scenar
 
 def test_an_operators_restart_during_a_startup_is_checked_for_leftovers(scenario: Scenario) -> None:
     # No leftovers.check: the check after a stop phasewatch did not make is on by default (alert only).
+    # PROBE-S3 M-2: a process only titled as a rank, in a scope of another user, is none of the old
+    # start-up's: checked, nothing survived, no critical alert (the old start-up's own rank still alive
+    # after such a stop is: tests/unit/test_unguarded_stops.py).
     scenario.configure("--scale 0.01 --hang TP3:draft_cuda_graph_capture")
     scenario.start()
     scenario.box.wait_for(lambda: scenario.lines("Capture draft cuda graph begin"), 60, "the draft capture")
-    scenario.box.run("sh", "-c", "setsid systemd-run --scope --unit=escaped-rank -q bash -c "
-                     "\"trap '' TERM; exec -a sglang::scheduler_TP3 sleep 600\" </dev/null >/dev/null 2>&1 &")
-    procs = " ".join(f"{root}/system.slice/escaped-rank.scope/cgroup.procs"
+    scenario.box.run("sh", "-c", "setsid systemd-run --scope --slice=user-65534.slice --unit=session-9 --uid=65534 "
+                     "--gid=65534 -q bash -c \"exec -a sglang::scheduler_TP3 sleep 600\" </dev/null >/dev/null 2>&1 &")
+    procs = " ".join(f"{root}/user.slice/user-65534.slice/session-9.scope/cgroup.procs"
                      for root in ("/sys/fs/cgroup", "/sys/fs/cgroup/unified", "/sys/fs/cgroup/systemd"))
     pid = scenario.box.wait_for(
         lambda: scenario.box.run("sh", "-c", f"cat {procs} 2>/dev/null | head -1", check=False).stdout.strip(),
-        20, "the escaped rank")
+        20, "the titled process in uid 65534's session")
     scenario.sim("--scale 0.01")
     scenario.box.systemctl("restart", UNIT)  # the operator's: systemd starts again at once
+    [first] = scenario.invocations()[:1]
     try:
-        blocked = scenario.box.wait_for(
-            lambda: [a for a in scenario.alerts() if a.get("PHASEWATCH_VERDICT") == "restart_blocked"], 30,
-            "the restart_blocked alert")
+        scenario.box.wait_for(lambda: f"start-up {first['INVOCATION_ID']} ended before ready; nothing of it "
+                              "survived" in scenario.watcher_log(), 30, "the leftovers check")
     except AssertionError as exc:
         raise AssertionError(f"{exc}\nphasewatch said:\n{scenario.watcher_log()}") from None
-    [first] = scenario.invocations()[:1]
-    assert f"pid {pid} (sglang::scheduler_TP3" in blocked[0]["MESSAGE"] and blocked[0]["PRIORITY"] == "2"
-    assert "cannot hold a start systemd makes by itself" in blocked[0]["MESSAGE"]
-    assert blocked[0]["PHASEWATCH_INVOCATION"] == first["INVOCATION_ID"]  # the start-up that left it behind
-    assert len(blocked) == 1
+    assert [a for a in scenario.alerts() if a.get("PHASEWATCH_VERDICT") == "restart_blocked"] == []
     assert len(scenario.invocations()) == 2, [(a["PHASEWATCH_VERDICT"], a["MESSAGE"]) for a in scenario.alerts()]
     scenario.box.run("kill", "-9", pid)

@@ -77,6 +77,7 @@ def test_connection_reset_is_counted_not_traced(server: MetricsServer, capfd: py
 
 def test_concurrency_is_bounded(server: MetricsServer, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(metrics._Handler, "timeout", 30.0)  # the idle ones hold their slots
+    monkeypatch.setattr(metrics, "MAX_PER_PEER", metrics.MAX_CONNECTIONS)  # the bound over all peers
     idle = [socket.create_connection(("127.0.0.1", server.address[1]), timeout=5)
             for _ in range(metrics.MAX_CONNECTIONS + 3)]
     try:

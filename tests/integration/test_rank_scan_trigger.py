@@ -31,9 +31,9 @@ class CountingTable(ProcessTable):
         super().__init__(cgroup_roots=(str(cgroup_root),))
         self.scans = 0
 
-    def ranks(self, control_group: str, host_wide: bool = False) -> list[RankProcess]:
+    def ranks(self, control_group: str, host_wide: bool = False, since: float | None = None) -> list[RankProcess]:
         self.scans += 1
-        return super().ranks(control_group, host_wide)
+        return super().ranks(control_group, host_wide, since)
 
 
 def titled_child() -> subprocess.Popen[bytes]:

@@ -30,7 +30,8 @@ from phasewatch.errors import (
 UNIT = "sglang-kimi.service"
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "config" / "phasewatch.yaml"
-COMMANDS = ("replay", "run", "report", "check-config", "init", "status", "hold", "release", "logs", "wait-ready")
+COMMANDS = ("replay", "run", "report", "check-config", "init", "status", "hold", "release", "logs", "wait-ready",
+            "vitals")
 
 
 def run(argv: Sequence[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:

@@ -140,7 +140,7 @@ def test_parse_config_full() -> None:
     assert config.limits(Phase.WEIGHT_LOAD) == PhaseLimits(5400.0, 1200.0)
     # A phase's unset key keeps its default.
     capture_stall = DEFAULT_LIMITS[Phase.CUDA_GRAPH_CAPTURE].stall
-    assert config.limits(Phase.CUDA_GRAPH_CAPTURE) == PhaseLimits(2700.0, capture_stall)
+    assert config.limits(Phase.CUDA_GRAPH_CAPTURE) == PhaseLimits(2700.0, capture_stall, gpu_stall=180)
     assert config.limits(Phase.WARMUP) == PhaseLimits(DEFAULT_LIMITS[Phase.WARMUP].deadline, None)
     assert config.limits(Phase.DIST_INIT) == DEFAULT_LIMITS[Phase.DIST_INIT]
 
@@ -261,7 +261,7 @@ def test_error_nan_duration() -> None:
 
 
 def test_error_unknown_phase_setting() -> None:
-    message = r"^phases\.warmup\.timeout: unknown setting \(known: deadline, stall\)"
+    message = r"^phases\.warmup\.timeout: unknown setting \(known: deadline, stall, gpu_stall\)"
     with pytest.raises(ConfigError, match=message + where(3)):
         parse_config("phases:\n  warmup:\n    timeout: 5m\n", FILE)
 

@@ -4,7 +4,10 @@ restart (the hold is a file in the state directory), and the hold ends by itself
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
+
+import pytest
 
 from fakes import ScriptedJournal
 from phasewatch.app import Daemon
@@ -63,14 +66,16 @@ def test_a_hold_is_respected_across_a_daemon_restart_and_ends_by_itself(tmp_path
 
 
 def test_hold_and_release_from_the_command_line(tmp_path: Path, capsys: object) -> None:
+    StateStore(tmp_path, UNIT).path.write_text("{}")  # the daemon watches it (H-5: else refused)
     assert main(["hold", UNIT, "--for", "1h", "--reason", "bisecting a driver", "--state-dir", str(tmp_path)]) == 0
-    hold = HoldFile(tmp_path, UNIT).read(T0 - 1e9)  # written for "now": in force at any earlier time
+    hold = HoldFile(tmp_path, UNIT).read(time.time())  # written for "now": in force now
     assert hold is not None and hold.reason == "bisecting a driver"
     assert main(["release", UNIT, "--state-dir", str(tmp_path)]) == 0
-    assert HoldFile(tmp_path, UNIT).read(T0 - 1e9) is None
+    assert HoldFile(tmp_path, UNIT).read(time.time()) is None
 
 
 def test_a_hold_without_an_end_is_refused(tmp_path: Path) -> None:
+    StateStore(tmp_path, UNIT).path.write_text("{}")
     assert main(["hold", UNIT, "--for", "never", "--reason", "x", "--state-dir", str(tmp_path)]) != 0
     assert not HoldFile(tmp_path, UNIT).path.exists()
 
@@ -117,3 +122,47 @@ def test_a_broken_last_restart_in_the_state_file_is_dropped_not_fatal(tmp_path: 
     kept = decode({"last_restart": {"invocation_id": "a", "verdict": "stalled", "message": "m", "evidence": None,
                                     "junk": [1]}}).last_restart
     assert kept == {"invocation_id": "a", "verdict": "stalled", "message": "m", "evidence": None}
+
+
+def test_probe_h5_hold_takes_the_short_name_status_takes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """PROBE-S3 H-5: `hold sglang-kimi` wrote sglang-kimi.hold.json; the daemon reads
+    sglang-kimi.service.hold.json, so nothing was held."""
+    StateStore(tmp_path, UNIT).path.write_text("{}")
+    assert main(["hold", "sglang-kimi", "--for", "1h", "--reason", "bisecting", "--state-dir", str(tmp_path)]) == 0
+    assert HoldFile(tmp_path, UNIT).read(time.time()) is not None  # the file the daemon reads
+    assert not (tmp_path / "sglang-kimi.hold.json").exists()
+    assert "sglang-kimi.service: held for 1h" in capsys.readouterr().out
+    assert main(["release", "sglang-kimi", "--state-dir", str(tmp_path)]) == 0
+    assert HoldFile(tmp_path, UNIT).read(time.time()) is None
+
+
+@pytest.mark.parametrize("name", ["sglang-kmi.service", "sglang-kmi", "../../etc/x.service"])
+def test_probe_h5_a_unit_nothing_names_is_refused(tmp_path: Path, name: str,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    StateStore(tmp_path, UNIT).path.write_text("{}")
+    assert main(["hold", name, "--for", "1h", "--reason", "x", "--state-dir", str(tmp_path)]) == 64
+    assert main(["release", name, "--state-dir", str(tmp_path)]) == 64
+    err = capsys.readouterr().err
+    assert "is the name right?" in err or "is no unit name" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"{UNIT}.state.json"]
+
+
+def test_probe_l1_a_symlink_is_not_followed_for_reading_or_writing(tmp_path: Path) -> None:
+    target = tmp_path / "elsewhere.json"
+    target.write_text(json.dumps({"until": T0 + 60, "reason": "x"}))
+    HoldFile(tmp_path, UNIT).path.symlink_to(target)
+    assert HoldFile(tmp_path, UNIT).read(T0) is None
+    HoldFile(tmp_path, UNIT).path.with_suffix(".tmp").symlink_to(tmp_path / "victim")
+    HoldFile(tmp_path, UNIT).write(Hold(T0 + 60, "y"))
+    assert not (tmp_path / "victim").exists() and HoldFile(tmp_path, UNIT).read(T0) == Hold(T0 + 60, "y")
+
+
+@pytest.mark.parametrize("until", ["9" * 400, "9" * 4000, "1e308", "1e18", str(2**70), "true"])
+def test_probe_l1_an_absurd_until_is_no_hold_and_no_crash(tmp_path: Path, until: str) -> None:
+    HoldFile(tmp_path, UNIT).path.write_text(f'{{"until": {until}, "reason": "x"}}')
+    assert HoldFile(tmp_path, UNIT).read(T0) is None
+
+
+def test_a_hold_of_a_year_is_still_a_hold(tmp_path: Path) -> None:
+    HoldFile(tmp_path, UNIT).write(Hold(T0 + 365 * 86400, "long"))
+    assert HoldFile(tmp_path, UNIT).read(T0) is not None

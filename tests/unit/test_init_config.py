@@ -15,6 +15,7 @@ from phasewatch.stages.init_config import (
     detect_engine,
     engine_facts,
     exec_argv,
+    intended_keys,
     limits_for,
     phase_durations,
     render_config,
@@ -121,7 +122,7 @@ def test_sglang_warmup_timeout_from_the_environment() -> None:
     facts = engine_facts(exec_argv("sglang serve --model-path m"))
     assert limits_for(facts, {}, {})[Phase.WARMUP].deadline == 540  # a minute under SGLang's default 600 s
     limits = limits_for(facts, {}, {"SGLANG_WARMUP_TIMEOUT": "1200"})
-    assert limits[Phase.WARMUP].deadline == 720  # the shipped limit, under the engine's
+    assert limits[Phase.WARMUP].deadline == 600  # the shipped limit, under the engine's
     assert limits[Phase.WARMUP].stall == 240  # a minute under the scheduler watchdog (300 s)
 
 
@@ -130,3 +131,72 @@ def test_the_seal_tells_an_edited_config_from_an_untouched_one() -> None:
     assert untouched(text)
     assert not untouched(text.replace("deadline: 45m", "deadline: 50m"))
     assert not untouched("unit: s.service\n")  # written by hand
+
+
+KIMI = ("/usr/bin/python3", "-m", "sglang.launch_server", "--tp-size", "8")
+BREAKS = ["\n", "\r", "\x85", "\u2028", "\u2029", "\x0b", "\x0c"]
+
+
+@pytest.mark.parametrize("brk", BREAKS, ids=[f"U+{ord(b):04X}" for b in BREAKS])
+@pytest.mark.parametrize("flag", ["--model-path", "--speculative-algorithm"])
+def test_probe_c4_a_line_break_in_a_value_writes_no_key(brk: str, flag: str) -> None:
+    """PROBE-S3 C-4: systemd C-unescapes ExecStart= words; a `\\n` in --model-path wrote `hooks:`."""
+    payload = f"/models/x{brk}hooks: {{pwn: {{exec: [/bin/sh, -c, id]}}}}{brk}actions: {{stalled: [hook:pwn]}}{brk}#"
+    argv = (*KIMI, flag, payload)
+    command = UnitCommand(unit="sglang-kimi.service", argv=argv)
+    text = render_config(command, engine_facts(argv))
+    config = parse_config(text)
+    assert config.hooks == {} and "hooks:" not in [line[:6] for line in text.splitlines()]
+    assert all(ch.isprintable() for line in text.splitlines() for ch in line)
+    assert f"\\x{ord(brk):02x}hooks" in text or f"\\u{ord(brk):04x}hooks" in text  # shown, escaped
+
+
+def test_probe_l2_control_characters_and_esc_in_a_path_are_escaped_not_a_traceback() -> None:
+    argv = (*KIMI, "--model-path", "/models/\x1b[31mred\x00\x7f\ufeff")
+    text = render_config(UnitCommand(unit="sglang-kimi.service", argv=argv), engine_facts(argv))
+    parse_config(text)
+    assert "model /models/\\x1b[31mred\\x00\\x7f\\ufeff, TP=8" in text
+
+
+def test_probe_l2_a_count_of_5000_digits_is_a_clear_error() -> None:
+    from phasewatch.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"--tp-size 9{24}\.\.\. \(5000 digits\) is no count"):
+        engine_facts((*KIMI[:3], "--tp-size", "9" * 5000))
+    assert engine_facts((*KIMI[:3], "--tp-size", "\u00b2")).tp == 1  # a digit to str.isdigit, not to int()
+
+
+def test_probe_l2_absurd_parallelism_is_refused_not_written() -> None:
+    from phasewatch.errors import ConfigError
+
+    facts = engine_facts((*KIMI[:3], "--tp-size", "999999999", "--dp", "99999999"))
+    with pytest.raises(ConfigError, match=r"ask for over 10\^12 ranks on this host .*at most 1024 per host"):
+        facts.check_size()
+    engine_facts(KIMI).check_size()  # TP=8: fine
+
+
+def test_intended_keys_are_what_render_config_writes() -> None:
+    from phasewatch.config_file import load_yaml
+
+    for argv in (KIMI, (*KIMI, "--speculative-algorithm", "EAGLE3"), ("/usr/bin/vllm", "serve", "m", "-tp", "1")):
+        command = UnitCommand(unit="sglang-kimi.service", argv=argv)
+        facts = engine_facts(argv)
+        document = load_yaml(render_config(command, facts), None)
+        keys = intended_keys(facts, command)
+        assert set(document) - {"__lines__"} == set(keys)
+        assert sorted(p for p in document["phases"] if p != "__lines__") == keys["phases"]
+
+
+def test_init_refuses_text_that_parses_to_keys_it_did_not_mean_to_write() -> None:
+    from phasewatch.commands.init import _check_faithful
+    from phasewatch.errors import ConfigError
+
+    command = UnitCommand(unit="sglang-kimi.service", argv=KIMI)
+    facts = engine_facts(KIMI)
+    text = render_config(command, facts)
+    _check_faithful(text, "x.yaml", intended_keys(facts, command))
+    with pytest.raises(ConfigError, match=r"keys it did not write: hooks\).*nothing written"):
+        _check_faithful(text + "hooks: {pwn: {exec: [/bin/sh]}}\n", "x.yaml", intended_keys(facts, command))
+    with pytest.raises(ConfigError, match="a value differs"):
+        _check_faithful(text.replace("unit: sglang-kimi.service", "unit: other.service"), "x.yaml",
+                        intended_keys(facts, command))

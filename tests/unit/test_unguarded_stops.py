@@ -78,22 +78,25 @@ def test_a_startup_followed_by_a_newer_one_is_over_even_if_its_end_was_not_seen(
     assert alerts == [] and stops.survivors_seen_at is None  # checked: nothing survived
 
 
-def proc(root: Path, pid: int, title: str, cgroup: str) -> None:
+def proc(root: Path, pid: int, title: str, cgroup: str, started: int = 1000) -> None:
     (root / "proc" / str(pid)).mkdir(parents=True)
     (root / "proc" / str(pid) / "cmdline").write_bytes(title.encode() + b"\0")
     (root / "proc" / str(pid) / "cgroup").write_text(f"0::{cgroup}\n")
+    (root / "proc" / str(pid) / "stat").write_text(f"{pid} (x) S {' '.join(['0'] * 18)} {started} 0 0\n")
+    (root / "proc" / str(pid) / "status").write_text("Uid:\t0\t0\t0\t0\n")
 
 
-def test_unguarded_survivors_are_old_ranks_still_alive_and_rank_titles_outside_services(tmp_path: Path) -> None:
+def test_unguarded_survivors_are_old_ranks_still_alive_never_a_title_elsewhere(tmp_path: Path) -> None:
+    """PROBE-S3 M-2: a rank title in another user's scope raised a critical `restart_blocked`."""
     group = "/system.slice/sglang-kimi.service"
     proc(tmp_path, 10, "sglang::scheduler_TP0", group)  # the new start-up's TP0 in the unit's cgroup
     proc(tmp_path, 11, "sglang::scheduler_TP3", "/system.slice/run-r1.scope")  # escaped
     proc(tmp_path, 12, "sglang::scheduler_TP5", group)  # the old TP5, left in the cgroup
     proc(tmp_path, 13, "python3 worker", group)  # the old TP6's pid, reused by another process
     scan = LeftoverScan(ProcessTable(proc=str(tmp_path / "proc"), cgroup_roots=(str(tmp_path / "cg"),)))
-    old = {12: "TP5", 13: "TP6", 14: "TP7"}
-    assert [s.pid for s in scan.unguarded(old)] == [11, 12]
-    assert [s.pid for s in scan.unguarded(old, titles=False)] == [12]  # rank_processes: host
+    proc(tmp_path, 15, "sglang::scheduler_TP4", group, started=9000)  # the old TP4's pid, reused by a copy
+    old = {12: "TP5", 13: "TP6", 14: "TP7", 15: "TP4"}
+    assert [s.pid for s in scan.unguarded(old, {12: 1000, 15: 1000})] == [12]
 
 
 def daemon_with_history(tmp_path: Path) -> tuple[Daemon, ScriptedJournal, History]:

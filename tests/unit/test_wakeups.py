@@ -71,9 +71,9 @@ class CountingTable(ProcessTable):
         super().__init__(proc=str(root / "proc"), cgroup_roots=(str(root / "cg"),))
         self.scans = 0
 
-    def ranks(self, control_group: str, host_wide: bool = False) -> list[RankProcess]:
+    def ranks(self, control_group: str, host_wide: bool = False, since: float | None = None) -> list[RankProcess]:
         self.scans += 1
-        return super().ranks(control_group, host_wide)
+        return super().ranks(control_group, host_wide, since)
 
 
 def fixture_unit(root: Path, titles: dict[int, bytes]) -> None:

@@ -8,18 +8,38 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any
 
 from ..durations import format_duration, parse_duration
 from ..errors import EX_OK, UsageError
+from ..instances import config_names, watched_unit
 from ..sinks.hold import HoldFile
+from ..sources.current import CONFIG_DIRS
 from ..stages.respond import Hold
+
+UNIT_NAME = re.compile(r"[\w:.@\\-]+\.(?:service|scope)")  # as a config's `unit:`
 
 
 def _state_dir(args: argparse.Namespace) -> Path:
     return Path(args.state_dir or os.environ.get("STATE_DIRECTORY", "").split(":")[0] or "/var/lib/phasewatch")
+
+
+def known_unit(args: argparse.Namespace) -> str:
+    """The unit as `status` reads it (`sglang-kimi` -> `sglang-kimi.service`), if a phasewatch config or
+    a file in the state directory names it; a typo is refused (a hold on it would hold nothing)."""
+    unit = watched_unit(args.unit)
+    if not UNIT_NAME.fullmatch(unit) or unit.startswith("."):
+        raise UsageError(f"{args.unit!r} is no unit name (like sglang-kimi or sglang-kimi.service)")
+    state = _state_dir(args)
+    configs = [Path(directory) / name for directory in CONFIG_DIRS for name in config_names(unit)]
+    files = [state / f"{unit}.{kind}.json" for kind in ("state", "status", "hold")]
+    if not any(path.exists() for path in (*configs, *files)):
+        raise UsageError(f"{unit}: no phasewatch config ({configs[0]}) and no state in {state} name it: is "
+                         "the name right? (phasewatch status UNIT shows what phasewatch watches)")
+    return unit
 
 
 def cmd_hold(args: argparse.Namespace) -> int:
@@ -29,17 +49,19 @@ def cmd_hold(args: argparse.Namespace) -> int:
         raise UsageError(f"--for: {exc}") from None
     if not seconds or seconds <= 0:
         raise UsageError("--for: expected a duration like 1h (a hold always ends by itself)")
+    unit = known_unit(args)
     now = time.time()
-    HoldFile(_state_dir(args), args.unit).write(Hold(now + seconds, args.reason))
+    HoldFile(_state_dir(args), unit).write(Hold(now + seconds, args.reason))
     until = time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(now + seconds))
-    print(f"{args.unit}: held for {format_duration(seconds)}, until {until}: verdicts are alerted, "
+    print(f"{unit}: held for {format_duration(seconds)}, until {until}: verdicts are alerted, "
           "nothing is restarted")
     return EX_OK
 
 
 def cmd_release(args: argparse.Namespace) -> int:
-    removed = HoldFile(_state_dir(args), args.unit).remove()
-    print(f"{args.unit}: released" if removed else f"{args.unit}: was not held")
+    unit = known_unit(args)
+    removed = HoldFile(_state_dir(args), unit).remove()
+    print(f"{unit}: released" if removed else f"{unit}: was not held")
     return EX_OK
 
 

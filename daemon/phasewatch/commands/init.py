@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import parse_config
+from ..config_file import load_yaml
 from ..errors import EX_CANTCREAT, ConfigError, PhasewatchError, UnitError
 from ..instances import config_names, watched_unit, watcher_of
 from ..profile import load_builtin_profile
@@ -27,6 +28,8 @@ from ..stages.init_config import (
     LOG_RATE_BURST_NEEDED,
     UnitCommand,
     engine_facts,
+    intended_keys,
+    one_line,
     phase_durations,
     render_config,
     sealed,
@@ -98,15 +101,17 @@ def cmd_init(args: argparse.Namespace) -> int:
     facts = engine_facts(command.argv)
     if facts.engine is None:
         raise ConfigError("engine", f"{unit}'s ExecStart= runs no engine phasewatch knows (sglang, vllm): "
-                          f"{' '.join(command.argv)[:200]}")
+                          f"{one_line(' '.join(command.argv)[:200])}")
     try:
         load_builtin_profile(facts.engine)
     except PhasewatchError:
         raise ConfigError("engine", f"{unit} runs {facts.engine}, which this phasewatch has no built-in "
                           "profile for yet") from None
+    facts.check_size()
     text = sealed(render_config(command, facts))
     path = Path(args.directory_out) / config_names(unit)[0]
     parse_config(text, str(path))  # what init writes, check-config accepts: checked before writing
+    _check_faithful(text, str(path), intended_keys(facts, command))
     if args.dry_run:
         sys.stdout.writelines(terminal_safe(line) + "\n" for line in text.splitlines())
         return 0
@@ -131,6 +136,25 @@ def cmd_init(args: argparse.Namespace) -> int:
     print(f"wrote {path} ({facts.engine}, TP={facts.tp}"
           + (f", speculative {facts.speculative}" if facts.speculative else "") + ")")
     return _next_steps(command, path)
+
+
+def _check_faithful(text: str, path: str, intended: dict[str, object]) -> None:
+    """The text parses back to exactly the keys init meant to write (values it names: the unit, the
+    engine, the phases): a value of the unit that made a key of its own is refused, nothing written."""
+    document = load_yaml(text, path) or {}
+    document.pop("__lines__", None)
+    found: dict[str, object] = {key: None for key in document}
+    for key in ("unit", "engine"):
+        if key in document:
+            found[key] = document[key]
+    if isinstance(document.get("phases"), dict):
+        found["phases"] = sorted(str(phase) for phase in document["phases"] if phase != "__lines__")
+    if found != intended:
+        extra = sorted(set(found) - set(intended))
+        raise ConfigError("config", "init's text does not parse back to the config it meant to write ("
+                          + (f"keys it did not write: {', '.join(map(one_line, map(str, extra)))}" if extra else
+                             "a value differs") + "): a value of the unit's ExecStart= or Environment= is not "
+                          "plain text; nothing written", path)
 
 
 def _next_steps(command: UnitCommand, path: Path) -> int:

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import signal
 import sys
 import time
-from typing import TYPE_CHECKING, Any, Callable, TextIO
+from typing import Any, Callable, TextIO
 
 from ..config import Config
 from ..durations import format_duration, shown
@@ -43,10 +44,8 @@ from ..sources.current import CurrentStartup, StartPoint, find_start, resolve_co
 from ..sources.follow import JournalFollower
 from ..stages.timerlint import UnitTimers, lint
 from ..stages.verdict_lines import VerdictLine, grouped
+from .daemon_answer import TOTAL_DEADLINE, check_owner, get
 from .status_line import oneline
-
-if TYPE_CHECKING:
-    import httpx
 
 EXIT_FAILING, EXIT_UNKNOWN = EXIT_WILL_NOT_BE_READY, EXIT_UNKNOWN_UNIT
 FAILING_VERDICTS = FAILING
@@ -81,25 +80,23 @@ def daemon_invocation(unit: str) -> str | None:
     return None
 
 
-def ask_daemon(config: Config, timeout: float = DAEMON_TIMEOUT, transport: httpx.BaseTransport | None = None,
+def ask_daemon(config: Config, timeout: float = DAEMON_TIMEOUT,
                expected_invocation: Callable[[str], str | None] = daemon_invocation) -> dict[str, Any] | None:
     """The daemon's `/status` document; None when nothing answers on metrics.listen. ForeignDaemon
-    when something answers that is not this unit's daemon (another unit's, or another process that
-    took the port first): its document is never shown as this unit's state."""
-    import httpx  # here: every command's start-up (replay's too) would pay for it
-
+    when something answers that is not this unit's daemon (another unit's, another user's process
+    that took the port first, one too slow or too big: commands/daemon_answer.py): its document is
+    never shown as this unit's state."""
     url = status_url(config.metrics_listen)
-    try:
-        with httpx.Client(trust_env=False, timeout=timeout, transport=transport) as client:
-            response = client.get(url)
-    except httpx.HTTPError:
+    answer = get(url, deadline=max(timeout, TOTAL_DEADLINE))
+    if answer is None:
         return None
+    status_code, body = answer
     try:
-        document = response.json() if response.status_code == 200 else None
+        document = json.loads(body) if status_code == 200 else None
     except ValueError:
         document = None
     if not isinstance(document, dict) or not isinstance(document.get("daemon"), dict):
-        raise ForeignDaemon(f"{url} answers (HTTP {response.status_code}), but not with a phasewatch /status")
+        raise ForeignDaemon(f"{url} answers (HTTP {status_code}), but not with a phasewatch /status")
     if document.get("unit") != config.unit:
         raise ForeignDaemon(f"{url} is the phasewatch daemon of {shown(document.get('unit'))}, not of {config.unit}")
     claimed = document["daemon"].get("invocation_id")
@@ -107,6 +104,7 @@ def ask_daemon(config: Config, timeout: float = DAEMON_TIMEOUT, transport: httpx
     if expected is not None and claimed != expected:
         raise ForeignDaemon(f"{url} names daemon invocation {shown(claimed)}, but "
                             f"{watcher_of(config.unit)} runs as invocation {expected}")
+    check_owner(url)  # last: an answer that copies both the unit and the invocation passes the above
     document.setdefault("source", "daemon")
     return document
 
@@ -278,6 +276,9 @@ def _vitals_lines(document: dict[str, Any]) -> list[str]:
     out.extend(f"  {label}: {rank.get('text')}" for label, rank in vitals["ranks"].items() if isinstance(rank, dict))
     if vitals.get("unit"):
         out.append(f"  unit: {vitals['unit']}")
+    source = vitals.get("gpu_source")
+    if isinstance(source, dict) and source.get("state") in ("unavailable", "stuck"):
+        out.append(f"  GPU: {source.get('problem')} (the GPU phases' long stall windows are in force)")
     return out
 
 

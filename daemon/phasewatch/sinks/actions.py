@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping
@@ -41,6 +42,7 @@ class SystemdUnit:
         self.name = name
         self._factory = unit_factory
         self._unit: Any = None
+        self._lock = threading.RLock()
 
     def _load(self) -> Any:
         if self._unit is None:
@@ -56,9 +58,11 @@ class SystemdUnit:
     @contextmanager
     def _dbus(self, failure: str) -> Iterator[None]:
         """The one place a D-Bus failure becomes a `UnitError`: `failure` says what could not be
-        done; the connection is dropped so that the next call reconnects."""
+        done; the connection is dropped so that the next call reconnects. One call at a time (an
+        sd-bus connection is one thread's: the loop and the action worker may share this unit)."""
         try:
-            yield
+            with self._lock:
+                yield
         except UnitError:
             raise
         except Exception as exc:  # pystemd raises its own D-Bus exception tree
@@ -102,18 +106,35 @@ class SystemdUnit:
 
     def restart(self) -> str:
         """RestartUnit(unit, "replace"); returns the job path."""
-        with self._dbus(f"systemd refused to restart {self.name}"):
-            job = self._load().Unit.Restart(b"replace")
-        return _text(job)
+        return self._job("Restart", f"systemd refused to restart {self.name}")
 
     def stop(self) -> str:
         """StopUnit(unit, "replace") (a restart with a leftovers check: stop, check, start)."""
-        with self._dbus(f"systemd refused to stop {self.name}"):
-            return _text(self._load().Unit.Stop(b"replace"))
+        return self._job("Stop", f"systemd refused to stop {self.name}")
 
     def start(self) -> str:
-        with self._dbus(f"systemd refused to start {self.name}"):
-            return _text(self._load().Unit.Start(b"replace"))
+        return self._job("Start", f"systemd refused to start {self.name}")
+
+    def _job(self, method: str, failure: str) -> str:
+        """A job call; a signal that interrupts it (EINTR: a SIGHUP, `systemctl reload`) is retried
+        at once, up to EINTR_TRIES times (a job is idempotent with "replace")."""
+        for attempt in range(EINTR_TRIES):
+            try:
+                with self._dbus(failure):
+                    return _text(getattr(self._load().Unit, method)(b"replace"))
+            except UnitError as exc:
+                if attempt + 1 == EINTR_TRIES or not interrupted(exc):
+                    raise
+        raise AssertionError("unreachable")
+
+
+EINTR_TRIES = 5
+
+
+def interrupted(exc: BaseException) -> bool:
+    """A D-Bus call cut by a signal: pystemd says `[err -4]: b'Interrupted system call'`."""
+    text = str(exc)
+    return "Interrupted system call" in text or "[err -4]" in text
 
 
 @dataclass
@@ -123,6 +144,7 @@ class RecordingUnit:
     status: UnitFacts
     restarts: list[str] = field(default_factory=list)
     refuse: str | None = None
+    refuse_times: int = 0  # refuse this many restarts (with `refuse`'s text), then accept
     calls: list[str] = field(default_factory=list)  # "stop", "start"
     unit_timers: UnitTimers = field(default_factory=UnitTimers)
 
@@ -133,6 +155,9 @@ class RecordingUnit:
         return self.unit_timers
 
     def restart(self) -> str:
+        if self.refuse_times:
+            self.refuse_times -= 1
+            raise UnitError(self.refuse or "refused")
         if self.refuse:
             raise UnitError(self.refuse)
         self.restarts.append(self.status.invocation_id or "")

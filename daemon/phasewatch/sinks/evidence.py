@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import subprocess
+import stat
 import sys
 import time
 from dataclasses import dataclass
@@ -23,6 +23,7 @@ from ..config import EvidenceCapture
 from ..stages.respond import Action
 from ..stages.snapshot import InvocationView
 from .actions import UnitFacts
+from .children import Ran, run_child
 
 logger = logging.getLogger(__name__)
 
@@ -34,26 +35,13 @@ class Target:
     named: bool  # named by the verdict (else: a peer in the same phase)
 
 
-@dataclass(frozen=True)
-class Ran:
-    returncode: int | None  # None: it did not finish in time
-    output: str
-
-
 Runner = Callable[[Sequence[str], float], Ran]
 
 
 def run_bounded(argv: Sequence[str], timeout: float) -> Ran:
-    """A tool run with a timeout; stdout and stderr together, as text."""
-    try:
-        done = subprocess.run(list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout,
-                              check=False, stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired as exc:
-        partial = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else ""
-        return Ran(None, partial)
-    except OSError as exc:
-        return Ran(127, str(exc))
-    return Ran(done.returncode, done.stdout.decode(errors="replace"))
+    """A tool run with a timeout, in its own process group, its output capped while read (a py-spy
+    or nvidia-smi that floods), abandoned when it cannot be killed (sinks/children.py)."""
+    return run_child(argv, timeout)
 
 
 def find_py_spy() -> str | None:
@@ -155,7 +143,7 @@ class EvidenceWriter:
         try:
             self.directory.mkdir(mode=0o750, parents=True, exist_ok=True)
             temporary = path.with_suffix(".tmp")
-            temporary.write_bytes(data)
+            _write_new(temporary, data)
             os.replace(temporary, path)
             self._rotate()
         except OSError as exc:
@@ -164,9 +152,37 @@ class EvidenceWriter:
         return path
 
     def _rotate(self) -> None:
-        files = sorted(self.directory.glob("*.txt"), key=lambda p: p.stat().st_mtime)
-        for old in files[: max(len(files) - self.settings.keep, 0)]:
-            old.unlink(missing_ok=True)
+        """Regular files only, by lstat: a dangling link or a directory named *.txt is not evidence."""
+        files = []
+        for candidate in self.directory.glob("*.txt"):
+            try:
+                info = candidate.lstat()
+            except OSError:
+                continue
+            if stat.S_ISREG(info.st_mode):
+                files.append((info.st_mtime, candidate))
+        files.sort()
+        for _, old in files[: max(len(files) - self.settings.keep, 0)]:
+            try:
+                old.unlink()
+            except OSError as exc:
+                logger.warning("[%s] cannot remove old evidence %s: %s", self.unit, old, exc.strerror or exc)
+
+
+def _write_new(path: Path, data: bytes) -> None:
+    """A fresh file, never through what is already at `path` (a symlink is not followed, a FIFO never
+    blocks: both are removed first, and O_EXCL|O_NOFOLLOW refuses one made meanwhile)."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
 
 
 def targets(named: Sequence[str], phase: str | None, rank_phases: dict[str, str], processes: Sequence[tuple[str, int]],
@@ -192,5 +208,10 @@ class EvidenceTaker:
         phases = {r.rank: r.phase.value for r in inv.ranks}
         chosen = targets(named, first.phase, phases, running, self.writer.settings.peers)
         message = "\n".join(dict.fromkeys(a.message for a in actions))
+        gpus = [f"{r.rank}: GPU {r.gpu.state} since {time.strftime('%H:%M:%S', time.gmtime(r.gpu.since))} UTC "
+                f"(last seen {time.strftime('%H:%M:%S', time.gmtime(r.gpu.seen))}): {r.gpu.text}"
+                for r in inv.ranks if r.gpu is not None]
+        if gpus:  # what each rank's GPU did, as NVML last showed it (sources/gpu.py)
+            message += "\n=== GPUs ===\n" + "\n".join(gpus)
         path = self.writer.capture(inv.invocation_id, first.verdict_kind, message, chosen)
         return str(path) if path is not None else None

@@ -6,16 +6,17 @@ from __future__ import annotations
 
 import logging
 import os
-import subprocess
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from ..config import Hook
 from ..stages.respond import Action
 from .actions import alert_fields
+from .children import run_child
 
 logger = logging.getLogger(__name__)
 MAX_OUTPUT_LINES = 200
+MAX_OUTPUT_BYTES = 64 * 1024  # read while it runs; the rest is discarded
 KEEP_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "STATE_DIRECTORY", "RUNTIME_DIRECTORY", "INVOCATION_ID")
 
 
@@ -26,21 +27,27 @@ class HookRun:
 
 
 def run_process(argv: Sequence[str], env: dict[str, str], timeout: float) -> HookRun:
-    try:
-        done = subprocess.run(list(argv), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              stdin=subprocess.DEVNULL, timeout=timeout, check=False)
-    except subprocess.TimeoutExpired as exc:
-        return HookRun(None, exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else "")
-    except OSError as exc:
-        return HookRun(127, f"cannot run {argv[0]}: {exc.strerror or exc}")
-    return HookRun(done.returncode, done.stdout.decode(errors="replace"))
+    """In its own process group, output capped while read, killed with its group at the timeout
+    (sinks/children.py); a hook that exits while a background child holds its output has exited."""
+    ran = run_child(argv, timeout, env=env, cap=MAX_OUTPUT_BYTES)
+    output = ran.output + ("\n(output past %d bytes discarded)" % MAX_OUTPUT_BYTES if ran.truncated else "")
+    return HookRun(ran.returncode, output)
+
+
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F) if c != 0x09}
+
+
+def env_safe(value: str) -> str:
+    """No NUL, no other C0 control byte, no lone surrogate in an environment value: escaped as `\\xNN`
+    (the value is the server's log text, not phasewatch's)."""
+    return value.translate(_CONTROL).encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def hook_env(action: Action, unit: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k in KEEP_ENV}
     fields = alert_fields(action, unit)
-    env.update({k: v for k, v in fields.items() if k.startswith("PHASEWATCH_")})
-    env["PHASEWATCH_MESSAGE"] = fields["MESSAGE"]
+    env.update({k: env_safe(v) for k, v in fields.items() if k.startswith("PHASEWATCH_")})
+    env["PHASEWATCH_MESSAGE"] = env_safe(fields["MESSAGE"])
     return env
 
 
@@ -54,6 +61,7 @@ class HookRunner:
     def __call__(self, action: Action) -> HookRun | None:
         hook = self.hooks.get(action.hook or "")
         if hook is None:
+            logger.error("[%s] hook %s is not configured (hooks: has no such name): not run", self.unit, action.hook)
             return None
         result = self.run(hook.argv, hook_env(action, self.unit), hook.timeout)
         lines = result.output.splitlines()

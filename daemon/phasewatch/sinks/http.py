@@ -24,15 +24,18 @@ from ..clock import Clock
 from ..config import Config
 from ..errors import ListenError
 from .metrics import Exporter
+from .peers import peer_key
 
 logger = logging.getLogger(__name__)
 
 # A scrape or a `phasewatch status` takes milliseconds; a client that has not sent its request within
 # READ_TIMEOUT of a read, or is not done within CONNECTION_DEADLINE, is cut off. At most
-# MAX_CONNECTIONS are served at once; more are closed at once (counted as `busy`).
+# MAX_CONNECTIONS are served at once, at most MAX_PER_PEER of them for one peer (a local user by
+# its uid, sinks/peers.py; a remote one by its address); more are closed at once (counted as `busy`).
 READ_TIMEOUT = 5.0
 CONNECTION_DEADLINE = 15.0
 MAX_CONNECTIONS = 16
+MAX_PER_PEER = 4
 CONNECTION_REASONS = ("reset", "timeout", "busy", "error")
 TEXT = "text/plain; charset=utf-8"
 INDEX = (b'<html><body><h1>phasewatch</h1><p><a href="/metrics">/metrics</a> '
@@ -50,6 +53,7 @@ class _Server(ThreadingMixIn, WSGIServer):
         self.address_family = family
         self.exporter = exporter
         self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self.per_peer: dict[str, int] = {}  # connections being served, by peer (under _counts_lock)
         self._counts_lock = threading.Lock()
         self.connection_errors: dict[str, int] = {}
         super().__init__(address, _Handler)
@@ -59,26 +63,50 @@ class _Server(ThreadingMixIn, WSGIServer):
         with self._counts_lock:
             self.connection_errors = {**self.connection_errors, reason: self.connection_errors.get(reason, 0) + 1}
 
+    def _take(self, peer: str) -> bool:
+        with self._counts_lock:
+            if self.per_peer.get(peer, 0) >= MAX_PER_PEER:
+                return False
+            self.per_peer[peer] = self.per_peer.get(peer, 0) + 1
+            return True
+
+    def _give_back(self, peer: str) -> None:
+        with self._counts_lock:
+            left = self.per_peer.get(peer, 1) - 1
+            if left > 0:
+                self.per_peer[peer] = left
+            else:
+                self.per_peer.pop(peer, None)
+
     def process_request(self, request: Any, client_address: Any) -> None:
+        peer = peer_key(client_address) if isinstance(client_address, tuple) else "unknown"
+        if not self._take(peer):
+            self.count("busy")
+            self.shutdown_request(request)
+            return
         if not self.slots.acquire(blocking=False):
+            self._give_back(peer)
             self.count("busy")
             self.shutdown_request(request)
             return
         try:
-            super().process_request(request, client_address)  # a thread, which releases the slot
+            super().process_request(request, (client_address, peer))  # a thread, which releases both
         except BaseException:
             self.slots.release()
+            self._give_back(peer)
             raise
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
+        address, peer = client_address
         deadline = threading.Timer(CONNECTION_DEADLINE, _cut_off, (request,))
         deadline.daemon = True
         deadline.start()
         try:
-            super().process_request_thread(request, client_address)
+            super().process_request_thread(request, address)
         finally:
             deadline.cancel()
             self.slots.release()
+            self._give_back(peer)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A client that went away is a counter, not a traceback in the journal."""
@@ -108,7 +136,8 @@ class _ServerCollector:
     def collect(self) -> Iterator[Metric]:
         family = CounterMetricFamily("phasewatch_http_connection_errors", "Connections to /metrics and /status "
                                      "that ended badly: reset by the client, timed out, refused as busy (more than "
-                                     f"{MAX_CONNECTIONS} at once), or failed", labels=["unit", "reason"])
+                                     f"{MAX_CONNECTIONS} at once, or {MAX_PER_PEER} from one peer), or failed",
+                                     labels=["unit", "reason"])
         counts = self.httpd.connection_errors
         for reason in CONNECTION_REASONS:
             family.add_metric([self.httpd.exporter.config.unit, reason], counts.get(reason, 0))
@@ -247,19 +276,54 @@ def parse_listen(listen: str) -> tuple[str, int]:
     return host.removeprefix("[").removesuffix("]"), int(port)
 
 
-def serve(listen: str, exporter: Exporter) -> MetricsServer | None:
-    """Serve /metrics and /status on `listen`; None (logged) when that fails: the daemon runs on."""
+def serve(listen: str, exporter: Exporter, quiet: bool = False) -> MetricsServer | None:
+    """Serve /metrics and /status on `listen`; None (logged unless `quiet`) when that fails: the daemon
+    runs on."""
     try:
         host, port = parse_listen(listen)
         family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
         httpd = _Server((host, port), family, exporter)
     except (OSError, ValueError) as exc:
+        if quiet:
+            return None
         logger.error("[%s] metrics: cannot listen on %s (%s); running without /metrics and /status",
                      exporter.config.unit, listen, exc)
         return None
     server = MetricsServer(httpd)
     logger.info("[%s] metrics and status on http://%s/metrics, /status", exporter.config.unit, listen)
     return server
+
+
+REBIND_SPACING = 30.0  # seconds between tries to bind metrics.listen after it failed
+
+
+class Rebinder:
+    """While `metrics.listen` cannot be bound (a local user may hold the port first): said once through
+    `unbound(why)` (the daemon's metrics_unbound alert), then tried again every REBIND_SPACING in a
+    thread of its own until it binds; `server` is the listener once there."""
+
+    def __init__(self, listen: str, exporter: Exporter, unbound: Callable[[str], None],
+                 spacing: float = REBIND_SPACING) -> None:
+        self.listen, self.exporter, self.spacing = listen, exporter, spacing
+        self.server: MetricsServer | None = None
+        self._stop = threading.Event()
+        unbound(f"{exporter.config.unit}: cannot listen on {listen} for /metrics and /status (another process may "
+                f"hold the port); watching and acting without them, trying again every {spacing:g}s")
+        self._thread = threading.Thread(target=self._run, name="phasewatch-rebind", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.spacing):
+            server = serve(self.listen, self.exporter, quiet=True)
+            if server is not None:
+                self.server = server
+                return
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        if self.server is not None:
+            self.server.close()
 
 
 def start_metrics(config: Config, clock: Clock | None = None) -> tuple[Exporter, MetricsServer | None]:

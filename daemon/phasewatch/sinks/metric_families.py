@@ -108,6 +108,8 @@ class Published:
     eta: float | None = None  # seconds to ready, from past start-ups
     rejected: Mapping[str, int] = field(default_factory=dict)  # reason -> untrusted entries ignored (trust.py)
     degraded: Mapping[str, str] = field(default_factory=dict)  # "history"/"state" -> why kept in memory only
+    behind_seconds: float = 0.0  # how far the reading is behind the journal's newest entries
+    reopens: Mapping[str, int] = field(default_factory=dict)  # why -> journal reopens at the cursor
 
 
 @dataclass(frozen=True)
@@ -242,6 +244,13 @@ def families(published: Published, probes: Probes, now: float, config: Config) -
         [unit], float(published.entries))
     counter("phasewatch_journal_lines_lost", "Lines journald dropped (rate limit) or elided", []).add_metric(
         [unit], float(published.lines_lost))
+    gauge("phasewatch_journal_behind_seconds", "How far the reading is behind the journal's newest entries "
+          "(0: caught up); while over 2 s the start-up is judged at the last entry read", []).add_metric(
+        [unit], float(published.behind_seconds))
+    reopens = counter("phasewatch_journal_reopens", "Journal reopens at the cursor: its files changed (rotation, "
+                      "vacuum), a read failed (EBADMSG, ENOENT, ESTALE), the catch-up reader failed", ["reason"])
+    for reason, count in published.reopens.items():
+        reopens.add_metric([unit, reason], float(count))
     rejected = counter("phasewatch_entries_rejected", "Journal entries that claimed the unit without the trusted "
                        "fields that vouch for it, ignored", ["reason"])
     for reason, count in published.rejected.items():
@@ -281,13 +290,28 @@ def vitals_families(vitals: Vitals | None, unit: str) -> list[Metric]:
                                   "running under the rank at the last sample", labels=["unit", "rank"])
     alive = GaugeMetricFamily("phasewatch_rank_progress", "1 when the last sample showed the rank taking in data "
                               "or compiling (a sign of life without a log line), 0 when not", labels=["unit", "rank"])
+    power = GaugeMetricFamily("phasewatch_rank_gpu_power_watts", "Mean power of the rank's GPU over the last "
+                              "vitals period (NVML; per GPU: ranks sharing one show the same)", labels=["unit", "rank"])
+    gpu_state = GaugeMetricFamily("phasewatch_rank_gpu_state", "1 for the state the rank's GPU was in over the last "
+                                  "period: computing, transferring, allocating (signs of life), waiting (a kernel "
+                                  "resident, power low and flat, no transfers: likely a collective), idle",
+                                  labels=["unit", "rank", "state"])
+    source = GaugeMetricFamily("phasewatch_gpu_source", "1 for the GPU source's state: ok, unavailable (no "
+                               "nvidia-ml-py, driver, GPU or permission), stuck (NVML not answering), off",
+                               labels=["unit", "state"])
+    if vitals is not None:
+        source.add_metric([unit, vitals.gpu_source], 1.0)
     for rank in vitals.ranks if vitals is not None else ():
+        if rank.gpu is not None:
+            if rank.gpu.power_w is not None:
+                power.add_metric([unit, rank.rank], rank.gpu.power_w)
+            gpu_state.add_metric([unit, rank.rank, rank.gpu.state], 1.0)
         if rank.intake_bytes is not None:
             intake.add_metric([unit, rank.rank], float(rank.intake_bytes))
         faults.add_metric([unit, rank.rank], float(rank.faults))
         compilers.add_metric([unit, rank.rank], float(sum(n for _, n in rank.compilers)))
         alive.add_metric([unit, rank.rank], 1.0 if rank.alive else 0.0)
-    return [intake, faults, compilers, alive]
+    return [intake, faults, compilers, alive, power, gpu_state, source]
 
 
 def _text(server: ServerInfo | None, name: str) -> str:

@@ -50,6 +50,7 @@ from .metric_families import (
 )
 
 logger = logging.getLogger(__name__)
+REOPEN_REASONS = ("changed", "read_error", "retry", "catch_up_error")  # sources/journal_feed.py
 
 class Exporter:
     """Counters fed by the daemon, a snapshot published by it, metrics and /status read from them."""
@@ -71,6 +72,8 @@ class Exporter:
         self._lost: dict[str, int] = {}
         self._lines_lost = 0
         self._rejected: dict[str, int] = dict.fromkeys(trust.REASONS, 0)
+        self._behind = 0.0
+        self._reopens: dict[str, int] = dict.fromkeys(REOPEN_REASONS, 0)
         self._server: ServerInfo | None = None
         self._known: frozenset[str] = frozenset()
         self._degraded: dict[str, str] = {}
@@ -116,6 +119,10 @@ class Exporter:
 
     def set_why(self, why: Mapping[str, Any]) -> None:
         self._why = dict(why)
+        journal = why.get("journal")
+        if isinstance(journal, Mapping):  # (the journal feed's document: behind, reopens)
+            self._behind = float(journal.get("behind_seconds") or 0)
+            self._reopens.update(journal.get("reopens") or {})
 
     def set_degraded(self, degraded: Mapping[str, str]) -> None:
         """What of the state directory is kept in memory only ("history", "state"), and why."""
@@ -146,7 +153,7 @@ class Exporter:
                          dict(self._verdicts_seen),
                          dict(self._restarts), dict(self._phase_durations), self._startup_durations,
                          published.judged_with, published.limit_reasons, published.eta, dict(self._rejected),
-                         dict(self._degraded))
+                         dict(self._degraded), self._behind, dict(self._reopens))
 
     def _observe(self, snapshot: Snapshot) -> None:
         for inv in snapshot.invocations:

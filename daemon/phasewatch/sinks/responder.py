@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Callable, Protocol
 
 from ..clock import Clock
@@ -19,14 +19,17 @@ from ..records import MAIN, NEWS_AFTER_THE_END, Phase, VerdictKind
 from ..render import iso
 from ..stages import policy
 from ..stages.learn import LimitInForce, adapted, eta_seconds, limits_in_force, typical_durations
-from ..stages.respond import PRIORITY, Action, BudgetState, Hold, Memory, Response, reset_budget, respond, settled
+from ..stages.respond import PRIORITY, Action, BudgetState, Hold, Memory, reset_budget, respond, settled
 from ..stages.snapshot import ENDED_STATES, UP_STATES, InvocationView, ServerInfo, Snapshot, UnitState
 from ..stages.timerlint import TimerWarning, UnitTimers, lint
 from ..stages.timerlint import summary as lint_summary
-from .actions import UnitFacts, stderr_is_journal
+from .acting import ActionRunner, Evidence, Inline, Worker
+from .acting import Unit as ActingUnit
+from .actions import UnitFacts
 from .history import History, fingerprint, summarize
 from .leftovers import GuardedRestart
 from .metrics import Exporter
+from .responding import ActingOnResponses
 from .state import Saved, StateStore
 
 logger = logging.getLogger(__name__)
@@ -44,10 +47,6 @@ class Alerter(Protocol):
     def alert(self, action: Action) -> None: ...
 
 
-class Evidence(Protocol):
-    def take(self, inv: InvocationView, actions: list[Action], facts: UnitFacts) -> str | None: ...
-
-
 @dataclass(frozen=True)
 class Learned:
     config: Config  # with the limits in force
@@ -55,13 +54,13 @@ class Learned:
     typical: dict[Phase, float]
 
 
-class Responder:
+class Responder(ActingOnResponses):
     def __init__(self, config: Config, pipeline: Pipeline, *, unit: Unit, read_facts: Callable[[], UnitFacts | None],
                  alerter: Alerter, store: StateStore, clock: Clock, history: History | None,
                  exporter: Exporter | None, cursor: Callable[[], str | None], evidence: Evidence | None = None,
                  hold: Callable[[float], Hold | None] = lambda now: None,
-                 run_hook: Callable[[Action], object] | None = None, guarded: GuardedRestart | None = None
-                 ) -> None:
+                 run_hook: Callable[[Action], object] | None = None, guarded: GuardedRestart | None = None,
+                 action_unit: ActingUnit | None = None) -> None:
         self.config = config
         self.pipeline = pipeline
         self.unit = unit
@@ -72,10 +71,13 @@ class Responder:
         self.history = history  # past start-ups: learned limits, ETA (None: none)
         self.exporter = exporter
         self.cursor = cursor
-        self.evidence = evidence
         self.hold = hold  # the operator's hold in force at a time (sinks/hold.py)
-        self.run_hook = run_hook  # sinks/hooks.py (None: hooks are not run)
-        self.guarded = guarded  # restart as stop, leftovers check, start (None: RestartUnit)
+        # evidence, hooks (sinks/hooks.py; None: not run), the guarded restart (None: RestartUnit)
+        self.runner = ActionRunner(config.unit, action_unit or unit, alerter.alert, wall=clock.wall, evidence=evidence,
+                                   run_hook=run_hook, guarded=guarded)
+        self.actor: Inline | Worker = Inline(self.runner)  # the daemon's: a Worker (off the loop)
+        self.pending: tuple[Action, ...] = ()  # alerts and the restart decided and not yet done
+        self.restart_tries: dict[str | None, tuple[Action, int, float]] = {}  # refused: (restart, tries, next)
         self.evidence_paths: dict[str, str] = {}  # invocation -> its last evidence file
         self.last_restart: dict[str, str | None] | None = None  # the start-up phasewatch last restarted, and why
         self.leftovers_seen: Callable[[], float | None] = lambda: None  # when survivors of a stop were last found
@@ -91,7 +93,12 @@ class Responder:
         self.linted: set[str] = set()  # start-ups whose timers were checked (once each)
         self.timer_warnings: list[TimerWarning] = []
 
+    @property
+    def guarded(self) -> GuardedRestart | None:
+        return self.runner.guarded  # type: ignore[return-value]
+
     def judge_and_act(self) -> None:
+        self.retry_restarts()
         snapshot = self.pipeline.snapshot()
         # The start-up that just ended (a crash, then systemd's Restart=) may have news too.
         for earlier in snapshot.invocations[-3:-1]:
@@ -198,48 +205,6 @@ class Responder:
             "restart" in wanted and not held and verdict.invocation_id not in self.memory.restarted
             and self.memory.budget.state is BudgetState.ARMED)
 
-    def _execute(self, response: Response, inv: InvocationView, facts: UnitFacts) -> None:
-        self.memory = response.memory
-        self.retry_at = response.retry_at
-        self.save()  # remember before acting: a crash here must not act twice
-        wanted = [a for a in response.actions if a.kind == "evidence"]
-        path = self._take_evidence(inv, wanted, facts) if wanted else None
-        hooks_run: set[tuple[str | None, str | None, str]] = set()
-        for action in response.actions:
-            if path is not None and action.invocation_id == inv.invocation_id:
-                action = replace(action, evidence=path)
-            if action.kind == "evidence":
-                continue
-            if action.kind == "hook":
-                once = (action.hook, action.invocation_id, action.verdict_kind)
-                if once not in hooks_run and self.run_hook is not None and not action.dry_run:
-                    hooks_run.add(once)
-                    ranks = ",".join(a.rank for a in response.actions if a.kind == "hook" and a.rank
-                                     and (a.hook, a.invocation_id, a.verdict_kind) == once)
-                    self.run_hook(replace(action, rank=ranks or None))
-                continue
-            if action.kind == "alert":
-                if not stderr_is_journal():  # else the alert's own journal entry would show twice
-                    logger.info("[%s rank=%s phase=%s] alert %s: %s", self.config.unit, action.rank, action.phase,
-                                action.verdict_kind, action.message)
-                self.alerter.alert(action)
-            elif action.dry_run:
-                logger.info("[%s] dry run: would restart (%s)", self.config.unit, action.verdict_kind)
-            else:
-                try:
-                    self.last_restart = {"invocation_id": action.invocation_id, "verdict": action.verdict_kind,
-                                         "message": action.message, "evidence": action.evidence}
-                    self.save()  # status says why after phasewatch itself restarts too
-                    job = (self.guarded.begin(action, facts.control_group, self.clock.wall())
-                           if self.guarded is not None else self.unit.restart())
-                    if self.exporter is not None:
-                        self.exporter.restarted(action.verdict_kind)
-                    logger.info("[%s] restart requested (%s), job %s", self.config.unit, action.verdict_kind, job)
-                except UnitError as exc:
-                    logger.error("[%s] %s", self.config.unit, exc)
-                    self.alerter.alert(replace(action, kind="alert", verdict_kind="restart_failed", priority=3,
-                                               message=f"{self.config.unit}: restart failed: {exc}"))
-
     def why(self, current: str | None, now: float) -> dict[str, object]:
         """For status: the hold in force, and why the current start-up exists when phasewatch started it."""
         hold = self.hold(now)
@@ -252,23 +217,10 @@ class Responder:
             document["evidence"] = self.evidence_paths[current]
         return document
 
-    def _take_evidence(self, inv: InvocationView, actions: list[Action], facts: UnitFacts) -> str | None:
-        """Bounded by `evidence.timeout`; a failure to capture never stops the alert or the restart."""
-        if self.evidence is None:
-            return None
-        try:
-            path = self.evidence.take(inv, actions, facts)
-        except OSError as exc:
-            logger.error("[%s] evidence not captured: %s", self.config.unit, exc)
-            return None
-        if path is not None:
-            self.evidence_paths[inv.invocation_id] = path
-            logger.info("[%s] evidence for %s written to %s", self.config.unit, actions[0].verdict_kind, path)
-        return path
-
     def save(self) -> None:
         try:
-            self.store.save(Saved(self.memory, self.cursor(), self.watched_invocation, self.last_restart))
+            self.store.save(Saved(self.memory, self.cursor(), self.watched_invocation, self.last_restart,
+                                  self.pending, self.guarded.record() if self.guarded is not None else None))
         except OSError:
             pass  # the store says why in `degraded`: logged and alerted once, below
         self.check_host()

@@ -1,9 +1,11 @@
 """Edge: what the daemon must remember across its own restarts, in its state directory.
 
 One JSON file, written atomically (temporary file, fsync, rename): the journal cursor, the
-invocation it belongs to, which verdicts were alerted, which invocations were restarted, and the
-restart budget. A corrupt or unreadable file, or a corrupt value in it, is reported and dropped, never
-fatal; a write the host refuses leaves the old file whole.
+invocation it belongs to, which verdicts were alerted, which invocations were restarted, the
+restart budget, the alerts and restart decided and not yet done (`pending`, done at the next start:
+sinks/responding.py) and a guarded restart's start that waits for leftovers (`guarded`). A corrupt
+or unreadable file, or a corrupt value in it, is reported and dropped, never fatal; a write the host
+refuses leaves the old file whole.
 """
 
 from __future__ import annotations
@@ -12,11 +14,11 @@ import json
 import logging
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-from ..stages.respond import Budget, BudgetState, Memory
+from ..stages.respond import PRIORITY, Action, Budget, BudgetState, Memory
 
 logger = logging.getLogger(__name__)
 KEEP_INVOCATIONS = 32
@@ -28,6 +30,8 @@ class Saved:
     cursor: str | None
     invocation_id: str | None
     last_restart: dict[str, str | None] | None = None  # the start-up phasewatch last restarted, and why
+    pending: tuple[Action, ...] = ()  # alerts and a restart decided and not yet done (done at the next start)
+    guarded: dict[str, Any] | None = None  # a guarded restart's start waiting for leftovers (GuardedRestart.record)
 
 
 MAX_STATE_BYTES = 4 << 20  # a state file larger than this is not ours
@@ -117,6 +121,8 @@ def _encode(saved: Saved) -> dict[str, Any]:
         "budget": {"state": budget.state.value, "failures": [list(f) for f in budget.failures],
                    "last_restart": budget.last_restart, "restarts": budget.restarts},
         "last_restart": saved.last_restart,
+        "pending": [asdict(a) for a in saved.pending],
+        "guarded": saved.guarded,
     }
 
 
@@ -167,10 +173,37 @@ def decode(document: object, source: str = "state") -> Saved:
             dropped("a restarted entry")
     memory = Memory(frozenset(alerted), frozenset(restarted), _budget(document.get("budget"), dropped))
     last_restart = _last_restart(document.get("last_restart"), dropped)
+    pending = tuple(a for a in (action_from(e, dropped) for e in _list(document.get("pending"), "pending", dropped))
+                    if a is not None)
+    guarded = _guarded(document.get("guarded"), dropped)
     if dropped.items:
         logger.warning("%s: invalid values dropped: %s", source, ", ".join(dict.fromkeys(dropped.items)))
     return Saved(memory, cursor if isinstance(cursor, str) else None,
-                 invocation if isinstance(invocation, str) else None, last_restart)
+                 invocation if isinstance(invocation, str) else None, last_restart, pending, guarded)
+
+
+ACTION_TEXT = [f.name for f in fields(Action) if f.name not in ("priority", "dry_run")]
+ACTION_KINDS = ("alert", "restart", "hook", "evidence")
+
+
+def action_from(value: object, dropped: Callable[[str], None]) -> Action | None:
+    """A saved action, every field checked (None: dropped)."""
+    if isinstance(value, dict) and value.get("kind") in ACTION_KINDS and isinstance(value.get("message"), str) \
+            and value.get("verdict_kind") in PRIORITY and all(_optional_text(value.get(k)) for k in ACTION_TEXT) \
+            and isinstance(value.get("priority"), int) and isinstance(value.get("dry_run", False), bool):
+        return Action(**{f.name: value[f.name] for f in fields(Action) if f.name in value})
+    dropped("a pending action")
+    return None
+
+
+def _guarded(value: object, dropped: Callable[[str], None]) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    if isinstance(value, dict) and action_from(value.get("action"), dropped) is not None \
+            and _number(value.get("until")) is not None and _optional_text(value.get("control_group")):
+        return value
+    dropped("guarded")
+    return None
 
 
 LAST_RESTART_KEYS = ("invocation_id", "verdict", "message", "evidence")

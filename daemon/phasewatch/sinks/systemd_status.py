@@ -18,6 +18,7 @@ from ..stages.vitals import Vitals
 from .state import StateStore
 
 logger = logging.getLogger(__name__)
+BEHIND_SHOWN = 2  # seconds behind the journal from which the STATUS= line says so
 
 
 class Notify(Protocol):
@@ -59,6 +60,10 @@ class SystemdStatus:
         parts = [f"STATUS={status_line(result.current, result.now, result.limits, result.eta)}"]
         if result.degraded:
             parts[0] += f" ({' and '.join(sorted(result.degraded))} in memory only: state directory not writable)"
+        journal = result.why.get("journal")
+        behind = journal.get("behind_seconds") if isinstance(journal, Mapping) else None
+        if isinstance(behind, (int, float)) and behind > BEHIND_SHOWN:
+            parts[0] += f" (reading {format_duration(behind)} behind the journal)"
         self._write_status(result)
         deadline = self.next_deadline()
         ping = deadline is not None and monotonic >= deadline

@@ -1,7 +1,7 @@
 """Edge: leftovers after stops phasewatch did not guard. A start-up that ended before ready (the
 operator's `systemctl restart` or `stop`, a crash and systemd's Restart=, or phasewatch's own
 RestartUnit when `leftovers.check` is off) is checked once its invocation is over: its rank processes
-still alive (by PID and the same rank title), rank-titled processes outside every service, and,
+still alive (by PID, start time and the same rank title; a rank title elsewhere is anybody's), and,
 where nvidia-smi exists, GPU memory held by its PIDs. Survivors are alerted once (`restart_blocked`,
 critical); phasewatch cannot hold a start that systemd makes by itself, so this is an alert only.
 """
@@ -35,9 +35,10 @@ def reached_ready(inv: InvocationView) -> bool:
 
 class UnguardedStops:
     def __init__(self, unit: str, scan: Callable[[dict[int, str]], Sequence[Survivor]],
-                 alert: Callable[[Action], None]) -> None:
+                 alert: Callable[[Action], None], gpu_checked: Callable[[], bool] = lambda: True) -> None:
         self.unit = unit
         self.scan = scan  # LeftoverScan.unguarded
+        self.gpu_checked = gpu_checked  # the last scan looked at GPU memory (LeftoverScan.gpu_checked)
         self.alert = alert
         self.checked: set[str] = set()  # start-ups whose end was seen (checked or not to be)
         self.due: list[Due] = []
@@ -69,8 +70,9 @@ class UnguardedStops:
             self.due.remove(due)
             left = self.scan(due.old)
             if not left:
-                logger.info("[%s] start-up %s ended before ready; nothing of it survived", self.unit,
-                            due.invocation_id)
+                logger.info("[%s] start-up %s ended before ready; nothing of it survived%s", self.unit,
+                            due.invocation_id, "" if self.gpu_checked() else
+                            " in /proc (GPU memory not checked: nvidia-smi missing or did not answer)")
                 continue
             self.survivors_seen_at = now
             listed = "; ".join(s.text() for s in left)

@@ -6,7 +6,9 @@ field too, so such entries pass `trust.rejection` or are dropped and counted in 
 Data threshold 0: whole fields.
 The fd is for poll(); `wait_result()` after it is readable tells APPEND or INVALIDATE (rotation,
 vacuum, journald restart), on which the caller calls `reopen()`: the reader is reopened at the
-last cursor read, so nothing is lost or read twice.
+last cursor read, so nothing is lost or read twice. A read that fails (EBADMSG, ENOENT, ESTALE: any
+OSError of a file being archived or deleted under it) returns nothing, keeps the cursor and sets
+`read_error`: the caller reopens at the cursor and reads that batch again.
 """
 
 from __future__ import annotations
@@ -33,8 +35,21 @@ _LIFECYCLE_FIELDS = ("MESSAGE", "MESSAGE_ID", "UNIT", "OBJECT_SYSTEMD_UNIT", "N_
 @dataclass
 class ReadEnd:
     """Where a whole pass of journal_source.unit_entries ended: the cursor of the last entry it read
-    (None: none)."""
+    (None: none); `batch`: the cursor of the last entry of the batches handed over so far (where a
+    reader goes on when the pass fails midway)."""
     cursor: str | None = None
+    batch: str | None = None
+
+
+def _open_reader(directory: str | None) -> Any:
+    try:
+        from systemd import _reader  # pragma: systemd no cover
+    except ImportError as exc:  # pragma: no cover
+        raise JournalError(f"python-systemd is not installed: {exc}") from None
+    try:
+        return _reader._Reader(0, directory) if directory else _reader._Reader()
+    except OSError as exc:
+        raise JournalError(f"cannot open the journal: {exc.strerror or exc}") from None
 
 
 class JournalFollower:
@@ -44,19 +59,15 @@ class JournalFollower:
         self.cursor: str | None = None
         self.rejected: dict[str, int] = {}  # reason -> entries that claimed the unit untrusted (trust.py)
         self.behind = False  # the last read stopped on its bound of rejected entries, not at the end
+        self.read_error: OSError | None = None  # the last read failed: reopen at the cursor
+        self.position: float | None = None  # wall seconds of the last entry looked at (trusted or not)
+        self.at_end = True  # the last read ended at the journal's end (nothing was left unread then)
         self._unit_bytes = unit.encode()
         self._reader: Any = None
         self.open()
 
     def open(self) -> None:
-        try:
-            from systemd import _reader  # pragma: systemd no cover
-        except ImportError as exc:  # pragma: no cover
-            raise JournalError(f"python-systemd is not installed: {exc}") from None
-        try:
-            reader = _reader._Reader(0, self.directory) if self.directory else _reader._Reader()
-        except OSError as exc:
-            raise JournalError(f"cannot open the journal: {exc.strerror or exc}") from None
+        reader = _open_reader(self.directory)
         reader.data_threshold = 0
         reader.add_match(f"_SYSTEMD_UNIT={self.unit}")
         reader.add_disjunction()
@@ -72,18 +83,24 @@ class JournalFollower:
             self._reader.close()
             self._reader = None
 
-    def reopen(self) -> None:
-        """After INVALIDATE: a fresh reader, positioned after the last entry read."""
-        self.close()
-        self.open()
+    def reopen(self) -> bool:
+        """After INVALIDATE or a failed read: a fresh reader, positioned after the last entry read.
+        False when that entry is no longer in the journal (its file was vacuumed): the reader then
+        goes on at the next entry there is. Raises OSError or JournalError when it cannot reopen."""
+        old = self._reader
+        self.open()  # (a journal that cannot be opened leaves the old reader: its fd stays polled)
+        if old is not None:
+            old.close()
+        self.read_error = None
         if self.cursor is None:
             self.seek_tail()
-            return
+            return True
         # Mostly the cursor is the last entry (caught up): found from the tail, a fresh reader maps
         # about 1.7 MB of a 56 MB journal file instead of 2.5 MB for a seek by cursor (measured).
         self._reader.seek_tail()
-        if not (self._reader._previous() and self._reader.test_cursor(self.cursor)):
-            self.seek_cursor(self.cursor)
+        if self._reader._previous() and self._reader.test_cursor(self.cursor):
+            return True
+        return self.seek_cursor(self.cursor)
 
     def catch_up_entries(self, since: float, runs: tuple[int, int] | None,
                          end: ReadEnd) -> Generator[list[Entry], None, None] | None:
@@ -100,6 +117,30 @@ class JournalFollower:
         """The journal file pages the reader mapped given back (journal_pages.py); it reads on
         from where it is. The bytes advised."""
         return drop_journal_pages()
+
+    def realtime_back(self, entries: int) -> float | None:
+        """Wall seconds of the entry `entries` before the journal's end; None when fewer match. It
+        moves the reader: seek after."""
+        reader = self._reader
+        reader.seek_tail()
+        if not reader._previous(entries):
+            return None
+        stamp = float(reader._get_realtime()) / 1e6
+        return stamp if reader._previous() else None  # (at the head: there were no more than that)
+
+    def head_realtime(self) -> float | None:
+        """Wall seconds of the journal's oldest entry (any unit's); None when empty or unreadable."""
+        try:
+            reader = _open_reader(self.directory)
+        except JournalError:
+            return None
+        try:
+            reader.seek_head()
+            return float(reader._get_realtime()) / 1e6 if reader._next() else None
+        except OSError:
+            return None
+        finally:
+            reader.close()
 
     def seek_realtime(self, seconds: float) -> None:
         self._reader.seek_realtime(int(seconds * 1_000_000))
@@ -119,11 +160,18 @@ class JournalFollower:
             # matching, the head is the same place without that jump.
             self._reader.seek_head()
 
-    def seek_cursor(self, cursor: str) -> None:
-        """Position after the entry `cursor` names (if it still exists)."""
+    def seek_cursor(self, cursor: str) -> bool:
+        """Position after the entry `cursor` names; False when it no longer exists (vacuumed): then
+        at the next entry there is."""
         self._reader.seek_cursor(cursor)
-        if self._reader._next() and not self._reader.test_cursor(cursor):
-            self._reader._previous()  # the entry is gone (vacuumed): start at the next one
+        if self._reader._next():
+            if self._reader.test_cursor(cursor):
+                return True
+            # The entry is gone (vacuumed): start at this next one. (Not `_previous()`: at the
+            # journal's head that does not move, and this entry would be skipped.)
+            self._reader.seek_cursor(self._reader._get_cursor())
+            return False
+        return False  # (nothing at or after it: the cursor names no entry left)
 
     def fileno(self) -> int:
         fd: int = self._reader.fileno()
@@ -137,13 +185,23 @@ class JournalFollower:
     def read(self, limit: int = 1000) -> list[JournalRecord]:
         """Up to `limit` new entries the unit's own (an empty list with `behind` false: caught up).
         Entries `trust.rejection` refuses are read past, counted in `rejected`, and not returned; at
-        most `limit * REJECTED_SLACK` entries are looked at, and `behind` says when that bound ended it."""
+        most `limit * REJECTED_SLACK` entries are looked at, and `behind` says when that bound ended it.
+        An OSError of the journal's files returns [] with `read_error` set and the cursor unchanged:
+        nothing of the failed read is given, so a reopen at the cursor reads it again."""
+        try:
+            return self._read(limit)
+        except OSError as exc:
+            self.read_error, self.behind = exc, True
+            return []
+
+    def _read(self, limit: int) -> list[JournalRecord]:
         out: list[JournalRecord] = []
         reader = self._reader
         get, next_entry, realtime = reader._get, reader._next, reader._get_realtime
         unit_bytes, unit_text = self._unit_bytes, self.unit
         append = out.append
         read_any = False
+        stamp = 0
         self.behind = True
         for _ in range(limit * REJECTED_SLACK):
             if len(out) >= limit:
@@ -152,6 +210,7 @@ class JournalFollower:
                 self.behind = False
                 break
             read_any = True
+            stamp = realtime()
             try:
                 unit = get("_SYSTEMD_UNIT")
             except KeyError:
@@ -176,7 +235,7 @@ class JournalFollower:
                     line_break = None
                 append(JournalRecord(
                     message=message,
-                    realtime=realtime() / 1e6,
+                    realtime=stamp / 1e6,
                     pid=int(pid) if pid else None,
                     invocation_id=invocation.decode() if isinstance(invocation, bytes) else invocation,
                     line_break=line_break.decode() if isinstance(line_break, bytes) else line_break,
@@ -188,7 +247,7 @@ class JournalFollower:
                         fields[name] = get(name)
                     except KeyError:
                         pass
-                fields["__REALTIME_TIMESTAMP"] = realtime()
+                fields["__REALTIME_TIMESTAMP"] = stamp
                 record = record_from_fields(fields)
                 reason = rejection(record, unit_text)
                 if reason is None:
@@ -197,4 +256,6 @@ class JournalFollower:
                     self.rejected[reason] = self.rejected.get(reason, 0) + 1
         if read_any:
             self.cursor = reader._get_cursor()  # the last entry read: where a reopen goes on
+            self.position = stamp / 1e6
+        self.at_end = not self.behind
         return out

@@ -92,6 +92,8 @@ def _c_unit_entries(unit: str, directory: str | None, since: float | None,
                 if end is not None:
                     end.cursor = ahead.cursor
                 break
+            if end is not None:
+                end.batch = ahead.batch_cursor
             if others:
                 entries: list[Entry] = []
                 append = entries.append
@@ -121,9 +123,10 @@ class _ReadAhead:
     def __init__(self, open_lines: Callable[[], Any], runs: RunShape) -> None:
         self._open_lines = open_lines
         self._args = (BATCH, runs is not None, *(runs or (0, 0)))
-        self._queue: queue.Queue[tuple[list[Any], int, BaseException | None]] = queue.Queue(self.AHEAD)
+        self._queue: queue.Queue[tuple[list[Any], int, str | None, BaseException | None]] = queue.Queue(self.AHEAD)
         self._stopping = threading.Event()
         self.cursor: str | None = None  # the last entry's, once the end was handed over
+        self.batch_cursor: str | None = None  # the last entry's of the batches handed over
         self._thread = threading.Thread(target=self._read, name="phasewatch-read-ahead", daemon=True)
         self._thread.start()
 
@@ -131,22 +134,24 @@ class _ReadAhead:
         try:
             lines = self._open_lines()
         except BaseException as exc:  # noqa: BLE001 - handed to the caller, raised there
-            self._put(([], 0, exc))
+            self._put(([], 0, None, exc))
             return
         try:
             while not self._stopping.is_set():
                 batch, others = lines.read(*self._args)
+                # (a batch that fails is not handed over: the reader stays after the last whole one)
+                cursor = lines.cursor() if batch else None
                 if not batch:
                     self.cursor = lines.cursor()
-                self._put((batch, others, None))
+                self._put((batch, others, cursor, None))
                 if not batch:
                     return
         except BaseException as exc:  # noqa: BLE001 - handed to the caller, raised there
-            self._put(([], 0, exc))
+            self._put(([], 0, None, exc))
         finally:
             lines.close()
 
-    def _put(self, item: tuple[list[Any], int, BaseException | None]) -> None:
+    def _put(self, item: tuple[list[Any], int, str | None, BaseException | None]) -> None:
         while not self._stopping.is_set():
             try:
                 self._queue.put(item, timeout=0.1)
@@ -156,10 +161,12 @@ class _ReadAhead:
 
     def next(self) -> tuple[list[Any], int]:
         """The next batch and how many of its entries are dicts; an empty batch at the end (then
-        `cursor` is set)."""
-        batch, others, error = self._queue.get()
+        `cursor` is set); `batch_cursor` names the batch's last entry."""
+        batch, others, cursor, error = self._queue.get()
         if error is not None:
             raise error
+        if batch:
+            self.batch_cursor = cursor
         return batch, others
 
     def stop(self) -> None:
@@ -216,6 +223,8 @@ def _python_unit_entries(unit: str, directory: str | None, since: float | None,
                     if len(invocations) > 4096:
                         invocations.clear()
                 append((message, stamp / 1e6, pid, invocation))
+            if end is not None and batch:
+                end.batch = reader._get_cursor()
             yield batch
     finally:
         follower.close()

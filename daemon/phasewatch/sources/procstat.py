@@ -74,12 +74,19 @@ class ProcSampler:
         self.ticks = ticks or clock_ticks()
 
     def sample(self, control_group: str, now: float) -> Sample:
+        return Sample(now, self._processes(self.table.pids(control_group)), self._cgroup(control_group), self.ticks)
+
+    def sample_pids(self, pids: list[int], now: float) -> Sample:
+        """These processes, without a cgroup (`vitals record --pid`)."""
+        return Sample(now, self._processes(pids), None, self.ticks)
+
+    def _processes(self, pids: list[int]) -> tuple[ProcessSample, ...]:
         processes = []
-        for pid in self.table.pids(control_group)[:MAX_PROCESSES]:
+        for pid in pids[:MAX_PROCESSES]:
             process = self._process(pid)
             if process is not None:
                 processes.append(process)
-        return Sample(now, tuple(processes), self._cgroup(control_group), self.ticks)
+        return tuple(processes)
 
     def _process(self, pid: int) -> ProcessSample | None:
         base = self.table.proc / str(pid)

@@ -84,9 +84,11 @@ class RankProcesses:
         self.last_scan = -math.inf
         self.scan_wanted = True  # something happened that a read of the cgroup could explain
         self.previous_pids: dict[int, str] = {}  # the previous start-up's rank processes: pid -> rank
+        self.started: dict[int, int] = {}  # this and the previous start-up's ranks: pid -> start time (ticks)
 
     def new_startup(self) -> None:
         self.previous_pids = self.watch.known_pids()
+        self.started = {pid: ticks for pid, ticks in self.started.items() if pid in self.previous_pids}
         self.watch.forget()
         self.pending.clear()
         self.last_scan = -math.inf
@@ -138,8 +140,12 @@ class RankProcesses:
             return
         # A rank of the previous start-up still in the cgroup (a stop that did not end it) is a
         # leftover (sinks/unguarded_stops.py), not a rank of this one: its death must not count here.
-        self.watch.update([p for p in self.processes.ranks(facts.control_group, self.host_wide)
+        self.watch.update([p for p in self.processes.ranks(facts.control_group, self.host_wide, facts.started_at)
                            if p.pid not in self.previous_pids])
+        for pid in self.watch.known_pids():
+            identity = self.processes.identity(pid) if pid not in self.started else None
+            if identity is not None:
+                self.started[pid] = identity.started
 
     def _confirm(self, now: Instant) -> list[Event]:
         due = [d for d in self.pending if now.monotonic >= d.seen_mono + DEATH_GRACE]

@@ -14,6 +14,7 @@ from typing import Mapping, Sequence
 
 from ..config import DEFAULT_LIMITS, PhaseLimits
 from ..durations import format_duration
+from ..errors import ConfigError
 from ..records import FINAL_PHASES, Phase
 
 DRAFT_PHASES = frozenset({Phase.DRAFT_WEIGHT_LOAD, Phase.DRAFT_CUDA_GRAPH_CAPTURE})
@@ -68,6 +69,26 @@ class EngineFacts:
         """Ranks on this node (multi-node: TP*PP split over nnodes)."""
         return max(1, self.tp * self.pp * self.dp // max(1, self.nnodes))
 
+    def check_size(self) -> None:
+        """More ranks on one host than any server has is refused (ConfigError), not written as a fact."""
+        if self.ranks > MAX_RANKS_PER_HOST:
+            raise ConfigError("engine", f"the arguments ask for {self.ranks if self.ranks < 10**12 else 'over 10^12'}"
+                              f" ranks on this host (TP={self.tp}, DP={self.dp}, PP={self.pp}, {self.nnodes} "
+                              f"node(s)); phasewatch judges at most {MAX_RANKS_PER_HOST} per host: check ExecStart=")
+
+
+MAX_COUNT_DIGITS = 9  # --tp-size and friends: 999999999 at most, before any product
+MAX_RANKS_PER_HOST = 1024  # as the tracker: more than this on one node is no server (architecture.md)
+
+
+def one_line(text: str) -> str:
+    """`text` with every character that is not printable escaped (C0, DEL, C1 with U+0085, U+2028,
+    U+2029, BOM...): a value of the unit (C-unescaped by systemd) stays on its comment line, and
+    YAML's reader sees no character it refuses."""
+    return "".join(ch if ch.isprintable() else
+                   f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}" if ord(ch) < 0x10000
+                   else f"\\U{ord(ch):08x}" for ch in text)
+
 
 def _is_flag(word: str) -> bool:
     """`--tp`, `-tp`; not `-1` (a value)."""
@@ -97,8 +118,14 @@ class FlagReader:
         return None
 
     def whole(self, *names: str, default: int = 1) -> int:
+        """A positive count; a number of more than MAX_COUNT_DIGITS digits is refused (ConfigError)."""
         value = self.text(*names)
-        return int(value) if value is not None and value.isdigit() and int(value) > 0 else default
+        if value is None or not (value.isascii() and value.isdigit()):
+            return default
+        if len(value.lstrip("0")) > MAX_COUNT_DIGITS:
+            raise ConfigError(names[0], f"{names[0]} {value[:24]}{'...' if len(value) > 24 else ''} "
+                              f"({len(value)} digits) is no count phasewatch can size limits for")
+        return int(value) if int(value) > 0 else default
 
     def seconds(self, *names: str) -> float | None:
         value = self.text(*names)
@@ -185,7 +212,11 @@ def limits_for(facts: EngineFacts, last: Mapping[Phase, float],
         if phase is Phase.WARMUP and deadline is not None and stall is not None:
             deadline = min(deadline, timers["warmup"] - 60)
             stall = min(stall, timers.get("scheduler_watchdog", stall) - 60)
-        limits[phase] = PhaseLimits(deadline, stall if stall is None or deadline is None else min(stall, deadline))
+        gpu_stall = base.gpu_stall
+        if gpu_stall is not None and stall is not None:
+            gpu_stall = min(gpu_stall, stall)
+        limits[phase] = PhaseLimits(deadline, stall if stall is None or deadline is None else min(stall, deadline),
+                                    gpu_stall=gpu_stall)
     return limits
 
 
@@ -234,7 +265,8 @@ def render_config(command: UnitCommand, facts: EngineFacts) -> str:
              f"# runs as User={command.user or 'root'}" + (
                  "; its last start-up in the journal sized the limits it came near" if command.last_startup
                  else "; no start-up in the journal yet: the shipped limits"),
-             "# deadline: longest one rank may stay in a phase; stall: longest it may stay silent in it.",
+             "# deadline: longest one rank may stay in a phase; stall: longest it may stay silent in it;",
+             "# gpu_stall: the stall window while the rank's GPU is observed (NVML; docs/phases.md).",
              "# Durations: 90s, 20m, 1h30m, or none. Check with: phasewatch check-config FILE",
              ""]
     lines += [f"# {note}" for note in timer_notes(command, facts, limits)]
@@ -247,16 +279,31 @@ def render_config(command: UnitCommand, facts: EngineFacts) -> str:
         lines.append(f"  {phase.value}:{' ' * max(1, 26 - len(phase.value))}# {note}")
         lines.append(f"    deadline: {_limit(limit.deadline)}")
         lines.append(f"    stall: {_limit(limit.stall)}")
+        if limit.gpu_stall is not None:
+            lines.append(f"    gpu_stall: {_limit(limit.gpu_stall)}      # while its GPU is observed (NVML)")
     lines += ["  ready: {deadline: none, stall: none}", "  serving: {deadline: none, stall: none}", ""]
     if facts.ranks > 1:
         lines += ["# A rank still in a phase this long after the first rank left it is a straggler.",
                   "rank_skew: 5m", ""]
+    lines = [one_line(line) for line in lines]  # (the unit's name is plain: systemd allows [\w:.@\\-] only)
     lines += _lint_lines(command, facts, "\n".join(lines), {phase.value for phase in limits})
     lines += ["# What to do about each verdict, and how often phasewatch may restart the unit.",
               "restart_budget: {max: 3, window: 6h, backoff: 5m}",
               "dry_run: false              # true: log what would be done, do nothing",
               'metrics: {listen: "127.0.0.1:9877"}', ""]
-    return "\n".join(lines)
+    return "\n".join(one_line(line) for line in lines)
+
+
+def intended_keys(facts: EngineFacts, command: UnitCommand) -> dict[str, object]:
+    """The top-level keys render_config writes, `phases` with the phases it names: what the written
+    text must parse back to (anything else came from a value of the unit)."""
+    phases = sorted({phase.value for phase in limits_for(facts, command.last_startup, command.environment)}
+                    | {"ready", "serving"})
+    keys: dict[str, object] = {"unit": command.unit, "engine": facts.engine, "phases": phases,
+                               "restart_budget": None, "dry_run": None, "metrics": None}
+    if facts.ranks > 1:
+        keys["rank_skew"] = None
+    return keys
 
 
 def _limit(seconds: float | None) -> str:
@@ -302,7 +349,6 @@ def _lint_lines(command: UnitCommand, facts: EngineFacts, limits_text: str, writ
     """phasewatch's timer lint (stages/timerlint.py) over the limits just written: each limit an
     engine or systemd timer pre-empts, as a comment to act on."""
     from ..config import parse_config
-    from ..errors import ConfigError
     from .timerlint import UnitTimers, lint
 
     server_args = {key: f"{value:g}" for key, value in (("dist_timeout", facts.dist_timeout),

@@ -58,7 +58,7 @@ def limits_in_force(config: Config, adaptive: Adaptive, durations: Mapping[Phase
         reason = (f"learned: {adaptive.k:g} x p95 {format_duration(p95(samples))} of {len(samples)} start-ups, "
                   f"within {adaptive.floor:g}-{adaptive.ceiling:g} x configured")
         cap = adaptive.ceiling * configured.deadline if configured.deadline is not None else None
-        out[phase] = LimitInForce(phase, PhaseLimits(deadline, stall, cap), "learned", reason)
+        out[phase] = LimitInForce(phase, PhaseLimits(deadline, stall, cap, configured.gpu_stall), "learned", reason)
     return out
 
 

@@ -15,7 +15,9 @@ from ..durations import format_duration
 from ..profile import Profile
 from ..records import MAIN, PHASE_NAMES, STUCK, UNIT_PHASES, WRONG_WHEN_STOPPED, Outcome, Phase, VerdictKind
 from .crashfacts import CrashFacts, ServerRanks, crash_facts, describe, mentions_in, traceback_phase
-from .snapshot import LIVE_STATES, UP_STATES, FatalView, InvocationView, RankView, UnitState
+from .gpu_policy import gpu_words as _gpu_words
+from .gpu_policy import stall_window as _stall_window
+from .snapshot import LIVE_STATES, UP_STATES, FatalView, GpuSeen, InvocationView, RankView, UnitState
 
 OUTCOMES = tuple(Outcome)
 START_UP_STATES = (UnitState.STARTING,)
@@ -49,10 +51,13 @@ class Verdict:
         return (self.invocation_id, self.kind, self.rank, self.phase)
 
 
-def _quiet_since(inv: InvocationView, rank: RankView) -> float | None:
-    # A sign of life outside the log (data intake, a compiler: vitals.py) also ends a silence; it
-    # counts for its own rank only, and never moves the phase's deadline.
-    times = [t for t in (rank.last_activity, rank.phase_start, inv.phase_activity(rank.phase), rank.last_vital)
+def _quiet_since(inv: InvocationView, rank: RankView, gpu: GpuSeen | None = None) -> float | None:
+    # A sign of life outside the log (data intake, a compiler, a GPU that computes: vitals.py) also
+    # ends a silence; it counts for its own rank only (the main process: its schedulers' GPUs), and
+    # never moves the phase's deadline.
+    busy = gpu.seen if gpu is not None and rank.rank == MAIN and gpu.state not in ("waiting", "idle", "unknown") \
+        else None
+    times = [t for t in (rank.last_activity, rank.phase_start, inv.phase_activity(rank.phase), rank.last_vital, busy)
              if t is not None]
     return max(times) if times else None
 
@@ -86,10 +91,19 @@ def _straggler_base(inv: InvocationView, rank: RankView) -> float | None:
     return inv.first_exit(rank.phase)
 
 
+# The cause of lines lost that the journal itself forgot: vacuumed (or unreadable) before they were read.
+LOST_UNREAD = "journal_vacuumed"
+
+
 def evaluate(inv: InvocationView, now: float, config: Config, profile: Profile | None = None) -> list[Verdict]:
     unit = config.unit
     verdicts: list[Verdict] = []
-    if inv.lines_lost:
+    if inv.lines_lost and inv.lost_cause == LOST_UNREAD:
+        verdicts.append(Verdict(VerdictKind.LINES_LOST, inv.invocation_id, None, None, LOST_UNREAD,
+                                f"{unit}: the journal dropped lines of this start-up before phasewatch read them "
+                                "(rotated out and vacuumed, or a file it cannot read); phases and progress may be "
+                                "missing (raise SystemMaxUse= in journald.conf)", now))
+    elif inv.lines_lost:
         verdicts.append(Verdict(VerdictKind.LINES_LOST, inv.invocation_id, None, None, "journald_rate_limit",
                                 f"{unit}: journald dropped {inv.lines_lost} line(s) of this start-up; phases and "
                                 "progress may be missing (raise LogRateLimitBurst= in the unit)", now))
@@ -118,7 +132,8 @@ def evaluate(inv: InvocationView, now: float, config: Config, profile: Profile |
         if rank.rank in dead:
             continue
         limits = config.limits(rank.phase)
-        verdict = _stalled(inv, rank, now, _deadline(inv, rank, now, limits, paces), limits.stall, unit)
+        stall, gpu = _stall_window(inv, rank, now, limits, config)
+        verdict = _stalled(inv, rank, now, _deadline(inv, rank, now, limits, paces), stall, unit, gpu)
         if verdict is None:
             verdict = _straggler(inv, rank, now, config.rank_skew, unit)
         if verdict is not None:
@@ -193,7 +208,7 @@ def _deadline(inv: InvocationView, rank: RankView, now: float, limits: PhaseLimi
 
 
 def _stalled(inv: InvocationView, rank: RankView, now: float, deadline: float | None, stall: float | None,
-             unit: str) -> Verdict | None:
+             unit: str, gpu: GpuSeen | None = None) -> Verdict | None:
     phase = rank.phase.value
     if rank.phase_ended and inv.unfinished_in(rank.phase):
         return None  # finished, and waiting for a rank still in the phase: that rank is the one to name
@@ -203,13 +218,14 @@ def _stalled(inv: InvocationView, rank: RankView, now: float, deadline: float | 
             return Verdict(VerdictKind.STALLED, inv.invocation_id, phase, rank.rank, "deadline",
                            f"{unit}: {rank.rank} stalled in {phase} for {format_duration(spent)} "
                            f"(limit {format_duration(deadline)}){_others(inv, rank, now)}", now)
-    quiet_since = _quiet_since(inv, rank)
+    quiet_since = _quiet_since(inv, rank, gpu)
     if stall is not None and quiet_since is not None and now - quiet_since > stall:
         silent = now - quiet_since
         where = f"after {phase} ended" if rank.phase_ended else f"in {phase}"
         return Verdict(VerdictKind.STALLED, inv.invocation_id, phase, rank.rank, "no_progress",
                        f"{unit}: {rank.rank} stalled {where}: no output or progress for {format_duration(silent)} "
-                       f"(stall window {format_duration(stall)}){_others(inv, rank, now)}", now)
+                       f"(stall window {format_duration(stall)}){_others(inv, rank, now)}{_gpu_words(gpu, now)}",
+                       now)
     return None
 
 
@@ -423,9 +439,10 @@ def next_deadline(inv: InvocationView, now: float, config: Config) -> float:
         deadline = _deadline(inv, rank, now, limits, paces)
         if deadline is not None and rank.phase_start is not None and not rank.phase_ended:
             candidates.append(rank.phase_start + deadline)
-        quiet_since = _quiet_since(inv, rank)
-        if limits.stall is not None and quiet_since is not None:
-            candidates.append(quiet_since + limits.stall)
+        stall, gpu = _stall_window(inv, rank, now, limits, config)
+        quiet_since = _quiet_since(inv, rank, gpu)
+        if stall is not None and quiet_since is not None:
+            candidates.append(quiet_since + stall)
         base = _straggler_base(inv, rank)
         if base is not None:
             candidates.append(base + config.rank_skew)

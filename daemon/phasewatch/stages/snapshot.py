@@ -83,6 +83,16 @@ class JitSpan:
 
 
 @dataclass(frozen=True)
+class GpuSeen:
+    """The rank's GPU as last observed (vitals.py, gpu_vitals.py): at `seen`, in `state` since `since`."""
+
+    seen: float
+    state: str  # computing | transferring | allocating | waiting | idle | unknown
+    since: float
+    text: str
+
+
+@dataclass(frozen=True)
 class RankView:
     rank: str
     phase: Phase
@@ -98,6 +108,7 @@ class RankView:
     progress_totals: Mapping[Phase, int] = field(default_factory=dict)  # the bar's total, per phase
     last_vital: float | None = None  # last sign of life outside the log (vitals.py): data taken in, a compiler ran
     jit: JitSpan | None = None  # JIT compilation inside the current phase (the jit_compile sub-phase)
+    gpu: GpuSeen | None = None  # its GPU as last observed (None: not observed in this start-up)
 
     @property
     def compiling(self) -> bool:
@@ -229,6 +240,7 @@ class InvocationView:
     anomalies: tuple[Anomaly, ...] = ()  # lines that would have moved a rank backwards
     anomalies_dropped: int = 0  # past MAX_ANOMALIES
     cold: bool = False  # a JIT compiler ran during this start-up (DeepGEMM, FlashInfer, torch.compile)
+    lost_cause: str | None = None  # of the last lines lost (tracker_state.InvocationState)
 
     # Judging asks these for every rank: each is computed once per view, in one pass over the ranks
     # (judging stays linear in ranks). The view is immutable, so the cached values stay true.

@@ -109,7 +109,7 @@ def lint(config: Config, server_args: Mapping[str, str], unit: UnitTimers,
         warn("skew_after_nccl", Phase.WEIGHT_LOAD, "nccl_collective", "rank_skew", skew,
              "the NCCL timeout: the ranks waiting on a straggler abort before phasewatch names it")
     for phase in COLLECTIVE_PHASES:
-        stall = config.limits(phase).stall
+        stall = stall_in_force(config, phase)
         if stall is not None and stall > timers["nccl_collective"]:
             warn("stall_after_nccl", phase, "nccl_collective", f"{phase.value} stall window", stall,
                  "the NCCL timeout: a rank hung in a collective makes its peers abort first")
@@ -123,12 +123,22 @@ def lint(config: Config, server_args: Mapping[str, str], unit: UnitTimers,
         warn("warmup_deadline_after_engine", Phase.WARMUP, "warmup", "warmup deadline", warmup.deadline,
              "SGLang's warm-up timeout (SGLANG_WARMUP_TIMEOUT): the warm-up fails first")
     watchdog = timers.get("scheduler_watchdog")
-    if watchdog is not None and warmup.stall is not None and warmup.stall > watchdog:
+    warmup_stall = stall_in_force(config, Phase.WARMUP)
+    if watchdog is not None and warmup_stall is not None and warmup_stall > watchdog:
         warn("warmup_stall_after_watchdog", Phase.WARMUP, "scheduler_watchdog", "warmup stall window",
-             warmup.stall, "the scheduler watchdog (--watchdog-timeout): a hung warm-up batch is killed first")
+             warmup_stall, "the scheduler watchdog (--watchdog-timeout): a hung warm-up batch is killed first")
     out.extend(_systemd(config, unit))
     out.extend(_learned(config, learned_healthy or {}))
     return out
+
+
+def stall_in_force(config: Config, phase: Phase) -> float | None:
+    """The stall window a hung rank meets: with GPU signs on (vitals.gpu), a GPU phase's `gpu_stall`
+    (a rank whose GPU waits is judged by it); the daemon says once, apart, when NVML is not there."""
+    limits = config.limits(phase)
+    if config.vitals.enabled and config.vitals.gpu and limits.gpu_stall is not None:
+        return limits.gpu_stall
+    return limits.stall
 
 
 def _systemd(config: Config, unit: UnitTimers) -> list[TimerWarning]:

@@ -19,6 +19,7 @@ from .phaseorder import Anomaly, goes_back, resolve
 from .snapshot import (
     UNIT_PHASE_ORDER,
     UP_STATES,
+    GpuSeen,
     PhaseSpan,
     ServerInfo,
     Snapshot,
@@ -83,14 +84,15 @@ class Tracker:
     def apply(self, event: Event, now: float | None) -> list[Transition]:
         """`now` dates events that carry no time; None (a replay) leaves them undated."""
         self._snapshot, ts = None, event.ts if event.ts is not None else now  # (the views change)
-        if event.kind is EventKind.RANK_PROGRESS:
-            return self._rank_progress(event, ts)
+        if event.kind in (EventKind.RANK_PROGRESS, EventKind.RANK_GPU):
+            outside_the_log(self._invocations.get(event.invocation_id or ""), event, ts)
+            return []
         if event.kind is EventKind.INVOCATION_START:
             return [] if event.invocation_id in self._invocations else self._start(event.invocation_id, ts)[1]
         if event.kind is EventKind.LINES_LOST:
             # journald's notice names the unit, not the invocation: the lines were the current one's.
             inv, out = (self._current, []) if self._current is not None else self._start(None, ts)
-            inv.lines_lost += max(event.count, 1)
+            inv.lose(event.count, event.cause)
             return out
         inv, out = self._target(event, ts)
         if ts is not None:
@@ -102,13 +104,6 @@ class Tracker:
         self._adopted.clear()
         out.extend(moves)
         return out
-
-    def _rank_progress(self, event: Event, ts: float | None) -> list[Transition]:
-        """A sign of life from /proc: dates the rank's last one, nothing else (nor makes a rank seen)."""
-        inv = self._invocations.get(event.invocation_id or "")
-        if inv is not None and event.rank is not None and ts is not None and inv.state is UnitState.STARTING:
-            inv.vitals[event.rank] = max(ts, inv.vitals.get(event.rank, ts))
-        return []
 
     def _apply(self, inv: InvocationState, event: Event, ts: float | None) -> list[Transition]:
         kind = event.kind
@@ -291,3 +286,17 @@ class Tracker:
         return [] if inv.state is source else [
             Transition(inv.invocation_id, "unit", source.value, inv.state.value, ts, event.kind.value)]
 
+
+def outside_the_log(inv: InvocationState | None, event: Event, ts: float | None) -> None:
+    """A sign of life from /proc (RANK_PROGRESS) dates the rank's last one; its GPU observed
+    (RANK_GPU) says when, in which state since when, and what it showed. Nothing else (nor makes
+    a rank seen)."""
+    if inv is None or event.rank is None or ts is None or inv.state is not UnitState.STARTING:
+        return
+    if event.kind is EventKind.RANK_PROGRESS:
+        inv.vitals[event.rank] = max(ts, inv.vitals.get(event.rank, ts))
+        return
+    state = event.cause or "unknown"
+    before = inv.gpus.get(event.rank)
+    since = before.since if before is not None and before.state == state and ts >= before.seen else ts
+    inv.gpus[event.rank] = GpuSeen(ts, state, since, event.text)

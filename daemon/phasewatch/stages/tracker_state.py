@@ -14,6 +14,7 @@ from .snapshot import (
     CAPTURE_PHASES,
     LOADING_PHASES,
     FatalView,
+    GpuSeen,
     InvocationView,
     PhaseSpan,
     RankView,
@@ -91,6 +92,7 @@ class InvocationState:
     ranks: dict[str, RankState] = field(default_factory=dict)
     fatals: dict[int, FatalView] = field(default_factory=dict)
     lines_lost: int = 0
+    lost_cause: str | None = None  # of the last lines lost: journald's rate limit, the journal vacuumed...
     server: ServerInfo | None = None
     server_args_ts: float | None = None
     server_args: dict[str, str] = field(default_factory=dict)  # all argument lines so far (vLLM: several)
@@ -110,6 +112,7 @@ class InvocationState:
     phase_seen: dict[Phase, float] = field(default_factory=dict)
     phase_silence: dict[Phase, float] = field(default_factory=dict)
     vitals: dict[str, float] = field(default_factory=dict)  # rank -> last RANK_PROGRESS
+    gpus: dict[str, GpuSeen] = field(default_factory=dict)  # rank -> its GPU as last observed (RANK_GPU)
     fatal_chars: int = 0
     layout: int = 0  # bumped when a rank appears or changes phase
     owners: dict[frozenset[Phase] | None, RankState | None] = field(default_factory=dict)  # bar owner per family
@@ -117,6 +120,11 @@ class InvocationState:
     ranks_ignored: int = 0  # events of ranks past MAX_RANKS
     anomalies: list[Anomaly] = field(default_factory=list)
     anomalies_dropped: int = 0
+
+    def lose(self, count: int, cause: str | None) -> None:
+        """Lines of this start-up lost (at least one), and why."""
+        self.lines_lost += max(count, 1)
+        self.lost_cause = cause or self.lost_cause
 
     def refuse(self, anomaly: Anomaly) -> None:
         """A line that would have moved a rank backwards: recorded (up to MAX_ANOMALIES), not applied."""
@@ -139,15 +147,15 @@ class InvocationState:
                                       (PhaseSpan(phase, start, None),), seen=False)
                              for label in expected if label not in seen)
         ranks.sort(key=lambda r: rank_sort_key(r.rank))
-        if self.vitals:
-            ranks = [replace(r, last_vital=self.vitals.get(r.rank)) for r in ranks]
+        if self.vitals or self.gpus:
+            ranks = [replace(r, last_vital=self.vitals.get(r.rank), gpu=self.gpus.get(r.rank)) for r in ranks]
         return InvocationView(self.invocation_id, self.started_at, self.last_ts, self.state, tuple(ranks),
                               tuple(self.fatals.values()), self.lines_lost, self.server, self.unit_result,
                               self.exit_status, self.restart_scheduled, self.stop_job, self.stopped_at,
                               self.before_stop, self.health_failures, self.health_episode, self.health_error,
                               self.proof_of_life, dict(self.phase_silence), self.ranks_ignored,
                               anomalies=tuple(self.anomalies), anomalies_dropped=self.anomalies_dropped,
-                              cold=self.cold)
+                              cold=self.cold, lost_cause=self.lost_cause)
 
 
 def bar_family(phase: Phase | None) -> frozenset[Phase] | None:

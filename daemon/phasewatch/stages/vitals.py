@@ -12,10 +12,14 @@ reader is procstat.py, the daemon turns progress into RANK_PROGRESS events for t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Iterable, Mapping, Sequence
 
+from ..durations import format_duration
 from ..records import Event, EventKind
+from .gpu_vitals import DEFAULT_THRESHOLDS as DEFAULT_GPU_THRESHOLDS
+from .gpu_vitals import GpuBaseline, GpuInfo, GpuPeriod, GpuReading, GpuThresholds, judge_rank
+from .gpu_vitals import summary as gpu_summary
 
 # The command names (comm, at most 15 characters) of the compilers a JIT start-up runs: CUDA's
 # driver and its stages, the host C/C++ compiler and its passes, the linkers and build drivers.
@@ -96,7 +100,8 @@ class RankVitals:
     major_fault_rate: float
     cpu_share: float  # of one core, the rank itself: shown, never progress
     compilers: tuple[tuple[str, int], ...]  # (comm, how many) running under the rank
-    progress: tuple[str, ...]  # why this period counts as progress: reading, faulting, compiling
+    progress: tuple[str, ...]  # why this period counts as progress: reading, faulting, compiling (+ the GPU's)
+    gpu: GpuPeriod | None = None  # the rank's GPU over the period (None: not observed)
 
     @property
     def alive(self) -> bool:
@@ -111,6 +116,10 @@ class RankVitals:
             parts.append(f"faulting in {human_count(self.fault_rate)} pages/s")
         if self.compilers:
             parts.append("compiling: " + ", ".join(f"{n} {comm}" for comm, n in self.compilers))
+        if "host_work" in self.progress:
+            parts.append(f"host work: {self.cpu_share:.0%} of a core with the GPU idle")
+        if self.gpu is not None and (self.gpu.alive or not parts):
+            parts.append(self.gpu.text())
         if parts:
             return "; ".join(parts)
         if self.seconds <= 0:
@@ -142,6 +151,9 @@ class Vitals:
     at: float
     ranks: tuple[RankVitals, ...]
     unit: UnitVitals | None = None
+    gpu_source: str = "off"  # off | ok | unavailable | stuck (sources/gpu.py)
+    gpu_problem: str | None = None  # why there are no GPU readings
+    gpu_since: Mapping[str, float] = field(default_factory=dict)  # rank -> since when its GPU is in its state
 
     def rank(self, label: str) -> RankVitals | None:
         return next((r for r in self.ranks if r.rank == label), None)
@@ -247,6 +259,37 @@ def _rank_key(label: str) -> tuple[int, ...]:
     return tuple(int("".join(ch for ch in part if ch.isdigit()) or 0) for part in label.split())
 
 
+def with_gpus(vitals: Vitals, sample: Sample, readings: Sequence[GpuReading], infos: Mapping[int, GpuInfo],
+              baselines: Mapping[int, GpuBaseline], thresholds: GpuThresholds = DEFAULT_GPU_THRESHOLDS) -> Vitals:
+    """`vitals` with each rank's GPU over the period (`readings`: NVML's samples in it), found by the
+    GPU contexts of the rank's process and its descendants; a GPU that computes or moves data is a
+    sign of life (gpu_vitals.py)."""
+    if not readings:
+        return vitals
+    children = _children(sample.processes)
+    ranks = []
+    for rank in vitals.ranks:
+        pids = [rank.pid, *(p.pid for p in _descendants(rank.pid, children))]
+        gpu = gpu_summary(judge_rank(infos, readings, baselines, pids, thresholds))
+        if gpu is None:
+            ranks.append(rank)
+            continue
+        extra = tuple(r for r in gpu.reasons if r not in rank.progress)
+        if host_work(rank, gpu, thresholds):
+            extra += ("host_work",)
+        ranks.append(replace(rank, gpu=gpu, progress=rank.progress + extra))
+    return replace(vitals, ranks=tuple(ranks))
+
+
+def host_work(rank: RankVitals, gpu: GpuPeriod, thresholds: GpuThresholds = DEFAULT_GPU_THRESHOLDS) -> bool:
+    """The rank busy on the CPU while its GPU has no kernel resident: host work (an in-process
+    compiler such as NVRTC shows nothing else: no children, faults only between kernels). A rank
+    spinning while it waits on the GPU has a kernel resident (the waiting signature); one waiting
+    in gloo or recv() uses no CPU. Only where the GPU is observed: without it CPU is never progress."""
+    return (not gpu.alive and gpu.state == "idle" and gpu.sm_util is not None
+            and gpu.sm_util <= thresholds.idle_sm_util and rank.cpu_share >= thresholds.host_cpu_share)
+
+
 def progress_events(vitals: Vitals, invocation_id: str) -> list[Event]:
     """One RANK_PROGRESS event per rank that showed a sign of life in the period, dated at the sample."""
     return [Event(EventKind.RANK_PROGRESS, vitals.at, rank=r.rank, text=r.text(), invocation_id=invocation_id)
@@ -259,13 +302,37 @@ def document(vitals: Vitals | None, now: float) -> dict[str, Any] | None:
         return None
     ranks = {}
     for r in vitals.ranks:
-        ranks[r.rank] = {"pid": r.pid, "text": r.text(), "progress": list(r.progress),
+        ranks[r.rank] = {"pid": r.pid, "text": _status_text(r, vitals.gpu_since.get(r.rank), now),
+                         "progress": list(r.progress),
                          "intake_bytes": r.intake_bytes, "page_faults": r.faults,
                          "read_bytes_per_second": None if r.read_rate is None else round(r.read_rate, 1),
                          "faults_per_second": round(r.fault_rate, 1), "cpu_share": round(r.cpu_share, 3),
-                         "compilers": dict(r.compilers)}
+                         "compilers": dict(r.compilers), "gpu": gpu_document(r.gpu)}
     return {"sampled_seconds_ago": round(max(now - vitals.at, 0.0), 3), "ranks": ranks,
-            "unit": vitals.unit.text() if vitals.unit is not None else None}
+            "unit": vitals.unit.text() if vitals.unit is not None else None,
+            "gpu_source": {"state": vitals.gpu_source, "problem": vitals.gpu_problem}}
+
+
+def _status_text(rank: RankVitals, since: float | None, now: float) -> str:
+    """`GPU waiting 14m, 124 W flat: a kernel waits, likely a collective` for a waiting GPU; else text()."""
+    gpu = rank.gpu
+    if gpu is None or gpu.state != "waiting" or rank.alive or since is None:
+        return rank.text()
+    power = f"{gpu.power_w:.0f} W" if gpu.power_w is not None else "power"
+    return f"GPU waiting {format_duration(max(now - since, 0.0))}, {power} flat: a kernel waits, likely a collective"
+
+
+def gpu_document(gpu: GpuPeriod | None) -> dict[str, Any] | None:
+    if gpu is None:
+        return None
+    return {"index": gpu.index, "state": gpu.state, "text": gpu.text(), "power_watts": _round(gpu.power_w),
+            "power_swing_watts": _round(gpu.power_swing_w), "power_limit_watts": _round(gpu.limit_w),
+            "floor_watts": _round(gpu.floor_w), "pcie_mb_per_second": _round(gpu.pcie_mbps),
+            "sm_util": _round(gpu.sm_util), "memory_bytes": gpu.memory_bytes}
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)
 
 
 def human_bytes(value: float) -> str:

@@ -1,0 +1,227 @@
+"""Edge: acting off the loop. A response's actions (evidence, alerts, hooks, the restart) run in one
+worker thread, in order, while the main loop keeps judging and pinging the watchdog; each job's
+outcome comes back to the loop (`Done`), which records it. Every action is bounded: evidence by
+`evidence.timeout`, each hook by its timeout (children killed with their process group, output
+capped: sinks/children.py), the restart by its tries (RESTART_TRIES) and D-Bus's own call timeout.
+
+A restart that systemd refused (a transient D-Bus or polkit error) is reported as such; the
+responder tries it again after RESTART_BACKOFF seconds, RESTART_TRIES times in all (sinks/responder.py).
+`Inline` runs a job at once in the caller's thread (tests, replay).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+from dataclasses import dataclass, replace
+from functools import partial
+from typing import Callable, Protocol
+
+from ..errors import UnitError
+from ..stages.respond import Action
+from ..stages.snapshot import InvocationView
+from .actions import UnitFacts, stderr_is_journal
+
+logger = logging.getLogger(__name__)
+RESTART_TRIES = 4
+RESTART_BACKOFF = (1.0, 2.0, 4.0)  # seconds before the 2nd, 3rd and 4th try
+
+
+@dataclass(frozen=True)
+class Job:
+    actions: tuple[Action, ...]
+    inv: InvocationView | None
+    facts: UnitFacts
+
+
+@dataclass(frozen=True)
+class Done:
+    job: Job
+    evidence: str | None = None
+    restart: Action | None = None  # the restart this job asked systemd for
+    job_path: str | None = None  # systemd's job: the restart is systemd's now
+    restart_error: str | None = None  # the restart was not made
+    partial: bool = False  # progress of a job still running: its alerts were sent
+
+
+class Unit(Protocol):
+    def restart(self) -> str: ...
+
+
+class ActionUnit(Protocol):
+    """The unit as the actions see it: a restart, or (guarded) a stop, a look and a start."""
+
+    def facts(self) -> UnitFacts: ...
+
+    def restart(self) -> str: ...
+
+    def stop(self) -> str: ...
+
+    def start(self) -> str: ...
+
+
+class Restarter(Protocol):
+    def begin(self, action: Action, control_group: str | None, now: float) -> str: ...
+
+
+class Evidence(Protocol):
+    def take(self, inv: InvocationView, actions: list[Action], facts: UnitFacts) -> str | None: ...
+
+
+class ActionRunner:
+    """Runs one job's actions in order: evidence, alerts (with the evidence's path), hooks, restart."""
+
+    def __init__(self, name: str, unit: Unit, alert: Callable[[Action], None], *, wall: Callable[[], float],
+                 evidence: Evidence | None = None, run_hook: Callable[[Action], object] | None = None,
+                 guarded: Restarter | None = None) -> None:
+        self.progress: Callable[[Done], None] = lambda done: None  # told after each alert (Worker)
+        self.name = name
+        self.unit = unit
+        self.alert = alert
+        self.wall = wall
+        self.evidence = evidence
+        self.run_hook = run_hook
+        self.guarded = guarded  # restart as stop, leftovers check, start (None: RestartUnit)
+
+    def run(self, job: Job) -> Done:
+        wanted = [a for a in job.actions if a.kind == "evidence"]
+        path = self._take_evidence(job, wanted) if wanted and job.inv is not None else None
+        done = Done(job, evidence=path)
+        hooks_run: set[tuple[str | None, str | None, str]] = set()
+        for original in job.actions:
+            action = original
+            if path is not None and job.inv is not None and action.invocation_id == job.inv.invocation_id:
+                action = replace(action, evidence=path)
+            if action.kind == "hook":
+                once = (action.hook, action.invocation_id, action.verdict_kind)
+                run_hook = self.run_hook
+                if once not in hooks_run and run_hook is not None and not action.dry_run:
+                    hooks_run.add(once)
+                    ranks = ",".join(a.rank for a in job.actions if a.kind == "hook" and a.rank
+                                     and (a.hook, a.invocation_id, a.verdict_kind) == once)
+                    self._guard(f"hook {action.hook}", partial(run_hook, replace(action, rank=ranks or None)))
+            elif action.kind == "alert":
+                if not stderr_is_journal():  # else the alert's own journal entry would show twice
+                    logger.info("[%s rank=%s phase=%s] alert %s: %s", self.name, action.rank, action.phase,
+                                action.verdict_kind, action.message)
+                self._guard("alert", partial(self.alert, action))
+                self.progress(Done(replace(job, actions=(original,)), partial=True))
+            elif action.kind == "restart" and action.dry_run:
+                logger.info("[%s] dry run: would restart (%s)", self.name, action.verdict_kind)
+            elif action.kind == "restart":
+                done = self._restart(done, action)
+        return done
+
+    def _guard(self, what: str, act: Callable[[], object]) -> None:
+        """One action failing unexpectedly never stops the next (the restart above all)."""
+        try:
+            act()
+        except Exception as exc:  # (a bug or an unexpected error in one sink)
+            logger.exception("[%s] %s failed: %s", self.name, what, exc)
+
+    def _take_evidence(self, job: Job, wanted: list[Action]) -> str | None:
+        """Bounded by `evidence.timeout`; a failure to capture never stops the alert or the restart."""
+        if self.evidence is None or job.inv is None:
+            return None
+        try:
+            path = self.evidence.take(job.inv, wanted, job.facts)
+        except Exception as exc:  # OSError above all; never the restart's end
+            logger.error("[%s] evidence not captured: %s", self.name, exc)
+            return None
+        if path is not None:
+            logger.info("[%s] evidence for %s written to %s", self.name, wanted[0].verdict_kind, path)
+        return path
+
+    def _restart(self, done: Done, action: Action) -> Done:
+        """One try (a signal's EINTR is retried inside the call: sinks/actions.py); the responder
+        tries again after RESTART_BACKOFF, on the loop's clock."""
+        try:
+            job = (self.guarded.begin(action, done.job.facts.control_group, self.wall())
+                   if self.guarded is not None else self.unit.restart())
+        except UnitError as exc:
+            logger.error("[%s] %s", self.name, exc)
+            return replace(done, restart=action, restart_error=str(exc))
+        logger.info("[%s] restart requested (%s), job %s", self.name, action.verdict_kind, job)
+        return replace(done, restart=action, job_path=job)
+
+
+class Inline:
+    """Runs each job at once, in the caller's thread."""
+
+    def __init__(self, runner: ActionRunner) -> None:
+        self.runner = runner
+        self.done: list[Done] = []
+
+    @property
+    def busy(self) -> bool:
+        return False
+
+    def fds(self) -> list[int]:
+        return []
+
+    def submit(self, job: Job) -> None:
+        self.done.append(self.runner.run(job))
+
+    def take_done(self) -> list[Done]:
+        done, self.done = self.done, []
+        return done
+
+
+class Worker:
+    """One thread that runs jobs in turn; `fds()` is readable when one is done (the loop's poll)."""
+
+    def __init__(self, runner: ActionRunner) -> None:
+        self.runner = runner
+        self.jobs: queue.SimpleQueue[Job] = queue.SimpleQueue()
+        self.done: queue.SimpleQueue[Done] = queue.SimpleQueue()
+        self._read, self._write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._pending = 0  # jobs submitted and not taken back (the loop's thread only)
+        runner.progress = self._post
+        self._thread = threading.Thread(target=self._work, name="phasewatch-actions", daemon=True)
+        self._thread.start()
+
+    @property
+    def busy(self) -> bool:
+        return self._pending > 0
+
+    def fds(self) -> list[int]:
+        return [self._read]
+
+    def submit(self, job: Job) -> None:
+        self._pending += 1
+        self.jobs.put(job)
+
+    def take_done(self) -> list[Done]:
+        try:
+            while os.read(self._read, 512):
+                pass
+        except BlockingIOError:
+            pass
+        out = []
+        while True:
+            try:
+                out.append(self.done.get_nowait())
+            except queue.Empty:
+                break
+        self._pending -= sum(not d.partial for d in out)
+        return out
+
+    def _work(self) -> None:
+        while True:
+            job = self.jobs.get()
+            try:
+                done = self.runner.run(job)
+            except Exception as exc:  # never lose the worker: the job is reported as not restarted
+                logger.exception("actions failed: %s", exc)
+                restart = next((a for a in job.actions if a.kind == "restart"), None)
+                done = Done(job, restart=restart, restart_error=str(exc) if restart else None)
+            self._post(done)
+
+    def _post(self, done: Done) -> None:
+        self.done.put(done)
+        try:
+            os.write(self._write, b"x")
+        except BlockingIOError:
+            pass  # (the loop has a wake-up to read already)

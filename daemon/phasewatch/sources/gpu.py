@@ -1,0 +1,195 @@
+"""Edge: each GPU as NVML shows it, through nvidia-ml-py (`pynvml`; the optional `phasewatch[gpu]`).
+
+One worker thread makes every NVML call, once a second while someone wants readings (`want`), and
+queues the readings; the daemon's loop only takes what is queued (`take`), so a wedged driver can
+stall the worker, never the loop or its WATCHDOG=1. A worker that has not come back from a call
+within `deadline` is reported stuck and its readings are not used until it answers again.
+
+Per GPU and reading: power (nvmlDeviceGetPowerUsage, mW), SM and memory utilisation
+(nvmlDeviceGetUtilizationRates), PCIe RX/TX (nvmlDeviceGetPcieThroughput, KB/s), the processes
+with a context and their memory (nvmlDeviceGetComputeRunningProcesses: host PIDs) and their SM
+utilisation (nvmlDeviceGetProcessUtilization); once: the power limit (nvmlDeviceGetEnforcedPowerLimit),
+name and memory size. A value NVML refuses (NOT_SUPPORTED, NO_PERMISSION) is None.
+
+Needs: the NVIDIA driver's libnvidia-ml.so.1 and read access to /dev/nvidiactl and /dev/nvidia*
+(the unit must not set PrivateDevices=yes, or needs DeviceAllow=; units/phasewatch@.service.d/gpu.conf).
+Without pynvml, the library, a GPU or permission the source says so once (`problem`) and gives nothing.
+"""
+
+from __future__ import annotations
+
+import collections
+import importlib
+import logging
+import threading
+import time
+from types import ModuleType
+from typing import Any, Callable
+
+from ..stages.gpu_vitals import GpuInfo, GpuReading
+
+logger = logging.getLogger(__name__)
+
+INTERVAL = 1.0
+DEADLINE = 5.0  # a call not back after this long: the driver is wedged
+MAX_READINGS = 4096  # queued readings kept (16 GPUs x 256 s) when nobody takes them
+
+
+class NvmlSource:
+    def __init__(self, load: Callable[[], ModuleType] | None = None, interval: float = INTERVAL,
+                 deadline: float = DEADLINE, clock: Callable[[], float] = time.monotonic,
+                 wall: Callable[[], float] = time.time) -> None:
+        self._load = load or (lambda: importlib.import_module("pynvml"))
+        self.interval = interval
+        self.deadline = deadline
+        self._clock = clock
+        self._wall = wall
+        self._lock = threading.Lock()
+        self._wanted = threading.Event()
+        self._readings: collections.deque[GpuReading] = collections.deque(maxlen=MAX_READINGS)
+        self._infos: dict[int, GpuInfo] = {}
+        self._problem: str | None = None
+        self._said: str | None = None
+        self._busy_since: float | None = None  # monotonic: the worker is inside an NVML call
+        self._thread: threading.Thread | None = None
+        self._started = False
+
+    # -- the loop's side: never blocks on NVML -------------------------------------------------
+
+    def want(self, wanted: bool) -> None:
+        """Sample while `wanted` (the unit starts); the worker starts on the first want."""
+        if wanted and not self._started:
+            self._started = True
+            self._thread = threading.Thread(target=self._run, name="phasewatch-nvml", daemon=True)
+            self._thread.start()
+        if wanted:
+            self._wanted.set()
+        else:
+            self._wanted.clear()
+
+    def take(self) -> list[GpuReading]:
+        """The readings queued since the last take (none while the worker is stuck)."""
+        stuck = self.stuck()
+        with self._lock:
+            out = list(self._readings)
+            self._readings.clear()
+        if stuck:
+            self._say(f"NVML has not answered for {self._clock() - (self._busy_since or 0):.0f} s "
+                      "(a wedged driver?): the GPU is not used as a sign of life until it does")
+            return []
+        return out
+
+    def stuck(self) -> bool:
+        busy = self._busy_since
+        return busy is not None and self._clock() - busy > self.deadline
+
+    def infos(self) -> dict[int, GpuInfo]:
+        with self._lock:
+            return dict(self._infos)
+
+    def problem(self) -> str | None:
+        """Why there are no readings (None: there are, or nothing was asked yet)."""
+        if self.stuck():
+            return "NVML not answering"
+        with self._lock:
+            return self._problem
+
+    def state(self) -> str:
+        """`off` (never wanted), `ok`, `unavailable`, `stuck`."""
+        if not self._started:
+            return "off"
+        if self.stuck():
+            return "stuck"
+        with self._lock:
+            return "unavailable" if self._problem is not None else "ok"
+
+    def _say(self, problem: str) -> None:
+        if self._said != problem:
+            self._said = problem
+            logger.warning("GPU signs of life: %s", problem)
+
+    # -- the worker ----------------------------------------------------------------------------
+
+    def _call(self, function: Callable[..., Any], *args: Any) -> Any:
+        self._busy_since = self._clock()
+        try:
+            return function(*args)
+        finally:
+            self._busy_since = None
+
+    def _run(self) -> None:
+        try:
+            nvml = self._call(self._load)
+            self._call(nvml.nvmlInit)
+            handles = self._devices(nvml)
+        except Exception as exc:  # ImportError, NVMLError_LibraryNotFound, NO_PERMISSION, DRIVER_NOT_LOADED...
+            self._unavailable(_describe(exc))
+            return
+        if not handles:
+            self._unavailable("NVML sees no GPU")
+            return
+        last_seen: dict[int, int] = {}
+        while True:
+            self._wanted.wait()
+            began = self._clock()
+            at = self._wall()
+            readings = [self._reading(nvml, index, handle, at, last_seen) for index, handle in handles]
+            with self._lock:
+                self._readings.extend(readings)
+            time.sleep(max(self.interval - (self._clock() - began), 0.05))
+
+    def _unavailable(self, problem: str) -> None:
+        with self._lock:
+            self._problem = problem
+        self._say(f"{problem}; vitals use /proc only")
+
+    def _devices(self, nvml: Any) -> list[tuple[int, Any]]:
+        handles = []
+        for index in range(self._call(nvml.nvmlDeviceGetCount)):
+            handle = self._call(nvml.nvmlDeviceGetHandleByIndex, index)
+            name = self._optional(nvml.nvmlDeviceGetName, handle)
+            memory = self._optional(nvml.nvmlDeviceGetMemoryInfo, handle)
+            limit = self._optional(nvml.nvmlDeviceGetEnforcedPowerLimit, handle)
+            info = GpuInfo(index, name.decode() if isinstance(name, bytes) else str(name or ""),
+                           int(limit) if limit is not None else None,
+                           int(memory.total) if memory is not None else None)
+            with self._lock:
+                self._infos[index] = info
+            handles.append((index, handle))
+        return handles
+
+    def _optional(self, function: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return self._call(function, *args)
+        except Exception:  # NVMLError: NOT_SUPPORTED, NO_PERMISSION, GPU_IS_LOST...
+            return None
+
+    def _reading(self, nvml: Any, index: int, handle: Any, at: float, last_seen: dict[int, int]) -> GpuReading:
+        rates = self._optional(nvml.nvmlDeviceGetUtilizationRates, handle)
+        power = self._optional(nvml.nvmlDeviceGetPowerUsage, handle)
+        rx = self._optional(nvml.nvmlDeviceGetPcieThroughput, handle, nvml.NVML_PCIE_UTIL_RX_BYTES)
+        tx = self._optional(nvml.nvmlDeviceGetPcieThroughput, handle, nvml.NVML_PCIE_UTIL_TX_BYTES)
+        processes = {}
+        for process in self._optional(nvml.nvmlDeviceGetComputeRunningProcesses, handle) or ():
+            used = getattr(process, "usedGpuMemory", None)
+            processes[int(process.pid)] = int(used) if isinstance(used, int) else 0
+        sm_by_pid: dict[int, float] = {}
+        samples = self._optional(nvml.nvmlDeviceGetProcessUtilization, handle, last_seen.get(index, 0))
+        for sample in samples or ():
+            sm_by_pid[int(sample.pid)] = float(sample.smUtil)
+            last_seen[index] = max(last_seen.get(index, 0), int(getattr(sample, "timeStamp", 0)))
+        return GpuReading(at, index, _num(getattr(rates, "gpu", None)), _num(getattr(rates, "memory", None)),
+                          _num(power), _num(rx), _num(tx), processes, sm_by_pid)
+
+
+def _num(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, ImportError):
+        return "nvidia-ml-py is not installed (pip install 'phasewatch[gpu]', or python3-pynvml)"
+    text = str(exc) or type(exc).__name__
+    if "Insufficient Permissions" in text or "No Permission" in text:
+        return f"NVML: {text} (phasewatch needs read access to /dev/nvidiactl and /dev/nvidia*)"
+    return f"NVML: {text}"

@@ -1,0 +1,269 @@
+"""Issue 22, part 1 (PROBE-S3 C-1, H-1, H-6, H-7, M-1, L-3): acting that survives the actor. The
+daemon's loop with its edges faked (a scripted journal, a recording unit, a fake clock), the action
+worker too where it matters (a daemon killed mid-action: its jobs never come back). The real worker
+thread and real children: tests/integration/test_acting_children.py; the real systemd: tests/e2e."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fakes import ScriptedJournal
+from phasewatch.app import Daemon
+from phasewatch.clock import FakeClock
+from phasewatch.config import DEFAULT_ACTIONS, DEFAULT_LIMITS, Config, Hook, Leftovers, PhaseLimits, load_config
+from phasewatch.errors import ConfigError, UnitError
+from phasewatch.records import JournalRecord, Phase
+from phasewatch.sinks.acting import Done, Job
+from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier, RecordingUnit, SystemdUnit, UnitFacts
+from phasewatch.sinks.hold import HoldFile
+from phasewatch.sinks.hooks import HookRunner, env_safe, hook_env
+from phasewatch.sinks.state import StateStore
+from phasewatch.sinks.unguarded_stops import UnguardedStops
+from phasewatch.sources.procs import ProcessTable
+from phasewatch.stages.respond import Action, Hold
+
+UNIT = "sglang-kimi.service"
+INV = "0123456789abcdef0123456789abcdef"
+T0 = 1_800_000_000.0
+LOAD = {**DEFAULT_LIMITS, Phase.WEIGHT_LOAD: PhaseLimits(60, None)}
+HOOKED = Config(unit=UNIT, phases=LOAD, actions={**DEFAULT_ACTIONS, "stalled": ("alert", "hook:slow", "restart")},
+                hooks={"slow": Hook(("/bin/sleep", "300"), 30.0)})
+
+
+def make(tmp_path: Path, config: Config, *, worker: bool = False, unit: RecordingUnit | None = None
+         ) -> tuple[Daemon, ScriptedJournal, RecordingUnit, RecordingAlerter, RecordingNotifier, FakeClock]:
+    clock = FakeClock(wall=T0)
+    journal = ScriptedJournal()
+    (tmp_path / "proc").mkdir(exist_ok=True)
+    unit = unit or RecordingUnit(UnitFacts("activating", "start", INV, control_group=None, started_at=T0))
+    alerter, notifier = RecordingAlerter(UNIT), RecordingNotifier()
+    app = Daemon(config, follower=journal, unit=unit, alerter=alerter, notifier=notifier,  # type: ignore[arg-type]
+                 store=StateStore(tmp_path, UNIT), clock=clock, watchdog_interval=30.0,
+                 processes=ProcessTable(proc=str(tmp_path / "proc"), cgroup_roots=(str(tmp_path / "cg"),)),
+                 actions_off_the_loop=worker)
+    return app, journal, unit, alerter, notifier, clock
+
+
+def load_begins(journal: ScriptedJournal) -> None:
+    journal.push(*(JournalRecord(f"[2026-11-29 08:00:00 TP{n}] Load weight begin. avail mem=137.95 GB", T0,
+                                 pid=100 + n, invocation_id=INV) for n in range(8)))
+
+
+class KilledMidAction:
+    """The action worker of a daemon that is killed while it acts (in a slow hook, before the
+    restart): jobs are taken and never come back."""
+
+    busy = True
+
+    def __init__(self) -> None:
+        self.jobs: list[Job] = []
+
+    def fds(self) -> list[int]:
+        return []
+
+    def submit(self, job: Job) -> None:
+        self.jobs.append(job)
+
+    def take_done(self) -> list[Done]:
+        return []
+
+
+def killed_mid_action(tmp_path: Path) -> None:
+    """A daemon that judges the hang, hands the actions to its worker, and is killed meanwhile."""
+    app, journal, unit, _, _, clock = make(tmp_path, HOOKED)
+    app.responder.actor = KilledMidAction()  # type: ignore[assignment]
+    load_begins(journal)
+    app.start()
+    clock.jump(61)
+    app.step(max_wait=0)
+    assert unit.restarts == []
+    assert [a.kind for a in app.store.load().pending] == ["alert", "restart"]
+
+
+def test_a_daemon_killed_mid_action_makes_the_pending_restart_when_it_starts_again(tmp_path: Path) -> None:
+    """C-1: the memory said "restarted" before acting; a daemon killed in the hook never restarted."""
+    killed_mid_action(tmp_path)
+    again, journal, unit, alerter, _, clock = make(tmp_path, HOOKED)
+    clock.jump(70)
+    load_begins(journal)
+    again.start()
+    assert unit.restarts == [INV]
+    assert [a["PHASEWATCH_VERDICT"] for a in alerter.sent] == ["stalled"]  # the alert it had not sent
+    assert again.store.load().pending == ()
+    again.step(max_wait=0)
+    assert unit.restarts == [INV]  # once
+
+
+def test_a_pending_restart_is_not_made_when_held(tmp_path: Path) -> None:
+    killed_mid_action(tmp_path)
+    HoldFile(tmp_path, UNIT).write(Hold(T0 + 3600, "bisecting"))
+    held, journal, unit, _, _, _ = make(tmp_path, HOOKED)
+    load_begins(journal)
+    held.start()
+    assert unit.restarts == [] and held.store.load().pending == ()
+
+
+def test_a_pending_restart_of_a_start_up_that_ended_is_dropped(tmp_path: Path) -> None:
+    """systemd had the job (the unit runs a new invocation): nothing is restarted twice."""
+    killed_mid_action(tmp_path)
+    other = RecordingUnit(UnitFacts("activating", "start", "f" * 32, control_group=None, started_at=T0 + 65))
+    again, _, unit, _, _, _ = make(tmp_path, HOOKED, unit=other)
+    again.start()
+    assert unit.restarts == []
+
+
+def test_a_refused_restart_is_tried_again_with_backoff_and_alerted_once(tmp_path: Path) -> None:
+    """H-7: EINTR or a transient D-Bus/polkit error lost the restart for good."""
+    config = Config(unit=UNIT, phases=LOAD)
+    app, journal, unit, alerter, _, clock = make(tmp_path, config)
+    unit.refuse_times = 2
+    load_begins(journal)
+    app.start()
+    clock.jump(61)
+    app.step(max_wait=0)
+    assert unit.restarts == []
+    assert [a["PHASEWATCH_VERDICT"] for a in alerter.sent].count("restart_failed") == 1
+    assert any(a.kind == "restart" for a in app.store.load().pending)
+    for _ in range(2):
+        clock.jump(5)
+        app.step(max_wait=0)
+    assert unit.restarts == [INV]
+    assert [a["PHASEWATCH_VERDICT"] for a in alerter.sent].count("restart_failed") == 1
+    assert app.store.load().pending == ()
+
+
+def test_a_restart_refused_every_time_is_not_restarted_and_decided_again(tmp_path: Path) -> None:
+    config = Config(unit=UNIT, phases=LOAD)
+    app, journal, unit, _, _, clock = make(tmp_path, config)
+    unit.refuse_times = 4
+    load_begins(journal)
+    app.start()
+    clock.jump(61)
+    app.step(max_wait=0)
+    for _ in range(3):
+        clock.jump(5)
+        app.step(max_wait=0)
+    assert unit.restarts == [] and INV not in app.responder.memory.restarted
+    clock.jump(config.restart_budget.backoff + 1)
+    app.step(max_wait=0)
+    assert unit.restarts == [INV]
+
+
+class InterruptedBus:
+    """pystemd's Unit whose Restart is cut by a signal twice (`[err -4]`), then answers."""
+
+    def __init__(self, name: bytes) -> None:
+        self.Unit = self
+        self.calls = 0
+
+    def Restart(self, mode: bytes) -> bytes:  # noqa: N802 (pystemd's name)
+        self.calls += 1
+        if self.calls <= 2:
+            raise OSError("[err -4]: b'Interrupted system call'")
+        return b"/org/freedesktop/systemd1/job/7"
+
+
+def test_eintr_is_retried_inside_the_restart_call() -> None:
+    bus: dict[str, Any] = {}
+    unit = SystemdUnit(UNIT, lambda name: bus.setdefault("u", InterruptedBus(name)))
+    assert unit.restart() == "/org/freedesktop/systemd1/job/7"
+    assert bus["u"].calls == 3
+
+    class Refusing(InterruptedBus):
+        def Restart(self, mode: bytes) -> bytes:  # noqa: N802
+            raise OSError("Access denied")
+
+    with pytest.raises(UnitError):
+        SystemdUnit(UNIT, Refusing).restart()
+
+
+def test_nul_and_control_bytes_never_reach_a_hook_environment_raw() -> None:
+    """H-1: `ValueError: embedded null byte` out of the spawn crashed the daemon."""
+    assert env_safe("a\x00b\x1b[31m\tc\x7f") == "a\\x00b\\x1b[31m\tc\\x7f"
+    action = Action("hook", "TP4 crashed: RuntimeError: bad\x00byte\r\n$(id)", "crashed", 3, INV, hook="h")
+    env = hook_env(action, UNIT)
+    assert all("\x00" not in v and "\r" not in v for v in env.values())
+    assert env["PHASEWATCH_MESSAGE"] == "TP4 crashed: RuntimeError: bad\\x00byte\\x0d\\x0a$(id)"
+
+
+def test_an_unknown_hook_is_logged(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.ERROR):
+        assert HookRunner(UNIT, {})(Action("hook", "m", "stalled", 4, INV, hook="gone")) is None
+    assert "hook gone is not configured" in caplog.text
+
+
+def test_reload_rebuilds_hooks_evidence_and_the_guarded_restart(tmp_path: Path) -> None:
+    """M-1: reload said "config reloaded" and kept the start-up's hooks, evidence and leftovers."""
+    path = tmp_path / "c.yaml"
+    path.write_text(f"unit: {UNIT}\n")
+    config = load_config(path)
+    clock = FakeClock(wall=T0)
+    unit = RecordingUnit(UnitFacts("activating", "start", INV, control_group=None, started_at=T0))
+    app = Daemon(config, follower=ScriptedJournal(), unit=unit, alerter=RecordingAlerter(UNIT),  # type: ignore
+                 notifier=RecordingNotifier(), store=StateStore(tmp_path, UNIT), clock=clock,
+                 processes=ProcessTable(proc=str(tmp_path / "proc"), cgroup_roots=(str(tmp_path / "cg"),)),
+                 reload=lambda: load_config(path))
+    assert app.responder.guarded is None
+    path.write_text(f"unit: {UNIT}\nhooks:\n  h:\n    exec: [/bin/true]\n    timeout: 3s\nleftovers:\n"
+                    "  check: true\nevidence:\n  timeout: 3s\nrank_processes: host\n"
+                    "actions:\n  stalled: [evidence, alert, hook:h, restart]\n")
+    assert app.reload()
+    runner = app.responder.runner
+    assert isinstance(runner.run_hook, HookRunner) and runner.run_hook.hooks["h"].timeout == 3.0
+    assert runner.evidence is not None and runner.evidence.writer.settings.timeout == 3.0  # type: ignore
+    assert app.responder.guarded is not None and app.ranks.host_wide
+
+
+def test_a_guarded_restart_waiting_for_leftovers_is_resumed_after_a_daemon_restart(tmp_path: Path) -> None:
+    """H-6: GuardedRestart.pending lived in memory only: the server stayed stopped."""
+    config = Config(unit=UNIT, phases=LOAD, leftovers=Leftovers(check=True, wait=600))
+    app, journal, unit, _, _, clock = make(tmp_path, config)
+    load_begins(journal)
+    app.start()
+    clock.jump(61)
+    app.step(max_wait=0)
+    assert unit.calls == ["stop"]
+    assert app.store.load().guarded is not None
+    # The daemon restarts while the start waits; then the unit is down and nothing survived.
+    stopped = RecordingUnit(UnitFacts("inactive", "dead", INV, control_group=None, started_at=T0))
+    again, journal2, unit2, _, _, clock2 = make(tmp_path, config, unit=stopped)
+    clock2.jump(65)
+    again.start()
+    assert again.responder.guarded is not None and again.responder.guarded.pending is not None
+    clock2.jump(2)
+    again.step(max_wait=0)
+    assert unit2.calls == ["start"] and unit2.restarts == []
+    assert again.store.load().guarded is None
+
+
+def test_the_check_after_a_stop_says_gpu_memory_was_not_checked(caplog: pytest.LogCaptureFixture) -> None:
+    """L-3: "nothing of it survived" although nvidia-smi did not finish."""
+    stops = UnguardedStops(UNIT, lambda old: [], lambda a: None, lambda: False)
+    from phasewatch.sinks.unguarded_stops import Due
+    stops.due.append(Due(INV, {}, T0))
+    with caplog.at_level(logging.INFO):
+        stops.tick(T0 + 1)
+    assert "GPU memory not checked" in caplog.text
+
+
+@pytest.mark.parametrize(("extra", "ok"), [
+    ("evidence:\n  timeout: 10m\nhooks:\n  h:\n    exec: [/bin/true]\n    timeout: 1h\n"
+     "actions:\n  stalled: [evidence, alert, hook:h, restart]\n", False),
+    ("hooks:\n  h:\n    exec: [/bin/true]\n    timeout: 4m\n  g:\n    exec: [/bin/true]\n    timeout: 2m\n"
+     "actions:\n  stalled: [alert, hook:h, hook:g, restart]\n", False),
+    ("hooks:\n  h:\n    exec: [/bin/true]\n"
+     "actions:\n  stalled: [evidence, alert, hook:h, restart]\n", True),
+])
+def test_config_refuses_an_action_chain_past_its_bound(tmp_path: Path, extra: str, ok: bool) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(f"unit: {UNIT}\n" + extra)
+    if ok:
+        load_config(path)
+        return
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert info.value.key == "actions.stalled" and "at most 300s" in str(info.value)
