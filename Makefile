@@ -114,6 +114,8 @@ install-data:
 	$(INSTALL) -m 0644 man/phasewatch.1 $(DESTDIR)$(MANDIR)/man1/
 	$(INSTALL) -m 0644 man/phasewatch.yaml.5 $(DESTDIR)$(MANDIR)/man5/
 	$(INSTALL) -m 0644 man/phasewatch@.service.8 $(DESTDIR)$(MANDIR)/man8/
+	$(INSTALL) -d $(DESTDIR)$(DATADIR)/alertmanager
+	$(INSTALL) -m 0644 config/alertmanager/*.yml $(DESTDIR)$(DATADIR)/alertmanager/
 	if [ -d config/grafana ]; then \
 		$(INSTALL) -d $(DESTDIR)$(DATADIR)/grafana && cp -R config/grafana/. $(DESTDIR)$(DATADIR)/grafana/ && \
 		chmod -R u=rwX,go=rX $(DESTDIR)$(DATADIR)/grafana; \

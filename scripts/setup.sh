@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 
 packages=(libsystemd-dev pkg-config gcc python3-dev python3-venv systemd-journal-remote polkitd dbus iproute2 util-linux
           prometheus curl  # prometheus: promtool and the e2e Prometheus; curl: queries inside the sandbox
+          prometheus-alertmanager  # amtool and the e2e Alertmanager of the group restart (tests/e2e/test_e2e_group.py)
           librsvg2-bin  # rsvg-convert: the README picture is checked against what the code draws
           fail2ban strace  # the bench's smoke test (tests/e2e/test_e2e_bench_smoke.py): row (c), wake-up counts
           # the Debian package (make deb, tests/e2e/test_e2e_deb.py): Debian's own runtime packages,

@@ -16,6 +16,10 @@ Faults (TPn:PHASE, PHASE one of dist_init, weight_load, jit_compile, kv_cache_al
                                     engine core logs "EngineCore failed to start.", the API server
                                     "Engine core initialization failed" and everything exits 1
 
+With --json-logs every process logs as vLLM does with a JSON logging config (one object a line:
+asctime, levelname, name, message, processName, process, vllm_process_name, vllm_pid; no process
+prefix); progress bars and raw tracebacks stay text, as they bypass logging.
+
     python3 tools/vllm_sim.py run --scale 0.01 --port 8000 --hang TP2:cuda_graph_capture
 """
 
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import http.server
+import json
 import os
 import signal
 import subprocess
@@ -90,7 +95,8 @@ CORE_LINES: list[Line] = [
 
 API_LINES: list[Line] = [
     (0.0, "", f"vLLM API server version {VERSION}"),
-    (0.1, "", f"non-default args: {{'model': '{MODEL}', 'tensor_parallel_size': {TP}, 'port': PORT}}"),
+    (0.1, "", f"non-default args: {{'model': '{MODEL}', 'tensor_parallel_size': {TP}, 'port': PORT, "
+              "'gpu_memory_utilization': 0.92, 'max_num_seqs': 256}}"),
     (92.0, "", "Starting vLLM API server 0 on http://0.0.0.0:PORT"),
     (92.1, "", "UVICORN Started server process [PID]"),
     (92.2, "", "UVICORN Waiting for application startup."),
@@ -137,6 +143,12 @@ class Writer:
             sys.stderr.write(f"{prefix}INFO:     {text[len('UVICORN '):]}\n")
         elif text.startswith("\r"):  # a tqdm frame: no logging header, no newline until the last
             sys.stderr.write(text + ("\n" if "100%" in text else ""))
+        elif os.environ.get("VLLM_SIM_JSON") == "1":  # vLLM's JSON formatter: no prefix, no header
+            when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.start + t * self.scale)) + ",000"
+            record = {"asctime": when, "levelname": level, "name": f"vllm.{source.split('.')[0]}", "message": text,
+                      "processName": self.tag or "MainProcess", "process": os.getpid(),
+                      "vllm_process_name": self.tag or "APIServer", "vllm_pid": os.getpid()}
+            sys.stderr.write(json.dumps(record) + "\n")
         else:
             sys.stderr.write(f"{prefix}{_header(level, source, t * self.scale, self.start)} {text}\n")
         sys.stderr.flush()
@@ -281,7 +293,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--hang", metavar="TPn:PHASE")
     parser.add_argument("--oom", metavar="TPn:PHASE")
+    parser.add_argument("--json-logs", action="store_true", help="log NDJSON, as vLLM's JSON logging config does")
     args = parser.parse_args(argv)
+    if args.json_logs:
+        os.environ["VLLM_SIM_JSON"] = "1"  # the engine core and workers inherit it
     _parse_fault(args.hang)
     _parse_fault(args.oom)
     return run_api(args)

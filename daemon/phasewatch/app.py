@@ -13,7 +13,7 @@ import logging
 import math
 import os
 import select
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from .clock import Clock
 from .config import Config
@@ -22,6 +22,7 @@ from .errors import ConfigError, UnitError
 from .pipeline import Pipeline
 from .sinks.acting import ActionUnit, Worker
 from .sinks.actors import Actors, build_actors, carry_over, resume_guarded
+from .sinks.group_restarts import GroupRestarts
 from .sinks.history import History
 from .sinks.hold import HoldFile
 from .sinks.metrics import Exporter
@@ -29,6 +30,7 @@ from .sinks.responder import Alerter, Responder
 from .sinks.state import StateStore
 from .sinks.systemd_status import Notify, StepResult, SystemdStatus
 from .sources import rebuild
+from .sources.alert_receiver import AlertReceiver
 from .sources.base import Instant, Source
 from .sources.follow import JournalFollower
 from .sources.gpu import NvmlSource
@@ -59,7 +61,7 @@ class Daemon:
                  exporter: Exporter | None = None, history: History | None = None,
                  sampler: ProcSampler | None = None, reload: Callable[[], Config] | None = None,
                  actions_off_the_loop: bool = False, action_unit: ActionUnit | None = None,
-                 gpu: NvmlSource | None = None) -> None:
+                 gpu: NvmlSource | None = None, receiver: AlertReceiver | None = None) -> None:
         self.config, self.follower, self.notifier, self.store, self.clock = config, follower, notifier, store, clock
         self.exporter = exporter  # metrics and /status (None: none)
         self.pipeline = Pipeline(config)
@@ -76,7 +78,8 @@ class Daemon:
         self.ranks = RankProcesses(self.facts, processes, current, config.rank_processes == "host")
         self.signs = SignsOfLife(config, sampler or ProcSampler(processes), self.facts, current,
                                  exporter.saw_vitals if exporter is not None else None, gpu)
-        self.sources: Sequence[Source] = (self.journal, self.health, self.ranks, self.signs)
+        self.sources: Sequence[Source] = (self.journal, self.health, self.ranks, self.signs,
+                                          *((receiver,) if receiver is not None else ()))
         self.unit, self.alerter, self.processes = action_unit or unit, alerter, processes
         self.actors = self._actors(config)
         self.unguarded = self.actors.unguarded
@@ -91,7 +94,8 @@ class Daemon:
         self.systemd = SystemdStatus(config, notifier, store, watchdog_interval)
         self.last_publish = -math.inf  # monotonic
         self.publish_due = False  # a publish was put off by PUBLISH_SPACING: it has a deadline
-        self.responder.leftovers_seen = self._leftovers_seen
+        self.responder.leftovers_seen = lambda: leftovers_seen(self.responder.guarded, self.unguarded)
+        self.group = GroupRestarts(self.responder, receiver, exporter)  # the group's decisions from Alertmanager
 
     @property
     def vitals(self) -> Vitals | None:
@@ -180,6 +184,7 @@ class Daemon:
             for event in source.collect(now, readable):
                 self.pipeline.apply(event, now.wall)
         self.responder.judge_and_act()
+        self.group.handle()
         self._tick_guarded()
         self._tell_sinks()
         self.journal.release_memory()
@@ -203,6 +208,7 @@ class Daemon:
         if config.metrics_listen != self.config.metrics_listen:
             logger.warning("[%s] metrics.listen changed to %s: it takes effect when phasewatch restarts",
                            self.config.unit, config.metrics_listen)
+        self.group.reconfigured(config)
         self.config = config
         self.pipeline.reconfigure(config)
         self.health.config = self.signs.config = self.responder.config = self.systemd.config = config
@@ -235,11 +241,6 @@ class Daemon:
             logger.error("[%s] %s", self.config.unit, exc)
         if guarded.pending is not waiting:
             self._save()  # the start that waited is made (or given up): no longer to resume
-
-    def _leftovers_seen(self) -> float | None:
-        guarded, unguarded = self.responder.guarded, self.unguarded
-        times = (guarded.survivors_seen_at if guarded else None, unguarded.survivors_seen_at if unguarded else None)
-        return max((t for t in times if t is not None), default=None)
 
     def _old_pids(self, invocation_id: str) -> dict[int, str]:
         current = self.pipeline.current()
@@ -310,6 +311,12 @@ class Daemon:
             self.exporter.saw_rejected(self.follower.rejected)
             self.exporter.publish(self.pipeline, self.responder.memory, self.clock.wall(), self.responder.eta,
                                   {p.value: item.reason for p, item in limits.items()})
+
+
+def leftovers_seen(guarded: Any, unguarded: Any) -> float | None:
+    """When survivors of a stop were last found, by the guarded restart or the unguarded stops' check."""
+    times = (guarded.survivors_seen_at if guarded else None, unguarded.survivors_seen_at if unguarded else None)
+    return max((t for t in times if t is not None), default=None)
 
 
 def _drain(fd: int) -> None:

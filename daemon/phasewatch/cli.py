@@ -227,6 +227,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .sinks.history import History
     from .sinks.http import Rebinder, start_metrics
     from .sinks.state import StateStore
+    from .sources.alert_receiver import start_receiver
     from .sources.follow import JournalFollower
     from .stages.respond import PRIORITY, Action
 
@@ -253,12 +254,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         lambda why: alerter.alert(Action("alert", why, "metrics_unbound", PRIORITY["metrics_unbound"], cause="listen")))
     from .sources.gpu import NvmlSource
 
+    receiver = start_receiver(config)
     daemon = Daemon(config, follower=JournalFollower(config.unit, args.directory), unit=unit,
                     alerter=alerter, notifier=Notifier(), store=StateStore(state_dir, config.unit),
                     clock=SystemClock(), watchdog_interval=watchdog_interval_from_env(), exporter=exporter,
                     history=History(Path(state_dir) / f"{config.unit}.history.sqlite3"), reload=read_config,
                     actions_off_the_loop=True, action_unit=SystemdUnit(config.unit),  # (its own D-Bus connection)
-                    gpu=NvmlSource())
+                    gpu=NvmlSource(), receiver=receiver)
 
     def stop(signum: int, frame: object) -> None:
         raise SystemExit(0)

@@ -14,11 +14,13 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from .config_file import load_yaml, read_config_text, strip_lines
+from .config_group import parse_group
 
 # Re-exported: the section records are part of what a Config is.
 from .config_sections import CHAIN_LIMIT, chain_bound
 from .config_sections import Adaptive as Adaptive
 from .config_sections import EvidenceCapture as EvidenceCapture
+from .config_sections import Group as Group
 from .config_sections import HealthCheck as HealthCheck
 from .config_sections import Hook as Hook
 from .config_sections import Leftovers as Leftovers
@@ -78,6 +80,7 @@ DEFAULT_ACTIONS: Mapping[str, tuple[str, ...]] = {
     "crashed": ("alert",),  # the unit's own Restart= usually handles a crash
     "unhealthy": ("alert",),
     "lines_lost": ("alert",),
+    "waiting_for_node": ("alert",),  # a node of a group: the group decides its restart
 }
 
 
@@ -104,6 +107,7 @@ class Config:
     evidence: EvidenceCapture = EvidenceCapture()
     hooks: Mapping[str, Hook] = field(default_factory=dict)
     leftovers: Leftovers = Leftovers()
+    group: Group | None = None  # one node of a multi-node server (config_group.py)
 
     def limits(self, phase: Phase) -> PhaseLimits:
         return self.phases.get(phase, PhaseLimits(None, None))
@@ -114,7 +118,7 @@ class Config:
 
 TOP_KEYS = ("unit", "engine", "profile_path", "phases", "rank_skew", "crash_cause_wait", "patterns", "actions",
             "restart_budget", "dry_run", "metrics", "health", "adaptive", "vitals", "rank_processes",
-            "evidence", "hooks", "leftovers")
+            "evidence", "hooks", "leftovers", "group")
 LISTEN_RE = re.compile(r"^(?:\[[0-9a-fA-F:]+\]|[\w.-]+):(\d{1,5})$")
 
 
@@ -239,11 +243,9 @@ def parse_document(document: Any, path: str | None = None) -> Config:
                                  "a mapping with listen", fail):
         if key != "listen":
             raise fail(f"metrics.{key}", "unknown setting (known: listen)", at)
-        port = LISTEN_RE.match(raw) if isinstance(raw, str) else None
-        if port is None:
-            raise fail("metrics.listen", f"expected HOST:PORT like 127.0.0.1:9877, got {shown(raw)}", at)
-        if not 1 <= int(port.group(1)) <= 65535:
-            raise fail("metrics.listen", f"port {port.group(1)} out of range (1..65535)", at)
+        problem = listen_problem(raw)
+        if problem is not None:
+            raise fail("metrics.listen", problem, at)
         listen = raw
     health = _health(document.get("health", {}) or {}, lines.get("health"), fail)
     adaptive = _adaptive(document.get("adaptive", {}) or {}, lines.get("adaptive"), fail)
@@ -271,7 +273,18 @@ def parse_document(document: Any, path: str | None = None) -> Config:
                   profile=profile, source=path, profile_path=document.get("profile_path"),
                   actions=actions, restart_budget=budget, dry_run=dry_run, metrics_listen=listen, health=health,
                   adaptive=adaptive, vitals=vitals, rank_processes=rank_processes, evidence=evidence, hooks=hooks,
-                  leftovers=_leftovers(document.get("leftovers", {}) or {}, lines.get("leftovers"), fail))
+                  leftovers=_leftovers(document.get("leftovers", {}) or {}, lines.get("leftovers"), fail),
+                  group=parse_group(document.get("group"), lines.get("group"), fail, _entries, listen_problem))
+
+
+def listen_problem(raw: Any) -> str | None:
+    """What is wrong with a HOST:PORT setting (None: nothing)."""
+    port = LISTEN_RE.match(raw) if isinstance(raw, str) else None
+    if port is None:
+        return f"expected HOST:PORT like 127.0.0.1:9877, got {shown(raw)}"
+    if not 1 <= int(port.group(1)) <= 65535:
+        return f"port {port.group(1)} out of range (1..65535)"
+    return None
 
 
 Fail = Callable[[str, str, "int | None"], ConfigError]

@@ -101,3 +101,28 @@ def chain_bound(actions: tuple[str, ...], evidence_timeout: float, hook_timeouts
     bound += sum(hook_timeouts.get(a.removeprefix("hook:"), 0.0) + CHILD_REAP for a in dict.fromkeys(actions)
                  if a.startswith("hook:"))
     return bound + (DBUS_CALL if "restart" in actions else 0.0)
+
+
+@dataclass(frozen=True)
+class GroupReceiver:
+    """`group.receiver`: the Alertmanager webhook listener (sources/alert_receiver.py); off unless
+    `listen` is set. The bearer token is read from `token_file` at start; TLS when both `tls_cert` and
+    `tls_key` are given."""
+
+    listen: str
+    token_file: str
+    tls_cert: str | None = None
+    tls_key: str | None = None
+
+
+@dataclass(frozen=True)
+class Group:
+    """`group: {name, nodes}`: this unit is one node of a server spread over `nodes` hosts. The node's
+    rank comes from `node_rank` when set, else from the server's own arguments (SGLang's
+    `--node-rank` in server_args). With a receiver, restarts are the group's decision
+    (PhasewatchGroupRestart); a node never restarts alone."""
+
+    name: str
+    nodes: int
+    node_rank: int | None = None
+    receiver: GroupReceiver | None = None

@@ -42,6 +42,8 @@ KEY_DOCS = {
     "evidence": "what is captured for a verdict before a restart (stacks, journal excerpt)",
     "hooks": "commands run on verdicts, bounded in time",
     "leftovers": "after a stop: GPU memory still held by processes of the old start-up",
+    "group": "one node of a server on several hosts: restarts are the group's decision (the Alertmanager "
+             "receiver: listen, token_file)",
 }
 
 

@@ -6,7 +6,7 @@ JournalRecord -> LineSplitter -> EventMapper -> Tracker -> (snapshot) -> policy.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterable
 
 from .config import Config
@@ -15,6 +15,7 @@ from .stages import policy
 from .stages.events import EventMapper, is_lifecycle_record, lifecycle_event
 from .stages.fastpath import FastPath
 from .stages.lines import LineSplitter
+from .stages.remedies import NO_UNIT, UnitSettings, remedy_for
 from .stages.ruletally import RuleTally
 from .stages.snapshot import InvocationView, Snapshot, Transition
 from .stages.tracker import Tracker
@@ -48,6 +49,7 @@ class Pipeline:
         self.quarantined = 0  # records that raised in a stage: skipped, the rest goes on
         self._fast_wanted = fast
         self.fast = self._fast_path()
+        self.unit_settings: UnitSettings = NO_UNIT  # the unit's ExecStart=, Environment=... (the daemon sets it)
 
     def _fast_path(self) -> FastPath | None:
         engine = self.profile.engine_module
@@ -154,6 +156,11 @@ class Pipeline:
             # journalctl elided it (>= 4096 bytes without --all, or shown as "[N blob data]").
             return self.tracker.apply(Event(EventKind.LINES_LOST, record.realtime, count=1, cause="elided",
                                             invocation_id=record.invocation_id), now)
+        rewrite = self.profile.engine_module.rewrite
+        message = record.message
+        if rewrite is not None and message[:1] in (b"{", "{"):
+            text = rewrite(message if isinstance(message, str) else message.decode("utf-8", "replace"))
+            record = record if text is None else replace(record, message=text)
         return self._lines(self.splitter.feed(record), now)
 
     def feed_all(self, records: Iterable[JournalRecord], now: float | None) -> list[Transition]:
@@ -206,6 +213,15 @@ class Pipeline:
     def current_id(self) -> str | None:
         return self.tracker.current_id()
 
+    def with_remedies(self, verdicts: Iterable[policy.Verdict], inv: InvocationView) -> list[policy.Verdict]:
+        """Each verdict with what to do about it, when the profile's remedies and the facts say."""
+        out = []
+        for verdict in verdicts:
+            found = remedy_for(verdict.kind, verdict.cause, verdict.phase, verdict.rank, inv,
+                               self.profile.remedies, self.unit_settings)
+            out.append(verdict if found is None else replace(verdict, remedy=found))
+        return out
+
     def judge(self, now: float, snapshot: Snapshot | None = None) -> list[Judgement]:
         judgements = []
         for inv in (snapshot or self.snapshot()).invocations:
@@ -219,5 +235,6 @@ class Pipeline:
                 if before and outcome in (Outcome.STOPPED, Outcome.CRASHED) and not any(
                         v.kind == VerdictKind.CRASHED for v in verdicts):
                     outcome = Outcome.STALLED
+            verdicts = self.with_remedies(verdicts, inv)
             judgements.append(Judgement(inv, tuple(verdicts), outcome))
         return judgements

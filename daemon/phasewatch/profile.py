@@ -14,6 +14,7 @@ import yaml
 from .errors import ProfileError
 from .families import Families, FamilyError, parse_families
 from .records import PHASE_NAMES, Phase
+from .remedy_table import RemedyRule, parse_remedies
 from .stages.engines import KNOWN as KNOWN_ENGINES
 from .stages.engines import Engine, engine_module
 
@@ -54,6 +55,7 @@ class Profile:
     module: str = "sglang"  # the engine module (stages/engines/) for prefixes, titles and arguments
     lockstep: bool = False  # a rank beginning a phase moves its engine's ranks along (stages/lockstep.py)
     draft_phases: bool = True  # a second dist init / weight load is the draft model's
+    remedies: tuple[RemedyRule, ...] = ()  # what to do about a verdict (remedy_table.py)
 
     @property
     def engine_module(self) -> Engine:
@@ -217,7 +219,9 @@ def parse_profile(document: Mapping[str, Any], origin: str) -> Profile:
         if not isinstance(value, bool):
             raise ProfileError(f"{origin}: {name}", f"expected true or false, got {value!r}")
         flags.append(value)
-    return Profile(engine, rules, causes, families, module, *flags)
+    lockstep, draft_phases = flags
+    return Profile(engine, rules, causes, families, module, lockstep, draft_phases,
+                   parse_remedies(document.get("remedies"), origin))
 
 
 def builtin_engines() -> list[str]:

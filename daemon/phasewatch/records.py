@@ -64,6 +64,9 @@ class VerdictKind(enum.StrEnum):
     CRASHED = "crashed"
     UNHEALTHY = "unhealthy"
     LINES_LOST = "lines_lost"
+    # One node of a group (config `group:`): every local rank waits in lock-step while none is the
+    # culprit; another node holds them up (stages/group.py). Never restarts the node alone.
+    WAITING_FOR_NODE = "waiting_for_node"
 
 
 # Named groups of verdict kinds.
@@ -97,6 +100,7 @@ class AlertKind(enum.StrEnum):
     TIMER_LINT = "timer_lint"  # an engine or systemd timer ends a phase before a limit can (stages/timerlint.py)
     RESTART_BLOCKED = "restart_blocked"  # processes of the stopped start-up survived (sinks/leftovers.py)
     METRICS_UNBOUND = "metrics_unbound"  # metrics.listen cannot be bound: no /metrics, /status (sinks/http.py)
+    GROUP_RESTART = "group_restart"  # the group decided a restart (PhasewatchGroupRestart), done or not here
 
 
 class MessageId(enum.StrEnum):
@@ -114,6 +118,8 @@ class MessageId(enum.StrEnum):
     TIMER_LINT = "8d4c3f6b2a1e4e0f9b7d5c3a1f2e4d7b"  # not a verdict: a timer pre-empts a limit
     RESTART_BLOCKED = "8d4c3f6b2a1e4e0f9b7d5c3a1f2e4d7c"
     METRICS_UNBOUND = "8d4c3f6b2a1e4e0f9b7d5c3a1f2e4d7d"  # not a verdict: metrics.listen is taken
+    WAITING_FOR_NODE = "8d4c3f6b2a1e4e0f9b7d5c3a1f2e4d90"
+    GROUP_RESTART = "8d4c3f6b2a1e4e0f9b7d5c3a1f2e4d91"
 
 
 @dataclass(frozen=True)
@@ -308,3 +314,31 @@ class Event:
     prefixed: bool = False
     args: Mapping[str, str] = field(default_factory=dict)
     confidence: str = "exact"  # "family": matched by the profile's fallback vocabulary, not a rule
+
+
+@dataclass(frozen=True)
+class GroupRestartRequest:
+    """A firing PhasewatchGroupRestart alert from Alertmanager's webhook (sources/alert_receiver.py):
+    the group decided that its nodes restart, because of `culprit_node`'s `reason` (stalled, crashed,
+    rank_died, unit_failed, lagging). `starts_at` (Unix time) is when Prometheus began firing it: one
+    decision is one (fingerprint, starts_at)."""
+
+    group: str
+    culprit_node: str
+    reason: str
+    starts_at: float
+    fingerprint: str
+    culprit_rank: str | None = None
+    phase: str | None = None
+    held_nodes: str | None = None  # the nodes held by their operator, as the alert says
+
+    @property
+    def key(self) -> tuple[str, float]:
+        return (self.fingerprint, self.starts_at)
+
+    @property
+    def why(self) -> str:
+        """`node 1 TP12 stalled in cuda_graph_capture`."""
+        rank = f" {self.culprit_rank}" if self.culprit_rank else ""
+        phase = f" in {self.phase}" if self.phase else ""
+        return f"node {self.culprit_node}{rank} {self.reason.replace('_', ' ')}{phase}"

@@ -169,6 +169,8 @@ def verdict_json(v: Verdict) -> dict[str, Any]:
         out["ranks"] = {"culprits": list(v.facts.culprits), "found_by": v.facts.found_by or None,
                         "remote": v.facts.remote, "healthy": list(v.facts.healthy),
                         "waiting": list(v.facts.waiting)}
+    if v.remedy is not None:
+        out["remedy"] = {"text": v.remedy.text, "arguments": dict(v.remedy.arguments)}
     return out
 
 
@@ -329,6 +331,11 @@ def to_table(judgements: list[Judgement], now: float, timeless: bool = False, wi
             out.append("verdicts:")
             out.extend(f"  {line}" for line in grouped(VerdictLine(v.kind, v.rank, v.message)
                                                        for v in judgement.verdicts))
+            remedies: dict[str, str] = {}  # one line per remedy, not one per rank stuck alike
+            for v in judgement.verdicts:
+                if v.remedy is not None:
+                    remedies.setdefault(v.remedy.id, v.remedy.text)
+            out.extend(f"  remedy: {text}" for text in remedies.values())
         else:
             out.append("verdicts: none")
         if inv.anomalies:

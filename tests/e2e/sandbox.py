@@ -156,7 +156,10 @@ def can_boot() -> str | None:
 class Sandbox:
     inner_script = INNER  # run as PID 1 of the namespaces until it execs systemd (a subclass may change it)
 
-    def __init__(self) -> None:
+    def __init__(self, netns: str | None = None) -> None:
+        # netns: a network namespace the test made (`ip netns add NAME`: a veth to another sandbox),
+        # entered instead of a fresh one (nsenter --net: nothing else of ip-netns-exec's mounts)
+        self.netns = netns
         self.stage = Path(tempfile.mkdtemp(prefix="phasewatch-e2e-", dir="/var/tmp"))
         self.process: subprocess.Popen[bytes] | None = None
         self.pid: int | None = None  # host PID of the sandbox's PID 1
@@ -176,7 +179,7 @@ class Sandbox:
         join = "".join(f'echo $$ > "{path}/cgroup.procs"; ' for path in self.cgroups)
         with open(self.stage / "boot.log", "wb") as log:
             self.process = subprocess.Popen(
-                ["sh", "-c", join + 'exec "$@"', "sh", "unshare", "--cgroup", "--pid", "--mount", "--net", "--fork",
+                ["sh", "-c", join + 'exec "$@"', "sh", *self._network(), "--cgroup", "--pid", "--mount", "--fork",
                  "--mount-proc", str(script), str(self.stage), str(REPO)],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout
@@ -193,6 +196,12 @@ class Sandbox:
         boot_log = (self.stage / "boot.log").read_text(errors="replace")[-2000:]
         self.shutdown()
         raise SandboxError(f"the sandbox systemd did not come up: {boot_log}")
+
+    def _network(self) -> list[str]:
+        """The unshare command line's start: a fresh network namespace, or the test's own one."""
+        if self.netns is None:
+            return ["unshare", "--net"]
+        return ["nsenter", f"--net=/run/netns/{self.netns}", "unshare"]
 
     def _child_pid(self) -> int | None:
         assert self.process is not None

@@ -48,6 +48,9 @@ def test_hung_rank_in_draft_capture_gets_one_alert_and_one_restart_in_time(scena
     assert alert["PHASEWATCH_INVOCATION"] == first
     assert alert["MESSAGE"].startswith(f"{UNIT}: TP3 stalled in draft_cuda_graph_capture for ")
     assert "restarting (1 of 3 in 6h)" in alert["MESSAGE"]
+    # What to do, with the simulated server's own argument (its server_args: cuda_graph_max_bs=512).
+    assert "--cuda-graph-max-bs (512 now)" in alert["PHASEWATCH_REMEDY"]
+    assert alert["MESSAGE"].endswith(f"; remedy: {alert['PHASEWATCH_REMEDY']}")
     assert at(alert) - at(begin) <= deadline + 2
     [restart] = scenario.box.wait_for(lambda: restarts_by_phasewatch(scenario), 10, "the restart job")
     assert at(restart) - at(begin) <= deadline + 2

@@ -235,6 +235,7 @@ def test_package_lays_out_the_files_and_the_user(box: PackageSandbox) -> None:
                  "/usr/lib/sysusers.d/phasewatch.conf", "/usr/lib/tmpfiles.d/phasewatch.conf",
                  "/usr/lib/systemd/catalog/phasewatch.catalog", "/usr/share/phasewatch/polkit/50-phasewatch.rules",
                  "/usr/share/phasewatch/prometheus/phasewatch-rules.yml",
+                 "/usr/share/phasewatch/alertmanager/phasewatch-group.yml",
                  "/usr/lib/python3/dist-packages/phasewatch/__init__.py", "/usr/share/doc/phasewatch/copyright"):
         assert path in files, path
     # The polkit rule is a template: the package never puts a live rule in /etc (an edited one is

@@ -52,6 +52,7 @@ def test_vllm_hang_in_torch_compile_gets_one_alert_and_one_restart(vllm: Scenari
     first = status["restarted"][0]
     [alert] = vllm.box.wait_for(vllm.alerts, 10, "the alert")
     assert (alert["PHASEWATCH_VERDICT"], alert["PHASEWATCH_PHASE"]) == ("stalled", "jit_compile")
+    assert "torch.compile of Qwen/Qwen3-32B" in alert["PHASEWATCH_REMEDY"]  # the simulated server's model
     assert alert["PHASEWATCH_INVOCATION"] == first
     vllm.box.wait_for(lambda: restarts_by_phasewatch(vllm), 10, "the restart job")
     status = vllm.wait_state("ready", timeout=90)
@@ -60,11 +61,17 @@ def test_vllm_hang_in_torch_compile_gets_one_alert_and_one_restart(vllm: Scenari
     assert [a["PHASEWATCH_INVOCATION"] for a in vllm.alerts()] == [first]
 
 
-def test_vllm_worker_oom_is_crashed_with_oom_cause_on_that_worker(vllm: Scenario) -> None:
-    vllm.configure("--scale 0.02 --oom TP1:kv_cache_alloc", engine="vllm", actions={"crashed": ["alert"]})
+@pytest.mark.parametrize("logs", ["", " --json-logs"], ids=["text", "json"])
+def test_vllm_worker_oom_is_crashed_with_oom_cause_on_that_worker(vllm: Scenario, logs: str) -> None:
+    """Judged alike whether vLLM logs text or NDJSON (its JSON logging config: no process prefix)."""
+    vllm.configure(f"--scale 0.02 --oom TP1:kv_cache_alloc{logs}", engine="vllm", actions={"crashed": ["alert"]})
     vllm.start()
     [alert] = vllm.box.wait_for(lambda: [a for a in vllm.alerts() if a["PHASEWATCH_VERDICT"] == "crashed"],
                                 90, "the crashed alert")
     assert (alert["PHASEWATCH_RANK"], alert["PHASEWATCH_PHASE"], alert["PHASEWATCH_CAUSE"]) == (
         "TP1", "kv_cache_alloc", "oom")
+    # The simulated server's own arguments: gpu_memory_utilization=0.92 in its non-default args.
+    assert "--gpu-memory-utilization (0.92 now)" in alert["PHASEWATCH_REMEDY"]
+    if logs:
+        assert vllm.lines('"vllm_process_name": "Worker_TP1"')  # it did log JSON
     assert restarts_by_phasewatch(vllm) == []

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -13,12 +14,15 @@ from phasewatch.config import Config
 from phasewatch.pipeline import Pipeline
 from phasewatch.profile import Profile, load_builtin_profile
 from phasewatch.sources.formats import parse_source
+from phasewatch.stages.policy import Verdict
+from phasewatch.stages.remedies import UnitSettings
 from phasewatch.stages.ruletally import RuleTally
 
 SAMPLES = Path(__file__).parent / "rule_samples"
 PROFILES = Path(__file__).resolve().parents[2] / "daemon" / "phasewatch" / "profiles"
 ENGINES = sorted(p.stem for p in PROFILES.glob("*.yaml"))
-BLOCK_HEADER = re.compile(r"^# (rule|cause|family): (\S+)")
+BLOCK_HEADER = re.compile(r"^# (rule|cause|family|remedy): (\S+)")
+META = re.compile(r"^## (judge|unit|env|argv|host): (.*)$")
 
 
 def sample_blocks(engine: str) -> dict[tuple[str, str], list[str]]:
@@ -39,10 +43,14 @@ def sample_blocks(engine: str) -> dict[tuple[str, str], list[str]]:
 def profile_items(engine: str) -> list[tuple[str, str]]:
     profile = load_builtin_profile(engine)
     return ([("rule", r.id) for r in profile.rules] + [("cause", c.id) for c in profile.causes]
-            + [("family", f.id) for f in profile.families.rules])
+            + [("family", f.id) for f in profile.families.rules] + [("remedy", r.id) for r in profile.remedies])
 
 
-CASES = [(engine, kind, ident) for engine in ENGINES for kind, ident in profile_items(engine)]
+# Remedies of verdicts a pasted log cannot bring (a rank's process gone from the unit's cgroup,
+# journald's own count of lines dropped): tests/unit/test_remedies.py covers them.
+NOT_FROM_A_LOG = {"rank_died", "lines_lost"}
+CASES = [(engine, kind, ident) for engine in ENGINES for kind, ident in profile_items(engine)
+         if not (kind == "remedy" and ident in NOT_FROM_A_LOG)]
 
 
 def rule_hits(profile_engine: str, lines: list[str]) -> RuleTally:
@@ -62,8 +70,34 @@ def test_rule_has_a_sample_that_it_matches(engine: str, kind: str, ident: str) -
     if kind in ("rule", "family"):
         tally = rule_hits(engine, lines)
         assert tally.hits[ident] > 0, f"{ident!r} matched none of its samples: {lines}"
+    elif kind == "remedy":
+        remedies = [v.remedy.id for v in remedied_verdicts(engine, ident) if v.remedy is not None]
+        assert ident in remedies, f"remedy {ident!r} was not given for its sample (given: {remedies})"
     else:
         assert profile.classify_cause(lines) == ident
+
+
+def remedied_verdicts(engine: str, ident: str) -> list[Verdict]:
+    """A remedy's sample replayed: judged at its last line (or `## judge: +2h` after it), with the
+    unit settings its `## unit:`, `## env:` and `## argv:` lines give."""
+    text = (SAMPLES / f"{engine}.log").read_text("utf-8").split(f"# remedy: {ident}\n", 1)[1]
+    block = re.split(r"^# (?:rule|cause|family|remedy): ", text, maxsplit=1, flags=re.M)[0]
+    meta: dict[str, list[str]] = {}
+    for line in block.splitlines():
+        if found := META.match(line):
+            meta.setdefault(found.group(1), []).append(found.group(2))
+    lines = [x for x in block.splitlines() if x.strip() and not x.startswith("##")]
+    records = parse_source(("\n".join(lines) + "\n").encode("utf-8"), default_year=2026).records
+    pipeline = Pipeline(Config(unit="sample.service", engine=engine), default_year=2026)
+    pipeline.unit_settings = UnitSettings(
+        tuple(shlex.split(meta["argv"][0])) if "argv" in meta else (),
+        dict(item.split("=", 1) for item in meta.get("env", [])),
+        dict(item.split("=", 1) for item in meta.get("unit", [])),
+        {int(port): holder for port, holder in (item.split("=", 1) for item in meta.get("host", []))})
+    pipeline.feed_all(records, now=None)
+    last = max((i.last_ts for i in pipeline.snapshot().invocations if i.last_ts is not None), default=0.0)
+    later = float(meta["judge"][0].strip("+s")) if "judge" in meta else 5.0  # past crash_cause_wait
+    return [v for j in pipeline.judge(last + later) for v in j.verdicts]
 
 
 @pytest.mark.parametrize("engine", ENGINES)

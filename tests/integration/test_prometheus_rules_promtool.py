@@ -36,3 +36,21 @@ def test_promtool_checks_the_rules() -> None:
 
 def test_promtool_unit_tests_of_the_rules_pass() -> None:
     assert "SUCCESS" in run("test", "rules", RULE_TESTS.name)
+
+
+def test_amtool_checks_the_shipped_alertmanager_route(tmp_path: Path) -> None:
+    """config/alertmanager/phasewatch-group.yml (the group restart's route and receivers) is a valid
+    Alertmanager config once its token file exists."""
+    found = shutil.which("amtool")
+    if found is None:
+        if os.environ.get("CI"):
+            pytest.fail("amtool is missing in CI (apt-get install prometheus-alertmanager; scripts/setup.sh)")
+        pytest.skip("amtool not installed (apt-get install prometheus-alertmanager)")
+    token = tmp_path / "phasewatch-group.token"
+    token.write_text("a-token-of-the-group\n")
+    shipped = (RULES_DIR.parent / "alertmanager" / "phasewatch-group.yml").read_text()
+    assert "credentials_file: /etc/alertmanager/phasewatch-group.token" in shipped
+    config = tmp_path / "alertmanager.yml"
+    config.write_text(shipped.replace("/etc/alertmanager/phasewatch-group.token", str(token)))
+    result = subprocess.run([found, "check-config", str(config)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and "SUCCESS" in result.stdout, result.stdout + result.stderr

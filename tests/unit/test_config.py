@@ -218,7 +218,7 @@ def test_error_unknown_top_level_key() -> None:
     text = "unit: sglang-kimi.service\ntimeouts:\n  weight_load: 20m\n"
     known = (r"\(known: unit, engine, profile_path, phases, rank_skew, crash_cause_wait, patterns, actions, "
              r"restart_budget, dry_run, metrics, health, adaptive, vitals, rank_processes, evidence, hooks, "
-             r"leftovers\)")
+             r"leftovers, group\)")
     with pytest.raises(ConfigError, match=r"^timeouts: unknown setting " + known + where(2)) as info:
         parse_config(text, FILE)
     assert (info.value.key, info.value.path, info.value.line) == ("timeouts", FILE, 2)

@@ -53,6 +53,16 @@ SECTIONS = [
      r"expected true or false, got 'yes please'"),
     ("leftovers", HEAD + "leftovers:\n  check: true\n  after_any_stop: 1\n", "leftovers.after_any_stop", 5,
      r"expected true or false, got 1"),
+    ("group", HEAD + "group:\n  name: kimi\n  nodes: 1\n", "group.nodes", 5,
+     r"expected a whole number from 2 to 1024, got 1"),
+    ("group", HEAD + "group:\n  name: kimi\n  nodes: 2\n  node_rank: x\n", "group.node_rank", 6,
+     r"expected a whole number from 0 to 1024, got 'x'"),
+    ("group", HEAD + "group:\n  name: 'a b'\n  nodes: 2\n", "group.name", 4,
+     r"expected a name of letters, digits and _.:- \(at most 64\), got 'a b'"),
+    ("group", HEAD + "group:\n  name: k\n  nodes: 2\n  receiver:\n    listen: 0.0.0.0:9878\n"
+     "    token_file: token\n", "group.receiver.token_file", 8, r"expected an absolute path, got 'token'"),
+    ("group", HEAD + "group:\n  name: k\n  nodes: 2\n  receiver:\n    listen: nowhere\n"
+     "    token_file: /t\n", "group.receiver.listen", 7, r"expected HOST:PORT like 127.0.0.1:9877, got 'nowhere'"),
 ]
 
 

@@ -8,6 +8,7 @@ import hashlib
 import json
 import logging
 import sqlite3
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -135,3 +136,20 @@ def test_the_daemon_never_clobbers_a_newer_file(tmp_path: Path, caplog: pytest.L
     assert digest(path) == before and version_of(path) == SCHEMA_VERSION + 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["h.sqlite3"]  # not moved aside, no -wal
     assert "left as it is" in caplog.text
+
+
+def test_a_version_1_file_gains_ended_by_and_keeps_its_rows(tmp_path: Path) -> None:
+    path = unversioned_file(tmp_path / f"{UNIT}.history.sqlite3")
+    db = sqlite3.connect(path)
+    db.execute("PRAGMA user_version = 1")  # a file phasewatch wrote before ended_by
+    db.commit()
+    db.close()
+    history = History(path)
+    [old] = history.startups(UNIT)
+    assert old.invocation_id == "inv-old" and old.ended_by is None
+    assert history.add(replace(old, invocation_id="inv-new", started_at=T0 + 700, ended_at=T0 + 800,
+                               ended_by="restarted by the group: node 1 TP12 stalled in cuda_graph_capture"))
+    history.close()
+    assert version_of(path) == SCHEMA_VERSION == 2
+    assert [r.ended_by for r in History(path, read_only=True).startups(UNIT)] == [
+        None, "restarted by the group: node 1 TP12 stalled in cuda_graph_capture"]

@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 from prometheus_client import CollectorRegistry
 
-from phasewatch.config import Config
+from phasewatch.config import Config, Group
 from phasewatch.sinks.metrics import Exporter
 
 RULES_DIR = Path(__file__).resolve().parents[2] / "config" / "prometheus"
@@ -28,7 +28,7 @@ def test_every_alert_has_a_unit_test_that_fires_it() -> None:
 
 def test_rules_name_only_metrics_phasewatch_exports() -> None:
     registry = CollectorRegistry()
-    Exporter(Config(unit="sglang-kimi.service"), registry)
+    Exporter(Config(unit="sglang-kimi.service", group=Group("kimi-tp16", 2)), registry)  # (group: its metrics too)
     exported: set[str] = set()
     for family in registry.collect():
         exported.add(family.name)

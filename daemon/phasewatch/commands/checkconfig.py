@@ -41,6 +41,7 @@ from ..errors import (
 from ..instances import watched_unit
 from ..records import Phase
 from ..render import json_text, terminal_safe
+from ..sources.alert_receiver import read_token
 
 RESTART_ACTION = "org.freedesktop.systemd1.manage-units"
 POLKIT_TIMEOUT = 10.0  # seconds; polkitd is D-Bus activated and may have to start first
@@ -135,6 +136,10 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     code = EX_OK
     lines = [f"{args.config}: OK (unit {config.unit}, engine {config.engine}, {rules} rules)",
              *(f"warning: {warning}" for warning in warnings)]
+    if config.group is not None:
+        lines.append(group_line(config))
+        document["group"] = {"name": config.group.name, "nodes": config.group.nodes,
+                             "receiver": config.group.receiver.listen if config.group.receiver else None}
     if args.privileges:
         answer = may_restart(config.unit, args.user)
         document["privileges"] = {"user": args.user, "action": RESTART_ACTION, "unit": config.unit, "verb": "restart",
@@ -153,6 +158,18 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     document["exit_status"] = code
     sys.stdout.write(json_text(document) + "\n" if args.json else "".join(line + "\n" for line in lines))
     return code
+
+
+def group_line(config: Config) -> str:
+    """The group, and its token read as the daemon will (a ConfigError, exit 78, when it cannot be)."""
+    group = config.group
+    assert group is not None
+    node = f"node {group.node_rank}" if group.node_rank is not None else "node rank from server_args"
+    if group.receiver is None:
+        return f"group {group.name} of {group.nodes} nodes, {node}; no receiver (no group restarts on this node)"
+    read_token(group.receiver)
+    return (f"group {group.name} of {group.nodes} nodes, {node}; Alertmanager webhook on {group.receiver.listen} "
+            f"({'https' if group.receiver.tls_cert else 'http'}), token file {group.receiver.token_file} readable")
 
 
 def _every_error(path: str, first: ConfigError) -> list[ConfigError]:

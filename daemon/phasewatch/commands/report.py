@@ -72,6 +72,12 @@ def evidence_lines(records: Sequence[StartupRecord], evidence: dict[str, list[st
     return "\nevidence captured before phasewatch acted:\n" + "\n".join(lines) + "\n" if lines else ""
 
 
+def ended_by_lines(records: Sequence[StartupRecord]) -> str:
+    """Below the table: the start-ups ended from outside (the group's restart decision)."""
+    lines = [f"  {_when(r.started_at)}  {r.invocation_id[:12]}  {r.ended_by}" for r in records if r.ended_by]
+    return "\nended from outside:\n" + "\n".join(lines) + "\n" if lines else ""
+
+
 def to_json(records: Sequence[StartupRecord], evidence: dict[str, list[str]] | None = None) -> dict[str, Any]:
     return {"startups": [{
         "invocation_id": r.invocation_id, "started_at": _when(r.started_at) + "Z", "duration_seconds": r.duration,
@@ -83,6 +89,7 @@ def to_json(records: Sequence[StartupRecord], evidence: dict[str, list[str]] | N
         "verdicts": [{"kind": k, "rank": rank, "phase": phase, "at": _when(at) + "Z"}
                      for k, rank, phase, at in r.verdicts],
         "evidence": (evidence or {}).get(r.invocation_id, []),
+        "ended_by": r.ended_by,
     } for r in records]}
 
 
@@ -275,7 +282,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         json.dump(to_json(records, evidence), sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        sys.stdout.write(to_table(records, wide=args.wide or args.plain) + evidence_lines(records, evidence))
+        sys.stdout.write(to_table(records, wide=args.wide or args.plain) + evidence_lines(records, evidence)
+                         + ended_by_lines(records))
     return EX_OK
 
 

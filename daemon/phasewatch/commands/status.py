@@ -308,6 +308,8 @@ def render_table(document: dict[str, Any], listen: str | None = None) -> str:
         out.extend(f"  {line}" for line in grouped(
             VerdictLine(str(v.get("kind")), v.get("rank") if isinstance(v.get("rank"), str) else None,
                         str(v.get("message"))) for v in verdicts))
+        remedies = [r.get("text") for v in verdicts if isinstance(r := v.get("remedy"), dict)]
+        out.extend(f"  remedy: {text}" for text in dict.fromkeys(t for t in remedies if isinstance(t, str)))
     warnings = document.get("timer_warnings")
     if isinstance(warnings, list) and warnings:
         out.append("timer warnings (an engine or systemd timer ends a phase before phasewatch's limit):")
@@ -324,6 +326,15 @@ def render_table(document: dict[str, Any], listen: str | None = None) -> str:
 def _why_lines(document: dict[str, Any]) -> list[str]:
     """The operator's hold, this start-up's evidence, and why phasewatch started it (issue 12)."""
     out = []
+    group = document.get("group")
+    if isinstance(group, dict):
+        node = group.get("node")
+        where = f"node {node} of {group.get('nodes')}" if node is not None else f"one of {group.get('nodes')} nodes"
+        out.append(f"group {group.get('name')}: {where}" + (f" (node rank from {group['node_from']})"
+                   if group.get("node_from") else "") + (", restarts decided by the group (Alertmanager webhook "
+                   f"on {group['receiver']})" if group.get("receiver") else ""))
+        if group.get("waiting"):
+            out[-1] += "; waiting for another node"
     hold = document.get("hold")
     if isinstance(hold, dict):
         out.append(f"held until {local_time(_epoch(hold.get('until')))}: {hold.get('reason')} "

@@ -95,9 +95,12 @@ class SystemdUnit:
                 key, sep, value = _text(item).partition("=")
                 if sep:
                     environment[key] = value
+            exec_start = list(service.ExecStart or [])
             return UnitTimers(timeout_start=math.inf if usec >= USEC_INFINITY else usec / 1e6,
                               service_type=_text(service.Type), has_exec_start_post=bool(service.ExecStartPost),
-                              environment=environment)
+                              environment=environment,
+                              exec_start=tuple(_text(w) for w in exec_start[0][1]) if exec_start else (),
+                              devices=_devices(service))
 
     def load_state(self) -> str:
         """loaded, not-found, masked, error..."""
@@ -172,6 +175,23 @@ class RecordingUnit:
         return "/org/freedesktop/systemd1/job/start"
 
 
+def _devices(service: Any) -> dict[str, str]:
+    """PrivateDevices=yes, DevicePolicy=closed and DeviceAllow= as the unit file would say them."""
+    devices: dict[str, str] = {}
+    try:
+        if service.PrivateDevices:
+            devices["PrivateDevices"] = "yes"
+        policy = _text(service.DevicePolicy)
+        if policy and policy != "auto":
+            devices["DevicePolicy"] = policy
+        allowed = " ".join(f"{_text(path)}:{_text(mode)}" for path, mode in service.DeviceAllow or ())
+        if allowed:
+            devices["DeviceAllow"] = allowed
+    except (AttributeError, TypeError, ValueError):
+        pass  # an older systemd without one of these properties
+    return devices
+
+
 def alert_fields(action: Action, unit: str) -> dict[str, str]:
     fields = {
         "MESSAGE": action.message,
@@ -183,7 +203,7 @@ def alert_fields(action: Action, unit: str) -> dict[str, str]:
     }
     optional = {"PHASEWATCH_INVOCATION": action.invocation_id, "PHASEWATCH_PHASE": action.phase,
                 "PHASEWATCH_RANK": action.rank, "PHASEWATCH_CAUSE": action.cause,
-                "PHASEWATCH_EVIDENCE": action.evidence}
+                "PHASEWATCH_EVIDENCE": action.evidence, "PHASEWATCH_REMEDY": action.remedy}
     fields.update({k: v for k, v in optional.items() if v})
     if action.dry_run:
         fields["PHASEWATCH_DRY_RUN"] = "1"

@@ -26,7 +26,15 @@ from ..errors import HistoryUnreadable
 from ..records import MAIN, PHASE_NAMES, Phase
 from ..stages.snapshot import InvocationView, ServerInfo
 from ..stages.timestamps import is_dated
-from .history_schema import SCHEMA, SCHEMA_VERSION, HistoryTooNew, MalformedHistory, migrate, schema_version
+from .history_schema import (
+    SCHEMA,
+    SCHEMA_VERSION,
+    HistoryTooNew,
+    MalformedHistory,
+    has_ended_by,
+    migrate,
+    schema_version,
+)
 
 logger = logging.getLogger(__name__)
 KEEP = 500  # start-ups kept per unit
@@ -55,6 +63,7 @@ class StartupRecord:
     phases: tuple[PhaseRecord, ...]
     spans: dict[str, list[tuple[str, float | None, float | None]]] = field(default_factory=dict)  # rank -> phases
     verdicts: tuple[tuple[str, str | None, str | None, float], ...] = ()  # kind, rank, phase, at
+    ended_by: str | None = None  # "restarted by the group: node 1 TP12 stalled in cuda_graph_capture"
 
     def phase(self, name: str) -> PhaseRecord | None:
         return next((p for p in self.phases if p.phase == name), None)
@@ -266,9 +275,10 @@ class History:
         try:
             cursor = db.execute(
                 "INSERT OR IGNORE INTO startups (unit, invocation, fingerprint, started_at, ended_at, outcome, cause,"
-                " spans, verdicts) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " spans, verdicts, ended_by) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (record.unit, record.invocation_id, record.fingerprint, record.started_at, record.ended_at,
-                 record.outcome, record.cause, json.dumps(record.spans), json.dumps(record.verdicts)))
+                 record.outcome, record.cause, json.dumps(record.spans), json.dumps(record.verdicts),
+                 record.ended_by))
             if cursor.rowcount == 0:
                 db.execute("ROLLBACK")
                 return False
@@ -288,8 +298,9 @@ class History:
     def startups(self, unit: str, fingerprint: str | None = None, last: int | None = None) -> list[StartupRecord]:
         """Past start-ups, oldest first; a row or value that is not what this version writes is dropped
         with a warning."""
-        query = "SELECT id, unit, invocation, fingerprint, started_at, ended_at, outcome, cause, spans, verdicts " \
-                "FROM startups WHERE unit = ?"
+        ended_by = "ended_by" if has_ended_by(self._db) else "NULL"
+        query = "SELECT id, unit, invocation, fingerprint, started_at, ended_at, outcome, cause, spans, verdicts, " \
+                f"{ended_by} FROM startups WHERE unit = ?"
         args: list[Any] = [unit]
         if fingerprint is not None:
             query += " AND fingerprint = ?"
@@ -410,10 +421,10 @@ def _verdicts(text: object) -> tuple[tuple[str, str | None, str | None, float], 
 def _startup_from_row(row: Sequence[Any], phase_rows: Sequence[Sequence[Any]]) -> StartupRecord | None:
     """A stored start-up, every value checked: None when a field it cannot do without is invalid; an
     invalid phase, span list or verdict list is left out."""
-    _, unit, invocation, key, started, ended, outcome, cause, spans_text, verdicts_text = row
+    _, unit, invocation, key, started, ended, outcome, cause, spans_text, verdicts_text, ended_by = row
     started_at, ended_at = _timestamp(started), _timestamp(ended)
     if not all(isinstance(v, str) for v in (unit, invocation, key, outcome)) or not _optional_text(cause) \
-            or started_at is None or ended_at is None:
+            or not _optional_text(ended_by) or started_at is None or ended_at is None:
         return None
     phases = tuple(p for p in map(_phase_from_row, phase_rows) if p is not None)
     spans = _spans(spans_text)
@@ -421,4 +432,4 @@ def _startup_from_row(row: Sequence[Any], phase_rows: Sequence[Sequence[Any]]) -
     if len(phases) < len(phase_rows) or spans is None or verdicts is None:
         logger.warning("history: start-up %s has invalid phases, spans or verdicts: those left out", invocation)
     return StartupRecord(unit, invocation, key, started_at, ended_at, outcome, cause, phases, spans or {},
-                         verdicts or ())
+                         verdicts or (), ended_by)

@@ -27,6 +27,7 @@ CREATE TABLE IF NOT EXISTS startups (
     cause TEXT,
     spans TEXT NOT NULL,
     verdicts TEXT NOT NULL,
+    ended_by TEXT,
     UNIQUE (unit, invocation)
 );
 CREATE TABLE IF NOT EXISTS phases (
@@ -44,7 +45,7 @@ CREATE INDEX IF NOT EXISTS startups_by_unit ON startups(unit, fingerprint, start
 # The schema's version, in the file's `PRAGMA user_version`. 0: a file of a phasewatch from before
 # versioning (the tables above, unstamped). Each migration takes a file from version n-1 to n inside
 # one transaction; a file newer than SCHEMA_VERSION is never written, moved or migrated back.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 COLUMNS = {"startups": {"id", "unit", "invocation", "fingerprint", "started_at", "ended_at", "outcome", "cause",
                         "spans", "verdicts"},
            "phases": {"startup", "phase", "duration", "spread", "progress_total", "max_silence", "slowest_rank"}}
@@ -58,7 +59,19 @@ def _migrate_unversioned(db: sqlite3.Connection) -> None:
             raise MalformedHistory(f"table {table} lacks columns {sorted(wanted - have)}")
 
 
-MIGRATIONS = {1: _migrate_unversioned}  # version reached -> step
+def _add_ended_by(db: sqlite3.Connection) -> None:
+    """1 -> 2: `ended_by`, what ended a start-up from outside it (the group's restart decision)."""
+    have = {row[1] for row in db.execute("PRAGMA table_info(startups)")}
+    if have and "ended_by" not in have:
+        db.execute("ALTER TABLE startups ADD COLUMN ended_by TEXT")
+
+
+def has_ended_by(db: sqlite3.Connection) -> bool:
+    """A file of version 1 opened read only has no `ended_by` column."""
+    return "ended_by" in {row[1] for row in db.execute("PRAGMA table_info(startups)")}
+
+
+MIGRATIONS = {1: _migrate_unversioned, 2: _add_ended_by}  # version reached -> step
 
 
 class HistoryTooNew(Exception):

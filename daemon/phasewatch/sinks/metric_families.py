@@ -274,7 +274,8 @@ def families(published: Published, probes: Probes, now: float, config: Config) -
     info.add_metric([], {"unit": unit, "engine": config.engine, "version": __version__,
                          "tp": _text(server, "tp"), "dp": _text(server, "dp"), "pp": _text(server, "pp"),
                          "nnodes": _text(server, "nnodes"), "node_rank": _text(server, "node_rank"),
-                         "speculative": "" if server is None else (server.speculative or "none")})
+                         "speculative": "" if server is None else (server.speculative or "none"),
+                         **({"group": config.group.name} if config.group is not None else {})})
     out.append(info)
     return out
 

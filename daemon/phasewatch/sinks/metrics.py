@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -36,6 +36,7 @@ from ..stages.snapshot import InvocationView, ServerInfo, Snapshot
 from ..stages.timerlint import TimerWarning
 from ..stages.vitals import Vitals
 from ..stages.vitals import document as vitals_document
+from .group_metrics import ended_failures, group_document, group_families
 from .metric_families import (
     PHASE_BUCKETS,
     RANK_PHASES,
@@ -84,6 +85,9 @@ class Exporter:
         self._probe_lock = threading.Lock()
         self._vitals: Vitals | None = None  # replaced whole by the daemon, read by the server threads
         self._timer_warnings: list[str] = []  # replaced whole, like _vitals
+        # the group's counts (webhook refusals by reason, decisions by act): read from their owner
+        self.group_counts: Callable[[], Mapping[str, Mapping[str, int]]] = lambda: {}
+        self._group_ended: tuple[tuple[str, str, str], ...] = ()  # group_metrics.ended_failures
         self.registry.register(_Collector(self))
 
     # -- fed by the daemon (main thread) -------------------------------------------------------
@@ -143,6 +147,9 @@ class Exporter:
         judgement = pipeline.judge(now, Snapshot((current,)))[0] if current is not None else None
         for verdict in judgement.verdicts if judgement is not None else ():
             self._saw_verdict(verdict, now)  # a standing verdict stays recent
+        if self.config.group is not None:
+            self._group_ended = ended_failures(snapshot, memory, now,
+                                               lambda inv: pipeline.judge(now, Snapshot((inv,)))[0].verdicts)
         self._published = self._freeze(Published(now, current, judgement, BudgetView.of(memory, now, self.config),
                                                  self._server, pipeline.entries, judged_with=pipeline.config,
                                                  limit_reasons=dict(limit_reasons or {}), eta=eta))
@@ -205,6 +212,7 @@ class Exporter:
         document["vitals"] = vitals_document(self._vitals, now)
         document.update(self._why)
         document["timer_warnings"] = list(self._timer_warnings)
+        document["group"] = group_document(published, self.config)
         return document
 
     def collect(self) -> Iterator[Metric]:
@@ -212,6 +220,7 @@ class Exporter:
             probes = self._probes
         yield from families(self._published, probes, self.clock.wall(), self._published.judged_with or self.config)
         yield from vitals_families(self._vitals, self.config.unit)
+        yield from group_families(self._published, self.config, self.group_counts(), self._group_ended)
         hold = self._why.get("hold")
         held = GaugeMetricFamily("phasewatch_hold_until_seconds", "When the operator's hold ends (Unix time; "
                                  "0: not held). While held, verdicts are alerted but nothing is restarted.",

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Protocol
 
 from ..clock import Clock
@@ -17,9 +17,11 @@ from ..errors import UnitError
 from ..pipeline import Pipeline
 from ..records import MAIN, NEWS_AFTER_THE_END, Phase, VerdictKind
 from ..render import iso
+from ..sources.listeners import port_holders
 from ..stages import policy
 from ..stages.learn import LimitInForce, adapted, eta_seconds, limits_in_force, typical_durations
-from ..stages.respond import PRIORITY, Action, BudgetState, Hold, Memory, reset_budget, respond, settled
+from ..stages.remedies import UnitSettings
+from ..stages.respond import PRIORITY, Action, BudgetState, Hold, Memory, Response, reset_budget, respond, settled
 from ..stages.snapshot import ENDED_STATES, UP_STATES, InvocationView, ServerInfo, Snapshot, UnitState
 from ..stages.timerlint import TimerWarning, UnitTimers, lint
 from ..stages.timerlint import summary as lint_summary
@@ -92,6 +94,7 @@ class Responder(ActingOnResponses):
         self.degraded_alerted: set[str] = set()  # alerted once per run
         self.linted: set[str] = set()  # start-ups whose timers were checked (once each)
         self.timer_warnings: list[TimerWarning] = []
+        self.ended_by: dict[str, str] = {}  # invocation -> what ended it from outside (the group's decision)
 
     @property
     def guarded(self) -> GuardedRestart | None:
@@ -113,7 +116,7 @@ class Responder(ActingOnResponses):
             self.pipeline.use_limits(learned.config)  # judged with the limits in force for this start-up
             self.eta = eta_seconds(inv, now, learned.typical)
             self._lint_timers(inv, learned)
-        verdicts = policy.evaluate(inv, now, learned.config, self.pipeline.profile)
+        verdicts = self.pipeline.with_remedies(policy.evaluate(inv, now, learned.config, self.pipeline.profile), inv)
         ready_at = _ready_time(inv) if current and inv.state in UP_STATES else None
         if settled(self.memory, ready_at, verdicts, now, self.config):
             self.memory = reset_budget(self.memory)  # GAVE_UP -> ARMED: ready and healthy for `stable`
@@ -143,6 +146,9 @@ class Responder(ActingOnResponses):
         except UnitError as exc:
             logger.warning("[%s] timer check without the unit's settings: %s", self.config.unit, exc)
             timers = UnitTimers()
+        port = inv.server.port or 0  # who holds the server's port now (a leftover server, another service)
+        self.pipeline.unit_settings = UnitSettings(timers.exec_start, timers.environment, timers.devices,
+                                                   port_holders([port]) if port else {})
         self.timer_warnings = lint(learned.config, inv.server.timer_args, timers, learned.typical)
         if self.exporter is not None:
             self.exporter.saw_timer_warnings(self.timer_warnings)
@@ -189,6 +195,7 @@ class Responder(ActingOnResponses):
                            ended_at or now, marks)
         if record is None:
             return
+        record = replace(record, ended_by=self.ended_by.get(inv.invocation_id))
         try:
             if self.history.add(record):
                 logger.info("[%s] start-up %s recorded: %s in %s", self.config.unit, inv.invocation_id,
@@ -201,9 +208,15 @@ class Responder(ActingOnResponses):
     # -- acting ------------------------------------------------------------------------------------
     def _unhandled(self, verdict: policy.Verdict, held: bool = False) -> bool:
         wanted = self.config.actions.get(verdict.kind, ("alert",))
+        group = self.config.group
+        alone = group is None or group.receiver is None  # (a group's node restarts when its group decides)
         return ("alert" in wanted and verdict.key not in self.memory.alerted) or (
-            "restart" in wanted and not held and verdict.invocation_id not in self.memory.restarted
+            "restart" in wanted and not held and alone and verdict.invocation_id not in self.memory.restarted
             and self.memory.budget.state is BudgetState.ARMED)
+
+    def execute(self, response: Response, inv: InvocationView, facts: UnitFacts) -> None:
+        """Remember, then act (evidence, alerts, hooks, restarts): for decisions made outside `respond`."""
+        self._execute(response, inv, facts)
 
     def why(self, current: str | None, now: float) -> dict[str, object]:
         """For status: the hold in force, and why the current start-up exists when phasewatch started it."""

@@ -83,9 +83,9 @@ def parse_source(data: bytes, *, default_year: int = 1970) -> ParsedSource:
         return ParsedSource("empty", (), ())
     if _looks_like_export(data):
         return _parse_export(data)
-    if data.lstrip()[:1] in (b"{", b"\x1e"):
-        return _parse_json(data.decode("utf-8", "replace"))
     text = data.decode("utf-8", "replace")
+    if data.lstrip()[:1] in (b"{", b"\x1e") and not _application_json(text):
+        return _parse_json(text)
     lines = text.split("\n")
     if lines[-1] == "":
         lines.pop()
@@ -99,6 +99,17 @@ def parse_source(data: bytes, *, default_year: int = 1970) -> ParsedSource:
                 return _parse_short(name, pattern, lines, default_year)
     _reject_binary(text)
     return _parse_plain(lines)
+
+
+def _application_json(text: str) -> bool:
+    """Whether JSON lines are an application's own log records (vLLM's JSON logging: `message`,
+    `levelname`...), not journalctl's export: they are read as the text log they are."""
+    first = text.lstrip(" \t\r\n\x1e").split("\n", 1)[0]
+    try:
+        record = json.loads(first)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(record, dict) and "message" in record and not (_EXPORT_MARKER_KEYS & set(record))
 
 
 def _reject_binary(text: str) -> None:

@@ -17,6 +17,8 @@ from ..records import MAIN, PHASE_NAMES, STUCK, UNIT_PHASES, WRONG_WHEN_STOPPED,
 from .crashfacts import CrashFacts, ServerRanks, crash_facts, describe, mentions_in, traceback_phase
 from .gpu_policy import gpu_words as _gpu_words
 from .gpu_policy import stall_window as _stall_window
+from .group_wait import with_node_waiting
+from .remedies import Remedy
 from .snapshot import LIVE_STATES, UP_STATES, FatalView, GpuSeen, InvocationView, RankView, UnitState
 
 OUTCOMES = tuple(Outcome)
@@ -39,6 +41,7 @@ class Verdict:
     at: float
     episode: int = 0  # unhealthy: which run of failed probes
     facts: CrashFacts | None = None  # crashed: healthy, waiting and culprit ranks named in the lines
+    remedy: Remedy | None = None  # what to do about it (remedies.py), when the facts say
 
     @property
     def key(self) -> tuple[str, str, str | None, str | None]:
@@ -138,7 +141,8 @@ def evaluate(inv: InvocationView, now: float, config: Config, profile: Profile |
             verdict = _straggler(inv, rank, now, config.rank_skew, unit)
         if verdict is not None:
             verdicts.append(verdict)
-    return verdicts
+    # (gpu_waiting: the ranks whose GPU shows the waiting signature, once the GPU sampler gives it)
+    return with_node_waiting(inv, verdicts, now, config, gpu_waiting=None)
 
 
 def _others(inv: InvocationView, rank: RankView, now: float) -> str:

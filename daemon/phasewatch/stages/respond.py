@@ -23,7 +23,7 @@ CRASH_SETTLE = 5.0  # seconds between a crash verdict and a restart decision abo
 # syslog priorities
 PRIORITY = {"stalled": 4, "straggler": 4, "lines_lost": 4, "unhealthy": 4, "rank_died": 3, "crashed": 3,
             "gave_up": 2, "restart_failed": 3, "state_degraded": 3, "timer_lint": 4,
-            "restart_blocked": 2, "metrics_unbound": 3}
+            "restart_blocked": 2, "metrics_unbound": 3, "waiting_for_node": 5, "group_restart": 4}
 # journal MESSAGE_IDs, one per kind of alert (records.MessageId; docs: units/phasewatch.catalog)
 MESSAGE_IDS = {kind.value: MessageId[kind.name] for kind in (*VerdictKind, *AlertKind)}
 
@@ -80,6 +80,7 @@ class Action:
     dry_run: bool = False
     evidence: str | None = None  # the evidence file captured for this verdict (PHASEWATCH_EVIDENCE)
     hook: str | None = None  # kind "hook": the name of the hook to run
+    remedy: str | None = None  # what to do about it (stages/remedies.py): PHASEWATCH_REMEDY
 
     @property
     def message_id(self) -> str:
@@ -145,11 +146,13 @@ def respond(verdicts: list[Verdict], memory: Memory, status: UnitStatus, now: fl
     for verdict in verdicts:
         wanted = config.actions.get(verdict.kind, ("alert",))
         note = ""
+        remedy = verdict.remedy.text if verdict.remedy is not None else None
         evidence_key = (verdict.key[0], f"evidence:{verdict.kind}", verdict.key[2], verdict.key[3])
         if "evidence" in wanted and evidence_key not in alerted:
             alerted.add(evidence_key)
-            actions.append(Action("evidence", verdict.message, verdict.kind, PRIORITY[verdict.kind],
-                                  verdict.invocation_id, verdict.phase, verdict.rank, verdict.cause, config.dry_run))
+            actions.append(Action("evidence", verdict.message + (f"; remedy: {remedy}" if remedy else ""),
+                                  verdict.kind, PRIORITY[verdict.kind], verdict.invocation_id, verdict.phase,
+                                  verdict.rank, verdict.cause, config.dry_run, remedy=remedy))
         held = hold is not None and hold.active(now)
         for hook in (a.removeprefix("hook:") for a in wanted if a.startswith("hook:") and not held):
             hook_key = (verdict.key[0], f"hook:{hook}:{verdict.kind}", verdict.key[2], verdict.key[3])
@@ -157,9 +160,11 @@ def respond(verdicts: list[Verdict], memory: Memory, status: UnitStatus, now: fl
                 alerted.add(hook_key)
                 actions.append(Action("hook", verdict.message, verdict.kind, PRIORITY[verdict.kind],
                                       verdict.invocation_id, verdict.phase, verdict.rank, verdict.cause,
-                                      config.dry_run, hook=hook))
+                                      config.dry_run, hook=hook, remedy=remedy))
         if "restart" in wanted and held and hold is not None:
             note = f"not restarting: held by the operator for {format_duration(hold.until - now)} ({hold.reason})"
+        elif "restart" in wanted and config.group is not None and config.group.receiver is not None:
+            note = f"not restarting alone: a node of group {config.group.name}, whose restarts the group decides"
         elif "restart" in wanted and verdict.invocation_id not in restarted:
             restart_now, budget, note, wait_until = _restart_decision(verdict, budget, status, now, config)
             if restart_now:
@@ -180,9 +185,9 @@ def respond(verdicts: list[Verdict], memory: Memory, status: UnitStatus, now: fl
                     verdict.rank, verdict.cause, config.dry_run))
         if "alert" in wanted and verdict.key not in alerted:
             alerted.add(verdict.key)
-            message = verdict.message + (f"; {note}" if note else "")
+            message = verdict.message + (f"; {note}" if note else "") + (f"; remedy: {remedy}" if remedy else "")
             actions.append(Action("alert", message, verdict.kind, PRIORITY[verdict.kind], verdict.invocation_id,
-                                  verdict.phase, verdict.rank, verdict.cause, config.dry_run))
+                                  verdict.phase, verdict.rank, verdict.cause, config.dry_run, remedy=remedy))
     # Evidence first (before anything changes), restart actions last: alerts first tell why.
     actions = _grouped(actions)
     actions.sort(key=lambda a: {"evidence": 0, "alert": 1, "hook": 2}.get(a.kind, 3))

@@ -241,6 +241,8 @@ class InvocationView:
     anomalies_dropped: int = 0  # past MAX_ANOMALIES
     cold: bool = False  # a JIT compiler ran during this start-up (DeepGEMM, FlashInfer, torch.compile)
     lost_cause: str | None = None  # of the last lines lost (tracker_state.InvocationState)
+    server_args: Mapping[str, str] = field(default_factory=dict)  # every launch argument read (remedies.py)
+    heartbeat: str | None = None  # the rule of the last heartbeat line seen
 
     # Judging asks these for every rank: each is computed once per view, in one pass over the ranks
     # (judging stays linear in ranks). The view is immutable, so the cached values stay true.

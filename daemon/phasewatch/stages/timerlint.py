@@ -47,6 +47,8 @@ class UnitTimers:
     service_type: str | None = None
     has_exec_start_post: bool = False
     environment: Mapping[str, str] = field(default_factory=dict)
+    exec_start: tuple[str, ...] = ()  # the first ExecStart= command's argv (for remedies.py)
+    devices: Mapping[str, str] = field(default_factory=dict)  # PrivateDevices=, DevicePolicy=, DeviceAllow=
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,10 @@ from .tracker_state import (
     bar_family,
     bar_owner,
     keeps_fatal_text,
+    lifecycle,
     note_fatal,
+    ranks_named,
+    single_scheduler,
 )
 
 
@@ -109,9 +112,14 @@ class Tracker:
         kind = event.kind
         if kind in (EventKind.UNIT_STOPPING, EventKind.UNIT_STOPPED, EventKind.UNIT_FAILED,
                     EventKind.UNIT_EXITED, EventKind.RESTART_SCHEDULED):
-            return self._lifecycle(inv, event, ts)
+            return lifecycle(inv, event, ts)
         if kind is EventKind.HEARTBEAT:
-            return []  # the API server's "Waiting for core engine": it says nothing about the ranks
+            # The API server's "Waiting for core engine": it says nothing about the ranks, but a
+            # start-up that only prints it has begun (judged by launch's limits from its first one).
+            inv.heartbeat = event.rule
+            if event.rank in (None, MAIN) and MAIN not in inv.ranks:
+                self._rank(inv, MAIN, ts)
+            return []
         if kind is EventKind.SERVER_ARGS:
             # vLLM spreads its arguments over several lines (non-default args, then the engine's config).
             inv.server_args = {**inv.server_args, **event.args}
@@ -159,7 +167,7 @@ class Tracker:
             inv.proof_of_life, inv.health_failures, inv.health_error = ts, 0, None
         if kind is EventKind.FATAL:
             note_fatal(inv, event, ts)
-            return []
+            return self._ranks_named_in(inv, rank, event, ts)
         if kind in (EventKind.ACTIVITY, EventKind.PHASE_HINT):  # a traceback keeps its frames (crashfacts.py)
             note = inv.fatals.get(event.record_id)
             if note is not None and len(note.texts) < MAX_FATAL_TEXTS and keeps_fatal_text(inv, event.text):
@@ -219,6 +227,8 @@ class Tracker:
 
     def _progress(self, inv: InvocationState, event: Event, ts: float | None) -> list[Transition]:
         owner = self._rank(inv, event.rank, ts) if event.rank else bar_owner(inv, event.phase)
+        if owner is None and single_scheduler(inv, event):
+            owner = self._rank(inv, "TP0", ts)  # adopts the earlier bar, then takes this one
         if owner is None:
             inv.unowned_bar = replace(event, ts=ts)
             return []
@@ -233,6 +243,15 @@ class Tracker:
             total = max(owner.progress_totals.get(owner.phase, 0), event.progress.total)
             owner.progress_totals[owner.phase] = total
         alive(inv, owner, ts)
+        return out
+
+    def _ranks_named_in(self, inv: InvocationState, reporter: RankState, event: Event,
+                        ts: float | None) -> list[Transition]:
+        out: list[Transition] = []
+        for label in ranks_named(inv, reporter.rank, event.text):
+            named = self._rank(inv, label, ts)  # appears with its weights loaded, as the text says
+            out += self._rank_phase(inv, named, Phase.WEIGHT_LOAD, True, ts, event.rule, hint=True)
+            out += self._rank_phase(inv, named, Phase.WEIGHT_LOAD, False, ts, event.rule)
         return out
 
     # -- unit (main process and PID 1) ---------------------------------------------------------
@@ -257,34 +276,6 @@ class Tracker:
             out.append(Transition(inv.invocation_id, "unit", inv.state.value, target.value, ts, rule))
             inv.state = target
         return out
-
-    def _lifecycle(self, inv: InvocationState, event: Event, ts: float | None) -> list[Transition]:
-        source = inv.state
-        if event.kind is EventKind.RESTART_SCHEDULED:
-            inv.restart_scheduled = True
-            return []
-        if event.kind is EventKind.UNIT_EXITED:
-            inv.exit_status = "/".join(v for v in (event.args.get("EXIT_CODE"), event.args.get("EXIT_STATUS")) if v)
-            return []
-        if event.kind in (EventKind.UNIT_STOPPING, EventKind.UNIT_STOPPED, EventKind.UNIT_FAILED) \
-                and source is UnitState.STARTING and inv.before_stop is None:
-            inv.before_stop, inv.stopped_at = inv.view(), ts
-        if event.kind is EventKind.UNIT_STOPPING:
-            if source in (UnitState.FAILED, UnitState.STOPPED):
-                return []
-            inv.stop_job = event.args.get("JOB_TYPE") or "stop"
-            inv.state = UnitState.STOPPING  # STARTING/READY/SERVING -> STOPPING
-        elif event.kind is EventKind.UNIT_FAILED:
-            inv.unit_result = event.args.get("UNIT_RESULT") or "failed"
-            inv.state = UnitState.FAILED  # any -> FAILED
-        elif event.kind is EventKind.UNIT_STOPPED:
-            if source is UnitState.FAILED:
-                return []
-            # systemd 252 names the job on "Stopped" (JOB_TYPE=restart), "Stopping" says stop.
-            inv.stop_job = event.args.get("JOB_TYPE") or inv.stop_job
-            inv.state = UnitState.STOPPED  # STOPPING (or any live state) -> STOPPED
-        return [] if inv.state is source else [
-            Transition(inv.invocation_id, "unit", source.value, inv.state.value, ts, event.kind.value)]
 
 
 def outside_the_log(inv: InvocationState | None, event: Event, ts: float | None) -> None:

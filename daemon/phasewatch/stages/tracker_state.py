@@ -4,10 +4,13 @@ them (signs of life, the owner of an unprefixed bar, the budget of fatal text). 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 
 from ..ranks import rank_sort_key, tp_index
-from ..records import MAIN, UNIT_PHASES, Event, Phase, Progress
+from ..records import MAIN, UNIT_PHASES, Event, EventKind, Phase, Progress
+from .crashfacts import mentions_in
 from .jit import JitSpan
 from .phaseorder import Anomaly
 from .snapshot import (
@@ -19,6 +22,7 @@ from .snapshot import (
     PhaseSpan,
     RankView,
     ServerInfo,
+    Transition,
     UnitState,
 )
 
@@ -31,6 +35,8 @@ MAX_FATALS = 1024
 MAX_FATAL_CHARS = 16 * 1024 * 1024
 MAX_RANKS = 16384
 MAX_ANOMALIES = 256  # per invocation; past it they are counted only
+# A reporter labelled by TP alone (or TP and EP alike): the TP rank a message names can be labelled.
+TAGS_RE = re.compile(r"TP\d{1,6}( EP\d{1,6})?")
 
 
 @dataclass
@@ -120,6 +126,7 @@ class InvocationState:
     ranks_ignored: int = 0  # events of ranks past MAX_RANKS
     anomalies: list[Anomaly] = field(default_factory=list)
     anomalies_dropped: int = 0
+    heartbeat: str | None = None  # the rule of the last heartbeat line (a process waiting for others)
 
     def lose(self, count: int, cause: str | None) -> None:
         """Lines of this start-up lost (at least one), and why."""
@@ -155,7 +162,8 @@ class InvocationState:
                               self.before_stop, self.health_failures, self.health_episode, self.health_error,
                               self.proof_of_life, dict(self.phase_silence), self.ranks_ignored,
                               anomalies=tuple(self.anomalies), anomalies_dropped=self.anomalies_dropped,
-                              cold=self.cold, lost_cause=self.lost_cause)
+                              cold=self.cold, lost_cause=self.lost_cause,
+                              server_args=MappingProxyType(self.server_args), heartbeat=self.heartbeat)
 
 
 def bar_family(phase: Phase | None) -> frozenset[Phase] | None:
@@ -195,6 +203,29 @@ def bar_owner(inv: InvocationState, hint: Phase | None) -> RankState | None:
     return owner
 
 
+def single_scheduler(inv: InvocationState, event: Event) -> bool:
+    """A bar nobody can own, in a start-up with no scheduler rank: it is a one-GPU server's TP0's
+    when the arguments say one GPU, or when a bar of another stage (weights, then capture) was
+    already left unowned: the server moved on without ever naming a rank."""
+    if any(label != MAIN for label in inv.ranks):
+        return False
+    if inv.server is not None and inv.server.expected_ranks() == ("TP0",):
+        return True
+    earlier = inv.unowned_bar
+    return earlier is not None and bar_family(earlier.phase) is not bar_family(event.phase)
+
+
+def ranks_named(inv: InvocationState, reporter: str, text: str) -> list[str]:
+    """Ranks another rank's failure line names ("TP rank 1 could finish the model loading") that
+    printed nothing themselves, labelled as the reporter is (TPn, or TPn EPn)."""
+    tags = TAGS_RE.fullmatch(reporter)
+    if tags is None or "could finish" not in text:
+        return []
+    labels = [f"TP{m.number}" + (f" EP{m.number}" if tags.group(1) else "")
+              for m in mentions_in(text, reporter) if m.tp_rank]
+    return [label for label in dict.fromkeys(labels) if label not in inv.ranks][:max(MAX_RANKS - len(inv.ranks), 0)]
+
+
 def keeps_fatal_text(inv: InvocationState, text: str) -> bool:
     """Whether a fatal record's next line is kept: within the invocation's budget of fatal text."""
     if inv.fatal_chars + len(text) > MAX_FATAL_CHARS:
@@ -221,3 +252,34 @@ def note_fatal(inv: InvocationState, event: Event, ts: float | None) -> None:
     key = event.record_id or -len(inv.fatals) - 1
     inv.fatals[key] = FatalView(event.rank, event.rule, event.cause, ts, event.echo, (event.text,),
                                 event.prefixed)
+
+
+def lifecycle(inv: InvocationState, event: Event, ts: float | None) -> list[Transition]:
+    """PID 1's entries about the unit: STARTING -> READY -> SERVING, any live state -> STOPPING ->
+    STOPPED, any -> FAILED (which stays)."""
+    source = inv.state
+    if event.kind is EventKind.RESTART_SCHEDULED:
+        inv.restart_scheduled = True
+        return []
+    if event.kind is EventKind.UNIT_EXITED:
+        inv.exit_status = "/".join(v for v in (event.args.get("EXIT_CODE"), event.args.get("EXIT_STATUS")) if v)
+        return []
+    if event.kind in (EventKind.UNIT_STOPPING, EventKind.UNIT_STOPPED, EventKind.UNIT_FAILED) \
+            and source is UnitState.STARTING and inv.before_stop is None:
+        inv.before_stop, inv.stopped_at = inv.view(), ts
+    if event.kind is EventKind.UNIT_STOPPING:
+        if source in (UnitState.FAILED, UnitState.STOPPED):
+            return []
+        inv.stop_job = event.args.get("JOB_TYPE") or "stop"
+        inv.state = UnitState.STOPPING  # STARTING/READY/SERVING -> STOPPING
+    elif event.kind is EventKind.UNIT_FAILED:
+        inv.unit_result = event.args.get("UNIT_RESULT") or "failed"
+        inv.state = UnitState.FAILED  # any -> FAILED
+    elif event.kind is EventKind.UNIT_STOPPED:
+        if source is UnitState.FAILED:
+            return []
+        # systemd 252 names the job on "Stopped" (JOB_TYPE=restart), "Stopping" says stop.
+        inv.stop_job = event.args.get("JOB_TYPE") or inv.stop_job
+        inv.state = UnitState.STOPPED  # STOPPING (or any live state) -> STOPPED
+    return [] if inv.state is source else [
+        Transition(inv.invocation_id, "unit", source.value, inv.state.value, ts, event.kind.value)]

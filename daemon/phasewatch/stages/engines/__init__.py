@@ -18,7 +18,9 @@ An engine module gives:
   `prefix_marks`: bytes of which every prefix holds one, so a text without any holds no further prefix;
   and `run_time_digits`: (start, end), where a fast prefix keeps its time of day: a message that
   differs from one with a fast prefix only in digits there has the same prefix but for its `ts`
-  (which the fast path does not read), so a run may go on across the prefix's seconds.
+  (which the fast path does not read), so a run may go on across the prefix's seconds; and
+  `rewrite(message)`: a message in another form the engine can log in (vLLM's JSON lines) as its own
+  text format would print it, or None when it is not in that form.
 
 Adding an engine is a profile YAML and, when its prefixes or titles differ, one such module in this
 package (found by its file name; nothing else to register).
@@ -49,6 +51,7 @@ class Engine:
     fast_prefix: Callable[[bytes], Prefix | None] | None = None
     prefix_marks: tuple[bytes, ...] = ()
     run_time_digits: tuple[int, int] | None = None
+    rewrite: Callable[[str], str | None] | None = None  # a line in another form (JSON) -> the engine's own text
 
 
 # The engine modules of this package: every module not starting with "_".

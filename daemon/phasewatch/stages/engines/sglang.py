@@ -27,7 +27,11 @@ TITLE_RE = re.compile(r"^sglang::scheduler((?:_(?:DP|PP|ATTN_CP|MOE_DP|TP|EP)\d+
 SERVER_ARG_KEYS = ("tp_size", "dp_size", "pp_size", "ep_size", "nnodes", "node_rank", "enable_dp_attention",
                    "speculative_algorithm", "model_path", "speculative_draft_model_path", "cuda_graph_max_bs",
                    "cuda_graph_bs", "moe_dp_size", "attn_cp_size", "version", "host", "port",
-                   "watchdog_timeout", "soft_watchdog_timeout", "dist_timeout", "disaggregation_mode")
+                   "watchdog_timeout", "soft_watchdog_timeout", "dist_timeout", "disaggregation_mode",
+                   # read for remedies (stages/remedies.py)
+                   "mem_fraction_static", "max_running_requests", "chunked_prefill_size", "max_total_tokens",
+                   "context_length", "dist_init_addr", "disable_cuda_graph", "tokenizer_path", "kv_cache_dtype",
+                   "speculative_num_steps", "enable_torch_compile", "quantization", "cuda_graph_max_bs_decode")
 _SURE_RE = re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{3})?(?: (?:DP|PP|TP|EP)\d+)*\] |server_args=")
 
 

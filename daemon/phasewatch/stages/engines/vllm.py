@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 from ...records import MAIN
 from ..lines import Prefix, bounded_int, canonical_rank, epoch, rank_number
 from . import Engine
+from ._json_logs import text_of_json_line
 
 if TYPE_CHECKING:
     from ..snapshot import ServerInfo
@@ -175,6 +176,10 @@ _ARG_ALIASES = (
     ("host", ("host",)),
     ("port", ("port",)),
     ("enable_expert_parallel", ("enable_expert_parallel",)),
+    # read for remedies (stages/remedies.py)
+    *((name, (name,)) for name in ("gpu_memory_utilization", "max_num_seqs", "max_model_len", "enforce_eager",
+                                   "cuda_graph_sizes", "max_num_batched_tokens", "tokenizer", "kv_cache_dtype",
+                                   "quantization", "distributed_executor_backend")),
 )
 _VALUE = r"('[^']*'|\"[^\"]*\"|[^,)}\s]+)"
 VERSION_RE = re.compile(r"LLM engine \(v(?P<v>[\w.+-]+)\)|vLLM API server version (?P<w>[\w.+-]+)")
@@ -229,9 +234,10 @@ def _numbered_workers(version: str | None) -> bool:
 
 
 def detect(line: str) -> int:
-    if _SURE_RE.search(line):
+    if _SURE_RE.search(line) or '"vllm_process_name"' in line:
         return 2
     return 1 if HEADER_RE.search(line) else 0
 
 
-ENGINE = Engine("vllm", find_prefixes, rank_from_title, parse_server_args, expected_ranks, detect)
+ENGINE = Engine("vllm", find_prefixes, rank_from_title, parse_server_args, expected_ranks, detect,
+                rewrite=text_of_json_line)
