@@ -10,8 +10,8 @@ import pytest
 from tests.status_documents import STALLED, document
 
 from phasewatch.cli import build_parser, main
-from phasewatch.commands.status import fitted, render_table
-from phasewatch.fit import NOT_A_TERMINAL, fit_text, wrap_line
+from phasewatch.commands.status import render_table
+from phasewatch.fit import NOT_A_TERMINAL, fit_text, fitted, wrap_line
 from phasewatch.manpages import _subcommands
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.json"))

@@ -35,7 +35,7 @@ from ..errors import (
     UnavailableError,
     UsageError,
 )
-from ..fit import fit_text, output_width
+from ..fit import fitted, output_width
 from ..instances import watcher_names, watcher_of
 from ..records import FAILING, MAIN
 from ..render import clock_text, json_text, status_document, terminal_safe
@@ -395,10 +395,6 @@ def watch(fetch: Callable[[], dict[str, Any]], out: TextIO, tty: bool, listen: s
             sleep(interval)
     except KeyboardInterrupt:
         return code
-
-
-def fitted(text: str, width: int | None) -> str:
-    return text if width is None else fit_text(text, width)
 
 
 def _terminate(signum: int, frame: object) -> None:
