@@ -101,17 +101,13 @@ class Daemon:
     def vitals(self) -> Vitals | None:
         return self.signs.vitals
 
-    @property
-    def degraded(self) -> dict[str, str]:
-        return self.responder.degraded
-
     def now(self) -> Instant:
         return Instant(self.clock.wall(), self.clock.monotonic())
-
 
     def _actors(self, config: Config) -> Actors:
         return build_actors(config, self.unit, self.alerter.alert, self.processes, self.store.path.parent,
                             rank_pids=self.ranks.watch.known_pids, rank_starts=lambda: self.ranks.started)
+
     def start(self) -> None:
         """Rebuild the current start-up from the journal (its beginning up to ready and its recent
         window: sources/rebuild.py), then tell systemd we are ready."""
@@ -195,19 +191,9 @@ class Daemon:
         No RELOADING=1/READY=1: under systemd 252 that notification during ExecReload= fails the reload
         job (seen in tests/e2e); the reload is done before the next step, so there is nothing to wait for."""
         self.reload_requested = False
-        if self.read_config is None:
+        config = reloaded_config(self.read_config, self.config) if self.read_config is not None else None
+        if config is None:
             return False
-        try:
-            config = self.read_config()
-            if config.unit != self.config.unit:
-                raise ConfigError("unit", f"a reload cannot change the watched unit ({self.config.unit} -> "
-                                  f"{config.unit}); restart phasewatch for that", config.source)
-        except ConfigError as exc:
-            logger.error("[%s] reload refused, the old config stays in force: %s", self.config.unit, exc)
-            return False
-        if config.metrics_listen != self.config.metrics_listen:
-            logger.warning("[%s] metrics.listen changed to %s: it takes effect when phasewatch restarts",
-                           self.config.unit, config.metrics_listen)
         self.group.reconfigured(config)
         self.config = config
         self.pipeline.reconfigure(config)
@@ -229,7 +215,9 @@ class Daemon:
         guarded, now = self.responder.guarded, self.clock.wall()
         if self.unguarded is not None:
             if self.journal.read_any:  # an end is only ever learned from the journal
-                self.unguarded.observe(self.pipeline.snapshot().invocations, self._old_pids,
+                current = self.pipeline.current()
+                self.unguarded.observe(self.pipeline.snapshot().invocations, lambda invocation: self.ranks.ended_pids(
+                    invocation, current.invocation_id if current is not None else None),
                                        lambda invocation: guarded is not None and invocation in guarded.stopped, now)
             self.unguarded.tick(now)
         if guarded is None:
@@ -241,12 +229,6 @@ class Daemon:
             logger.error("[%s] %s", self.config.unit, exc)
         if guarded.pending is not waiting:
             self._save()  # the start that waited is made (or given up): no longer to resume
-
-    def _old_pids(self, invocation_id: str) -> dict[int, str]:
-        current = self.pipeline.current()
-        if current is not None and current.invocation_id == invocation_id:
-            return self.ranks.watch.known_pids()
-        return self.ranks.previous_pids
 
     def _timeout(self, now: Instant) -> float:
         """Seconds until the earliest deadline of any source, the policy, the backoff or the watchdog."""
@@ -311,6 +293,22 @@ class Daemon:
             self.exporter.saw_rejected(self.follower.rejected)
             self.exporter.publish(self.pipeline, self.responder.memory, self.clock.wall(), self.responder.eta,
                                   {p.value: item.reason for p, item in limits.items()})
+
+
+def reloaded_config(read: Callable[[], Config], old: Config) -> Config | None:
+    """The config read again; None (logged, the old one stays) when it does not load or names another unit."""
+    try:
+        config = read()
+        if config.unit != old.unit:
+            raise ConfigError("unit", f"a reload cannot change the watched unit ({old.unit} -> {config.unit}); "
+                              "restart phasewatch for that", config.source)
+    except ConfigError as exc:
+        logger.error("[%s] reload refused, the old config stays in force: %s", old.unit, exc)
+        return None
+    if config.metrics_listen != old.metrics_listen:
+        logger.warning("[%s] metrics.listen changed to %s: it takes effect when phasewatch restarts", old.unit,
+                       config.metrics_listen)
+    return config
 
 
 def leftovers_seen(guarded: Any, unguarded: Any) -> float | None:

@@ -58,3 +58,8 @@ def fitted(text: str, width: int | None) -> str:
 
 def widest(lines: Sequence[str]) -> int:
     return max((len(line) for line in lines), default=0)
+
+
+def fitted(text: str, width: int | None) -> str:
+    """`text` fitted to `width` columns (None: as it is)."""
+    return text if width is None else fit_text(text, width)

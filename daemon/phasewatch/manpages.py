@@ -37,13 +37,14 @@ KEY_DOCS = {
     "metrics": "listen: HOST:PORT of /metrics and /status (default 127.0.0.1:9877)",
     "health": "the health probe after ready (url, period, failures)",
     "adaptive": "deadlines learned from past start-ups (k, min_samples, floor, ceiling)",
-    "vitals": "signs of life sampled from /proc (and GPUs) between lines: period",
+    "vitals": "signs of life sampled from /proc and, with gpu: true (the default), from the ranks' GPUs over "
+              "NVML between lines: period, gpu",
     "rank_processes": "watch the rank processes in the unit's cgroup (a vanished rank is rank_died)",
     "evidence": "what is captured for a verdict before a restart (stacks, journal excerpt)",
     "hooks": "commands run on verdicts, bounded in time",
     "leftovers": "after a stop: GPU memory still held by processes of the old start-up",
-    "group": "one node of a server on several hosts: restarts are the group's decision (the Alertmanager "
-             "receiver: listen, token_file)",
+    "group": "one server on several hosts: name, nodes, node_rank, and the Alertmanager webhook receiver "
+             "(listen, token_file, TLS) through which the group restarts this node",
 }
 
 

@@ -267,3 +267,14 @@ def test_config_refuses_an_action_chain_past_its_bound(tmp_path: Path, extra: st
     with pytest.raises(ConfigError) as info:
         load_config(path)
     assert info.value.key == "actions.stalled" and "at most 300s" in str(info.value)
+
+
+def test_pending_actions_in_a_hostile_state_file_are_dropped_not_fatal(tmp_path: Path) -> None:
+    from phasewatch.sinks.state import decode
+
+    saved = decode({"pending": [{"kind": "restart", "message": 1}, {"kind": "rm -rf", "message": "m"}, "x",
+                                {"kind": "restart", "message": "m", "verdict_kind": "stalled", "priority": 4,
+                                 "invocation_id": INV}],
+                    "guarded": {"action": {"kind": "restart"}, "until": "later"}})
+    assert [(a.kind, a.invocation_id) for a in saved.pending] == [("restart", INV)]
+    assert saved.guarded is None

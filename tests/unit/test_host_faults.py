@@ -285,5 +285,5 @@ def test_healthy_state_dir_reports_nothing_degraded(tmp_path: Path) -> None:
                  notifier=RecordingNotifier(), store=StateStore(tmp_path, UNIT), clock=clock,
                  history=History(tmp_path / "h.sqlite3"), exporter=Exporter(STALL_CONFIG, registry, clock))
     app.start()
-    assert alerter.sent == [] and app.degraded == {}
+    assert alerter.sent == [] and app.responder.degraded == {}
     assert registry.get_sample_value("phasewatch_state_degraded", {"unit": UNIT, "what": "state"}) == 0.0

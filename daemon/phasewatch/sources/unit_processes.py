@@ -94,6 +94,11 @@ class RankProcesses:
         self.last_scan = -math.inf
         self.scan_wanted = True
 
+
+    def ended_pids(self, invocation_id: str, current_id: str | None) -> dict[int, str]:
+        """The rank processes of a start-up that ended (pid -> rank): the current one's as watched,
+        else the previous one's."""
+        return self.watch.known_pids() if invocation_id == current_id else self.previous_pids
     def saw_pids(self, pids: Iterable[int]) -> None:
         """The journal's `_PID`s since the last step: one that is not a watched rank asks for a read."""
         if not self.scan_wanted and not self.watch.watches_all(pids):

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from ..config import Config
 from ..durations import format_duration
-from ..records import VerdictKind
+from ..records import Phase, VerdictKind
 from .snapshot import InvocationView, RankView
 
 if TYPE_CHECKING:
@@ -87,3 +87,14 @@ def with_node_waiting(inv: InvocationView, verdicts: list[Verdict], now: float, 
     waiting = replace(stalls[0], kind=VerdictKind.WAITING_FOR_NODE, rank=None, cause="other_node", message=message,
                       at=now)
     return [*[v for v in verdicts if v.kind == VerdictKind.LINES_LOST], waiting]
+
+
+def node_done(inv: InvocationView) -> bool:
+    """A node with node_rank >= 1 of a multi-node server has no HTTP server and prints no "fired up":
+    its start-up is done when every local rank has finished its last CUDA graph capture."""
+    server = inv.server
+    if server is None or server.nnodes <= 1 or server.node_rank == 0:
+        return False
+    ranks = inv.scheduler_ranks
+    last = Phase.DRAFT_CUDA_GRAPH_CAPTURE if server.speculative else Phase.CUDA_GRAPH_CAPTURE
+    return bool(ranks) and all(r.seen and r.phase is last and r.phase_ended for r in ranks)

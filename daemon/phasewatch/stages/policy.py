@@ -17,7 +17,7 @@ from ..records import MAIN, PHASE_NAMES, STUCK, UNIT_PHASES, WRONG_WHEN_STOPPED,
 from .crashfacts import CrashFacts, ServerRanks, crash_facts, describe, mentions_in, traceback_phase
 from .gpu_policy import gpu_words as _gpu_words
 from .gpu_policy import stall_window as _stall_window
-from .group_wait import with_node_waiting
+from .group_wait import node_done, with_node_waiting
 from .remedies import Remedy
 from .snapshot import LIVE_STATES, UP_STATES, FatalView, GpuSeen, InvocationView, RankView, UnitState
 
@@ -399,17 +399,6 @@ def _telling_line(fatal: FatalView, cause: str | None, profile: Profile) -> str:
             return found.strip()
     exception = next((t for t in reversed(fatal.texts) if EXCEPTION_LINE_RE.match(t)), None)
     return (exception or fatal.texts[0]).strip()
-
-
-def node_done(inv: InvocationView) -> bool:
-    """A node with node_rank >= 1 of a multi-node server has no HTTP server and prints no "fired up":
-    its start-up is done when every local rank has finished its last CUDA graph capture."""
-    server = inv.server
-    if server is None or server.nnodes <= 1 or server.node_rank == 0:
-        return False
-    ranks = inv.scheduler_ranks
-    last = Phase.DRAFT_CUDA_GRAPH_CAPTURE if server.speculative else Phase.CUDA_GRAPH_CAPTURE
-    return bool(ranks) and all(r.seen and r.phase is last and r.phase_ended for r in ranks)
 
 
 def outcome(inv: InvocationView, verdicts: list[Verdict]) -> Outcome:
