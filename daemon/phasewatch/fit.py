@@ -51,11 +51,6 @@ def fit_text(text: str, width: int) -> str:
     return "\n".join(part for line in lines for part in wrap_line(line, width))
 
 
-def fitted(text: str, width: int | None) -> str:
-    """`text` fitted to `width`; as it is when None (`--plain`)."""
-    return text if width is None else fit_text(text, width)
-
-
 def widest(lines: Sequence[str]) -> int:
     return max((len(line) for line in lines), default=0)
 

@@ -68,7 +68,7 @@ def all_ranks_hang(tmp_path: Path) -> Path:
 
 def test_replay_table_groups_and_json_keeps_every_verdict(all_ranks_hang: Path,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["replay", "--plain", str(all_ranks_hang), "--now", "+2h"]) == 0  # lines whole
+    assert main(["replay", str(all_ranks_hang), "--now", "+2h"]) == 0
     table = capsys.readouterr().out
     verdicts = table[table.index("verdicts:"):].splitlines()[1:]
     assert [v for v in verdicts if v.startswith("  ")] == [
