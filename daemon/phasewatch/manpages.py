@@ -81,6 +81,15 @@ def _subcommands(parser: argparse.ArgumentParser) -> list[tuple[str, str, argpar
     return []
 
 
+def _commands(parser: argparse.ArgumentParser, prefix: str = "") -> list[tuple[str, str, argparse.ArgumentParser]]:
+    """Every command, and every command of a command (`vitals record`), in the parser's order."""
+    out = []
+    for name, help_text, sub in _subcommands(parser):
+        out.append((prefix + name, help_text, sub))
+        out.extend(_commands(sub, f"{prefix}{name} "))
+    return out
+
+
 def _usage(parser: argparse.ArgumentParser) -> str:
     return " ".join(parser.format_usage().removeprefix("usage: ").split())
 
@@ -95,7 +104,7 @@ def phasewatch_1(parser: argparse.ArgumentParser) -> str:
                    "phasewatch@NAME.service (phasewatch@.service(8)), configured by /etc/phasewatch/NAME.yaml "
                    "(phasewatch.yaml(5)); the commands below are the operator's."),
               ".SH OPTIONS", *_options(parser), ".SH COMMANDS"]
-    for name, help_text, sub in _subcommands(parser):
+    for name, help_text, sub in _commands(parser):
         lines += [".SS " + _esc(name), _esc(help_text[:1].upper() + help_text[1:] + "."), ".PP",
                   "\\fB" + _esc(_usage(sub)) + "\\fR", *_options(sub)]
     lines += [".SH EXIT STATUS", "One meaning each, for every command:"]

@@ -8,7 +8,7 @@ from pathlib import Path
 from phasewatch.cli import build_parser
 from phasewatch.config import TOP_KEYS
 from phasewatch.errors import EXIT_STATUSES
-from phasewatch.manpages import KEY_DOCS, PAGES, _esc, _subcommands, render_all
+from phasewatch.manpages import KEY_DOCS, PAGES, _commands, _esc, render_all
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -27,8 +27,8 @@ def test_the_committed_pages_are_the_generated_ones() -> None:
 
 def test_phasewatch_1_has_every_command_option_and_exit_status() -> None:
     page = pages()["phasewatch.1"]
-    for name, _, sub in _subcommands(build_parser()):
-        assert f"\n.SS {name.replace('-', chr(92) + '-')}\n" in page, name
+    for name, _, sub in _commands(build_parser()):
+        assert f"\n.SS {_esc(name)}\n" in page, name
         for action in sub._actions:
             for option in action.option_strings:
                 if action.help != "==SUPPRESS==":
