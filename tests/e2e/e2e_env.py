@@ -129,3 +129,10 @@ def restarts_by_phasewatch(s: Scenario) -> list[dict[str, Any]]:
                                                                 f"MESSAGE_ID={RESTART_SCHEDULED}")}
     return [e for e in s.box.journal(f"UNIT={UNIT}", "_PID=1", f"MESSAGE_ID={STOPPED}")
             if at(e) >= s.started_at and e.get("JOB_TYPE") == "restart" and e.get("INVOCATION_ID") not in by_systemd]
+
+
+def move_to(scenario: Scenario, pid: str, group: str) -> None:
+    """Moves `pid` into `group` (made if need be) in every cgroup hierarchy mounted (v1 hybrid or v2)."""
+    steps = [f"if [ -e {root}/cgroup.procs ]; then mkdir -p {root}{group}; echo {pid} > {root}{group}/cgroup.procs; fi"
+             for root in ("/sys/fs/cgroup", "/sys/fs/cgroup/unified", "/sys/fs/cgroup/systemd")]
+    scenario.box.run("sh", "-c", " ; ".join(steps) + " ; true", check=False)

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from e2e_env import REPO, STATE_DIR, VENV, WATCHER, Scenario, at, restarts_by_phasewatch
+from e2e_env import REPO, STATE_DIR, VENV, WATCHER, Scenario, at, move_to, restarts_by_phasewatch
 
 HANG = "--scale 0.01 --hang TP3:draft_cuda_graph_capture"
 DEADLINE = 6.0
@@ -140,6 +140,12 @@ def test_a_guarded_start_waiting_for_leftovers_survives_a_phasewatch_restart(act
                      for root in ("/sys/fs/cgroup", "/sys/fs/cgroup/unified", "/sys/fs/cgroup/systemd"))
     pid = box.wait_for(lambda: box.run("sh", "-c", f"cat {procs} 2>/dev/null | head -1", check=False).stdout.strip(),
                        20, "the escaped rank")
+    # One of this start-up's processes (PROBE-S3 C-2: a title alone is nobody's survivor): in the unit's
+    # cgroup when the stop begins, out of it before systemd's SIGKILL.
+    move_to(acting, pid, acting.unit("ControlGroup")["ControlGroup"])
+    box.wait_for(lambda: acting.unit("ActiveState")["ActiveState"] == "deactivating", 90, "phasewatch's stop",
+                 interval=0.05)
+    move_to(acting, pid, "/escaped-h6.leaf")
     try:
         box.wait_for(lambda: [a for a in acting.alerts() if a.get("PHASEWATCH_VERDICT") == "restart_blocked"], 90,
                      "the restart_blocked alert")

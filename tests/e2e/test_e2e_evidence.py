@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from e2e_env import REPO, UNIT, WATCHER, Scenario
+from e2e_env import REPO, UNIT, WATCHER, Scenario, move_to
 
 RESTART_STOPPED = "9d1aaa27d60140bd96365438aad20286"
 
@@ -42,13 +42,6 @@ def test_stacks_of_the_hung_rank_are_captured_before_the_restart(scenario: Scena
     # Why this start-up exists: phasewatch restarted the previous one, and where its evidence is.
     assert status["previous_startup"]["invocation_id"] == alert["PHASEWATCH_INVOCATION"]
     assert (status["previous_startup"]["verdict"], status["previous_startup"]["evidence"]) == ("stalled", path)
-
-
-def move_to(scenario: Scenario, pid: str, group: str) -> None:
-    """Moves `pid` into `group` (made if need be) in every cgroup hierarchy mounted (v1 hybrid or v2)."""
-    steps = [f"if [ -e {root}/cgroup.procs ]; then mkdir -p {root}{group}; echo {pid} > {root}{group}/cgroup.procs; fi"
-             for root in ("/sys/fs/cgroup", "/sys/fs/cgroup/unified", "/sys/fs/cgroup/systemd")]
-    scenario.box.run("sh", "-c", " ; ".join(steps) + " ; true", check=False)
 
 
 def test_a_rank_that_escaped_the_cgroup_blocks_the_start_until_it_is_gone(scenario: Scenario) -> None:
