@@ -55,7 +55,7 @@ def test_quick_bench_produces_every_row(tmp_path: Path) -> None:
     for heading in ("## Targets", "## 1. Catch-up", "## 2. Follow latency", "## 3. Action latency",
                     "## 4. Idle cost", "## 5. Burst", "## 6. Scale", "## Reproduce"):
         assert heading in doc
-    assert doc.count(": replay ≥") == 6  # three references, two mixes
-    assert "### serving-heavy" in doc and "### crash-heavy" in doc
+    assert doc.count(": replay ≥") == 9  # three references, three mixes
+    assert "### serving-heavy" in doc and "### crash-heavy" in doc and "### access-heavy" in doc
     assert "### The daemon's own catch-up at its start" in doc
     assert doc.count("| 2 | entry → daemon status") == 2
