@@ -139,9 +139,9 @@ class NvmlSource:
             time.sleep(max(self.interval - (self._clock() - began), 0.05))
 
     def _unavailable(self, problem: str) -> None:
+        self._say(f"{problem}; vitals use /proc only")  # said before `state` tells it
         with self._lock:
             self._problem = problem
-        self._say(f"{problem}; vitals use /proc only")
 
     def _devices(self, nvml: Any) -> list[tuple[int, Any]]:
         handles = []
