@@ -3,7 +3,8 @@
 stages/init_config.py; this module only reads and writes.
 
 Exit statuses: 0 written (or unchanged); 69 systemd cannot be asked; 73 an edited config is in the
-way (a diff is shown; --force replaces it); 78 the unit runs no engine phasewatch knows.
+way (a diff is shown; --force replaces it); 78 the unit runs no engine phasewatch knows; 3 systemd does
+not know the unit and the journal has nothing of it.
 """
 
 from __future__ import annotations
