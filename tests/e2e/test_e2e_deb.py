@@ -56,11 +56,14 @@ mount --bind "$stage" "$new$stage"
 mount --bind "$repo" "$new$repo"
 cd "$new"
 pivot_root . oldroot
-umount -l /oldroot
 mount -t tmpfs -o mode=755 tmpfs /run
 mount -t tmpfs -o mode=1777 tmpfs /tmp
 mkdir -p /var/log/journal
 mount -t tmpfs -o mode=2755 tmpfs /var/log/journal
+# A checkout below /tmp or /run (CI's clean clone) is bound again over the fresh tmpfs.
+mkdir -p "$repo"
+mount --bind "/oldroot$repo" "$repo"
+umount -l /oldroot
 mount --bind "$stage/journald.conf" /etc/systemd/journald.conf
 export container=phasewatch-e2e
 # systemd 257 runs on the legacy cgroup hierarchies of a Debian 12 host only when asked to; in a

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import random
 from pathlib import Path
 
 import pytest
@@ -22,13 +23,21 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, 
     return code, captured.out, captured.err
 
 
-def test_garbage_file_gives_a_clear_message_and_status_65(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("seed", range(8))
+def test_garbage_file_gives_a_clear_message_and_status_65(seed: int, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
     garbage = tmp_path / "garbage.bin"
-    garbage.write_bytes(os.urandom(4096) + b"\x00")
+    noise = random.Random(seed).randbytes(4096)
+    garbage.write_bytes(b"\x89" + noise + b"\x00")
     code, out, err = run(["replay", str(garbage)], capsys)
     assert code == EX_DATAERR == 65
     assert out == ""
     assert err.startswith(f"phasewatch: {garbage}: input is not a journal export, journalctl JSON/text, or a text log")
+    # Noise that happens to open with a brace is taken for JSON, and says so (1 in 256 of os.urandom's).
+    garbage.write_bytes(b"{" + noise + b"\x00")
+    code, out, err = run(["replay", str(garbage)], capsys)
+    assert code == EX_DATAERR and out == ""
+    assert err.startswith(f"phasewatch: {garbage}: input looks like journalctl JSON but no line parses as JSON")
 
 
 def test_empty_file_reports_no_invocations(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
