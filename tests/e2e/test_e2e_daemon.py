@@ -62,6 +62,21 @@ def test_hung_rank_in_draft_capture_gets_one_alert_and_one_restart_in_time(scena
     assert status["restarted"] == [first]
 
 
+def test_rank_oom_in_capture_is_crashed_with_a_remedy_from_the_servers_own_arguments(scenario: Scenario) -> None:
+    scenario.configure("--scale 0.01 --oom TP5:cuda_graph_capture", actions={"crashed": ["alert"]})
+    scenario.start()
+    [alert] = scenario.box.wait_for(lambda: [a for a in scenario.alerts() if a["PHASEWATCH_VERDICT"] == "crashed"],
+                                    90, "the crashed alert")
+    assert (alert["PHASEWATCH_RANK"], alert["PHASEWATCH_PHASE"], alert["PHASEWATCH_CAUSE"]) == (
+        "TP5", "cuda_graph_capture", "oom")
+    # The simulated server's server_args (cuda_graph_max_bs=512, mem_fraction_static=0.85) and the
+    # numbers of its OOM line (2.00 GiB asked, 1.12 GiB free).
+    assert alert["PHASEWATCH_REMEDY"] == ("lower --cuda-graph-max-bs (512 now) or --mem-fraction-static (0.85 now); "
+                                          "capture needed 2.00 GiB, 1.12 GiB were free")
+    assert alert["MESSAGE"].endswith(f"; remedy: {alert['PHASEWATCH_REMEDY']}")
+    assert restarts_by_phasewatch(scenario) == []
+
+
 def startups_told(scenario: Scenario) -> str:
     """What a failure needs to be read: PID 1's words about the unit and phasewatch's log."""
     pid1 = [f"{e['__REALTIME_TIMESTAMP']} {e.get('JOB_TYPE', '')} {e['MESSAGE']}"
