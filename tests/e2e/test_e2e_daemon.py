@@ -6,9 +6,10 @@ the v0.5.9 lines of an 8-rank EAGLE-3 start-up, at 1/100 of real time unless sai
 
 from __future__ import annotations
 
+import json
 import time
 
-from e2e_env import UNIT, VENV, WATCHER, Scenario, at, restarts_by_phasewatch
+from e2e_env import STATE_DIR, UNIT, VENV, WATCHER, Scenario, at, restarts_by_phasewatch
 
 STARTED = "39f53479d3a045ac8e11786248231fbf"
 # The healthy start-up after phasewatch's restart runs under the same 6 s draft-capture deadline.
@@ -75,6 +76,21 @@ def test_rank_oom_in_capture_is_crashed_with_a_remedy_from_the_servers_own_argum
                                           "capture needed 2.00 GiB, 1.12 GiB were free")
     assert alert["MESSAGE"].endswith(f"; remedy: {alert['PHASEWATCH_REMEDY']}")
     assert restarts_by_phasewatch(scenario) == []
+    # The operator starts it again; the history keeps the crashed start-up and `report` says what to do.
+    scenario.box.wait_for(lambda: scenario.unit("ActiveState")["ActiveState"] in ("failed", "inactive"), 60,
+                          "the crashed server's unit ended")
+    scenario.sim(HEALTHY_NEXT)
+    scenario.box.systemctl("start", UNIT)
+    try:
+        scenario.box.wait_for(lambda: "recorded: crashed" in scenario.watcher_log(), 90, "the start-up recorded")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\nphasewatch said:\n{scenario.watcher_log()}") from None
+    report = scenario.box.run(f"{VENV}/bin/phasewatch", "report", UNIT, "--state-dir", STATE_DIR, "--json")
+    [crashed] = [s for s in json.loads(report.stdout)["startups"]
+                 if s["invocation_id"] == alert["PHASEWATCH_INVOCATION"]]
+    assert (crashed["outcome"], crashed["remedy"]) == ("crashed", alert["PHASEWATCH_REMEDY"])
+    table = scenario.box.run(f"{VENV}/bin/phasewatch", "report", UNIT, "--state-dir", STATE_DIR).stdout
+    assert "remedies:\n  " in table and table.rstrip().endswith(alert["PHASEWATCH_REMEDY"]), table
 
 
 def startups_told(scenario: Scenario) -> str:

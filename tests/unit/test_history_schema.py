@@ -150,6 +150,24 @@ def test_a_version_1_file_gains_ended_by_and_keeps_its_rows(tmp_path: Path) -> N
     assert history.add(replace(old, invocation_id="inv-new", started_at=T0 + 700, ended_at=T0 + 800,
                                ended_by="restarted by the group: node 1 TP12 stalled in cuda_graph_capture"))
     history.close()
-    assert version_of(path) == SCHEMA_VERSION == 2
+    assert version_of(path) == SCHEMA_VERSION == 3
     assert [r.ended_by for r in History(path, read_only=True).startups(UNIT)] == [
         None, "restarted by the group: node 1 TP12 stalled in cuda_graph_capture"]
+
+
+def test_a_version_2_file_gains_the_remedy_column_and_keeps_its_rows(tmp_path: Path) -> None:
+    path = unversioned_file(tmp_path / f"{UNIT}.history.sqlite3")
+    db = sqlite3.connect(path)
+    db.execute("ALTER TABLE startups ADD COLUMN ended_by TEXT")
+    db.execute("PRAGMA user_version = 2")  # a file phasewatch wrote before remedies were kept
+    db.commit()
+    db.close()
+    assert [r.remedy for r in History(path, read_only=True).startups(UNIT)] == [None]  # read as it is
+    assert version_of(path) == 2
+    history = History(path)
+    [old] = history.startups(UNIT)
+    remedy = "lower --cuda-graph-max-bs (512 now) or --mem-fraction-static (0.85 now)"
+    assert history.add(replace(old, invocation_id="inv-new", started_at=T0 + 700, ended_at=T0 + 800, remedy=remedy))
+    history.close()
+    assert version_of(path) == SCHEMA_VERSION == 3
+    assert [r.remedy for r in History(path, read_only=True).startups(UNIT)] == [None, remedy]

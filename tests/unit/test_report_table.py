@@ -75,3 +75,15 @@ def test_when_even_short_names_do_not_fit_one_line_per_start_up_with_its_longest
 
 def test_no_records() -> None:
     assert to_table([]) == "no start-ups recorded yet\n"
+
+
+def test_remedies_are_listed_below_the_table_and_in_json_terminal_safe() -> None:
+    from dataclasses import replace
+
+    remedy = "lower --cuda-graph-max-bs (48 now) or --mem-fraction-static (0.88 now)"
+    records = [RECORDS[0], replace(RECORDS[2], remedy=remedy), replace(RECORDS[1], remedy="set \x1b[2Jthis")]
+    assert report.remedy_lines(records) == (f"\nremedies:\n  2026-11-30 12:00:00  {RECORDS[2].invocation_id[:12]}  "
+                                            f"{remedy}\n  2026-11-30 10:00:00  {RECORDS[1].invocation_id[:12]}  "
+                                            "set \\x1b[2Jthis\n")
+    assert report.remedy_lines(RECORDS) == ""
+    assert [s["remedy"] for s in report.to_json(records)["startups"]] == [None, remedy, "set \x1b[2Jthis"]

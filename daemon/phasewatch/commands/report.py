@@ -21,7 +21,7 @@ from ..durations import format_duration
 from ..errors import EX_OK, HistoryUnreadable, NoHistory, NoPermission, UsageError
 from ..instances import watched_unit
 from ..records import PHASE_NAMES
-from ..render import PHASE_SHORT
+from ..render import PHASE_SHORT, terminal_safe
 from ..sinks.history import History, StartupRecord
 from ..stages.timestamps import is_dated
 from ..stages.verdict_lines import rank_ranges
@@ -78,6 +78,12 @@ def ended_by_lines(records: Sequence[StartupRecord]) -> str:
     return "\nended from outside:\n" + "\n".join(lines) + "\n" if lines else ""
 
 
+def remedy_lines(records: Sequence[StartupRecord]) -> str:
+    """Below the table: what to do about each start-up that failed with a known remedy."""
+    lines = [f"  {_when(r.started_at)}  {r.invocation_id[:12]}  {terminal_safe(r.remedy)}" for r in records if r.remedy]
+    return "\nremedies:\n" + "\n".join(lines) + "\n" if lines else ""
+
+
 def to_json(records: Sequence[StartupRecord], evidence: dict[str, list[str]] | None = None) -> dict[str, Any]:
     return {"startups": [{
         "invocation_id": r.invocation_id, "started_at": _when(r.started_at) + "Z", "duration_seconds": r.duration,
@@ -90,6 +96,7 @@ def to_json(records: Sequence[StartupRecord], evidence: dict[str, list[str]] | N
                      for k, rank, phase, at in r.verdicts],
         "evidence": (evidence or {}).get(r.invocation_id, []),
         "ended_by": r.ended_by,
+        "remedy": r.remedy,
     } for r in records]}
 
 
@@ -283,7 +290,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         sys.stdout.write(to_table(records, wide=args.wide or args.plain) + evidence_lines(records, evidence)
-                         + ended_by_lines(records))
+                         + ended_by_lines(records) + remedy_lines(records))
     return EX_OK
 
 

@@ -28,6 +28,7 @@ CREATE TABLE IF NOT EXISTS startups (
     spans TEXT NOT NULL,
     verdicts TEXT NOT NULL,
     ended_by TEXT,
+    remedy TEXT,
     UNIQUE (unit, invocation)
 );
 CREATE TABLE IF NOT EXISTS phases (
@@ -45,7 +46,7 @@ CREATE INDEX IF NOT EXISTS startups_by_unit ON startups(unit, fingerprint, start
 # The schema's version, in the file's `PRAGMA user_version`. 0: a file of a phasewatch from before
 # versioning (the tables above, unstamped). Each migration takes a file from version n-1 to n inside
 # one transaction; a file newer than SCHEMA_VERSION is never written, moved or migrated back.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 COLUMNS = {"startups": {"id", "unit", "invocation", "fingerprint", "started_at", "ended_at", "outcome", "cause",
                         "spans", "verdicts"},
            "phases": {"startup", "phase", "duration", "spread", "progress_total", "max_silence", "slowest_rank"}}
@@ -66,12 +67,19 @@ def _add_ended_by(db: sqlite3.Connection) -> None:
         db.execute("ALTER TABLE startups ADD COLUMN ended_by TEXT")
 
 
-def has_ended_by(db: sqlite3.Connection) -> bool:
-    """A file of version 1 opened read only has no `ended_by` column."""
-    return "ended_by" in {row[1] for row in db.execute("PRAGMA table_info(startups)")}
+def _add_remedy(db: sqlite3.Connection) -> None:
+    """2 -> 3: `remedy`, what to do about the start-up's first verdict (stages/remedies.py)."""
+    have = {row[1] for row in db.execute("PRAGMA table_info(startups)")}
+    if have and "remedy" not in have:
+        db.execute("ALTER TABLE startups ADD COLUMN remedy TEXT")
 
 
-MIGRATIONS = {1: _migrate_unversioned, 2: _add_ended_by}  # version reached -> step
+def has_column(db: sqlite3.Connection, column: str) -> bool:
+    """A file of an older version opened read only lacks the columns added since (ended_by: 2, remedy: 3)."""
+    return column in {row[1] for row in db.execute("PRAGMA table_info(startups)")}
+
+
+MIGRATIONS = {1: _migrate_unversioned, 2: _add_ended_by, 3: _add_remedy}  # version reached -> step
 
 
 class HistoryTooNew(Exception):

@@ -195,7 +195,8 @@ class Responder(ActingOnResponses):
                            ended_at or now, marks)
         if record is None:
             return
-        record = replace(record, ended_by=self.ended_by.get(inv.invocation_id))
+        record = replace(record, ended_by=self.ended_by.get(inv.invocation_id),
+                         remedy=next((v.remedy.text for v in judgement.verdicts if v.remedy is not None), None))
         try:
             if self.history.add(record):
                 logger.info("[%s] start-up %s recorded: %s in %s", self.config.unit, inv.invocation_id,
