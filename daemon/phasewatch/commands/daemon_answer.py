@@ -10,28 +10,16 @@ instead).
 
 from __future__ import annotations
 
-import os
-import pwd
 import socket
 import time
 from urllib.parse import urlsplit
 
+from ..config_trust import trusted_owners
 from ..errors import ForeignDaemon
 from ..sinks.peers import listener_owner
 
 TOTAL_DEADLINE = 3.0  # seconds for connect, request and the whole answer
 MAX_ANSWER_BYTES = 16 * 1024 * 1024  # a /status of 16384 ranks is a few MB
-SERVICE_USER = "phasewatch"
-
-
-def trusted_listeners() -> set[int]:
-    owners = {0, os.geteuid()}
-    try:
-        owners.add(pwd.getpwnam(SERVICE_USER).pw_uid)
-    except KeyError:
-        pass
-    return owners
-
 
 def check_owner(url: str, owners: set[int] | None = None) -> None:
     """ForeignDaemon when the socket listening at `url` belongs to an untrusted uid (a squatter can
@@ -39,7 +27,7 @@ def check_owner(url: str, owners: set[int] | None = None) -> None:
     parts = urlsplit(url)
     host, port = parts.hostname or "127.0.0.1", parts.port or 80
     owner = listener_owner(host, port)
-    if owner is not None and owner not in (trusted_listeners() if owners is None else owners):
+    if owner is not None and owner not in (trusted_owners() if owners is None else owners):
         raise ForeignDaemon(f"{host}:{port} is held by a process of uid {owner}, not by phasewatch (or root)")
 
 
