@@ -42,7 +42,7 @@ PYTHON ?= /usr/bin/python3
 WATCHED ?= sglang-kimi
 
 INSTALL ?= install
-# The example config's last line in /etc (stages/init_config.py's EXAMPLE_SEAL_PREFIX): `phasewatch
+# The example config's last line in /etc (stages/s4_judge/init_config.py's EXAMPLE_SEAL_PREFIX): `phasewatch
 # init` replaces the file while this still matches, as it replaces a file it wrote itself.
 EXAMPLE_SEAL := \# phasewatch's example config, installed unedited; edited once this stops matching: sha256 
 

@@ -43,7 +43,7 @@ are
   (runs and single entries) for 300,007 entries, now 14,907. A run is not joined where a rule that
   tells digits apart matches (the access lines). vLLM's module gives no `fast_prefix` yet, so it
   has no runs.
-- *The fast path* (`stages/fastpath.py`). Most entries of a serving journal change nothing but a
+- *The fast path* (`stages/s3_track/fastpath.py`). Most entries of a serving journal change nothing but a
   rank's last activity. The fast path recognises them from the MESSAGE bytes and makes those
   changes itself, without `Line`, `Prefix` or `Event` objects: the engine module's `fast_prefix`
   reads the prefix (SGLang: its dated `[date time TPn]` form, one compiled bytes pattern), and
@@ -125,7 +125,7 @@ inotify, and posts such changes through a coalescing timer (`POST_CHANGE_TIMER_I
 250 ms, in journald-server.c): a bare reader waiting on the journal's fd (what `journalctl -f` does)
 wakes 0.25–0.5 s after the write (reference row), while the entry is in the file within a
 millisecond (polling row). So while the unit talks (an entry within the last 2 s) the daemon also
-looks for entries every 50 ms (`stages/wakeups.py`), whatever the unit's state; a step reads for at
+looks for entries every 50 ms (`stages/s4_judge/wakeups.py`), whatever the unit's state; a step reads for at
 most 25 ms (`READ_TIME`) and, if entries are left, the next step comes at once; the tracker's views
 are built once per change, the metrics view at most 4 times a second, `sd_notify` only on a change
 or a ping. The first line after more than 2 s of silence (a start-up's first line, or any line

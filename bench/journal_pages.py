@@ -34,7 +34,7 @@ def rss() -> dict[str, int]:
 
 
 def reader():  # type: ignore[no-untyped-def]
-    """The daemon's own reader (sources/follow.py: its match, its data threshold), watching the journal."""
+    """The daemon's own reader (sources/journal_reader.py: its match, its data threshold), watching the journal."""
     follower = JournalFollower(UNIT)
     follower.fileno()
     return follower._reader

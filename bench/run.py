@@ -362,7 +362,7 @@ class Bench:
         self.wait_state("starting" if starting else "ready", timeout=60)
         if starting:  # every rank has printed its lines (the kv cache pool)
             self.box.wait_for(lambda: (s := self.status()) and s.get("phase") == "kv_cache_alloc", 30, "kv cache")
-        time.sleep(3)  # past the looks for entries that follow the last ones (stages/wakeups.py TALKING)
+        time.sleep(3)  # past the looks for entries that follow the last ones (stages/s4_judge/wakeups.py TALKING)
         window = self.now()
         result = self.sample(seconds, strace=True)
         result.update(self.expected_wakeups(result["seconds"], starting, window - started,

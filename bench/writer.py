@@ -293,7 +293,7 @@ def paced(lines: int, interval: float, status: str, out: str) -> None:
         seen_reader = seen_status = None
         deadline = written + 5.0
         # The next line comes within 2 s whatever the references do: a longer pause would be a
-        # silence (stages/wakeups.py TALKING), after which the daemon waits for journald again, and
+        # silence (stages/s4_judge/wakeups.py TALKING), after which the daemon waits for journald again, and
         # the row would measure the references' misses (the polling reader misses an entry now and then).
         patience = written + 1.0
         while (seen_reader is None or seen_status is None) and time.time() < deadline \

@@ -1,5 +1,5 @@
 """The catch-up fast path against the full path: the same records through a pipeline with the fast
-path and one without, and everything they produce or hold compared (stages/fastpath.py)."""
+path and one without, and everything they produce or hold compared (stages/s3_track/fastpath.py)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ from dataclasses import dataclass, replace
 from typing import Any, Iterable
 
 from phasewatch.config import Config
+from phasewatch.engines.sglang import TIME_DIGITS
 from phasewatch.pipeline import Pipeline
 from phasewatch.profile import Profile
 from phasewatch.records import JournalRecord
 from phasewatch.render import json_text, to_json
-from phasewatch.stages.engines.sglang import TIME_DIGITS
 
 TAG_RE = re.compile(r"^\[[^\]]*?((?: (?:DP|PP|TP|EP)\d+)+)\]")
 

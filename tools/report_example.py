@@ -21,7 +21,7 @@ from phasewatch.config import Config  # noqa: E402
 from phasewatch.pipeline import Pipeline  # noqa: E402
 from phasewatch.records import record_from_fields  # noqa: E402
 from phasewatch.sinks.history import StartupRecord, summarize  # noqa: E402
-from phasewatch.stages.policy import outcome  # noqa: E402
+from phasewatch.stages.s4_judge.policy import outcome  # noqa: E402
 
 UNIT = "sglang-kimi.service"
 BASE = 1_796_025_600.0  # 2026-11-30 08:00 UTC

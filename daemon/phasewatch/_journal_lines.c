@@ -1,6 +1,6 @@
 /* phasewatch._journal_lines: the catch-up reader of `replay --unit` in C (sources/journal_source.py).
  *
- * One sd_journal, opened and matched as sources/follow.py's JournalFollower opens its reader (the
+ * One sd_journal, opened and matched as sources/journal_reader.py's UnitJournalReader opens its reader (the
  * unit's processes, PID 1 about the unit, journald's notices about it; data threshold 0), read in
  * batches, each in two steps:
  * - without the GIL (`collect`), the journal is walked: each entry's time and the first value of

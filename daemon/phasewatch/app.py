@@ -42,9 +42,9 @@ from .sources.procstat import ProcSampler
 from .sources.rebuild import JudgedClock, StartTelling
 from .sources.signs_of_life import SignsOfLife
 from .sources.unit_processes import RankProcesses, Unit, UnitFactsReader
-from .stages import policy, wakeups
-from .stages.respond import reset_budget
-from .stages.vitals import Vitals
+from .stages.s4_judge import policy, wakeups
+from .stages.s4_judge.vitals import Vitals
+from .stages.s5_act.respond import reset_budget
 
 logger = logging.getLogger(__name__)
 

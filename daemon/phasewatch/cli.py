@@ -18,6 +18,7 @@ from . import __version__
 from .commands.logs import parse_since
 from .config import Config, load_config
 from .durations import parse_duration
+from .engines import detect_engine
 from .errors import (
     EX_NOINPUT,
     EX_OK,
@@ -39,8 +40,7 @@ from .render import MAX_TS, clamp_ts, json_text, terminal_safe, to_json, to_tabl
 from .sources import journal_source
 from .sources.formats import parse_source
 from .sources.journal_source import UnitRecords
-from .stages.engines import detect_engine
-from .stages.ruletally import RuleTally
+from .stages.s2_interpret.ruletally import RuleTally
 
 
 def _parse_when(text: str, last_line: float | None) -> float:
@@ -223,13 +223,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .clock import SystemClock
     from .commands.checkconfig import check_instance
     from .config_trust import check_trusted
-    from .sinks.actions import JournalAlerter, Notifier, SystemdUnit
+    from .sinks.actions import JournalAlerter, Notifier
     from .sinks.history import History
     from .sinks.http import Rebinder, start_metrics
     from .sinks.state import StateStore
     from .sources.alert_receiver import start_receiver
     from .sources.follow import JournalFollower
-    from .stages.respond import PRIORITY, Action
+    from .stages.s5_act.respond import PRIORITY, Action
+    from .systemd_unit import SystemdUnit
 
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
 

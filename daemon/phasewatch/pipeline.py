@@ -11,14 +11,14 @@ from typing import Iterable
 
 from .config import Config
 from .records import WRONG_WHEN_STOPPED, Entry, Event, EventKind, JournalRecord, Line, Outcome, VerdictKind
-from .stages import policy
-from .stages.events import EventMapper, is_lifecycle_record, lifecycle_event
-from .stages.fastpath import FastPath
-from .stages.lines import LineSplitter
-from .stages.remedies import NO_UNIT, UnitSettings, remedy_for
-from .stages.ruletally import RuleTally
-from .stages.snapshot import InvocationView, Snapshot, Transition
-from .stages.tracker import Tracker
+from .stages.s1_read.lines import LineSplitter
+from .stages.s2_interpret.events import EventMapper, is_lifecycle_record, lifecycle_event
+from .stages.s2_interpret.ruletally import RuleTally
+from .stages.s3_track.fastpath import FastPath
+from .stages.s3_track.snapshot import InvocationView, Snapshot, Transition
+from .stages.s3_track.tracker import Tracker
+from .stages.s4_judge import policy
+from .stages.s4_judge.remedies import NO_UNIT, UnitSettings, remedy_for
 
 logger = logging.getLogger(__name__)
 # Quarantined records logged one by one, at most; past it only counted (a flood of bad lines must
@@ -38,7 +38,7 @@ class Pipeline:
                  fast: bool = True) -> None:
         """`default_year`: the year of log prefixes that show none (vLLM's), for a pasted log; the
         journal dates every entry itself. `fast`: lines that change nothing but last activity skip
-        the stages (stages/fastpath.py; the same outputs, only sooner)."""
+        the stages (stages/s3_track/fastpath.py; the same outputs, only sooner)."""
         self.config = config
         self.tally = tally  # replay --rules: which rule matched which line (an observer only)
         self.profile = config.engine_profile()

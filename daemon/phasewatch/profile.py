@@ -11,12 +11,12 @@ from typing import Any, Iterable, Mapping
 
 import yaml
 
+from .engines import KNOWN as KNOWN_ENGINES
+from .engines import Engine, engine_module
 from .errors import ProfileError
 from .families import Families, FamilyError, parse_families
 from .records import PHASE_NAMES, Phase
 from .remedy_table import RemedyRule, parse_remedies
-from .stages.engines import KNOWN as KNOWN_ENGINES
-from .stages.engines import Engine, engine_module
 
 RULE_EVENTS = ("phase_begin", "phase_end", "phase_hint", "progress", "fatal", "activity", "server_args", "heartbeat")
 SCOPES = ("rank", "main", "any")
@@ -52,8 +52,8 @@ class Profile:
     rules: tuple[Rule, ...]
     causes: tuple[CauseClass, ...]
     families: Families = field(default_factory=Families)  # the fallback vocabulary (families.py)
-    module: str = "sglang"  # the engine module (stages/engines/) for prefixes, titles and arguments
-    lockstep: bool = False  # a rank beginning a phase moves its engine's ranks along (stages/lockstep.py)
+    module: str = "sglang"  # the engine module (engines/) for prefixes, titles and arguments
+    lockstep: bool = False  # a rank beginning a phase moves its engine's ranks along (stages/s3_track/lockstep.py)
     draft_phases: bool = True  # a second dist init / weight load is the draft model's
     remedies: tuple[RemedyRule, ...] = ()  # what to do about a verdict (remedy_table.py)
 

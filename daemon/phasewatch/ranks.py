@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from .prefixes import bounded_int
 from .records import MAIN
-from .stages.lines import bounded_int
 
 
 @lru_cache(maxsize=4096)  # every view sorts its ranks; a start-up has a few labels

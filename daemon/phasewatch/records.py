@@ -56,7 +56,7 @@ MAIN = "main"
 
 
 class VerdictKind(enum.StrEnum):
-    """What the policy says about a start-up (stages/policy.py); a config's `actions:` is keyed by these."""
+    """What the policy says about a start-up (stages/s4_judge/policy.py); a config's `actions:` is keyed by these."""
 
     STALLED = "stalled"
     STRAGGLER = "straggler"
@@ -65,7 +65,7 @@ class VerdictKind(enum.StrEnum):
     UNHEALTHY = "unhealthy"
     LINES_LOST = "lines_lost"
     # One node of a group (config `group:`): every local rank waits in lock-step while none is the
-    # culprit; another node holds them up (stages/group.py). Never restarts the node alone.
+    # culprit; another node holds them up (stages/s4_judge/group_wait.py). Never restarts the node alone.
     WAITING_FOR_NODE = "waiting_for_node"
 
 
@@ -97,7 +97,7 @@ class AlertKind(enum.StrEnum):
     GAVE_UP = "gave_up"  # the restart budget is spent
     RESTART_FAILED = "restart_failed"
     STATE_DEGRADED = "state_degraded"  # the state directory cannot be written
-    TIMER_LINT = "timer_lint"  # an engine or systemd timer ends a phase before a limit can (stages/timerlint.py)
+    TIMER_LINT = "timer_lint"  # an engine or systemd timer ends a phase before a limit can (s4_judge/timerlint.py)
     RESTART_BLOCKED = "restart_blocked"  # processes of the stopped start-up survived (sinks/leftovers.py)
     METRICS_UNBOUND = "metrics_unbound"  # metrics.listen cannot be bound: no /metrics, /status (sinks/http.py)
     GROUP_RESTART = "group_restart"  # the group decided a restart (PhasewatchGroupRestart), done or not here

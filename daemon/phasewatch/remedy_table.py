@@ -1,6 +1,6 @@
 """An engine profile's `remedies:` table: what to do about a verdict, each remedy with the condition
 it applies under (profiles/sglang.yaml documents the keys). Parsed and checked once; applied by
-stages/remedies.py.
+stages/s4_judge/remedies.py.
 
 A remedy's text names facts in braces: `{arg.mem_fraction_static}` (a launch argument: server_args=,
 vLLM's non-default args, else the unit's ExecStart=), `{env.CUDA_VISIBLE_DEVICES}` (the unit's

@@ -20,10 +20,10 @@ from .durations import format_duration
 from .fit import fit_text
 from .pipeline import Judgement
 from .records import FINAL_PHASES, MAIN, UNIT_PHASES, Phase, Progress
-from .stages.policy import Verdict
-from .stages.snapshot import InvocationView, RankView
-from .stages.timestamps import is_dated
-from .stages.verdict_lines import VerdictLine, grouped
+from .stages.s1_read.timestamps import is_dated
+from .stages.s3_track.snapshot import InvocationView, RankView
+from .stages.s4_judge.verdict import Verdict
+from .stages.s5_act.verdict_lines import VerdictLine, grouped
 
 # C0 controls except tab (ESC, BEL, backspace, CR, ...), DEL and C1 (CSI U+009B, OSC U+009D, ...).
 _CONTROL_RE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")

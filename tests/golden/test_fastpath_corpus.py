@@ -12,10 +12,10 @@ import pytest
 from corpus_paths import corpus_dir
 from fastpath_compare import as_journal, assert_same
 from phasewatch.config import Config
+from phasewatch.engines import detect_engine
 from phasewatch.sources.formats import parse_source
-from phasewatch.stages.engines import detect_engine
-from phasewatch.stages.events import needles
-from phasewatch.stages.lines import decode
+from phasewatch.stages.s1_read.lines import decode
+from phasewatch.stages.s2_interpret.events import needles
 
 _found = corpus_dir()
 CASES = sorted(p.stem for p in _found.glob("*.log")) if _found else []

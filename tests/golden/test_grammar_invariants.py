@@ -13,7 +13,7 @@ from phasewatch.config import Config
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import UNIT_PHASES, Phase
 from phasewatch.sources.formats import parse_source
-from phasewatch.stages.phaseorder import backwards
+from phasewatch.stages.s2_interpret.phaseorder import backwards
 
 _found = corpus_dir()
 CASES = sorted(p.stem for p in _found.glob("*.log")) if _found else []

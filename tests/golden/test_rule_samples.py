@@ -14,9 +14,9 @@ from phasewatch.config import Config
 from phasewatch.pipeline import Pipeline
 from phasewatch.profile import Profile, load_builtin_profile
 from phasewatch.sources.formats import parse_source
-from phasewatch.stages.policy import Verdict
-from phasewatch.stages.remedies import UnitSettings
-from phasewatch.stages.ruletally import RuleTally
+from phasewatch.stages.s2_interpret.ruletally import RuleTally
+from phasewatch.stages.s4_judge.remedies import UnitSettings
+from phasewatch.stages.s4_judge.verdict import Verdict
 
 SAMPLES = Path(__file__).parent / "rule_samples"
 PROFILES = Path(__file__).resolve().parents[2] / "daemon" / "phasewatch" / "profiles"

@@ -14,14 +14,15 @@ from phasewatch.app import Daemon
 from phasewatch.clock import FakeClock
 from phasewatch.config import DEFAULT_ACTIONS, DEFAULT_LIMITS, Config, EvidenceCapture, Hook, PhaseLimits
 from phasewatch.records import JournalRecord, Phase
-from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier, RecordingUnit, UnitFacts
+from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
 from phasewatch.sinks.children import run_child
 from phasewatch.sinks.evidence import EvidenceWriter
 from phasewatch.sinks.gpu_memory import GpuMemory
 from phasewatch.sinks.hooks import HookRunner
 from phasewatch.sinks.state import StateStore
 from phasewatch.sources.procs import ProcessTable
-from phasewatch.stages.respond import Action
+from phasewatch.stages.s5_act.respond import Action
+from phasewatch.systemd_unit import RecordingUnit, UnitFacts
 
 UNIT = "sglang-kimi.service"
 INV = "0123456789abcdef0123456789abcdef"

@@ -27,25 +27,20 @@ from phasewatch.app import Daemon
 from phasewatch.cli import main
 from phasewatch.clock import FakeClock
 from phasewatch.config import Config
+from phasewatch.engines import MAX_EXPECTED_RANKS, ServerInfo
 from phasewatch.errors import EX_CONFIG
 from phasewatch.pipeline import Pipeline
+from phasewatch.prefixes import _RANK_MEMO, RANK_MEMO_KEY_CHARS, canonical_rank
 from phasewatch.profile import MAX_PATTERN_REPEAT, load_builtin_profile
 from phasewatch.records import JournalRecord
-from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier, RecordingUnit, UnitFacts
+from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
 from phasewatch.sinks.state import StateStore
 from phasewatch.sources.formats import parse_source
 from phasewatch.sources.procs import ProcessTable
-from phasewatch.stages import tracker, tracker_state
-from phasewatch.stages.events import pattern_view
-from phasewatch.stages.lines import (
-    _RANK_MEMO,
-    MAX_STREAMS,
-    RANK_MEMO_KEY_CHARS,
-    LineSplitter,
-    canonical_rank,
-    parse_progress,
-)
-from phasewatch.stages.snapshot import MAX_EXPECTED_RANKS, ServerInfo
+from phasewatch.stages.s1_read.lines import MAX_STREAMS, LineSplitter, parse_progress
+from phasewatch.stages.s2_interpret.events import pattern_view
+from phasewatch.stages.s3_track import tracker, tracker_state
+from phasewatch.systemd_unit import RecordingUnit, UnitFacts
 
 INV = "0123456789abcdef0123456789abcdef"
 T0 = 1_800_000_000.0

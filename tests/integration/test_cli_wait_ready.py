@@ -197,7 +197,7 @@ def test_a_started_entry_without_its_starting_entry(tmp_path: Path) -> None:
 
 
 def test_dbus_facts_come_first(tmp_path: Path) -> None:
-    from phasewatch.sinks.actions import UnitFacts
+    from phasewatch.systemd_unit import UnitFacts
 
     facts = UnitFacts("activating", "start-post", INVOCATION, started_at=BASE + 3)
     assert find_start(UNIT, None, lambda unit: facts) == StartPoint(BASE + 2, INVOCATION, "dbus", "activating")

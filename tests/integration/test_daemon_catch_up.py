@@ -15,11 +15,12 @@ from journal_dirs import write_journal
 from phasewatch.app import Daemon
 from phasewatch.clock import FakeClock
 from phasewatch.config import Config
-from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier, RecordingUnit, UnitFacts
+from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
 from phasewatch.sinks.state import StateStore
 from phasewatch.sources import journal_source
 from phasewatch.sources.follow import JournalFollower
 from phasewatch.sources.procs import ProcessTable
+from phasewatch.systemd_unit import RecordingUnit, UnitFacts
 
 STARTED = 1796025600.0 + 3600  # the second start-up's (test_fastpath_journal.journal)
 INVOCATION = f"{2:032x}"

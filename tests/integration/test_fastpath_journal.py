@@ -20,12 +20,12 @@ from sglang_sim import build, journal_json
 from fastpath_compare import runs_of
 from journal_dirs import write_journal
 from phasewatch import cli
+from phasewatch.engines.sglang import TIME_DIGITS
 from phasewatch.errors import JournalUnavailable
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import MID_STOPPED
 from phasewatch.sources import journal_source
 from phasewatch.sources.journal_source import UnitRecords, reader_name, unit_entries
-from phasewatch.stages.engines.sglang import TIME_DIGITS
 
 UNIT = "sglang-kimi.service"
 STAMP = "2026-11-30 08:10:00"

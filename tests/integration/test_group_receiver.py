@@ -20,10 +20,11 @@ from phasewatch.config import DEFAULT_LIMITS, Config, Group, PhaseLimits
 from phasewatch.config_sections import GroupReceiver
 from phasewatch.errors import ConfigError
 from phasewatch.records import JournalRecord, Phase
-from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier, RecordingUnit, UnitFacts
+from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
 from phasewatch.sinks.state import StateStore
 from phasewatch.sources.alert_receiver import AlertReceiver, read_token
 from phasewatch.sources.procs import ProcessTable
+from phasewatch.systemd_unit import RecordingUnit, UnitFacts
 
 GROUP = Group("kimi-tp16", 2)
 UNIT = "sglang-kimi.service"

@@ -11,7 +11,7 @@ from pathlib import Path
 from phasewatch.config import EvidenceCapture, Hook
 from phasewatch.sinks.evidence import EvidenceWriter, Target, find_py_spy
 from phasewatch.sinks.hooks import HookRunner
-from phasewatch.stages.respond import Action
+from phasewatch.stages.s5_act.respond import Action
 
 ACTION = Action("hook", "TP3 stalled", "stalled", 4, "inv-1", "draft_cuda_graph_capture", "TP3", "deadline",
                 hook="h")

@@ -12,7 +12,7 @@ import pytest
 
 from phasewatch.sinks.history import History, PhaseRecord, StartupRecord
 from phasewatch.sinks.state import Saved, StateStore
-from phasewatch.stages.respond import Memory
+from phasewatch.stages.s5_act.respond import Memory
 
 UNIT = "sglang-kimi.service"
 T0 = 1_800_000_000.0

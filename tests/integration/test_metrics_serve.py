@@ -25,7 +25,7 @@ from fakes import (
 from phasewatch.config import DEFAULT_LIMITS, Config, PhaseLimits
 from phasewatch.records import Phase
 from phasewatch.sinks.http import serve
-from phasewatch.stages import policy
+from phasewatch.stages.s4_judge import policy
 
 
 @pytest.fixture

@@ -10,11 +10,11 @@ from pathlib import Path
 from sglang_sim import Faults
 
 from learn_startups import run
-from phasewatch.sinks.actions import RecordingUnit, UnitFacts
 from phasewatch.sources.base import Instant
 from phasewatch.sources.procs import ProcessTable
 from phasewatch.sources.unit_processes import DEATH_GRACE, RankProcesses, UnitFactsReader
-from phasewatch.stages.events import EventKind
+from phasewatch.stages.s2_interpret.events import EventKind
+from phasewatch.systemd_unit import RecordingUnit, UnitFacts
 
 GROUP = "/system.slice/sglang-kimi.service"
 

@@ -14,10 +14,10 @@ from pathlib import Path
 from phasewatch.config import Config
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import EventKind, JournalRecord
-from phasewatch.sinks.actions import RecordingUnit, UnitFacts
 from phasewatch.sources.base import Instant
 from phasewatch.sources.procs import ProcessTable, RankProcess
 from phasewatch.sources.unit_processes import DEATH_GRACE, SCAN_SPACING, RankProcesses, UnitFactsReader
+from phasewatch.systemd_unit import RecordingUnit, UnitFacts
 
 UNIT = "phasewatch-test.service"
 GROUP = "/system.slice/phasewatch-test.service"

@@ -19,13 +19,14 @@ from phasewatch.app import Daemon
 from phasewatch.clock import FakeClock
 from phasewatch.config import Config
 from phasewatch.records import VerdictKind
-from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier, RecordingUnit, UnitFacts
+from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
 from phasewatch.sinks.state import StateStore
 from phasewatch.sources import journal_source, rebuild
 from phasewatch.sources.follow import JournalFollower
 from phasewatch.sources.journal_feed import JournalFeed
 from phasewatch.sources.procs import ProcessTable
-from phasewatch.stages import policy
+from phasewatch.stages.s4_judge import policy
+from phasewatch.systemd_unit import RecordingUnit, UnitFacts
 
 UNIT = "sglang-kimi.service"
 INVOCATION = "5e1f3c9a0b7d4e21a6c8f00d1e2b3c4d"

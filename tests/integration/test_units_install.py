@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from phasewatch.stages.init_config import untouched
+from phasewatch.stages.s4_judge.init_config import untouched
 
 REPO = Path(__file__).resolve().parents[2]
 UNITS = REPO / "units"

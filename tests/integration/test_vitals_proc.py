@@ -17,7 +17,7 @@ import pytest
 
 from phasewatch.sources.procs import ProcessTable
 from phasewatch.sources.procstat import ProcSampler
-from phasewatch.stages.vitals import RankVitals, compare
+from phasewatch.stages.s4_judge.vitals import RankVitals, compare
 
 GROUP = "/phasewatch-test.service"
 SIZE = 64 << 20

@@ -18,13 +18,14 @@ from phasewatch.config import DEFAULT_ACTIONS, DEFAULT_LIMITS, Config, Hook, Lef
 from phasewatch.errors import ConfigError, UnitError
 from phasewatch.records import JournalRecord, Phase
 from phasewatch.sinks.acting import Done, Job
-from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier, RecordingUnit, SystemdUnit, UnitFacts
+from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
 from phasewatch.sinks.hold import HoldFile
 from phasewatch.sinks.hooks import HookRunner, env_safe, hook_env
 from phasewatch.sinks.state import StateStore
 from phasewatch.sinks.unguarded_stops import UnguardedStops
 from phasewatch.sources.procs import ProcessTable
-from phasewatch.stages.respond import Action, Hold
+from phasewatch.stages.s5_act.respond import Action, Hold
+from phasewatch.systemd_unit import RecordingUnit, SystemdUnit, UnitFacts
 
 UNIT = "sglang-kimi.service"
 INV = "0123456789abcdef0123456789abcdef"

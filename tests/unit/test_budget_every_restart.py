@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from phasewatch.config import DEFAULT_ACTIONS, Config, RestartBudget
-from phasewatch.stages.policy import Verdict
-from phasewatch.stages.respond import BudgetState, Memory, UnitStatus, reset_budget, respond, settled
+from phasewatch.stages.s4_judge.verdict import Verdict
+from phasewatch.stages.s5_act.respond import BudgetState, Memory, UnitStatus, reset_budget, respond, settled
 
 UNIT = "sglang-kimi.service"
 T0 = 1_800_000_000.0

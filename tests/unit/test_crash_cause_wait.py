@@ -14,7 +14,7 @@ from phasewatch.config import DEFAULT_CRASH_CAUSE_WAIT, Config, parse_config
 from phasewatch.errors import ConfigError
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import MID_FAILED, JournalRecord, VerdictKind
-from phasewatch.stages import policy
+from phasewatch.stages.s4_judge import policy
 
 T0 = 1_780_000_000.0
 INV = "inv"

@@ -9,7 +9,7 @@ from phasewatch.config import Config
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import Phase
 from phasewatch.sources.formats import parse_source
-from phasewatch.stages.crashfacts import (
+from phasewatch.stages.s2_interpret.crashfacts import (
     CrashFacts,
     Role,
     ServerRanks,
@@ -17,7 +17,7 @@ from phasewatch.stages.crashfacts import (
     mentions_in,
     traceback_phase,
 )
-from phasewatch.stages.policy import Verdict
+from phasewatch.stages.s4_judge.verdict import Verdict
 
 SGL = "/sgl-workspace/sglang/python/sglang/srt"
 

@@ -14,9 +14,10 @@ from phasewatch.app import Daemon
 from phasewatch.clock import FakeClock
 from phasewatch.config import load_config
 from phasewatch.records import JournalRecord, Phase
-from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier, RecordingUnit, UnitFacts
+from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
 from phasewatch.sinks.state import StateStore
 from phasewatch.sources.procs import ProcessTable
+from phasewatch.systemd_unit import RecordingUnit, UnitFacts
 
 UNIT = "sglang-kimi.service"
 INV = "0123456789abcdef0123456789abcdef"

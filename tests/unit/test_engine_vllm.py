@@ -13,13 +13,13 @@ from hypothesis import strategies as st
 
 from phasewatch.cli import main
 from phasewatch.config import Config
+from phasewatch.engines import ServerInfo, detect_engine, engine_module
+from phasewatch.engines import vllm as vllm_engine
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import MAIN, JournalRecord, LineKind, Phase
 from phasewatch.sources.procs import rank_from_title
-from phasewatch.stages.engines import detect_engine, engine_module
-from phasewatch.stages.engines import vllm as vllm_engine
-from phasewatch.stages.lines import LineSplitter
-from phasewatch.stages.snapshot import InvocationView, ServerInfo
+from phasewatch.stages.s1_read.lines import LineSplitter
+from phasewatch.stages.s3_track.snapshot import InvocationView
 
 VLLM = Config(unit="vllm.service", engine="vllm")
 YEAR = 2026
@@ -128,7 +128,7 @@ def test_a_one_gpu_v1_start_up_goes_through_every_phase_to_ready() -> None:
     spans = [s.phase for s in inv.rank("DP0").spans]  # type: ignore[union-attr]
     assert spans == [Phase.LAUNCH, Phase.DIST_INIT, Phase.WEIGHT_LOAD, Phase.KV_CACHE_ALLOC,
                      Phase.CUDA_GRAPH_CAPTURE, Phase.HTTP_SERVER_START, Phase.READY]
-    # torch.compile is the jit_compile sub-phase inside the profiling run (stages/jit.py), not a span:
+    # torch.compile is the jit_compile sub-phase inside the profiling run (stages/s3_track/jit.py), not a span:
     # from Dynamo's first line to "torch.compile takes".
     jit = inv.rank("DP0").jit  # type: ignore[union-attr]
     assert jit is not None and jit.parent is Phase.WEIGHT_LOAD and jit.end is not None and jit.first is not None

@@ -26,7 +26,8 @@ from phasewatch.records import (
     JournalRecord,
     Phase,
 )
-from phasewatch.stages.events import (
+from phasewatch.stages.s1_read.lines import LineSplitter
+from phasewatch.stages.s2_interpret.events import (
     LONG_MEMO_CHARS,
     MEMO_MAX_CHARS,
     EventMapper,
@@ -34,7 +35,6 @@ from phasewatch.stages.events import (
     is_lifecycle_record,
     lifecycle_event,
 )
-from phasewatch.stages.lines import LineSplitter
 
 PROFILE = load_builtin_profile("sglang")
 INV = "3c2b1a09f8e7d6c5b4a3928170f6e5d4"

@@ -10,8 +10,8 @@ from typing import Sequence
 from phasewatch.config import DEFAULT_ACTIONS, Config, EvidenceCapture
 from phasewatch.sinks.actions import alert_fields
 from phasewatch.sinks.evidence import EvidenceWriter, Ran, Target, targets
-from phasewatch.stages.policy import Verdict
-from phasewatch.stages.respond import Memory, UnitStatus, respond
+from phasewatch.stages.s4_judge.verdict import Verdict
+from phasewatch.stages.s5_act.respond import Memory, UnitStatus, respond
 
 UNIT = "sglang-kimi.service"
 T0 = 1_800_000_000.0

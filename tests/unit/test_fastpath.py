@@ -1,4 +1,4 @@
-"""The catch-up fast path (stages/fastpath.py): lines that change nothing but last activity skip the
+"""The catch-up fast path (stages/s3_track/fastpath.py): lines that change nothing but last activity skip the
 stages, and every output and every piece of the stages' state stays what the full path makes of them.
 Generated serving-heavy and crash-heavy journals go through a pipeline with and one without it."""
 
@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from fastpath_compare import assert_same, run
 from fastpath_journals import T0, decode, journal, piece, prefixed, steps
 from phasewatch.config import Config
+from phasewatch.engines.sglang import fast_prefix, find_prefixes
 from phasewatch.pipeline import Pipeline
-from phasewatch.stages.engines.sglang import fast_prefix, find_prefixes
 
 
 @settings(max_examples=150, deadline=None)
@@ -74,6 +74,6 @@ def test_lines_that_change_more_than_last_activity_take_the_full_path() -> None:
 def test_the_fast_path_is_off_where_it_cannot_be_exact() -> None:
     assert Pipeline(Config(unit="u"), fast=False).fast is None
     assert run([], True, engine="vllm").taken == 0  # no fast prefix for vLLM's grammar yet
-    from phasewatch.stages.ruletally import RuleTally
+    from phasewatch.stages.s2_interpret.ruletally import RuleTally
 
     assert Pipeline(Config(unit="u"), RuleTally()).fast is None  # replay --rules sees every line

@@ -1,4 +1,4 @@
-"""Runs (stages/fastpath.py `repeats`, Pipeline.feed_run): consecutive lines of one writer that differ
+"""Runs (stages/s3_track/fastpath.py `repeats`, Pipeline.feed_run): consecutive lines of one writer that differ
 only in digits, which the C journal reader hands over as one run, are taken at once by the fast path
 only where that leaves every output and every piece of the stages' state as taking them line by line
 does (and as the full path does). The runs here are grouped as the C reader groups them
@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 
 from fastpath_compare import Run, continues, run, run_in_runs, runs_of
 from fastpath_journals import STAMP, decode, journal, piece, prefixed, stamped_from, steps
+from phasewatch.engines.sglang import TIME_DIGITS, fast_prefix
 from phasewatch.profile import Profile, load_builtin_profile
 from phasewatch.records import JournalRecord
-from phasewatch.stages.engines.sglang import TIME_DIGITS, fast_prefix
 
 
 def assert_runs_agree(records: list[JournalRecord], profile: Profile | None = None) -> tuple[Run, int]:

@@ -1,4 +1,4 @@
-"""The GPU stall window (stages/gpu_policy.py through policy.py) and the timer lint's window in force."""
+"""The GPU stall window (stages/s4_judge/gpu_policy.py through policy.py) and the timer lint's window in force."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 from phasewatch.config import DEFAULT_LIMITS, Config, VitalsSampling
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import Event, EventKind, JournalRecord, Phase
-from phasewatch.stages import policy
-from phasewatch.stages.timerlint import UnitTimers, lint
+from phasewatch.stages.s4_judge import policy
+from phasewatch.stages.s4_judge.timerlint import UnitTimers, lint
 
 T0 = 1_800_000_000.0
 INV = "0123456789abcdef0123456789abcdef"
@@ -88,9 +88,9 @@ def test_the_default_config_raises_no_timer_lint_and_a_real_finding_still_does()
 
 
 def test_the_evidence_file_says_what_each_ranks_gpu_did() -> None:
-    from phasewatch.sinks.actions import UnitFacts
     from phasewatch.sinks.evidence import EvidenceTaker
-    from phasewatch.stages.respond import Action
+    from phasewatch.stages.s5_act.respond import Action
+    from phasewatch.systemd_unit import UnitFacts
 
     class Writer:
         settings = types.SimpleNamespace(peers=True)
@@ -114,7 +114,7 @@ def test_init_writes_both_windows_and_its_config_lints_clean() -> None:
     from pathlib import Path
 
     from phasewatch.config import parse_config
-    from phasewatch.stages.init_config import UnitCommand, engine_facts, exec_argv, render_config
+    from phasewatch.stages.s4_judge.init_config import UnitCommand, engine_facts, exec_argv, render_config
 
     facts = engine_facts(exec_argv("python3 -m sglang.launch_server --model-path m --tp 8 "
                                    "--speculative-algorithm EAGLE3"))

@@ -1,4 +1,4 @@
-"""The GPU's signs of life (stages/gpu_vitals.py, vitals.with_gpus): over real H200 recordings
+"""The GPU's signs of life (stages/s4_judge/gpu_vitals.py, vitals.with_gpus): over real H200 recordings
 (tests/golden/gpu-traces), and the same signals on GPUs with other limits."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from phasewatch.stages import vitals_trace
-from phasewatch.stages.gpu_vitals import GpuBaseline, GpuInfo, GpuReading, judge
-from phasewatch.stages.vitals import ProcessSample, RankVitals, Sample, Vitals, host_work, with_gpus
+from phasewatch.stages.s4_judge import vitals_trace
+from phasewatch.stages.s4_judge.gpu_vitals import GpuBaseline, GpuInfo, GpuReading, judge
+from phasewatch.stages.s4_judge.vitals import ProcessSample, RankVitals, Sample, Vitals, host_work, with_gpus
 
 TRACES = Path(__file__).resolve().parents[1] / "golden" / "gpu-traces"
 H200 = GpuInfo(0, "H200", 700_000)

@@ -14,14 +14,15 @@ from phasewatch.cli import main
 from phasewatch.config import Config
 from phasewatch.errors import ProfileError
 from phasewatch.pipeline import Pipeline
+from phasewatch.prefixes import canonical_rank
 from phasewatch.profile import load_builtin_profile, parse_profile
 from phasewatch.records import JournalRecord, Phase
 from phasewatch.render import iso, to_json, to_table
 from phasewatch.sources.formats import parse_source
-from phasewatch.stages.lines import LineSplitter, canonical_rank
-from phasewatch.stages.phaseorder import Anomaly, backwards, before
-from phasewatch.stages.snapshot import InvocationView
-from phasewatch.stages.timestamps import DATED_FROM, foreign_time, is_dated
+from phasewatch.stages.s1_read.lines import LineSplitter
+from phasewatch.stages.s1_read.timestamps import DATED_FROM, foreign_time, is_dated
+from phasewatch.stages.s2_interpret.phaseorder import Anomaly, backwards, before
+from phasewatch.stages.s3_track.snapshot import InvocationView
 
 P = Phase
 

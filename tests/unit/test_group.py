@@ -20,10 +20,10 @@ from phasewatch.errors import ConfigError
 from phasewatch.records import MID_FAILED, MID_STARTED, GroupRestartRequest, JournalRecord, VerdictKind
 from phasewatch.sinks.group_metrics import HOLD_OVER, ended_failures
 from phasewatch.sinks.metrics import Exporter
-from phasewatch.stages.group_decision import LocalStart, NotificationError, decide, parse_notification
-from phasewatch.stages.policy import Verdict
-from phasewatch.stages.respond import Budget, BudgetState, Hold, Memory
-from phasewatch.stages.snapshot import InvocationView, Snapshot
+from phasewatch.stages.s3_track.snapshot import InvocationView, Snapshot
+from phasewatch.stages.s4_judge.verdict import Verdict
+from phasewatch.stages.s5_act.group_decision import LocalStart, NotificationError, decide, parse_notification
+from phasewatch.stages.s5_act.respond import Budget, BudgetState, Hold, Memory
 
 GROUP = Group("kimi-tp16", 2)
 UNIT = "sglang-kimi.service"

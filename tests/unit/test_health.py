@@ -8,7 +8,7 @@ from phasewatch.config import Config, HealthCheck, parse_config
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import Event, EventKind, JournalRecord
 from phasewatch.sources.probe import default_url, probe
-from phasewatch.stages import policy
+from phasewatch.stages.s4_judge import policy
 
 UNIT = "sglang-kimi.service"
 T0 = 1_800_000_000.0

@@ -10,8 +10,8 @@ import pytest
 from phasewatch.config import DEFAULT_ACTIONS, Config, Hook, load_config
 from phasewatch.errors import ConfigError
 from phasewatch.sinks.hooks import HookRun, HookRunner
-from phasewatch.stages.policy import Verdict
-from phasewatch.stages.respond import Hold, Memory, UnitStatus, respond
+from phasewatch.stages.s4_judge.verdict import Verdict
+from phasewatch.stages.s5_act.respond import Hold, Memory, UnitStatus, respond
 
 UNIT = "sglang-kimi.service"
 T0 = 1_800_000_000.0

@@ -18,13 +18,14 @@ from phasewatch.app import Daemon
 from phasewatch.clock import FakeClock
 from phasewatch.config import DEFAULT_LIMITS, Adaptive, Config, PhaseLimits
 from phasewatch.records import JournalRecord, Phase
-from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier, RecordingUnit, UnitFacts
+from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
 from phasewatch.sinks.history import History, PhaseRecord, StartupRecord
 from phasewatch.sinks.metrics import Exporter
 from phasewatch.sinks.state import Saved, StateStore
 from phasewatch.sources.procs import ProcessTable
-from phasewatch.stages.learn import limits_in_force
-from phasewatch.stages.respond import MESSAGE_IDS, Budget, BudgetState, Memory
+from phasewatch.stages.s4_judge.learn import limits_in_force
+from phasewatch.stages.s5_act.respond import MESSAGE_IDS, Budget, BudgetState, Memory
+from phasewatch.systemd_unit import RecordingUnit, UnitFacts
 
 UNIT = "sglang-kimi.service"
 INV = "0123456789abcdef0123456789abcdef"

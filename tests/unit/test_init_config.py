@@ -10,7 +10,7 @@ import pytest
 
 from phasewatch.config import parse_config
 from phasewatch.records import Phase
-from phasewatch.stages.init_config import (
+from phasewatch.stages.s4_judge.init_config import (
     UnitCommand,
     detect_engine,
     engine_facts,

@@ -13,8 +13,8 @@ from phasewatch.records import Phase
 from phasewatch.render import invocation_json, to_table
 from phasewatch.sinks.history import History, fingerprint, summarize
 from phasewatch.sources.formats import parse_source
-from phasewatch.stages.learn import eta_seconds
-from phasewatch.stages.snapshot import InvocationView
+from phasewatch.stages.s3_track.snapshot import InvocationView
+from phasewatch.stages.s4_judge.learn import eta_seconds
 
 ARGS = "[2026-02-22 23:50:00] server_args=ServerArgs(model_path='deepseek-ai/DeepSeek-V3', tp_size=2, port=30000)"
 LOADED = [ARGS] + [f"[2026-02-22 23:50:0{i} TP{i}] Load weight end. type=DeepseekV3ForCausalLM, avail mem=40 GB"

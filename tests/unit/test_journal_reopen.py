@@ -21,8 +21,9 @@ from phasewatch.pipeline import Pipeline
 from phasewatch.records import JournalRecord, VerdictKind
 from phasewatch.sources import rebuild
 from phasewatch.sources.base import Instant
-from phasewatch.sources.follow import JournalFollower, ReadEnd
+from phasewatch.sources.follow import JournalFollower
 from phasewatch.sources.journal_feed import SAME_CURSOR_ERRORS, JournalFeed
+from phasewatch.sources.journal_reader import ReadEnd
 from phasewatch.sources.rebuild import JudgedClock, StartTelling
 
 UNIT = "sglang.service"

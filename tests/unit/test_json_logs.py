@@ -1,4 +1,4 @@
-"""vLLM's JSON logs (stages/engines/_json_logs.py): each NDJSON record is read as the text line vLLM
+"""vLLM's JSON logs (engines/_json_logs.py): each NDJSON record is read as the text line vLLM
 would have printed; a pasted application JSON line is a text log, never journald's lost lines; and
 the simulators' own OOM start-ups get a remedy naming their arguments."""
 
@@ -12,10 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from phasewatch.config import Config
+from phasewatch.engines._json_logs import text_of_json_line
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import JournalRecord, record_from_fields
 from phasewatch.sources.formats import parse_source
-from phasewatch.stages.engines._json_logs import text_of_json_line
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 from sglang_sim import Faults, build, journal_json  # noqa: E402

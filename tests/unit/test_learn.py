@@ -15,9 +15,9 @@ from phasewatch.config import Config
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import Phase, record_from_fields
 from phasewatch.sinks.history import History, StartupRecord
-from phasewatch.stages import policy
-from phasewatch.stages.learn import adapted, eta_seconds, limits_in_force, typical_durations
-from phasewatch.stages.snapshot import InvocationView
+from phasewatch.stages.s3_track.snapshot import InvocationView
+from phasewatch.stages.s4_judge import policy
+from phasewatch.stages.s4_judge.learn import adapted, eta_seconds, limits_in_force, typical_durations
 
 
 @pytest.fixture(scope="module")
@@ -244,7 +244,7 @@ def test_limits_in_force_and_eta_are_exported(history: History, records: list[St
 
     from phasewatch.clock import FakeClock
     from phasewatch.sinks.metrics import Exporter
-    from phasewatch.stages.respond import Memory
+    from phasewatch.stages.s5_act.respond import Memory
 
     config = learned(history, records[0].fingerprint)
     pipeline = run(90, Faults(hang={3: "draft_cuda_graph_capture"}), config)

@@ -6,11 +6,11 @@ import shutil
 from dataclasses import replace
 from pathlib import Path
 
-from phasewatch.sinks.actions import RecordingUnit, UnitFacts
 from phasewatch.sinks.gpu_memory import GpuHolder
 from phasewatch.sinks.leftovers import GuardedRestart, LeftoverScan, Survivor, survivors
 from phasewatch.sources.procs import ProcessTable
-from phasewatch.stages.respond import Action
+from phasewatch.stages.s5_act.respond import Action
+from phasewatch.systemd_unit import RecordingUnit, UnitFacts
 
 UNIT = "sglang-kimi.service"
 T0 = 1_800_000_000.0

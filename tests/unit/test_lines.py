@@ -4,17 +4,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from phasewatch.engines.sglang import find_prefixes
+from phasewatch.prefixes import canonical_rank
 from phasewatch.records import JournalRecord, Line, LineKind, Progress
-from phasewatch.stages import lines as lines_module
-from phasewatch.stages.engines.sglang import find_prefixes
-from phasewatch.stages.lines import (
-    SEGMENT_SPLIT_RE,
-    LineSplitter,
-    canonical_rank,
-    decode,
-    parse_progress,
-    strip_ansi,
-)
+from phasewatch.stages.s1_read import lines as lines_module
+from phasewatch.stages.s1_read.lines import SEGMENT_SPLIT_RE, LineSplitter, decode, parse_progress, strip_ansi
 
 T_2359_15 = 1771804755.0  # 2026-02-22 23:59:15 UTC (prefix times carry no zone; read as UTC)
 T_2356_09 = 1771804569.0  # 2026-02-22 23:56:09 UTC

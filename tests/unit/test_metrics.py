@@ -37,12 +37,13 @@ from phasewatch.app import Daemon
 from phasewatch.clock import FakeClock
 from phasewatch.config import DEFAULT_LIMITS, VERDICT_KINDS, Config, PhaseLimits, RestartBudget
 from phasewatch.records import MAIN, MID_STARTED, MID_SUPPRESSED, PHASE_NAMES, JournalRecord, Phase
-from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier, RecordingUnit, UnitFacts
+from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
 from phasewatch.sinks.http import parse_listen
 from phasewatch.sinks.metrics import PHASE_BUCKETS, Exporter
 from phasewatch.sinks.state import StateStore
 from phasewatch.sources.procs import ProcessTable
-from phasewatch.stages.respond import Budget, BudgetState, Memory
+from phasewatch.stages.s5_act.respond import Budget, BudgetState, Memory
+from phasewatch.systemd_unit import RecordingUnit, UnitFacts
 
 RANKS = (MAIN, *TP8)
 
@@ -397,7 +398,7 @@ def test_registry_is_injected_never_the_global_one() -> None:
 
 
 def test_vitals_families_per_rank_while_sampled(m: MetricsFixture) -> None:
-    from phasewatch.stages.vitals import ProcessSample, Sample, compare
+    from phasewatch.stages.s4_judge.vitals import ProcessSample, Sample, compare
 
     def tp(pid: int, label: str, faults: int, rchar: int | None) -> ProcessSample:
         return ProcessSample(pid, 1, "python3", label, faults, 0, 0, rchar, 0 if rchar is not None else None)

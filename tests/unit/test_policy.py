@@ -40,8 +40,8 @@ from phasewatch.records import (
     JournalRecord,
     Phase,
 )
-from phasewatch.stages import policy
-from phasewatch.stages.policy import ECHO_GRACE, next_deadline
+from phasewatch.stages.s4_judge import policy
+from phasewatch.stages.s4_judge.policy import ECHO_GRACE, next_deadline
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The remedies stage (stages/remedies.py) and the profiles' remedies: tables: every cause class has
+"""The remedies stage (stages/s4_judge/remedies.py) and the profiles' remedies: tables: every cause class has
 one; every remedy applies when its condition holds and its facts are known, and not otherwise; the
 facts come from the server's arguments, the unit and the failing lines, as generated here."""
 
@@ -14,7 +14,7 @@ from phasewatch.pipeline import Pipeline
 from phasewatch.profile import load_builtin_profile
 from phasewatch.records import JournalRecord
 from phasewatch.remedy_table import RemedyRule, parse_remedies
-from phasewatch.stages.remedies import UnitSettings, argv_arguments, choose, line_facts
+from phasewatch.stages.s4_judge.remedies import UnitSettings, argv_arguments, choose, line_facts
 
 ENGINES = ("sglang", "vllm")
 RULES = [(engine, rule) for engine in ENGINES for rule in load_builtin_profile(engine).remedies]

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from phasewatch.config import Config, RestartBudget
 from phasewatch.sinks.state import Saved, StateStore
-from phasewatch.stages.policy import Verdict
-from phasewatch.stages.respond import (
+from phasewatch.stages.s4_judge.verdict import Verdict
+from phasewatch.stages.s5_act.respond import (
     CRASH_SETTLE,
     PRIORITY,
     BudgetState,

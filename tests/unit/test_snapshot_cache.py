@@ -1,12 +1,12 @@
-"""The tracker's views are cached until something changes them (stages/tracker.py): after every
-entry, through the full stages or the catch-up fast path (stages/fastpath.py), the cached snapshot
+"""The tracker's views are cached until something changes them (stages/s3_track/tracker.py): after every
+entry, through the full stages or the catch-up fast path (stages/s3_track/fastpath.py), the cached snapshot
 must be the one built afresh."""
 
 from __future__ import annotations
 
 from fakes import Journal, up_to_ready
 from phasewatch.records import JournalRecord
-from phasewatch.stages.snapshot import Snapshot
+from phasewatch.stages.s3_track.snapshot import Snapshot
 
 
 def fresh(journal: Journal) -> Snapshot:

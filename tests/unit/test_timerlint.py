@@ -14,11 +14,12 @@ from phasewatch.clock import FakeClock
 from phasewatch.commands.status import render_table
 from phasewatch.config import DEFAULT_LIMITS, Config, PhaseLimits
 from phasewatch.records import JournalRecord, Phase
-from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier, RecordingUnit, UnitFacts
+from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
 from phasewatch.sinks.state import StateStore
 from phasewatch.sources.procs import ProcessTable
-from phasewatch.stages.respond import MESSAGE_IDS
-from phasewatch.stages.timerlint import UnitTimers, engine_timers, lint
+from phasewatch.stages.s4_judge.timerlint import UnitTimers, engine_timers, lint
+from phasewatch.stages.s5_act.respond import MESSAGE_IDS
+from phasewatch.systemd_unit import RecordingUnit, UnitFacts
 
 UNIT = "sglang.service"
 QUIET = Config(unit=UNIT, rank_skew=300, phases={

@@ -10,9 +10,10 @@ from typing import Iterable, Mapping
 
 import pytest
 
+from phasewatch.engines import ServerInfo
 from phasewatch.records import MAIN, Event, EventKind, Phase, Progress
-from phasewatch.stages.snapshot import InvocationView, PhaseSpan, RankView, ServerInfo, Transition, UnitState
-from phasewatch.stages.tracker import Tracker
+from phasewatch.stages.s3_track.snapshot import InvocationView, PhaseSpan, RankView, Transition, UnitState
+from phasewatch.stages.s3_track.tracker import Tracker
 
 INV = "6f1c0c3a9a2b4e53a0f1d2c3b4a59687"
 INV2 = "0d4e8a7b1c2f4a6b9e8d7c6b5a493827"

@@ -36,11 +36,12 @@ from phasewatch.records import (
     JournalRecord,
     record_from_fields,
 )
-from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier, RecordingUnit, UnitFacts
+from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
 from phasewatch.sinks.metrics import Exporter
 from phasewatch.sinks.state import StateStore
 from phasewatch.sources.procs import ProcessTable
-from phasewatch.stages.respond import Memory
+from phasewatch.stages.s5_act.respond import Memory
+from phasewatch.systemd_unit import RecordingUnit, UnitFacts
 from phasewatch.trust import (
     LIFECYCLE_NOT_FROM_PID1,
     LINE_NOT_FROM_UNIT,

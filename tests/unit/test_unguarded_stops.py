@@ -14,13 +14,14 @@ from phasewatch.app import Daemon
 from phasewatch.clock import FakeClock
 from phasewatch.config import Config
 from phasewatch.records import record_from_fields
-from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier, RecordingUnit, UnitFacts
+from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
 from phasewatch.sinks.history import History
 from phasewatch.sinks.leftovers import LeftoverScan, Survivor
 from phasewatch.sinks.state import StateStore
 from phasewatch.sinks.unguarded_stops import GRACE, UnguardedStops
 from phasewatch.sources.procs import ProcessTable
-from phasewatch.stages.respond import Action
+from phasewatch.stages.s5_act.respond import Action
+from phasewatch.systemd_unit import RecordingUnit, UnitFacts
 
 OOM = Faults(oom={3: "cuda_graph_capture"})
 ESCAPED = Survivor(4711, "sglang::scheduler_TP3", 2048, "/system.slice/run-r1.scope")

@@ -11,7 +11,7 @@ import pytest
 from phasewatch.config import load_config
 from phasewatch.errors import EX_CONFIG
 from phasewatch.records import AlertKind, MessageId, VerdictKind
-from phasewatch.stages.respond import MESSAGE_IDS, PRIORITY
+from phasewatch.stages.s5_act.respond import MESSAGE_IDS, PRIORITY
 
 REPO = Path(__file__).resolve().parents[2]
 UNITS = REPO / "units"

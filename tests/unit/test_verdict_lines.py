@@ -11,7 +11,7 @@ from sglang_sim import Faults, build, journal_json
 
 from phasewatch.cli import main
 from phasewatch.commands.status import render_table
-from phasewatch.stages.verdict_lines import VerdictLine, grouped, rank_ranges
+from phasewatch.stages.s5_act.verdict_lines import VerdictLine, grouped, rank_ranges
 
 UNIT = "sglang-kimi.service"
 
@@ -73,7 +73,7 @@ def test_replay_table_groups_and_json_keeps_every_verdict(all_ranks_hang: Path,
     verdicts = table[table.index("verdicts:"):].splitlines()[1:]
     assert [v for v in verdicts if v.startswith("  ")] == [
         f"  stalled: {UNIT}: TP0–TP7 stalled in weight_load for 2h (limit 45m)",
-        # one remedy line for the eight alike (stages/remedies.py), not eight, wrapped within 100 columns
+        # one remedy line for the eight alike (stages/s4_judge/remedies.py), not eight, wrapped within 100 columns
         "  remedy: TP0 makes no progress loading weights (model moonshotai/Kimi-K2.5): check the storage it",
         "      reads and the page cache; the evidence file has its stack"]
     assert main(["replay", str(all_ranks_hang), "--now", "+2h", "--json"]) == 0

@@ -13,12 +13,13 @@ from phasewatch.clock import FakeClock
 from phasewatch.config import DEFAULT_LIMITS, Config, PhaseLimits, VitalsSampling, parse_config
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import Event, EventKind, JournalRecord, Phase
-from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier, RecordingUnit, UnitFacts
+from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
 from phasewatch.sinks.state import StateStore
 from phasewatch.sources.procs import ProcessTable
 from phasewatch.sources.procstat import ProcSampler, parse_io_stat, parse_stat
-from phasewatch.stages import policy
-from phasewatch.stages.vitals import CgroupSample, ProcessSample, Sample, compare, document, progress_events
+from phasewatch.stages.s4_judge import policy
+from phasewatch.stages.s4_judge.vitals import CgroupSample, ProcessSample, Sample, compare, document, progress_events
+from phasewatch.systemd_unit import RecordingUnit, UnitFacts
 
 T0 = 1_800_000_000.0
 INV = "0123456789abcdef0123456789abcdef"

@@ -12,9 +12,9 @@ from phasewatch.config import VERDICT_KINDS
 from phasewatch.errors import ProfileError
 from phasewatch.profile import builtin_engines, load_builtin_profile, parse_profile, parse_rule
 from phasewatch.records import FAILED_STARTUP, STUCK, EventKind, JournalRecord, Outcome, VerdictKind
-from phasewatch.stages import policy
-from phasewatch.stages.events import EventMapper
-from phasewatch.stages.lines import LineSplitter
+from phasewatch.stages.s1_read.lines import LineSplitter
+from phasewatch.stages.s2_interpret.events import EventMapper
+from phasewatch.stages.s4_judge import policy
 
 
 def test_kinds_and_outcomes_are_the_strings_they_always_were() -> None:

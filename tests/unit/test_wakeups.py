@@ -1,4 +1,4 @@
-"""When the daemon's loop wakes: the pure plan (stages/wakeups.py), the cgroup scan triggered by the
+"""When the daemon's loop wakes: the pure plan (stages/s4_judge/wakeups.py), the cgroup scan triggered by the
 journal instead of a timer (sources/unit_processes.py), a silent start-up on a fake clock that wakes
 only for the watchdog, the signs-of-life sampling and the policy's deadlines; and when the memory a
 burst took is given back (sources/journal_feed.py)."""
@@ -17,7 +17,7 @@ from phasewatch.clock import FakeClock
 from phasewatch.config import Config
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import JournalRecord
-from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier, RecordingUnit, UnitFacts
+from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
 from phasewatch.sinks.state import StateStore
 from phasewatch.sources.base import Instant
 from phasewatch.sources.journal_feed import (
@@ -30,7 +30,8 @@ from phasewatch.sources.journal_feed import (
 )
 from phasewatch.sources.procs import ProcessTable, RankProcess
 from phasewatch.sources.unit_processes import SCAN_SPACING, RankProcesses, UnitFactsReader
-from phasewatch.stages.wakeups import LOOK, TALKING, Wait, plan
+from phasewatch.stages.s4_judge.wakeups import LOOK, TALKING, Wait, plan
+from phasewatch.systemd_unit import RecordingUnit, UnitFacts
 
 UNIT = "sglang-kimi.service"
 INV = "0123456789abcdef0123456789abcdef"

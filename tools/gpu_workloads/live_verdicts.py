@@ -12,8 +12,8 @@ import time
 from phasewatch.sources.gpu import NvmlSource
 from phasewatch.sources.procs import ProcessTable
 from phasewatch.sources.procstat import ProcSampler
-from phasewatch.stages.gpu_vitals import baselines_after
-from phasewatch.stages.vitals import ProcessSample, Sample, compare, with_gpus
+from phasewatch.stages.s4_judge.gpu_vitals import baselines_after
+from phasewatch.stages.s4_judge.vitals import ProcessSample, Sample, compare, with_gpus
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PERIOD = 5.0

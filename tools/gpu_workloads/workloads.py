@@ -35,7 +35,7 @@ def weight_load(args: argparse.Namespace) -> None:
     import torch
     shards = []
     try:
-        from safetensors.torch import save_file, safe_open  # type: ignore[attr-defined]
+        from safetensors.torch import safe_open, save_file  # type: ignore[attr-defined]
         fmt = "safetensors"
     except ImportError:
         fmt = "torch"

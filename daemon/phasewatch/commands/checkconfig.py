@@ -184,12 +184,12 @@ def _every_error(path: str, first: ConfigError) -> list[ConfigError]:
 def timer_check(config: Config, state_dir: str | None) -> list[str]:
     """`check-config --unit`: the unit's timers (over D-Bus), its last start-up's server_args (from
     the journal) and the learned healthy durations (history), against the config's limits."""
-    from ..sinks.actions import SystemdUnit
     from ..sinks.history import History, fingerprint
     from ..sources.current import CurrentStartup, find_start
     from ..sources.follow import JournalFollower
-    from ..stages.learn import typical_durations
-    from ..stages.timerlint import UnitTimers, lint
+    from ..stages.s4_judge.learn import typical_durations
+    from ..stages.s4_judge.timerlint import UnitTimers, lint
+    from ..systemd_unit import SystemdUnit
 
     notes: list[str] = []
     try:

@@ -18,7 +18,7 @@ from ..errors import EX_OK, UsageError
 from ..instances import config_names, watched_unit
 from ..sinks.hold import HoldFile
 from ..sources.current import CONFIG_DIRS
-from ..stages.respond import Hold
+from ..stages.s5_act.respond import Hold
 
 UNIT_NAME = re.compile(r"[\w:.@\\-]+\.(?:service|scope)")  # as a config's `unit:`
 

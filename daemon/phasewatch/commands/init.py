@@ -1,6 +1,6 @@
 """`phasewatch init UNIT`: read the unit over D-Bus (and its last start-up from the journal), write
 /etc/phasewatch/NAME.yaml for it, and say how to enable the watchdog. The decisions are in
-stages/init_config.py; this module only reads and writes.
+stages/s4_judge/init_config.py; this module only reads and writes.
 
 Exit statuses: 0 written (or unchanged); 69 systemd cannot be asked; 73 an edited config is in the
 way (a diff is shown; --force replaces it); 78 the unit runs no engine phasewatch knows; 3 systemd does
@@ -25,7 +25,7 @@ from ..instances import config_names, watched_unit, watcher_of
 from ..profile import load_builtin_profile
 from ..records import Phase
 from ..render import terminal_safe
-from ..stages.init_config import (
+from ..stages.s4_judge.init_config import (
     LOG_RATE_BURST_NEEDED,
     UnitCommand,
     engine_facts,

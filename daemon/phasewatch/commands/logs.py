@@ -34,9 +34,9 @@ from ..records import MAIN, PHASE_NAMES, EventKind, JournalRecord, Line, LineKin
 from ..render import clock_text, current_phase, terminal_safe
 from ..sources.current import StartPoint, find_start, journal_start, resolve_config, unit_name, wait_for_journal, warn
 from ..sources.follow import JournalFollower
-from ..stages.events import is_lifecycle_record
-from ..stages.lines import decode, strip_ansi
-from ..stages.snapshot import InvocationView
+from ..stages.s1_read.lines import decode, strip_ansi
+from ..stages.s2_interpret.events import is_lifecycle_record
+from ..stages.s3_track.snapshot import InvocationView
 
 RANK_WIDTH = 7  # "systemd", "DP0 TP3"
 PHASE_WIDTH = max(len(p) for p in PHASE_NAMES)
@@ -237,7 +237,7 @@ def normal_rank(text: str) -> str:
     """`tp3` -> `TP3`, `MAIN` -> `main`, `tp3 dp0` -> `DP0 TP3`."""
     if text.lower() == "main":
         return MAIN
-    from ..stages.lines import canonical_rank
+    from ..prefixes import canonical_rank
 
     canonical = canonical_rank(" " + text.upper())
     if canonical is None:

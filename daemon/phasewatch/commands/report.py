@@ -23,8 +23,8 @@ from ..instances import watched_unit
 from ..records import PHASE_NAMES
 from ..render import PHASE_SHORT, terminal_safe
 from ..sinks.history import History, StartupRecord
-from ..stages.timestamps import is_dated
-from ..stages.verdict_lines import rank_ranges
+from ..stages.s1_read.timestamps import is_dated
+from ..stages.s5_act.verdict_lines import rank_ranges
 
 COLOURS = {
     "launch": "#c7c7c7", "dist_init": "#9467bd", "weight_load": "#1f77b4", "kv_cache_alloc": "#17becf",

@@ -42,8 +42,8 @@ from ..render import clock_text, json_text, status_document, terminal_safe
 from ..sources.access import preflight
 from ..sources.current import CurrentStartup, StartPoint, find_start, resolve_config, unit_name, unit_timers, warn
 from ..sources.follow import JournalFollower
-from ..stages.timerlint import UnitTimers, lint
-from ..stages.verdict_lines import VerdictLine, grouped
+from ..stages.s4_judge.timerlint import UnitTimers, lint
+from ..stages.s5_act.verdict_lines import VerdictLine, grouped
 from .daemon_answer import TOTAL_DEADLINE, check_owner, get
 from .status_line import oneline
 
@@ -68,7 +68,7 @@ def daemon_invocation(unit: str) -> str | None:
     without `.service`, or with it in the older form); None when it does not, or
     when systemd cannot be asked (a daemon started by hand is then checked by its document only)."""
     from ..errors import UnitError
-    from ..sinks.actions import SystemdUnit
+    from ..systemd_unit import SystemdUnit
 
     for watcher in watcher_names(unit):  # phasewatch@sglang-kimi.service, or the older long form
         try:

@@ -4,7 +4,7 @@
     phasewatch vitals record --unit sglang.service --out startup.jsonl --duration 30m
     phasewatch vitals replay startup.jsonl [--json] [--period 5s]
 
-`record` writes phasewatch-vitals-trace/1 (stages/vitals_trace.py): a header (the GPUs, which process
+`record` writes phasewatch-vitals-trace/1 (stages/s4_judge/vitals_trace.py): a header (the GPUs, which process
 plays which rank, from the titles or --rank, and --window labels), then one sample a second of the
 processes (/proc) and GPUs (NVML, when there). `replay` cuts a trace into periods as the daemon
 does and prints, per period and rank, alive or not and why: record one healthy start-up on new
@@ -29,9 +29,9 @@ from ..errors import EX_DATAERR, EX_OK, InputError, UsageError
 from ..sources.gpu import NvmlSource
 from ..sources.procs import ProcessTable, rank_from_title
 from ..sources.procstat import ProcSampler, parse_stat
-from ..stages import vitals_trace
-from ..stages.gpu_vitals import GpuReading
-from ..stages.vitals_trace import Window
+from ..stages.s4_judge import vitals_trace
+from ..stages.s4_judge.gpu_vitals import GpuReading
+from ..stages.s4_judge.vitals_trace import Window
 
 
 def add_parser(sub: Any) -> None:

@@ -45,8 +45,8 @@ from ..records import FAILED_STARTUP, MAIN, UNIT_PHASES, Phase
 from ..render import current_phase, json_text
 from ..sources.current import CurrentStartup, find_start, resolve_config, unit_name, warn
 from ..sources.follow import JournalFollower
-from ..stages import policy
-from ..stages.snapshot import UP_STATES, InvocationView, Transition, UnitState
+from ..stages.s3_track.snapshot import UP_STATES, InvocationView, Transition, UnitState
+from ..stages.s4_judge import policy
 
 ENDING_VERDICTS = FAILED_STARTUP
 SETTLE = 2.0  # ranks that enter a phase within this long of the first one are reported together

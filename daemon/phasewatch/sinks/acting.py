@@ -20,9 +20,10 @@ from functools import partial
 from typing import Callable, Protocol
 
 from ..errors import UnitError
-from ..stages.respond import Action
-from ..stages.snapshot import InvocationView
-from .actions import UnitFacts, stderr_is_journal
+from ..stages.s3_track.snapshot import InvocationView
+from ..stages.s5_act.respond import Action
+from ..systemd_unit import UnitFacts
+from .actions import stderr_is_journal
 
 logger = logging.getLogger(__name__)
 RESTART_TRIES = 4

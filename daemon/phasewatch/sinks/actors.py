@@ -12,8 +12,8 @@ from typing import Callable, Iterable, Mapping
 from ..config import Config
 from ..errors import UnitError
 from ..sources.procs import ProcessTable
-from ..stages.respond import Action
-from .actions import UnitFacts
+from ..stages.s5_act.respond import Action
+from ..systemd_unit import UnitFacts
 from .evidence import EvidenceTaker, EvidenceWriter
 from .gpu_memory import GpuMemory
 from .hooks import HookRunner

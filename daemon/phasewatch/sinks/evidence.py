@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from ..config import EvidenceCapture
-from ..stages.respond import Action
-from ..stages.snapshot import InvocationView
-from .actions import UnitFacts
+from ..stages.s3_track.snapshot import InvocationView
+from ..stages.s5_act.respond import Action
+from ..systemd_unit import UnitFacts
 from .children import Ran, run_child
 
 logger = logging.getLogger(__name__)

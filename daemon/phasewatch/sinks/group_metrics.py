@@ -17,10 +17,10 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 
 from ..config import Config
 from ..records import FAILED_STARTUP, VerdictKind
-from ..stages.group_wait import node_rank
-from ..stages.policy import Verdict
-from ..stages.respond import Memory
-from ..stages.snapshot import UP_STATES, InvocationView, Snapshot, UnitState
+from ..stages.s3_track.snapshot import UP_STATES, InvocationView, Snapshot, UnitState
+from ..stages.s4_judge.group_wait import node_rank
+from ..stages.s4_judge.verdict import Verdict
+from ..stages.s5_act.respond import Memory
 from .metric_families import Published
 
 GROUP_ACTS = ("restart", "refused", "ignored")

@@ -1,5 +1,5 @@
 """Sink: the group's restart decisions (PhasewatchGroupRestart, taken in by
-sources/alert_receiver.py) acted on through the responder: decided by stages/group_decision.py,
+sources/alert_receiver.py) acted on through the responder: decided by stages/s5_act/group_decision.py,
 executed like any restart (remembered first, then the journal alert, then the restart), and the
 decision kept for the history of the start-up it ended."""
 
@@ -11,9 +11,9 @@ from collections.abc import Iterable
 from ..config import Config
 from ..records import GroupRestartRequest
 from ..sources.alert_receiver import AlertReceiver
-from ..stages.group_decision import LocalStart, decide
-from ..stages.respond import PRIORITY, Action, Response
-from .actions import UnitFacts
+from ..stages.s5_act.group_decision import LocalStart, decide
+from ..stages.s5_act.respond import PRIORITY, Action, Response
+from ..systemd_unit import UnitFacts
 from .metrics import Exporter
 from .responder import Responder
 

@@ -22,10 +22,11 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from .. import __version__
+from ..engines import ServerInfo
 from ..errors import HistoryUnreadable
 from ..records import MAIN, PHASE_NAMES, Phase
-from ..stages.snapshot import InvocationView, ServerInfo
-from ..stages.timestamps import is_dated
+from ..stages.s1_read.timestamps import is_dated
+from ..stages.s3_track.snapshot import InvocationView
 from .history_schema import (
     SCHEMA,
     SCHEMA_VERSION,
@@ -64,7 +65,7 @@ class StartupRecord:
     spans: dict[str, list[tuple[str, float | None, float | None]]] = field(default_factory=dict)  # rank -> phases
     verdicts: tuple[tuple[str, str | None, str | None, float], ...] = ()  # kind, rank, phase, at
     ended_by: str | None = None  # "restarted by the group: node 1 TP12 stalled in cuda_graph_capture"
-    remedy: str | None = None  # what to do about its first verdict that has one (stages/remedies.py)
+    remedy: str | None = None  # what to do about its first verdict that has one (stages/s4_judge/remedies.py)
 
     def phase(self, name: str) -> PhaseRecord | None:
         return next((p for p in self.phases if p.phase == name), None)

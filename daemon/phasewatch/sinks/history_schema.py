@@ -68,7 +68,7 @@ def _add_ended_by(db: sqlite3.Connection) -> None:
 
 
 def _add_remedy(db: sqlite3.Connection) -> None:
-    """2 -> 3: `remedy`, what to do about the start-up's first verdict (stages/remedies.py)."""
+    """2 -> 3: `remedy`, what to do about the start-up's first verdict (stages/s4_judge/remedies.py)."""
     have = {row[1] for row in db.execute("PRAGMA table_info(startups)")}
     if have and "remedy" not in have:
         db.execute("ALTER TABLE startups ADD COLUMN remedy TEXT")

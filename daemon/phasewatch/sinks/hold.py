@@ -16,7 +16,7 @@ import stat
 from pathlib import Path
 
 from ..durations import MAX_DURATION
-from ..stages.respond import Hold
+from ..stages.s5_act.respond import Hold
 
 logger = logging.getLogger(__name__)
 MAX_HOLD_BYTES = 4096

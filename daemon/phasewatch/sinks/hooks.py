@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from ..config import Hook
-from ..stages.respond import Action
+from ..stages.s5_act.respond import Action
 from .actions import alert_fields
 from .children import run_child
 

@@ -21,8 +21,8 @@ from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 from ..durations import format_duration
 from ..sources.procs import Identity, ProcessTable, rank_from_title
-from ..stages.respond import Action
-from .actions import UnitFacts
+from ..stages.s5_act.respond import Action
+from ..systemd_unit import UnitFacts
 from .gpu_memory import GpuHolder, GpuMemory
 
 logger = logging.getLogger(__name__)

@@ -19,11 +19,12 @@ from prometheus_client.metrics_core import (
 
 from .. import __version__
 from ..config import VERDICT_KINDS, Config
+from ..engines import ServerInfo
 from ..pipeline import Judgement
 from ..records import MAIN, UNIT_PHASES, Phase
-from ..stages.respond import BudgetState, Memory
-from ..stages.snapshot import LIVE_STATES, UP_STATES, InvocationView, ServerInfo, UnitState
-from ..stages.vitals import Vitals
+from ..stages.s3_track.snapshot import LIVE_STATES, UP_STATES, InvocationView, UnitState
+from ..stages.s4_judge.vitals import Vitals
+from ..stages.s5_act.respond import BudgetState, Memory
 
 logger = logging.getLogger(__name__)
 

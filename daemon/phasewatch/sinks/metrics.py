@@ -27,15 +27,16 @@ from prometheus_client.metrics_core import (
 from .. import trust
 from ..clock import Clock, SystemClock
 from ..config import VERDICT_KINDS, Config
+from ..engines import ServerInfo
 from ..pipeline import Pipeline
 from ..records import MAIN, PHASE_NAMES, Phase
 from ..render import iso, status_document
-from ..stages.policy import Verdict
-from ..stages.respond import Memory
-from ..stages.snapshot import InvocationView, ServerInfo, Snapshot
-from ..stages.timerlint import TimerWarning
-from ..stages.vitals import Vitals
-from ..stages.vitals import document as vitals_document
+from ..stages.s3_track.snapshot import InvocationView, Snapshot
+from ..stages.s4_judge.timerlint import TimerWarning
+from ..stages.s4_judge.verdict import Verdict
+from ..stages.s4_judge.vitals import Vitals
+from ..stages.s4_judge.vitals import document as vitals_document
+from ..stages.s5_act.respond import Memory
 from .group_metrics import ended_failures, group_document, group_families
 from .metric_families import (
     PHASE_BUCKETS,

@@ -13,21 +13,32 @@ from typing import Callable, Protocol
 from ..clock import Clock
 from ..config import Config
 from ..durations import format_duration
+from ..engines import ServerInfo
 from ..errors import UnitError
 from ..pipeline import Pipeline
 from ..records import MAIN, NEWS_AFTER_THE_END, Phase, VerdictKind
 from ..render import iso
 from ..sources.listeners import port_holders
-from ..stages import policy
-from ..stages.learn import LimitInForce, adapted, eta_seconds, limits_in_force, typical_durations
-from ..stages.remedies import UnitSettings
-from ..stages.respond import PRIORITY, Action, BudgetState, Hold, Memory, Response, reset_budget, respond, settled
-from ..stages.snapshot import ENDED_STATES, UP_STATES, InvocationView, ServerInfo, Snapshot, UnitState
-from ..stages.timerlint import TimerWarning, UnitTimers, lint
-from ..stages.timerlint import summary as lint_summary
+from ..stages.s3_track.snapshot import ENDED_STATES, UP_STATES, InvocationView, Snapshot, UnitState
+from ..stages.s4_judge import policy
+from ..stages.s4_judge.learn import LimitInForce, adapted, eta_seconds, limits_in_force, typical_durations
+from ..stages.s4_judge.remedies import UnitSettings
+from ..stages.s4_judge.timerlint import TimerWarning, UnitTimers, lint
+from ..stages.s4_judge.timerlint import summary as lint_summary
+from ..stages.s5_act.respond import (
+    PRIORITY,
+    Action,
+    BudgetState,
+    Hold,
+    Memory,
+    Response,
+    reset_budget,
+    respond,
+    settled,
+)
+from ..systemd_unit import UnitFacts
 from .acting import ActionRunner, Evidence, Inline, Worker
 from .acting import Unit as ActingUnit
-from .actions import UnitFacts
 from .history import History, fingerprint, summarize
 from .leftovers import GuardedRestart
 from .metrics import Exporter

@@ -13,10 +13,10 @@ from typing import Callable, Protocol
 from ..clock import Clock
 from ..config import Config
 from ..durations import format_duration
-from ..stages.respond import Action, Hold, Memory, Response
-from ..stages.snapshot import InvocationView
+from ..stages.s3_track.snapshot import InvocationView
+from ..stages.s5_act.respond import Action, Hold, Memory, Response
+from ..systemd_unit import UnitFacts
 from .acting import RESTART_BACKOFF, RESTART_TRIES, Done, Inline, Job, Worker
-from .actions import UnitFacts
 from .metrics import Exporter
 
 logger = logging.getLogger(__name__)

@@ -12,9 +12,9 @@ from ..config import Config
 from ..durations import format_duration
 from ..records import Phase
 from ..render import current_phase
-from ..stages.respond import Memory
-from ..stages.snapshot import InvocationView
-from ..stages.vitals import Vitals
+from ..stages.s3_track.snapshot import InvocationView
+from ..stages.s4_judge.vitals import Vitals
+from ..stages.s5_act.respond import Memory
 from .state import StateStore
 
 logger = logging.getLogger(__name__)

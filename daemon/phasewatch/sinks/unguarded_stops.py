@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from ..records import MAIN, Phase
-from ..stages.respond import Action
-from ..stages.snapshot import InvocationView, UnitState
+from ..stages.s3_track.snapshot import InvocationView, UnitState
+from ..stages.s5_act.respond import Action
 from .leftovers import CRITICAL, Survivor
 
 logger = logging.getLogger(__name__)

@@ -7,7 +7,7 @@ at least one PhasewatchGroupRestart of this node's group. Everything else is ref
 reason (phasewatch_group_webhook_refused_total): no_token, bad_token, method, path, too_large,
 bad_payload, other_group, timeout, tls, busy, error. An accepted notification's firing alerts become
 `GroupRestartRequest`s, handed to the loop through a pipe (`fds()`), taken by `take()`; the responder
-decides (stages/group_decision.py).
+decides (stages/s5_act/group_decision.py).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from ..config import Config
 from ..config_sections import Group, GroupReceiver
 from ..errors import ConfigError
 from ..records import Event, GroupRestartRequest
-from ..stages.group_decision import NotificationError, parse_notification
+from ..stages.s5_act.group_decision import NotificationError, parse_notification
 from .base import Instant
 
 logger = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Callable, Protocol, Sequence
 
 from ..records import Event
-from ..stages.snapshot import InvocationView
+from ..stages.s3_track.snapshot import InvocationView
 
 
 @dataclass(frozen=True)

@@ -35,10 +35,11 @@ from ..records import (
     MID_STOPPING,
     record_from_fields,
 )
-from ..sinks.actions import SystemdUnit, UnitFacts
-from ..stages.snapshot import InvocationView, Snapshot, Transition
-from ..stages.timerlint import UnitTimers
-from .follow import INVALIDATE, JournalFollower
+from ..stages.s3_track.snapshot import InvocationView, Snapshot, Transition
+from ..stages.s4_judge.timerlint import UnitTimers
+from ..systemd_unit import SystemdUnit, UnitFacts
+from .follow import JournalFollower
+from .journal_reader import INVALIDATE
 
 # PID 1's entries that belong to another start than the one a "Started" entry closes.
 _OTHER_LIFECYCLE = frozenset({MID_STARTED, MID_STOPPING, MID_STOPPED, MID_DEACTIVATED, MID_FAILED, MID_MAIN_EXITED,

@@ -12,6 +12,7 @@ from functools import lru_cache
 from itertools import islice
 
 from ..errors import InputError
+from ..prefixes import bounded_int
 from ..records import (
     MID_DEACTIVATED,
     MID_FAILED,
@@ -24,7 +25,6 @@ from ..records import (
     JournalRecord,
     record_from_fields,
 )
-from ..stages.lines import bounded_int
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ import time
 from types import ModuleType
 from typing import Any, Callable
 
-from ..stages.gpu_vitals import GpuInfo, GpuReading
+from ..stages.s4_judge.gpu_vitals import GpuInfo, GpuReading
 
 logger = logging.getLogger(__name__)
 

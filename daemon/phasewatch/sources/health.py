@@ -11,7 +11,7 @@ from typing import Callable, Sequence
 from ..clock import Clock
 from ..config import Config
 from ..records import MAIN, Event, EventKind, Phase
-from ..stages.snapshot import UP_STATES, InvocationView
+from ..stages.s3_track.snapshot import UP_STATES, InvocationView
 from .base import Current, Instant
 from .probe import BackgroundProbe, ProbeResult, default_url
 

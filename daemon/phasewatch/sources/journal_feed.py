@@ -16,9 +16,10 @@ from ..clock import Clock
 from ..errors import JournalError, JournalUnavailable
 from ..pipeline import Pipeline
 from ..records import Entry, Event, EventKind, JournalRecord
-from ..stages.policy import LOST_UNREAD
+from ..stages.s4_judge.policy import LOST_UNREAD
 from .base import Instant
-from .follow import INVALIDATE, JournalFollower, ReadEnd
+from .follow import JournalFollower
+from .journal_reader import INVALIDATE, ReadEnd
 
 logger = logging.getLogger(__name__)
 

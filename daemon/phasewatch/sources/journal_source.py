@@ -1,6 +1,6 @@
 """Edge: read one unit's entries from a journal (the local one, or a directory copied from a host).
 
-The same low-level reader as the daemon's (`follow.JournalFollower`): `_Reader._next()` and
+The same low-level reader as the daemon's (`journal_reader.UnitJournalReader`): `_Reader._next()` and
 `_get()` of the few fields phasewatch reads, MESSAGE always as bytes (decoded later, U+FFFD for
 bad UTF-8), data threshold 0. python-systemd's iterating `journal.Reader` converts every field
 of every entry and was the slowest stage of `replay --unit` (docs/performance.md). `unit_entries`,
@@ -18,7 +18,7 @@ from typing import Any, Callable, Generator, Iterator, Union
 from ..errors import JournalError, JournalUnavailable
 from ..records import Entry, JournalRecord, record_from_fields
 from ..trust import rejection
-from .follow import _LIFECYCLE_FIELDS, JournalFollower, ReadEnd
+from .journal_reader import LIFECYCLE_FIELDS, ReadEnd, UnitJournalReader
 
 try:  # the same reader in C (_journal_lines.c), when the package was built with it (setup.py)
     from .. import _journal_lines as c_lines  # type: ignore[attr-defined]
@@ -28,7 +28,7 @@ except ImportError:  # pragma: no cover - a pure-Python build
 BATCH = 4096
 # What the C reader returns for an entry that is no whole line: first values, in `_entry`'s order.
 _LINE_FIELDS = ("_SYSTEMD_UNIT", "MESSAGE", "_PID", "_SYSTEMD_INVOCATION_ID", "_LINE_BREAK")
-_C_FIELDS = (*_LINE_FIELDS, *(name for name in _LIFECYCLE_FIELDS if name not in _LINE_FIELDS))
+_C_FIELDS = (*_LINE_FIELDS, *(name for name in LIFECYCLE_FIELDS if name not in _LINE_FIELDS))
 
 
 def reader_name() -> str:
@@ -36,9 +36,9 @@ def reader_name() -> str:
     return "C" if c_lines is not None and not os.environ.get("PHASEWATCH_PURE_PYTHON") else "Python"
 
 
-def _open(unit: str, directory: str | None, since: float | None) -> JournalFollower:
+def _open(unit: str, directory: str | None, since: float | None) -> UnitJournalReader:
     try:
-        follower = JournalFollower(unit, directory)
+        follower = UnitJournalReader(unit, directory)
     except JournalError as exc:
         where = f" in {directory}" if directory else ""
         raise JournalUnavailable(str(exc).replace("the journal", f"the journal{where}", 1)) from None
@@ -58,7 +58,7 @@ def unit_entries(unit: str, directory: str | None = None, since: float | None = 
                  rejected: dict[str, int] | None = None, runs: RunShape = None,
                  end: ReadEnd | None = None) -> Generator[list[Entry], None, None]:
     """`read_unit`'s entries in batches, the unit's whole lines as `UnitLine` tuples (no record
-    built: `Pipeline.feed_line`), the rest as JournalRecords, exactly as `JournalFollower.read`
+    built: `Pipeline.feed_line`), the rest as JournalRecords, exactly as `UnitJournalReader.read`
     makes them. An entry's fields are read in one call (`_get_all`): on a journald entry of some 25
     fields that is cheaper than the four `_get`s a line needs, each a walk over the entry's fields
     (and a `KeyError` for the `_LINE_BREAK` most entries lack). With the C reader (`reader_name()`),
@@ -234,7 +234,7 @@ def _python_unit_entries(unit: str, directory: str | None, since: float | None,
 
 
 def _entry(get: Any, stamp: int, unit: str, unit_bytes: bytes, append: Any, rejected: dict[str, int]) -> None:
-    """One entry as `JournalFollower.read` takes it. `get`: a field's first value (KeyError or None
+    """One entry as `UnitJournalReader.read` takes it. `get`: a field's first value (KeyError or None
     if it has none)."""
     def field(name: str) -> Any:
         try:
@@ -249,7 +249,7 @@ def _entry(get: Any, stamp: int, unit: str, unit_bytes: bytes, append: Any, reje
                              line_break=line_break.decode() if isinstance(line_break, bytes) else line_break))
         return
     fields: dict[str, object] = {}
-    for name in _LIFECYCLE_FIELDS:
+    for name in LIFECYCLE_FIELDS:
         value = field(name)
         if value is not None:
             fields[name] = value

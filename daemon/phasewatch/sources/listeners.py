@@ -1,7 +1,7 @@
 """Edge: which process listens on a TCP port, as phasewatch's user can see it (/proc/net/tcp and
 tcp6 give the socket's inode, /proc/PID/fd the process holding it; another user's process shows
 its listening socket but not its fds, so only "another user's process" is said of it). For the
-port_in_use remedy (stages/remedies.py: the fact `host.port_holder`). Bounded: at most MAX_PIDS
+port_in_use remedy (stages/s4_judge/remedies.py: the fact `host.port_holder`). Bounded: at most MAX_PIDS
 processes are looked into."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Source: signs of life beyond log lines. While the unit starts and its cgroup is known, every
 `vitals.period` its processes are sampled (procstat.py) and each rank's GPU judged from the NVML
-readings taken in the period (gpu.py, stages/gpu_vitals.py); what moved since the last sample
-becomes RANK_PROGRESS events, each rank's GPU a RANK_GPU event (stages/vitals.py)."""
+readings taken in the period (gpu.py, stages/s4_judge/gpu_vitals.py); what moved since the last sample
+becomes RANK_PROGRESS events, each rank's GPU a RANK_GPU event (stages/s4_judge/vitals.py)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from typing import Callable, Sequence
 
 from ..config import Config
 from ..records import Event, EventKind
-from ..stages.gpu_vitals import GpuBaseline, baselines_after
-from ..stages.snapshot import InvocationView, UnitState
-from ..stages.vitals import Sample, Vitals, compare, progress_events, with_gpus
+from ..stages.s3_track.snapshot import InvocationView, UnitState
+from ..stages.s4_judge.gpu_vitals import GpuBaseline, baselines_after
+from ..stages.s4_judge.vitals import Sample, Vitals, compare, progress_events, with_gpus
 from .base import Current, Instant
 from .gpu import NvmlSource
 from .procstat import ProcSampler

@@ -18,9 +18,9 @@ from typing import Iterable, Protocol, Sequence
 
 from ..errors import UnitError
 from ..records import Event, EventKind
-from ..sinks.actions import UnitFacts
-from ..stages.snapshot import InvocationView, UnitState
-from ..stages.timerlint import UnitTimers
+from ..stages.s3_track.snapshot import InvocationView, UnitState
+from ..stages.s4_judge.timerlint import UnitTimers
+from ..systemd_unit import UnitFacts
 from .base import Current, Instant
 from .procs import ProcessTable, RankProcess, RankWatch
 

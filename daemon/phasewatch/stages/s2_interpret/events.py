@@ -1,0 +1,390 @@
+"""Stage 2: lines -> events, through the engine profile (a YAML rule table shipped in the package).
+
+Also turns systemd's and journald's own entries about the unit into lifecycle events.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ...engines import engine_module
+from ...families import FamilyMatch
+from ...prefixes import rank_number
+from ...profile import Profile, Rule
+from ...records import (
+    MAIN,
+    MID_DEACTIVATED,
+    MID_FAILED,
+    MID_MAIN_EXITED,
+    MID_RESTART_SCHEDULED,
+    MID_STARTED,
+    MID_STOPPED,
+    MID_STOPPING,
+    MID_SUPPRESSED,
+    UNIT_PHASES,
+    Event,
+    EventKind,
+    JournalRecord,
+    Line,
+    LineKind,
+)
+
+# Patterns see a line through pattern_view(): at most PATTERN_VIEW_CHARS from each end.
+PATTERN_VIEW_CHARS = 32 * 1024
+
+
+def pattern_view(text: str) -> str:
+    """What patterns see of a line: all of it up to 2 x PATTERN_VIEW_CHARS, else its first and last
+    PATTERN_VIEW_CHARS joined by a newline (a rejoined megabyte line costs no more than 64 KB)."""
+    if len(text) <= 2 * PATTERN_VIEW_CHARS:
+        return text
+    return text[:PATTERN_VIEW_CHARS] + "\n" + text[-PATTERN_VIEW_CHARS:]
+C10D_RANK_RE = re.compile(r"^\[rank(\d+)\]:")
+
+
+
+
+def parse_server_args(message: str) -> dict[str, str]:
+    """SGLang's `server_args=...` (engines/sglang.py); a profile's own engine module reads its own."""
+    return engine_module("sglang").parse_server_args(message)
+
+
+_PHASE_EVENTS = {"phase_begin": EventKind.PHASE_BEGIN, "phase_end": EventKind.PHASE_END,
+                 "phase_hint": EventKind.PHASE_HINT}
+_MASK_DIGITS = bytes.maketrans(b"123456789", b"000000000")
+MEMO_ENTRIES = 4096
+MEMO_MAX_CHARS = 1024
+# Longer lines (tracebacks' dumps, batch dumps) are remembered too, in a memo of its own bounded by
+# the characters of its keys: such lines repeat with other numbers in them.
+LONG_MEMO_CHARS = 1 << 21
+
+
+def digit_blind(pattern: re.Pattern[str]) -> bool:
+    """True when `pattern` cannot tell one ASCII digit from another (no digit literal, no set with
+    some digits but not all, no back-reference), so it matches a text exactly when it matches the
+    text with every digit replaced by 0. Unknown constructs: False."""
+    try:
+        from re import _parser  # type: ignore[attr-defined]
+
+        tree = _parser.parse(pattern.pattern, pattern.flags)
+    except Exception:  # noqa: BLE001 - a private module: any doubt means "not blind"
+        return False
+    return _blind(tree, _parser)
+
+
+def _blind(tree: Any, parser: Any) -> bool:
+    c = parser  # the opcode constants live on the parser module
+    digits = range(48, 58)
+    for op, av in tree:
+        if op in (c.LITERAL, c.NOT_LITERAL):
+            if av in digits:
+                return False
+        elif op is c.IN:
+            covered = set()
+            for item_op, item_av in av:
+                if item_op is c.LITERAL and item_av in digits:
+                    covered.add(item_av)
+                elif item_op is c.RANGE:
+                    covered.update(d for d in digits if item_av[0] <= d <= item_av[1])
+                elif item_op not in (c.NEGATE, c.CATEGORY, c.LITERAL):
+                    return False
+            if covered and len(covered) != 10:
+                return False
+        elif op is c.SUBPATTERN:
+            if not _blind(av[-1], parser):
+                return False
+        elif op in (c.MAX_REPEAT, c.MIN_REPEAT, c.POSSESSIVE_REPEAT):
+            if not _blind(av[2], parser):
+                return False
+        elif op is c.BRANCH:
+            if not all(_blind(branch, parser) for branch in av[1]):
+                return False
+        elif op in (c.ASSERT, c.ASSERT_NOT):
+            if not _blind(av[1], parser):
+                return False
+        elif op is c.ATOMIC_GROUP:
+            if not _blind(av, parser):
+                return False
+        elif op not in (c.ANY, c.AT, c.CATEGORY):
+            return False
+    return True
+
+
+def needles(pattern: re.Pattern[str]) -> tuple[str, ...] | None:
+    """Texts of which every match of `pattern` contains at least one: the longest run of literal
+    characters at its top level, or one such run per branch of a top-level alternation. None when
+    unknown (a branch without literals, a pattern that ignores case)."""
+    if pattern.flags & re.IGNORECASE:
+        return None
+    try:
+        from re import _parser  # type: ignore[attr-defined]
+
+        tree = _parser.parse(pattern.pattern, pattern.flags)
+    except Exception:  # noqa: BLE001 - a private module: any doubt means "unknown"
+        return None
+    return _needles(list(tree), _parser)
+
+
+def _needles(items: list[Any], c: Any) -> tuple[str, ...] | None:
+    """Of a sequence: its longest literal run, else the texts of a group it cannot skip."""
+    best, run = "", ""
+    for op, av in items:
+        if op is c.LITERAL:
+            run += chr(av)
+            best = max(best, run, key=len)
+        else:
+            run = ""
+    if best:
+        return (best,)
+    for op, av in items:
+        inner = None
+        if op is c.SUBPATTERN and not av[1] & re.IGNORECASE:  # (?i:...) matches other cases too
+            inner = _needles(list(av[-1]), c)
+        elif op is c.ATOMIC_GROUP:
+            inner = _needles(list(av), c)
+        elif op is c.BRANCH:
+            found: list[str] = []
+            for branch in av[1]:
+                texts = _needles(list(branch), c)
+                if texts is None:
+                    break
+                found.extend(texts)
+            else:
+                inner = tuple(found)
+        if inner:
+            return inner
+    return None
+
+
+class EventMapper:
+    """Lines -> events. Resolves ranks of untagged lines (single-GPU servers print no TP tag)."""
+
+    def __init__(self, profile: Profile) -> None:
+        self.profile = profile
+        self._engine = profile.engine_module
+        self._engine_ranks: set[tuple[str | None, str]] = set()  # (invocation, label) of engine cores seen as ranks
+        self._tagged_invocations: set[str | None] = set()  # a rank tag with a number showed
+        self._worker_invocations: set[str | None] = set()  # any rank tag showed
+        self._tp0_pids: set[tuple[str | None, int | None]] = set()
+        self._record_ranks: dict[int, str | None] = {}
+        self._harmless: set[int] = set()  # records whose traceback is not fatal
+        self._line_rules = tuple(r for r in profile.rules if r.event != "progress")
+        # Which rules a message matches, remembered by its digit-masked text ("Decode batch, #token:
+        # 00000, ..."): exact for the rules that cannot tell one digit from another (checked once,
+        # here); the others ("/v1/...") are searched every time.
+        self._blind_rules = tuple(r for r in self._line_rules if digit_blind(r.pattern))
+        self._other_rules = tuple(r for r in self._line_rules if r not in self._blind_rules)
+        self._position = {r.id: i for i, r in enumerate(self._line_rules)}
+        # For long lines (their own memo, bounded by its keys' size): each rule with the texts one of
+        # which its match holds (a substring test is far cheaper than a search through kilobytes).
+        needled = tuple((r, needles(r.pattern)) for r in self._line_rules)
+        self._blind_needled = tuple((r, texts) for r, texts in needled if r in self._blind_rules)
+        self._other_needled = tuple((r, texts) for r, texts in needled if r not in self._blind_rules)
+        self._memo: dict[bytes, tuple[Rule, ...]] = {}
+        self._long_memo: dict[bytes, tuple[Rule, ...]] = {}
+        self._long_memo_chars = 0
+        # Family answers by the line's digit-masked text, when no family pattern tells digits apart.
+        self._family_memo: dict[bytes, FamilyMatch | None] | None = {} if all(
+            digit_blind(p) for f in profile.families.rules for p in (*f.all, *f.none)) and (
+            profile.families.draft_words is None or digit_blind(profile.families.draft_words)) else None
+
+    def _matching(self, message: str) -> tuple[Rule, ...]:
+        """The line rules `message` matches, in profile order."""
+        # UTF-8 is one-to-one and its multi-byte sequences hold no ASCII digit: masking the bytes is
+        # masking the text (and bytes.translate is eight times faster than str.translate).
+        key = message.encode("utf-8", "surrogatepass").translate(_MASK_DIGITS)
+        long = len(message) > MEMO_MAX_CHARS
+        memo = self._long_memo if long else self._memo
+        found = memo.get(key)
+        if found is None:
+            if long:
+                if self._long_memo_chars + len(key) > LONG_MEMO_CHARS:
+                    memo.clear()
+                    self._long_memo_chars = 0
+                self._long_memo_chars += len(key)
+            elif len(memo) >= MEMO_ENTRIES:
+                memo.clear()
+            found = memo[key] = (self._needled_search(self._blind_needled, message) if long
+                                 else tuple(r for r in self._blind_rules if r.pattern.search(message)))
+        if long:
+            others = list(self._needled_search(self._other_needled, message))
+        else:
+            others = [r for r in self._other_rules if r.pattern.search(message)]
+        if others:
+            return tuple(sorted((*found, *others), key=lambda r: self._position[r.id]))
+        return found
+
+    @staticmethod
+    def _needled_search(rules: tuple[tuple[Rule, tuple[str, ...] | None], ...], message: str) -> tuple[Rule, ...]:
+        """The rules `message` matches, each (rule, texts) only searched when it holds one of the texts
+        (a substring test is far cheaper than a search through kilobytes)."""
+        holds = message.__contains__
+        return tuple(r for r, texts in rules if (texts is None or any(map(holds, texts))) and r.pattern.search(message))
+
+    def map_line(self, line: Line) -> list[Event]:
+        rank = self._rank(line)
+        events: list[Event] = []
+        if line.kind is LineKind.PROGRESS and line.progress is not None:
+            desc = pattern_view(line.progress.desc)
+            bar = next((r for r in self.profile.rules if r.event == "progress" and r.pattern.search(desc)), None)
+            return [Event(EventKind.PROGRESS, line.ts, rank=rank, phase=bar.phase if bar else None,
+                          rule=bar.id if bar else None, progress=line.progress, text=line.text,
+                          invocation_id=line.invocation_id, pid=line.pid)]
+        message = pattern_view(line.message)
+        record_id = line.record_id
+        continuation = line.kind is LineKind.CONTINUATION
+        harmless = continuation and record_id in self._harmless
+        for rule in self._matching(message):
+            if continuation and rule.event not in ("fatal", "phase_hint"):
+                continue
+            if harmless and rule.event == "fatal":
+                continue  # the traceback of one request's error: the server goes on
+            if rule.harmless and not continuation:
+                if len(self._harmless) > 1024:
+                    self._harmless.clear()
+                self._harmless.add(record_id)
+            rule_rank = self._rule_rank(line, rule.scope, rank, rule.event in _PHASE_EVENTS)
+            if rule.event == "server_args":
+                events.append(Event(EventKind.SERVER_ARGS, line.ts, rank=MAIN, rule=rule.id, text=message,
+                                    invocation_id=line.invocation_id, pid=line.pid, record_id=record_id,
+                                    args=self._engine.parse_server_args(message)))
+            elif rule.event == "fatal":
+                events.append(Event(EventKind.FATAL, line.ts, rank=rule_rank, rule=rule.id, cause=rule.cause,
+                                    text=message, invocation_id=line.invocation_id, pid=line.pid,
+                                    echo=rule.echo, record_id=record_id, prefixed=line.has_prefix))
+            elif rule.event == "heartbeat":
+                events.append(Event(EventKind.HEARTBEAT, line.ts, rank=rule_rank, rule=rule.id, text=message,
+                                    invocation_id=line.invocation_id, pid=line.pid, record_id=record_id))
+            elif rule.event == "activity" or (rule.scope != "main" and rule_rank == MAIN
+                                               and line.untagged_rank is not None and rule.phase not in UNIT_PHASES):
+                # (a rank's line or frame from a coordinator, vLLM's engine core with workers: no phase of its own)
+                events.append(Event(EventKind.ACTIVITY, line.ts, rank=rule_rank, rule=rule.id, text=message,
+                                    invocation_id=line.invocation_id, pid=line.pid, record_id=record_id))
+            else:
+                events.append(Event(_PHASE_EVENTS[rule.event], line.ts, rank=rule_rank, phase=rule.phase,
+                                    rule=rule.id, text=message, invocation_id=line.invocation_id, pid=line.pid,
+                                    record_id=record_id))
+        if not events and line.kind is LineKind.RECORD:
+            events = self._family_events(line, message, rank)
+        # A prefix alone (a bar's newline tagged by vLLM's prefixer) is its rank's sign of life too.
+        if not events and (message.strip() or (line.has_prefix and line.rank is not None)):
+            events.append(Event(EventKind.ACTIVITY, line.ts, rank=rank, text=message,
+                                invocation_id=line.invocation_id, pid=line.pid, record_id=record_id))
+        if line.kind is LineKind.RECORD:
+            if len(self._record_ranks) > 4096:
+                self._record_ranks.clear()
+            self._record_ranks[record_id] = events[0].rank if events else rank
+        return events
+
+    def _family_events(self, line: Line, message: str, rank: str | None) -> list[Event]:
+        """The profile's fallback vocabulary, for a record no exact rule matched."""
+        found = self._classify(message)
+        if found is None:
+            return []
+        family = found.family
+        family_rank = self._rule_rank(line, family.scope, rank, True)
+        if family.scope == "rank" and family_rank in (None, MAIN):
+            return []  # a scheduler's word in the main process's (or nobody's) line: not a rank's phase
+        return [Event(_PHASE_EVENTS[family.event], line.ts, rank=family_rank, phase=found.phase, rule=family.id,
+                      text=message, invocation_id=line.invocation_id, pid=line.pid, record_id=line.record_id,
+                      confidence="family")]
+
+    def _classify(self, message: str) -> FamilyMatch | None:
+        memo = self._family_memo
+        if memo is None or len(message) > MEMO_MAX_CHARS:
+            return self.profile.families.classify(message)
+        key = message.encode("utf-8", "surrogatepass").translate(_MASK_DIGITS)
+        if key in memo:
+            return memo[key]
+        if len(memo) >= MEMO_ENTRIES:
+            memo.clear()
+        found = memo[key] = self.profile.families.classify(message)
+        return found
+
+    def _rank(self, line: Line) -> str | None:
+        if line.has_prefix and line.rank is not None:
+            if not line.anonymous_rank:
+                self._tagged_invocations.add(line.invocation_id)
+            if line.untagged_rank is None and len(self._worker_invocations) < MEMO_ENTRIES:
+                self._worker_invocations.add(line.invocation_id)
+            return line.rank
+        if line.untagged_rank is not None and line.rank is None:
+            # A process the prefix names but that is no rank by its tag (vLLM's engine core, API server).
+            if (line.untagged_rank != MAIN and not self._coordinating(line)
+                    and (line.invocation_id, line.untagged_rank) in self._engine_ranks):
+                return line.untagged_rank
+            return MAIN
+        c10d = C10D_RANK_RE.match(line.message)
+        if c10d and (number := rank_number(c10d.group(1))) is not None:
+            # torch's "[rank3]:" is the global rank; with TP only it is the TP rank.
+            return f"TP{number}"
+        if line.kind is LineKind.CONTINUATION and line.record_id in self._record_ranks:
+            return self._record_ranks[line.record_id]
+        if line.rank is not None:
+            return line.rank
+        if (line.invocation_id, line.pid) in self._tp0_pids and line.pid is not None:
+            return "TP0"
+        return MAIN if line.has_prefix else None
+
+    def _coordinating(self, line: Line) -> bool:
+        """Whether a process that is no rank by its tag coordinates ranks that others run."""
+        workers = self._worker_invocations if line.engine_core else self._tagged_invocations
+        return line.invocation_id in workers
+
+    def _rule_rank(self, line: Line, scope: str, rank: str | None, phase_event: bool = False) -> str | None:
+        if line.rank is not None:
+            return rank
+        if scope == "main":
+            return MAIN
+        if line.untagged_rank is not None:
+            if line.untagged_rank == MAIN or self._coordinating(line):
+                return MAIN if rank is None else rank
+            if len(self._engine_ranks) >= MEMO_ENTRIES:
+                self._engine_ranks.clear()
+            # An engine core that holds its GPU itself (no worker tags in this log): its rank.
+            self._engine_ranks.add((line.invocation_id, line.untagged_rank))
+            return line.untagged_rank
+        # A pasted log without any prefix (no PID either): a scheduler's phase line is the one
+        # scheduler's of a one-GPU server. Not its fatal lines: an unprefixed traceback in a paste is
+        # as often the launcher's.
+        pasted = phase_event and line.pid is None and line.kind is LineKind.RECORD
+        if (scope == "rank" and rank in (None, MAIN) and (line.has_prefix or pasted)
+                and line.invocation_id not in self._tagged_invocations):
+            # A one-GPU server: the scheduler prints no tag, and only a scheduler prints this line.
+            if len(self._tp0_pids) >= MEMO_ENTRIES:
+                self._tp0_pids.clear()  # thousands of single-GPU schedulers: forged, or long gone
+            self._tp0_pids.add((line.invocation_id, line.pid))
+            return "TP0"
+        return rank
+
+
+_MESSAGE_ID_EVENTS = {
+    MID_STARTED: EventKind.INVOCATION_START,
+    MID_STOPPING: EventKind.UNIT_STOPPING,
+    MID_STOPPED: EventKind.UNIT_STOPPED,
+    MID_DEACTIVATED: EventKind.UNIT_STOPPED,
+    MID_MAIN_EXITED: EventKind.UNIT_EXITED,
+    MID_FAILED: EventKind.UNIT_FAILED,
+    MID_RESTART_SCHEDULED: EventKind.RESTART_SCHEDULED,
+}
+
+
+def is_lifecycle_record(record: JournalRecord) -> bool:
+    """Entries written about the unit by PID 1 or journald, not by the unit's processes."""
+    return record.message_id in _MESSAGE_ID_EVENTS or record.message_id == MID_SUPPRESSED or (
+        record.object_unit is not None and record.n_dropped is not None)
+
+
+def lifecycle_event(record: JournalRecord) -> Event | None:
+    message = record.message if isinstance(record.message, str) else (
+        record.message.decode("utf-8", "replace") if record.message else "")
+    if record.message_id == MID_SUPPRESSED or (record.object_unit and record.n_dropped is not None):
+        return Event(EventKind.LINES_LOST, record.realtime, text=message, count=record.n_dropped or 0,
+                     cause="journald_rate_limit")
+    kind = _MESSAGE_ID_EVENTS.get(record.message_id or "")
+    if kind is None:
+        return None
+    invocation = record.extra.get("INVOCATION_ID") or record.invocation_id
+    return Event(kind, record.realtime, text=message, invocation_id=invocation,
+                 args={k: v for k, v in record.extra.items()})

@@ -1,0 +1,276 @@
+"""The catch-up fast path: a line that changes nothing but "last activity", applied straight to the
+splitter's, mapper's and tracker's state from its MESSAGE bytes, without Line or Event objects.
+
+Most entries of a serving journal are such lines (SGLang's `Decode batch`, uvicorn's access log).
+Which lines qualify is not written here: it follows from the engine's prefix grammar
+(`fast_prefix` of its module) and the profile's rules, checked against the state the line meets.
+A line qualifies when:
+- its MESSAGE is one ASCII line (no CR, LF or ESC) with one engine prefix at its start and no
+  other, from a writer (invocation, PID) already seen, with nothing held for it;
+- every rule it matches is an `activity` rule or a phase rule of a unit phase the start-up has
+  already passed, none is `harmless`, and at least one matches (else the family vocabulary decides);
+- its rank is known in its start-up and nothing about its rank would be learned from it.
+Anything else returns False before a single change, and the caller takes the full path.
+`apply` then makes exactly the changes the full path would have made (tests/unit/test_fastpath.py
+and tests/integration/test_fastpath_journal.py compare both paths' outputs).
+"""
+
+from __future__ import annotations
+
+from operator import sub
+from typing import Callable, Union
+
+from ...prefixes import Prefix
+from ...profile import Rule
+from ...records import MAIN, Phase
+from ..s1_read.lines import LineSplitter, _Stream, opens_block
+from ..s2_interpret.events import MEMO_ENTRIES, MEMO_MAX_CHARS, EventMapper, needles
+from .snapshot import UNIT_PHASE_ORDER, UP_STATES, UnitState
+from .tracker import Tracker
+from .tracker_state import InvocationState, RankState, alive
+
+_MASK_DIGITS = bytes.maketrans(b"123456789", b"000000000")
+Plan = Union[tuple[tuple[Rule, ...], bool, tuple[int, ...], bool, tuple[Rule, ...], bool], tuple[()]]
+Merged = Union[tuple[tuple[Rule, ...], tuple[int, ...], bool], tuple[()]]
+_READY_INDEX = UNIT_PHASE_ORDER.index(Phase.READY)
+_SERVING_INDEX = UNIT_PHASE_ORDER.index(Phase.SERVING)
+_PHASE_INDEX = {phase: index for index, phase in enumerate(UNIT_PHASE_ORDER)}
+_OPEN_STATES = (UnitState.STARTING, UnitState.READY)
+RECORD_RANKS_LIMIT = 4096  # as EventMapper.map_line's
+
+
+def _quiet(rule: Rule) -> bool:
+    """A rule whose event changes nothing but last activity, or nothing once its unit phase is passed."""
+    return not rule.harmless and (rule.event == "activity" or (
+        rule.event in ("phase_begin", "phase_end", "phase_hint") and rule.phase in _PHASE_INDEX))
+
+
+def _orders(rules: tuple[Rule, ...]) -> tuple[int, ...]:
+    """Each rule's unit phase as its place in UNIT_PHASE_ORDER; -1 for an activity rule."""
+    return tuple(-1 if r.event == "activity" else _PHASE_INDEX[r.phase] for r in rules)  # type: ignore[index]
+
+
+class FastPath:
+    """One per pipeline; reads and writes the state of its stages (they stay the owners of it)."""
+
+    def __init__(self, find: Callable[[bytes], Prefix | None], marks: tuple[bytes, ...], splitter: LineSplitter,
+                 mapper: EventMapper, tracker: Tracker) -> None:
+        self._find = find
+        # After the prefix, a line qualifies only without these (each masked text is checked once):
+        # another prefix's mark, the splitter's line ends and ANSI escapes.
+        self._unsafe = (*marks, b"\r", b"\n", b"\x1b")
+        self._splitter, self._mapper, self._tracker = splitter, mapper, tracker
+        self._streams = splitter._streams  # the splitter's own dict (never replaced)
+        # digit-masked message -> (the digit-blind rules it matches, whether it opens a block, their
+        # unit phases' places, whether one proves serving, the other rules to search it with, whether
+        # it is a plain sign of life when no rule matches); () when it can never take the fast path.
+        self._plans: dict[bytes, Plan] = {}
+        # (masked message, which of its plan's other rules match) -> `_with_others`'s answer
+        self._merged: dict[tuple[bytes, int], Merged] = {}
+        # The rules that tell digits apart, each with a text any match of it contains (None: no such
+        # text known), so that most lines are not searched with them.
+        # Masked too: a text absent from a line's masked text is absent from the line.
+        self._others = tuple((rule, None if (texts := needles(rule.pattern)) is None else tuple(
+            t.encode("utf-8", "surrogatepass").translate(_MASK_DIGITS) for t in texts)) for rule in mapper._other_rules)
+        self.taken = 0
+
+    def _plan(self, key: bytes, rest: bytes) -> Plan:
+        plan: Plan = ()
+        if rest and len(rest) <= MEMO_MAX_CHARS and key.isascii() and not any(u in key for u in self._unsafe):
+            plan = self._quiet_plan(key, rest)
+        if len(self._plans) >= MEMO_ENTRIES:
+            self._plans.clear()
+        self._plans[key] = plan
+        return plan
+
+    def _quiet_plan(self, key: bytes, rest: bytes) -> Plan:
+        message = rest.decode("ascii")
+        rules = tuple(r for r in self._mapper._blind_rules if r.pattern.search(message))
+        if not all(_quiet(r) for r in rules):
+            return ()
+        # The other rules this text may match (searched line by line): those whose text it holds.
+        others = tuple(rule for rule, texts in self._others if texts is None or any(t in key for t in texts))
+        # A line no rule matches is its rank's sign of life, unless the profile's family vocabulary
+        # reads a phase in it (asked once per masked text: only when no family pattern reads digits).
+        plain = (not rules and self._mapper._family_memo is not None and bool(message.strip())
+                 and self._mapper._classify(message) is None)
+        return rules, opens_block(message), _orders(rules), self._proves(rules), others, plain
+
+    def _proves(self, rules: tuple[Rule, ...]) -> bool:
+        return not self._tracker.proof_of_life_rules.isdisjoint(r.id for r in rules)
+
+    def _with_others(self, key: bytes, rules: tuple[Rule, ...], candidates: tuple[Rule, ...],
+                     rest: bytes) -> Merged | None:
+        """`rules` and the `candidates` `rest` matches, in profile order, with their unit phases' places
+        and whether one proves serving; None: none matches; (): one is not quiet."""
+        text = rest.decode("ascii")
+        found = 0  # which candidates match, as bits
+        for bit, rule in enumerate(candidates):
+            if rule.pattern.search(text):
+                found |= 1 << bit
+        if not found:
+            return None
+        merged = self._merged.get((key, found))
+        if merged is None:
+            others = [rule for bit, rule in enumerate(candidates) if found >> bit & 1]
+            merged = ()
+            if all(_quiet(r) for r in others):
+                position = self._mapper._position
+                together = tuple(sorted((*rules, *others), key=lambda r: position[r.id]))
+                merged = together, _orders(together), self._proves(together)
+            if len(self._merged) >= MEMO_ENTRIES:
+                self._merged.clear()
+            self._merged[key, found] = merged
+        return merged
+
+    def apply(self, message: bytes, ts: float, pid: int | None, invocation: str | None,
+              repeats: list[float] | None = None) -> int:
+        """Take the line if it qualifies (1: done); 0: nothing was changed. `repeats`: the times of the
+        lines that follow it, of its writer, each of its length and the same but for digits after its
+        first ']' and the two bytes after that, and in the engine's `run_time_digits` (a run the C
+        reader found): taken too when that leaves what taking them one by one would (then
+        1 + len(repeats) is returned)."""
+        prefix = self._find(message)
+        if prefix is None or pid is None or prefix.header is not None or prefix.untagged_rank is not None:
+            return 0
+        rest = message[prefix.end:]
+        key = (invocation, pid)
+        stream = self._streams.get(key)
+        if stream is None or stream.pending:
+            return 0
+        masked = rest.translate(_MASK_DIGITS)
+        plan = self._plans.get(masked)
+        if plan is None:
+            plan = self._plan(masked, rest)
+        if not plan:
+            return 0
+        rules, block, orders, proves, others, plain = plan
+        if others:
+            repeats = None  # the rules that tell digits apart would see each line's own
+            merged = self._with_others(masked, rules, others, rest)
+            if merged is not None:
+                if not merged:
+                    return 0
+                rules, orders, proves = merged
+        if not rules and not plain:
+            return 0
+        tracker = self._tracker
+        inv = tracker._invocations.get(invocation) if invocation is not None else tracker._current
+        if inv is None:
+            return 0
+        mapper = self._mapper
+        rank: str = prefix.rank or MAIN
+        untagged_rank = prefix.rank is None
+        if untagged_rank:
+            # The mapper's rank of a prefixed line without a tag (no c10d "[rank": no '[' after the prefix).
+            rank = "TP0" if key in mapper._tp0_pids else MAIN
+        inv_ranks = inv.ranks
+        ranks = []
+        if not rules:  # the mapper's plain activity event, of the line's rank
+            state = inv_ranks.get(rank)
+            if state is None:
+                return 0
+            ranks.append(state)
+        current = -2  # not yet looked up
+        for rule, order in zip(rules, orders, strict=True):
+            rule_rank = rank
+            if untagged_rank:
+                if rule.scope == "main":
+                    rule_rank = MAIN
+                elif rule.scope == "rank" and rank == MAIN and invocation not in mapper._tagged_invocations:
+                    return 0  # the mapper would learn a one-GPU scheduler here
+            state = inv_ranks.get(rule_rank)
+            if state is None:
+                return 0
+            if order >= 0:
+                if current == -2:
+                    current = UNIT_PHASE_ORDER.index(inv.unit_phase) if inv.unit_phase is not None else -1
+                if not (order <= current or (order == _SERVING_INDEX and current < _READY_INDEX)
+                        or inv.state not in _OPEN_STATES):
+                    return 0  # the unit would move on
+            ranks.append(state)
+        splitter = self._splitter
+        # -- from here on: the full path's changes, in its order --
+        tracker._snapshot = None  # the tracker's cached views change too (Tracker.apply does the same)
+        streams = self._streams
+        del streams[key]
+        streams[key] = stream  # the most recently fed writer
+        if prefix.date is not None:
+            splitter._last_date = prefix.date
+        if prefix.year is not None:
+            splitter._last_year = prefix.year
+        splitter._last_ts = ts
+        stream.open_header = None
+        if not untagged_rank:
+            stream.rank = rank
+            stream.tagged = True
+        splitter._next_record += 1
+        record_id = stream.open_record = splitter._next_record
+        stream.open_rank = prefix.rank
+        stream.block_open = block
+        if not untagged_rank:
+            if not prefix.anonymous:
+                mapper._tagged_invocations.add(invocation)
+            if len(mapper._worker_invocations) < MEMO_ENTRIES:
+                mapper._worker_invocations.add(invocation)
+        record_ranks = mapper._record_ranks
+        if len(record_ranks) > RECORD_RANKS_LIMIT:
+            record_ranks.clear()
+        record_ranks[record_id] = ranks[0].rank
+        # Each event: the start-up's last line and first time, its rank alive (twice at one time is
+        # once), proof of life; nothing else for these events.
+        last = inv.last_ts
+        inv.last_ts = ts if last is None or ts > last else last
+        if inv.started_at is None:
+            inv.started_at = ts
+        alive(inv, ranks[0], ts)
+        for state in ranks[1:]:  # (several rules: one event each)
+            alive(inv, state, ts)
+        if proves and inv.state in UP_STATES:
+            inv.proof_of_life, inv.health_failures, inv.health_error = ts, 0, None
+        self.taken += 1
+        if repeats and prefix.end < _head_length(message):
+            # The same prefix but for its time, which is not read here (`fast_prefix` reads no further
+            # than the byte after it; `run_time_digits`), the same digit-masked text (the same plan
+            # and rules), the same state met: each line of the run would be taken, with these changes.
+            return 1 + self._repeat(repeats, ts, stream, inv, ranks, proves)
+        return 1
+
+    def _repeat(self, stamps: list[float], ts: float, stream: _Stream, inv: InvocationState, ranks: list[RankState],
+                proves: bool) -> int:
+        """The changes of `apply` for more lines like the one it just took at `ts`, at `stamps`."""
+        last = stamps[-1]
+        splitter = self._splitter
+        splitter._last_ts = last
+        first_id = splitter._next_record + 1
+        splitter._next_record += len(stamps)
+        stream.open_record = splitter._next_record
+        record_ranks = self._mapper._record_ranks
+        rank = ranks[0].rank
+        for record_id in range(first_id, splitter._next_record + 1):
+            if len(record_ranks) > RECORD_RANKS_LIMIT:
+                record_ranks.clear()
+            record_ranks[record_id] = rank
+        top = max(stamps)
+        if top > inv.last_ts:  # type: ignore[operator]  # (set by apply)
+            inv.last_ts = top
+        # `alive` line by line: each phase's silence is its longest gap between consecutive lines.
+        gap = max(map(sub, stamps, [ts, *stamps[:-1]]))
+        silence, seen = inv.phase_silence, inv.phase_seen
+        for state in ranks:
+            state.last_activity = last
+            if state.rank != MAIN:
+                phase = Phase.JIT_COMPILE if state.jit and state.jit.end is None else state.phase
+                if gap > silence.get(phase, 0.0):
+                    silence[phase] = gap
+                seen[phase] = last
+        if proves and inv.state in UP_STATES:
+            inv.proof_of_life = last
+        self.taken += len(stamps)
+        return len(stamps)
+
+
+def _head_length(message: bytes) -> int:
+    """How much of a run's lines is the same, byte for byte (_journal_lines.c `continues`)."""
+    bracket = message.find(b"]")
+    return len(message) if bracket < 0 else min(len(message), bracket + 3)

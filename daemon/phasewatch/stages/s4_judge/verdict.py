@@ -1,0 +1,33 @@
+"""A judgement of a start-up (policy.py makes them; group_wait.py, respond.py and the sinks read them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...records import VerdictKind
+from ..s2_interpret.crashfacts import CrashFacts
+from .remedies import Remedy
+
+
+@dataclass(frozen=True)
+class Verdict:
+    kind: VerdictKind
+    invocation_id: str
+    phase: str | None
+    rank: str | None
+    cause: str | None
+    message: str
+    at: float
+    episode: int = 0  # unhealthy: which run of failed probes
+    facts: CrashFacts | None = None  # crashed: healthy, waiting and culprit ranks named in the lines
+    remedy: Remedy | None = None  # what to do about it (remedies.py), when the facts say
+
+    @property
+    def key(self) -> tuple[str, str, str | None, str | None]:
+        """Same key, same verdict: a loop acts on a key once. A start-up crashes once, whichever
+        rank later lines show to be the culprit."""
+        if self.kind in (VerdictKind.CRASHED, VerdictKind.LINES_LOST):
+            return (self.invocation_id, self.kind, None, None)
+        if self.kind == VerdictKind.UNHEALTHY:
+            return (self.invocation_id, self.kind, None, f"episode {self.episode}")
+        return (self.invocation_id, self.kind, self.rank, self.phase)

@@ -1,0 +1,197 @@
+"""Pure stage: the trace format `phasewatch-vitals-trace/1` (JSON Lines) and its offline judgement.
+
+Line 1 is a header: the GPUs (index, name, power limit), which process plays which rank, and
+labelled windows (ground truth: `progress` or `no_progress`). Every further line is one sample:
+the unit's processes as /proc shows them and each GPU as NVML does (docs/operations.md, `vitals
+record`). `replay` cuts the samples into periods as the daemon does (`vitals.period`), judges each
+with the daemon's own stages (vitals.compare, vitals.with_gpus) and says, per period and rank,
+alive or not and why. `write_header` and `sample_line` are the recorder's half.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from typing import Any, Iterable, Mapping, Sequence
+
+from ...engines import rank_from_any_title
+from .gpu_vitals import GpuBaseline, GpuInfo, GpuReading, baselines_after
+from .vitals import ProcessSample, Sample, Vitals, compare, with_gpus
+
+FORMAT = "phasewatch-vitals-trace/1"
+PERIOD_SLACK = 0.2  # a period ends at the first sample at least `period - slack` after it began
+
+
+class TraceError(ValueError):
+    def __init__(self, line: int, message: str) -> None:
+        super().__init__(f"line {line}: {message}")
+        self.line = line
+
+
+@dataclass(frozen=True)
+class Window:
+    name: str
+    begin: float
+    end: float
+    expect: str  # progress | no_progress
+
+
+@dataclass(frozen=True)
+class TraceSample:
+    at: float
+    processes: tuple[ProcessSample, ...]
+    gpus: tuple[GpuReading, ...]
+
+
+@dataclass(frozen=True)
+class Trace:
+    gpus: Mapping[int, GpuInfo]
+    ranks: Mapping[str, int]
+    windows: tuple[Window, ...]
+    samples: tuple[TraceSample, ...]
+    clock_ticks: int = 100
+    header: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Period:
+    begin: float
+    end: float
+    vitals: Vitals
+
+
+def parse(lines: Iterable[str]) -> Trace:
+    """A trace's lines -> Trace; TraceError names the first bad line."""
+    header: dict[str, Any] | None = None
+    samples: list[TraceSample] = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except ValueError as exc:
+            raise TraceError(number, f"not JSON ({exc})") from None
+        if not isinstance(item, dict):
+            raise TraceError(number, "expected a JSON object")
+        if header is None:
+            if item.get("format") != FORMAT:
+                raise TraceError(number, f"not a {FORMAT} header (format: {item.get('format')!r})")
+            header = item
+            continue
+        samples.append(_sample(item, number))
+    if header is None:
+        raise TraceError(1, "empty trace")
+    try:
+        gpus = {int(g["index"]): GpuInfo(int(g["index"]), str(g.get("name") or ""), _int(g.get("power_limit_mw")),
+                                         _int(g.get("memory_total_bytes"))) for g in header.get("gpus") or ()}
+        ranks = {str(k): int(v) for k, v in (header.get("ranks") or {}).items()}
+        windows = tuple(Window(str(w["name"]), float(w["begin"]), float(w["end"]), str(w["expect"]))
+                        for w in header.get("windows") or ())
+    except (KeyError, TypeError, ValueError) as exc:
+        raise TraceError(1, f"bad header ({exc!r})") from None
+    samples.sort(key=lambda s: s.at)
+    return Trace(gpus, ranks, windows, tuple(samples), int(header.get("clock_ticks") or 100), header)
+
+
+def _sample(item: Mapping[str, Any], number: int) -> TraceSample:
+    try:
+        at = float(item["t"])
+        processes = tuple(ProcessSample(int(p["pid"]), int(p.get("ppid") or 0), str(p.get("comm") or ""),
+                                        rank_from_any_title(p["title"]) if p.get("title") else None,
+                                        int(p.get("minflt") or 0), int(p.get("majflt") or 0),
+                                        int(p.get("cpu_ticks") or 0), _int(p.get("rchar")), _int(p.get("read_bytes")))
+                          for p in item.get("procs") or ())
+        gpus = tuple(GpuReading(at, int(g["index"]), _float(g.get("sm_util")), _float(g.get("mem_util")),
+                                _float(g.get("power_mw")), _float(g.get("pcie_rx_kbps")),
+                                _float(g.get("pcie_tx_kbps")),
+                                {int(k): int(v) for k, v in (g.get("processes") or {}).items() if v is not None},
+                                {int(k): float(v) for k, v in (g.get("process_sm_util") or {}).items()
+                                 if v is not None})
+                     for g in item.get("gpus") or ())
+    except (KeyError, TypeError, ValueError) as exc:
+        raise TraceError(number, f"bad sample ({exc!r})") from None
+    return TraceSample(at, processes, gpus)
+
+
+def _int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def _float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def _with_ranks(processes: Sequence[ProcessSample], ranks: Mapping[str, int]) -> tuple[ProcessSample, ...]:
+    """The header's `ranks` name the rank processes where it has them (titles read by the recorder
+    may be absent, or shared by a forked helper); without them the titles do."""
+    if not ranks:
+        return tuple(processes)
+    by_pid = {pid: rank for rank, pid in ranks.items()}
+    return tuple(replace(p, rank=by_pid.get(p.pid)) for p in processes)
+
+
+def replay(trace: Trace, period: float = 5.0) -> list[Period]:
+    """The trace judged period by period, as the daemon would sample it every `period` seconds
+    (its GPU source samples each second in between)."""
+    samples = trace.samples
+    if not samples:
+        return []
+    out: list[Period] = []
+    baselines: dict[int, GpuBaseline] = {}
+    start = 0
+    previous = _proc_sample(trace, samples[0])
+    while True:
+        end = next((i for i in range(start + 1, len(samples)) if samples[i].at >= samples[start].at + period
+                    - PERIOD_SLACK), None)
+        if end is None:
+            break
+        current = _proc_sample(trace, samples[end])
+        readings = [g for s in samples[start + 1:end + 1] for g in s.gpus]
+        vitals = with_gpus(compare(previous, current), current, readings, trace.gpus, baselines)
+        baselines = baselines_after(trace.gpus, readings, baselines)
+        out.append(Period(samples[start].at, samples[end].at, vitals))
+        previous, start = current, end
+    return out
+
+
+def _proc_sample(trace: Trace, sample: TraceSample) -> Sample:
+    return Sample(sample.at, _with_ranks(sample.processes, trace.ranks), None, trace.clock_ticks)
+
+
+def document(trace: Trace, periods: Sequence[Period]) -> dict[str, Any]:
+    """`vitals replay --json`: per period and rank, alive or not and why."""
+    rows = []
+    for p in periods:
+        ranks = {}
+        for r in p.vitals.ranks:
+            ranks[r.rank] = {"alive": r.alive, "why": list(r.progress) or [r.text()], "text": r.text(),
+                             "gpu": r.gpu.state if r.gpu is not None else None}
+        rows.append({"from": round(p.begin, 3), "to": round(p.end, 3), "ranks": ranks})
+    windows = [{"name": w.name, "begin": w.begin, "end": w.end, "expect": w.expect} for w in trace.windows]
+    return {"format": FORMAT, "windows": windows, "periods": rows}
+
+
+def header_line(gpus: Sequence[GpuInfo], ranks: Mapping[str, int], windows: Sequence[Window], recorded_on: str,
+                note: str, clock_ticks: int = 100) -> str:
+    return json.dumps({"format": FORMAT, "recorded_on": recorded_on, "clock_ticks": clock_ticks,
+                       "gpus": [{"index": g.index, "name": g.name, "power_limit_mw": g.power_limit_mw,
+                                 "memory_total_bytes": g.memory_total_bytes} for g in gpus],
+                       "ranks": dict(ranks),
+                       "windows": [{"name": w.name, "begin": w.begin, "end": w.end, "expect": w.expect}
+                                   for w in windows], "note": note})
+
+
+def sample_line(at: float, processes: Sequence[ProcessSample], titles: Mapping[int, str],
+                readings: Sequence[GpuReading]) -> str:
+    procs = []
+    for p in processes:
+        row: dict[str, Any] = {"pid": p.pid, "ppid": p.ppid, "comm": p.comm, "minflt": p.minflt, "majflt": p.majflt,
+                               "cpu_ticks": p.cpu_ticks, "rchar": p.rchar, "read_bytes": p.read_bytes}
+        if p.pid in titles:
+            row["title"] = titles[p.pid]
+        procs.append(row)
+    gpus = [{"index": g.index, "sm_util": g.sm_util, "mem_util": g.mem_util, "power_mw": g.power_mw,
+             "pcie_rx_kbps": g.pcie_rx_kbps, "pcie_tx_kbps": g.pcie_tx_kbps,
+             "processes": {str(k): v for k, v in g.processes.items()},
+             "process_sm_util": {str(k): v for k, v in g.process_sm_util.items()}} for g in readings]
+    return json.dumps({"t": round(at, 3), "procs": procs, "gpus": gpus})
