@@ -20,10 +20,10 @@ from pathlib import Path
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [os.path.join(os.path.dirname(HERE), "daemon")]
 
-from phasewatch.app import Daemon  # noqa: E402
 from phasewatch.clock import FakeClock  # noqa: E402
+from phasewatch.compose import compose  # noqa: E402
 from phasewatch.config import Config  # noqa: E402
-from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
+from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier  # noqa: E402
 from phasewatch.sinks.state import StateStore  # noqa: E402
 from phasewatch.sources.follow import JournalFollower  # noqa: E402
 from phasewatch.sources.journal_source import reader_name  # noqa: E402
@@ -38,10 +38,10 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         state = Path(tmp)
         facts = UnitFacts("active", "running", "0" * 32, control_group=None, started_at=1_000_000_000.0)
-        app = Daemon(Config(unit=args.unit), follower=JournalFollower(args.unit), unit=RecordingUnit(facts),
-                     alerter=RecordingAlerter(args.unit), notifier=RecordingNotifier(),
-                     store=StateStore(state, args.unit), clock=FakeClock(wall=4_000_000_000.0),
-                     processes=ProcessTable(proc=str(state / "proc"), cgroup_roots=(str(state / "cg"),)))
+        app = compose(Config(unit=args.unit), follower=JournalFollower(args.unit), unit=RecordingUnit(facts),
+                      alerter=RecordingAlerter(args.unit), notifier=RecordingNotifier(),
+                      store=StateStore(state, args.unit), clock=FakeClock(wall=4_000_000_000.0),
+                      processes=ProcessTable(proc=str(state / "proc"), cgroup_roots=(str(state / "cg"),)))
         app.start()
         print(json.dumps({"reader": reader_name(), "entries": app.pipeline.entries,
                           "invocations": len(app.pipeline.snapshot().invocations)}))

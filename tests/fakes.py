@@ -290,7 +290,7 @@ class MetricsFixture:
         self.exporter = Exporter(self.journal.config, self.registry, self.journal.clock)
 
     def publish(self, memory: Memory | None = None) -> None:
-        self.exporter.publish(self.journal.pipeline, memory or Memory(), self.journal.now)
+        self.exporter.publish(self.journal.pipeline, memory or Memory(), self.journal.pipeline.judged(self.journal.now))
 
     def value(self, name: str, **labels: str) -> float | None:
         return self.registry.get_sample_value(name, {"unit": UNIT, **labels})

@@ -13,35 +13,30 @@ import logging
 import math
 import os
 import select
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from .clock import Clock
 from .config import Config
 from .durations import format_duration
 from .errors import ConfigError, UnitError
-from .pipeline import Pipeline
-from .sinks.acting import ActionUnit, Worker
-from .sinks.actors import Actors, build_actors, carry_over, resume_guarded
+from .pipeline import Pipeline, StepJudgement
+from .sinks.acting import ActionUnit
+from .sinks.actors import Actors, carry_over, resume_guarded
 from .sinks.group_restarts import GroupRestarts
-from .sinks.history import History
-from .sinks.hold import HoldFile
 from .sinks.metrics import Exporter
 from .sinks.responder import Alerter, Responder
 from .sinks.state import StateStore
 from .sinks.systemd_status import Notify, StepResult, SystemdStatus
 from .sources import rebuild
-from .sources.alert_receiver import AlertReceiver
 from .sources.base import Instant, Source
 from .sources.follow import JournalFollower
-from .sources.gpu import NvmlSource
 from .sources.health import HealthProbes
 from .sources.journal_feed import JournalFeed
-from .sources.probe import BackgroundProbe
 from .sources.procs import ProcessTable
-from .sources.procstat import ProcSampler
-from .sources.rebuild import JudgedClock, StartTelling
+from .sources.rebuild import StartTelling
 from .sources.signs_of_life import SignsOfLife
-from .sources.unit_processes import RankProcesses, Unit, UnitFactsReader
+from .sources.unit_processes import RankProcesses, UnitFactsReader
 from .stages.s4_judge import policy, wakeups
 from .stages.s4_judge.vitals import Vitals
 from .stages.s5_act.respond import reset_budget
@@ -54,48 +49,66 @@ REBUILD_MARGIN = 5.0  # read from this long before the unit's start
 PUBLISH_SPACING = 0.25
 
 
+@dataclass
+class Parts:
+    """What a daemon is made of, wired by compose.py: the loop below only runs them."""
+
+    config: Config
+    clock: Clock
+    follower: JournalFollower
+    notifier: Notify
+    store: StateStore
+    pipeline: Pipeline
+    read_config: Callable[[], Config] | None  # SIGHUP: the config file read again (raises ConfigError)
+    facts: UnitFactsReader
+    processes: ProcessTable
+    journal: JournalFeed
+    health: HealthProbes
+    ranks: RankProcesses
+    signs: SignsOfLife
+    sources: Sequence[Source]
+    unit: ActionUnit  # the one restarted
+    alerter: Alerter
+    make_actors: Callable[[Config], Actors]  # on a reload: the actors for the new config
+    actors: Actors
+    responder: Responder
+    systemd: SystemdStatus
+    group: GroupRestarts  # the group's decisions from Alertmanager
+    exporter: Exporter | None  # metrics and /status (None: none)
+
+
 class Daemon:
-    def __init__(self, config: Config, *, follower: JournalFollower, unit: Unit, alerter: Alerter, notifier: Notify,
-                 store: StateStore, clock: Clock, processes: ProcessTable | None = None,
-                 watchdog_interval: float | None = None, health_probe: BackgroundProbe | None = None,
-                 exporter: Exporter | None = None, history: History | None = None,
-                 sampler: ProcSampler | None = None, reload: Callable[[], Config] | None = None,
-                 actions_off_the_loop: bool = False, action_unit: ActionUnit | None = None,
-                 gpu: NvmlSource | None = None, receiver: AlertReceiver | None = None) -> None:
-        self.config, self.follower, self.notifier, self.store, self.clock = config, follower, notifier, store, clock
-        self.exporter = exporter  # metrics and /status (None: none)
-        self.pipeline = Pipeline(config)
+    def __init__(self, parts: Parts) -> None:
+        self.config = parts.config
+        self.clock = parts.clock
+        self.follower = parts.follower
+        self.notifier = parts.notifier
+        self.store = parts.store
+        self.pipeline = parts.pipeline
+        self.read_config = parts.read_config
+        self.facts = parts.facts
+        self.processes = parts.processes
+        self.journal = parts.journal
+        self.health = parts.health
+        self.ranks = parts.ranks
+        self.signs = parts.signs
+        self.sources = parts.sources
+        self.unit = parts.unit
+        self.alerter = parts.alerter
+        self.make_actors = parts.make_actors
+        self.actors = parts.actors
+        self.responder = parts.responder
+        self.systemd = parts.systemd
+        self.group = parts.group
+        self.exporter = parts.exporter
+        self.unguarded = self.actors.unguarded
         self.stopping = False
-        self.read_config = reload  # SIGHUP: the config file read again (raises ConfigError)
         self.reload_requested = False
         self.wakeup_fd: int | None = None  # signal.set_wakeup_fd's pipe: a signal ends the wait
-        current = self.pipeline.current
-        self.facts = UnitFactsReader(unit, config.unit)
-        processes = processes or ProcessTable()
-        self.journal = JournalFeed(follower, self.pipeline, config.unit, clock, self._on_invocation_change)
-        observe = (lambda r: exporter.observe_probe(r.seconds, r.ok)) if exporter is not None else None
-        self.health = HealthProbes(config, health_probe or BackgroundProbe(), current, clock, observe)
-        self.ranks = RankProcesses(self.facts, processes, current, config.rank_processes == "host")
-        self.signs = SignsOfLife(config, sampler or ProcSampler(processes), self.facts, current,
-                                 exporter.saw_vitals if exporter is not None else None, gpu)
-        self.sources: Sequence[Source] = (self.journal, self.health, self.ranks, self.signs,
-                                          *((receiver,) if receiver is not None else ()))
-        self.unit, self.alerter, self.processes = action_unit or unit, alerter, processes
-        self.actors = self._actors(config)
-        self.unguarded = self.actors.unguarded
-        self.responder = Responder(config, self.pipeline, unit=unit, read_facts=self.facts.read, alerter=alerter,
-                                   store=store, clock=JudgedClock(clock, self.journal), history=history,
-                                   exporter=exporter,
-                                   cursor=lambda: follower.cursor, action_unit=self.unit,
-                                   hold=HoldFile(store.path.parent, config.unit).read, run_hook=self.actors.hooks,
-                                   guarded=self.actors.guarded, evidence=self.actors.evidence)
-        if actions_off_the_loop:
-            self.responder.actor = Worker(self.responder.runner)
-        self.systemd = SystemdStatus(config, notifier, store, watchdog_interval)
         self.last_publish = -math.inf  # monotonic
         self.publish_due = False  # a publish was put off by PUBLISH_SPACING: it has a deadline
-        self.responder.leftovers_seen = lambda: leftovers_seen(self.responder.guarded, self.unguarded)
-        self.group = GroupRestarts(self.responder, receiver, exporter)  # the group's decisions from Alertmanager
+        self.journal.after_batch = self._on_invocation_change
+        self.responder.leftovers_seen = self._leftovers_seen
 
     @property
     def vitals(self) -> Vitals | None:
@@ -104,9 +117,8 @@ class Daemon:
     def now(self) -> Instant:
         return Instant(self.clock.wall(), self.clock.monotonic())
 
-    def _actors(self, config: Config) -> Actors:
-        return build_actors(config, self.unit, self.alerter.alert, self.processes, self.store.path.parent,
-                            rank_pids=self.ranks.watch.known_pids, rank_starts=lambda: self.ranks.started)
+    def _leftovers_seen(self) -> float | None:
+        return leftovers_seen(self.responder.guarded, self.unguarded)
 
     def start(self) -> None:
         """Rebuild the current start-up from the journal (its beginning up to ready and its recent
@@ -131,10 +143,10 @@ class Daemon:
         self.responder.resume(pending, self.facts.known)
         if self.unguarded is not None:
             self.unguarded.known_already(self.pipeline.snapshot().invocations)
-        self.responder.judge_and_act()
+        judged = self.responder.judge_and_act()
         self._save()
         self.notifier.send("READY=1")
-        self._tell_sinks()
+        self._tell_sinks(judged)
 
     def run(self) -> None:
         self.start()
@@ -179,10 +191,10 @@ class Daemon:
         for source in self.sources[1:]:
             for event in source.collect(now, readable):
                 self.pipeline.apply(event, now.wall)
-        self.responder.judge_and_act()
+        judged = self.responder.judge_and_act()
         self.group.handle()
         self._tick_guarded()
-        self._tell_sinks()
+        self._tell_sinks(judged)
         self.journal.release_memory()
 
     def reload(self) -> bool:
@@ -199,7 +211,7 @@ class Daemon:
         self.pipeline.reconfigure(config)
         self.health.config = self.signs.config = self.responder.config = self.systemd.config = config
         self.responder.learned.clear()  # learned limits are derived from the config's
-        self.actors = carry_over(self.actors, self._actors(config))
+        self.actors = carry_over(self.actors, self.make_actors(config))
         self.unguarded = self.actors.unguarded
         runner = self.responder.runner
         runner.run_hook, runner.evidence, runner.guarded = self.actors.hooks, self.actors.evidence, self.actors.guarded
@@ -207,8 +219,7 @@ class Daemon:
         if self.exporter is not None:
             self.exporter.config = config
         logger.info("[%s] config reloaded from %s", self.config.unit, config.source)
-        self.responder.judge_and_act()
-        self._tell_sinks()
+        self._tell_sinks(self.responder.judge_and_act())
         return True
 
     def _tick_guarded(self) -> None:
@@ -269,8 +280,9 @@ class Daemon:
     def _save(self) -> None:
         self.responder.save()
 
-    def _tell_sinks(self) -> None:
-        inv = self.pipeline.current()
+    def _tell_sinks(self, judged: StepJudgement) -> None:
+        """The step's judgement to systemd and the metrics (the responder acted on it already)."""
+        inv = judged.snapshot.current
         result = StepResult(self.clock.wall(), inv, self.pipeline.config, self.responder.eta, self.responder.memory,
                             dict(self.responder.degraded), self.signs.vitals,
                             self.journal.entries_by_invocation.get(inv.invocation_id, 0) if inv else 0,
@@ -280,18 +292,18 @@ class Daemon:
         if self.exporter is not None:
             self.exporter.set_why(result.why)
         self.systemd.tell(result, self.clock.monotonic())
-        self._publish()
+        self._publish(judged)
 
-    def _publish(self) -> None:
+    def _publish(self, judged: StepJudgement) -> None:
         monotonic = self.clock.monotonic()
         if self.exporter is not None and monotonic - self.last_publish < PUBLISH_SPACING:
             self.publish_due = True
         elif self.exporter is not None:
             self.last_publish, self.publish_due = monotonic, False
-            inv = self.pipeline.current()
+            inv = judged.snapshot.current
             limits = self.responder.learned_for(inv).limits if inv else {}
             self.exporter.saw_rejected(self.follower.rejected)
-            self.exporter.publish(self.pipeline, self.responder.memory, self.clock.wall(), self.responder.eta,
+            self.exporter.publish(self.pipeline, self.responder.memory, judged, self.responder.eta,
                                   {p.value: item.reason for p, item in limits.items()})
 
 

@@ -219,9 +219,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     import logging
     import signal
 
-    from .app import Daemon, watchdog_interval_from_env
+    from .app import watchdog_interval_from_env
     from .clock import SystemClock
     from .commands.checkconfig import check_instance
+    from .compose import compose
     from .config_trust import check_trusted
     from .sinks.actions import JournalAlerter, Notifier
     from .sinks.history import History
@@ -256,12 +257,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .sources.gpu import NvmlSource
 
     receiver = start_receiver(config)
-    daemon = Daemon(config, follower=JournalFollower(config.unit, args.directory), unit=unit,
-                    alerter=alerter, notifier=Notifier(), store=StateStore(state_dir, config.unit),
-                    clock=SystemClock(), watchdog_interval=watchdog_interval_from_env(), exporter=exporter,
-                    history=History(Path(state_dir) / f"{config.unit}.history.sqlite3"), reload=read_config,
-                    actions_off_the_loop=True, action_unit=SystemdUnit(config.unit),  # (its own D-Bus connection)
-                    gpu=NvmlSource(), receiver=receiver)
+    daemon = compose(config, follower=JournalFollower(config.unit, args.directory), unit=unit,
+                     alerter=alerter, notifier=Notifier(), store=StateStore(state_dir, config.unit),
+                     clock=SystemClock(), watchdog_interval=watchdog_interval_from_env(), exporter=exporter,
+                     history=History(Path(state_dir) / f"{config.unit}.history.sqlite3"), reload=read_config,
+                     actions_off_the_loop=True, action_unit=SystemdUnit(config.unit),  # (its own D-Bus connection)
+                     gpu=NvmlSource(), receiver=receiver)
 
     def stop(signum: int, frame: object) -> None:
         raise SystemExit(0)

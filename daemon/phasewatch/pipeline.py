@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, replace
-from typing import Iterable
+from typing import Iterable, Mapping
 
 from .config import Config
 from .records import WRONG_WHEN_STOPPED, Entry, Event, EventKind, JournalRecord, Line, Outcome, VerdictKind
@@ -28,9 +28,32 @@ QUARANTINE_LOG_LIMIT = 20
 
 @dataclass(frozen=True)
 class Judgement:
+    """One start-up judged: `verdicts` are what was wrong when it was stopped and what is wrong now
+    (what the metrics, the history and replay tell); `live` only what is wrong now (what the responder
+    acts on)."""
+
     invocation: InvocationView
     verdicts: tuple[policy.Verdict, ...]
     outcome: str
+    live: tuple[policy.Verdict, ...] = ()
+
+
+@dataclass(frozen=True)
+class StepJudgement:
+    """A daemon step's one judgement, which every sink reads: the start-ups of `snapshot` that can
+    still have news (the current one and the two before it), each judged once at `at` with the limits
+    in force for it."""
+
+    at: float
+    snapshot: Snapshot
+    judgements: Mapping[str, Judgement]  # by invocation id
+
+    def of(self, inv: InvocationView | None) -> Judgement | None:
+        return self.judgements.get(inv.invocation_id) if inv is not None else None
+
+    @property
+    def current(self) -> Judgement | None:
+        return self.of(self.snapshot.current)
 
 
 class Pipeline:
@@ -223,18 +246,28 @@ class Pipeline:
         return out
 
     def judge(self, now: float, snapshot: Snapshot | None = None) -> list[Judgement]:
-        judgements = []
-        for inv in (snapshot or self.snapshot()).invocations:
-            verdicts = policy.evaluate(inv, now, self.config, self.profile)
-            outcome = policy.outcome(inv, verdicts)
-            if inv.before_stop is not None and inv.stopped_at is not None:
-                # What was wrong when it was stopped (phasewatch's own restart, or an operator's).
-                before = [v for v in policy.evaluate(inv.before_stop, inv.stopped_at, self.config, self.profile)
-                          if v.kind in WRONG_WHEN_STOPPED]
-                verdicts = before + verdicts
-                if before and outcome in (Outcome.STOPPED, Outcome.CRASHED) and not any(
-                        v.kind == VerdictKind.CRASHED for v in verdicts):
-                    outcome = Outcome.STALLED
-            verdicts = self.with_remedies(verdicts, inv)
-            judgements.append(Judgement(inv, tuple(verdicts), outcome))
-        return judgements
+        """Every start-up of `snapshot` (the whole snapshot by default) judged at `now` (replay, status)."""
+        return [self.judge_one(inv, now) for inv in (snapshot or self.snapshot()).invocations]
+
+    def judged(self, now: float, judge_with: Mapping[str, Config] | None = None) -> StepJudgement:
+        """The step's judgement of the start-ups that can still have news; `judge_with`: the limits in
+        force per invocation id (the learned ones), else this pipeline's."""
+        snapshot = self.snapshot()
+        limits = judge_with or {}
+        return StepJudgement(now, snapshot, {inv.invocation_id: self.judge_one(inv, now, limits.get(inv.invocation_id))
+                                             for inv in snapshot.invocations[-3:]})
+
+    def judge_one(self, inv: InvocationView, now: float, config: Config | None = None) -> Judgement:
+        config = config or self.config
+        live = self.with_remedies(policy.evaluate(inv, now, config, self.profile), inv)
+        verdicts = live
+        outcome = policy.outcome(inv, live)
+        if inv.before_stop is not None and inv.stopped_at is not None:
+            # What was wrong when it was stopped (phasewatch's own restart, or an operator's).
+            wrong = policy.evaluate(inv.before_stop, inv.stopped_at, config, self.profile)
+            before = self.with_remedies([v for v in wrong if v.kind in WRONG_WHEN_STOPPED], inv)
+            verdicts = before + verdicts
+            if before and outcome in (Outcome.STOPPED, Outcome.CRASHED) and not any(
+                    v.kind == VerdictKind.CRASHED for v in verdicts):
+                outcome = Outcome.STALLED
+        return Judgement(inv, tuple(verdicts), outcome, tuple(live))

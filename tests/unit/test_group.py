@@ -148,7 +148,7 @@ def test_the_group_config_is_validated() -> None:
 
 def group_samples(j: Journal) -> dict[str, list[tuple[dict[str, str], float]]]:
     exporter = Exporter(j.config, CollectorRegistry(), j.clock)
-    exporter.publish(j.pipeline, Memory(), j.now)
+    exporter.publish(j.pipeline, Memory(), j.pipeline.judged(j.now))
     return {f.name: [(s.labels, s.value) for s in f.samples] for f in exporter.collect()
             if f.name.startswith("phasewatch_group_")}
 

@@ -35,6 +35,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = tuple((name, frozenset(members.
     ("sources", "sources sources."),
     ("sinks", "sinks sinks."),
     ("app", "app"),
+    ("compose", "compose"),
     ("commands", "commands commands."),
     ("cli", "cli __main__ manpages"),
 ))

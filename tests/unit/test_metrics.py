@@ -33,15 +33,18 @@ from fakes import (
     weight_load,
 )
 from phasewatch import __version__
-from phasewatch.app import Daemon
 from phasewatch.clock import FakeClock
+from phasewatch.compose import compose
 from phasewatch.config import DEFAULT_LIMITS, VERDICT_KINDS, Config, PhaseLimits, RestartBudget
+from phasewatch.pipeline import Judgement, Pipeline, StepJudgement
 from phasewatch.records import MAIN, MID_STARTED, MID_SUPPRESSED, PHASE_NAMES, JournalRecord, Phase
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
 from phasewatch.sinks.http import parse_listen
 from phasewatch.sinks.metrics import PHASE_BUCKETS, Exporter
+from phasewatch.sinks.responder import Responder
 from phasewatch.sinks.state import StateStore
 from phasewatch.sources.procs import ProcessTable
+from phasewatch.stages.s3_track.snapshot import InvocationView
 from phasewatch.stages.s5_act.respond import Budget, BudgetState, Memory
 from phasewatch.systemd_unit import RecordingUnit, UnitFacts
 
@@ -346,10 +349,10 @@ def test_daemon_publishes_and_counts_its_restart(tmp_path: Path) -> None:
                                    started_at=clock.wall()))
     registry = CollectorRegistry()
     exporter = Exporter(config, registry, clock)
-    app = Daemon(config, follower=journal, unit=unit, alerter=RecordingAlerter(config.unit),  # type: ignore[arg-type]
-                 notifier=RecordingNotifier(), store=StateStore(tmp_path, config.unit), clock=clock,
-                 processes=ProcessTable(proc=str(tmp_path / "proc"), cgroup_roots=(str(tmp_path / "cg"),)),
-                 exporter=exporter)
+    app = compose(config, follower=journal, unit=unit, alerter=RecordingAlerter(config.unit),  # type: ignore[arg-type]
+                  notifier=RecordingNotifier(), store=StateStore(tmp_path, config.unit), clock=clock,
+                  processes=ProcessTable(proc=str(tmp_path / "proc"), cgroup_roots=(str(tmp_path / "cg"),)),
+                  exporter=exporter)
     journal.push(*(JournalRecord(f"[2026-11-29 08:00:00 TP{n}] Load weight begin. avail mem=137.95 GB", clock.wall(),
                                  pid=100 + n, invocation_id="0123456789abcdef0123456789abcdef") for n in range(8)))
     app.start()
@@ -369,6 +372,47 @@ def test_daemon_publishes_and_counts_its_restart(tmp_path: Path) -> None:
     clock.jump(10)
     app.step(max_wait=0)
     assert registry.get_sample_value("phasewatch_restarts_total", {**labels, "reason": "stalled"}) == 1
+
+
+
+def test_one_judgement_per_step_read_by_every_sink(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The responder judges each start-up once a step; the metrics publish that same judgement and
+    judge nothing themselves (a second judge call per step was the metrics sink's own)."""
+    config = Config(unit="sglang-kimi.service", phases={**DEFAULT_LIMITS, Phase.WEIGHT_LOAD: PhaseLimits(60, None)})
+    journal = ScriptedJournal()
+    clock = FakeClock(wall=1_800_000_000.0)
+    invocation = "0123456789abcdef0123456789abcdef"
+    unit = RecordingUnit(UnitFacts("activating", "start", invocation, control_group=None, started_at=clock.wall()))
+    exporter = Exporter(config, CollectorRegistry(), clock)
+    app = compose(config, follower=journal, unit=unit, alerter=RecordingAlerter(config.unit),  # type: ignore[arg-type]
+                  notifier=RecordingNotifier(), store=StateStore(tmp_path, config.unit), clock=clock,
+                  processes=ProcessTable(proc=str(tmp_path / "proc"), cgroup_roots=(str(tmp_path / "cg"),)),
+                  exporter=exporter)
+    judged: list[StepJudgement] = []
+    judge_one, respond_judge = Pipeline.judge_one, Responder.judge
+    calls: list[str] = []
+
+    def counted(self: Pipeline, inv: InvocationView, now: float, config: Config | None = None) -> Judgement:
+        calls.append(inv.invocation_id)
+        return judge_one(self, inv, now, config)
+
+    def kept(self: Responder) -> StepJudgement:
+        judged.append(respond_judge(self))
+        return judged[-1]
+
+    monkeypatch.setattr(Pipeline, "judge_one", counted)
+    monkeypatch.setattr(Responder, "judge", kept)
+    journal.push(*(JournalRecord(f"[2026-11-29 08:00:00 TP{n}] Load weight begin. avail mem=137.95 GB", clock.wall(),
+                                 pid=100 + n, invocation_id=invocation) for n in range(8)))
+    app.start()
+    for _ in range(3):
+        clock.jump(31)
+        app.step(max_wait=0)
+    assert len(judged) == 4 and calls == [invocation] * 4  # one start-up, judged once in each step
+    published = exporter.published
+    assert published.judgement is judged[-1].current
+    assert published.now == judged[-1].at
+    assert [v.kind for v in published.judgement.verdicts if v.rank == "TP5"] == ["stalled"]
 
 
 # --- HTTP -----------------------------------------------------------------------------------------

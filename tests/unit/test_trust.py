@@ -26,8 +26,8 @@ from forged_entries import (
     forged_suppressed,
     phantom_rank,
 )
-from phasewatch.app import Daemon
 from phasewatch.clock import FakeClock
+from phasewatch.compose import compose
 from phasewatch.config import Config
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import (
@@ -115,7 +115,8 @@ def test_rejected_entries_are_a_metric() -> None:
     labels = {"unit": UNIT}
     assert registry.get_sample_value("phasewatch_entries_rejected_total", {**labels, "reason": LINE_NOT_FROM_UNIT}) == 0
     exporter.saw_rejected({LINE_NOT_FROM_UNIT: 3, SUPPRESSION_NOT_FROM_JOURNALD: 1})
-    exporter.publish(Pipeline(Config(unit=UNIT)), Memory(), BASE)
+    pipeline = Pipeline(Config(unit=UNIT))
+    exporter.publish(pipeline, Memory(), pipeline.judged(BASE))
     assert registry.get_sample_value("phasewatch_entries_rejected_total", {**labels, "reason": LINE_NOT_FROM_UNIT}) == 3
     assert registry.get_sample_value("phasewatch_entries_rejected_total",
                                      {**labels, "reason": SUPPRESSION_NOT_FROM_JOURNALD}) == 1
@@ -142,9 +143,10 @@ def test_daemon_reads_on_past_a_flood_of_forged_entries(tmp_path: Path) -> None:
     clock = FakeClock(wall=BASE)
     journal = FloodedJournal()
     unit = RecordingUnit(UnitFacts("activating", "start", INVOCATION, control_group=None, started_at=BASE))
-    app = Daemon(Config(unit=UNIT), follower=journal, unit=unit,  # type: ignore[arg-type]
-                 alerter=RecordingAlerter(UNIT), notifier=RecordingNotifier(), store=StateStore(tmp_path, UNIT),
-                 clock=clock, processes=ProcessTable(proc=str(tmp_path / "proc"), cgroup_roots=(str(tmp_path / "cg"),)))
+    app = compose(Config(unit=UNIT), follower=journal, unit=unit,  # type: ignore[arg-type]
+                  alerter=RecordingAlerter(UNIT), notifier=RecordingNotifier(), store=StateStore(tmp_path, UNIT),
+                  clock=clock,
+                  processes=ProcessTable(proc=str(tmp_path / "proc"), cgroup_roots=(str(tmp_path / "cg"),)))
     app.start()
     journal.empty_reads = 12  # more than one step reads (10): the next step must not wait for the journal
     journal.push(*(JournalRecord(f"[2026-11-29 08:00:00 TP{n}] Load weight begin. avail mem=137.95 GB", BASE,

@@ -28,7 +28,7 @@ from .. import trust
 from ..clock import Clock, SystemClock
 from ..config import VERDICT_KINDS, Config
 from ..engines import ServerInfo
-from ..pipeline import Pipeline
+from ..pipeline import Pipeline, StepJudgement
 from ..records import MAIN, PHASE_NAMES, Phase
 from ..render import iso, status_document
 from ..stages.s3_track.snapshot import InvocationView, Snapshot
@@ -139,18 +139,18 @@ class Exporter:
             probes = self._probes
             self._probes = Probes(probes.seconds.observe(max(seconds, 0.0)), probes.failures + (0 if ok else 1))
 
-    def publish(self, pipeline: Pipeline, memory: Memory, now: float, eta: float | None = None,
+    def publish(self, pipeline: Pipeline, memory: Memory, judged: StepJudgement, eta: float | None = None,
                 limit_reasons: Mapping[str, str] | None = None) -> None:
-        """After each loop step: observe what completed, then replace the published reference."""
-        snapshot = pipeline.snapshot()
+        """After a loop step: observe what completed, then replace the published reference. `judged`:
+        the step's judgement (the responder's), read here, never made again."""
+        now, snapshot = judged.at, judged.snapshot
         self._observe(snapshot)
         current = snapshot.current
-        judgement = pipeline.judge(now, Snapshot((current,)))[0] if current is not None else None
+        judgement = judged.current
         for verdict in judgement.verdicts if judgement is not None else ():
             self._saw_verdict(verdict, now)  # a standing verdict stays recent
         if self.config.group is not None:
-            self._group_ended = ended_failures(snapshot, memory, now,
-                                               lambda inv: pipeline.judge(now, Snapshot((inv,)))[0].verdicts)
+            self._group_ended = ended_failures(snapshot, memory, now, lambda inv: _verdicts_of(judged, inv))
         self._published = self._freeze(Published(now, current, judgement, BudgetView.of(memory, now, self.config),
                                                  self._server, pipeline.entries, judged_with=pipeline.config,
                                                  limit_reasons=dict(limit_reasons or {}), eta=eta))
@@ -255,3 +255,8 @@ def _ready_at(inv: InvocationView) -> float | None:
     if main is None:
         return None
     return next((s.start for s in main.spans if s.phase is Phase.READY), None)
+
+
+def _verdicts_of(judged: StepJudgement, inv: InvocationView) -> tuple[Verdict, ...]:
+    judgement = judged.of(inv)
+    return judgement.verdicts if judgement is not None else ()

@@ -15,11 +15,11 @@ from ..config import Config
 from ..durations import format_duration
 from ..engines import ServerInfo
 from ..errors import UnitError
-from ..pipeline import Pipeline
+from ..pipeline import Judgement, Pipeline, StepJudgement
 from ..records import MAIN, NEWS_AFTER_THE_END, Phase, VerdictKind
 from ..render import iso
 from ..sources.listeners import port_holders
-from ..stages.s3_track.snapshot import ENDED_STATES, UP_STATES, InvocationView, Snapshot, UnitState
+from ..stages.s3_track.snapshot import ENDED_STATES, UP_STATES, InvocationView, UnitState
 from ..stages.s4_judge import policy
 from ..stages.s4_judge.learn import LimitInForce, adapted, eta_seconds, limits_in_force, typical_durations
 from ..stages.s4_judge.remedies import UnitSettings
@@ -111,28 +111,42 @@ class Responder(ActingOnResponses):
     def guarded(self) -> GuardedRestart | None:
         return self.runner.guarded  # type: ignore[return-value]
 
-    def judge_and_act(self) -> None:
-        self.retry_restarts()
-        snapshot = self.pipeline.snapshot()
-        # The start-up that just ended (a crash, then systemd's Restart=) may have news too.
-        for earlier in snapshot.invocations[-3:-1]:
-            self._judge(earlier, current=False)
-        if snapshot.current is not None:
-            self._judge(snapshot.current, current=True)
+    def judge_and_act(self) -> StepJudgement:
+        """The step's one judgement (`judge`), acted on; returned for the other sinks to read."""
+        judged = self.judge()
+        self.act(judged)
+        return judged
 
-    def _judge(self, inv: InvocationView, current: bool) -> None:
+    def judge(self) -> StepJudgement:
+        """The current start-up and the two before it (the one that just ended, a crash then systemd's
+        Restart=, may have news too), each judged once with the limits in force for it. The current
+        one's limits, ETA and timer check come first: its verdicts' remedies read the unit's settings."""
         now = self.clock.wall()
-        learned = self.learned_for(inv)
-        if current:
+        snapshot = self.pipeline.snapshot()
+        judgements = {}
+        for earlier in snapshot.invocations[-3:-1]:
+            judgements[earlier.invocation_id] = self.pipeline.judge_one(earlier, now, self.learned_for(earlier).config)
+        current = snapshot.current
+        if current is not None:
+            learned = self.learned_for(current)
             self.pipeline.use_limits(learned.config)  # judged with the limits in force for this start-up
-            self.eta = eta_seconds(inv, now, learned.typical)
-            self._lint_timers(inv, learned)
-        verdicts = self.pipeline.with_remedies(policy.evaluate(inv, now, learned.config, self.pipeline.profile), inv)
+            self.eta = eta_seconds(current, now, learned.typical)
+            self._lint_timers(current, learned)
+            judgements[current.invocation_id] = self.pipeline.judge_one(current, now, learned.config)
+        return StepJudgement(now, snapshot, judgements)
+
+    def act(self, judged: StepJudgement) -> None:
+        self.retry_restarts()
+        for judgement in judged.judgements.values():
+            self._act(judgement, judgement.invocation is judged.snapshot.current, judged.at)
+
+    def _act(self, judgement: Judgement, current: bool, now: float) -> None:
+        inv, verdicts = judgement.invocation, list(judgement.live)
         ready_at = _ready_time(inv) if current and inv.state in UP_STATES else None
         if settled(self.memory, ready_at, verdicts, now, self.config):
             self.memory = reset_budget(self.memory)  # GAVE_UP -> ARMED: ready and healthy for `stable`
             self.save()
-        self._record(inv, current, now)
+        self._record(judgement, current, now)
         if not current:
             verdicts = [v for v in verdicts if v.kind in NEWS_AFTER_THE_END]
         if self.exporter is not None:
@@ -187,8 +201,9 @@ class Responder(ActingOnResponses):
             self.learned[key] = Learned(adapted(self.config, limits), limits, typical_durations(durations))
         return self.learned[key]
 
-    def _record(self, inv: InvocationView, current: bool, now: float) -> None:
+    def _record(self, judgement: Judgement, current: bool, now: float) -> None:
         """A start-up that reached ready, or ended without, goes into the history once."""
+        inv = judgement.invocation
         if self.history is None or inv.invocation_id in self.recorded:
             return
         ready = inv.state in UP_STATES
@@ -196,7 +211,6 @@ class Responder(ActingOnResponses):
         if not (ready or ended):
             return
         self.recorded.add(inv.invocation_id)
-        judgement = self.pipeline.judge(now, Snapshot((inv,)))[0]
         marks = tuple((v.kind, v.rank, v.phase, v.at) for v in judgement.verdicts)
         cause = next((v.cause for v in judgement.verdicts if v.kind != VerdictKind.LINES_LOST), None)
         if cause == "oom" and not ready and after_leftovers(inv, self.leftovers_seen(), now):

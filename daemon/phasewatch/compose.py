@@ -1,0 +1,110 @@
+"""The daemon's parts, made and wired once (`compose`): the pipeline, the sources that feed it, the
+sinks that read its one judgement per step. The loop that runs them is app.py; this module holds no
+loop and the loop makes no part.
+
+    journal, health probe, rank processes, signs of life, Alertmanager's webhook   (sources/)
+        -> Pipeline (stages/)  -> the step's judgement (Responder.judge)
+        -> responder (alerts, restarts, history), group restarts, systemd (STATUS=, WATCHDOG=1,
+           status file), metrics exporter                                            (sinks/)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from .app import Daemon, Parts
+from .clock import Clock
+from .config import Config
+from .pipeline import Pipeline
+from .sinks.acting import ActionUnit, Worker
+from .sinks.actors import Actors, build_actors
+from .sinks.group_restarts import GroupRestarts
+from .sinks.history import History
+from .sinks.hold import HoldFile
+from .sinks.metrics import Exporter
+from .sinks.responder import Alerter, Responder
+from .sinks.state import StateStore
+from .sinks.systemd_status import Notify, SystemdStatus
+from .sources.alert_receiver import AlertReceiver
+from .sources.base import Source
+from .sources.follow import JournalFollower
+from .sources.gpu import NvmlSource
+from .sources.health import HealthProbes
+from .sources.journal_feed import JournalFeed
+from .sources.probe import BackgroundProbe, ProbeResult
+from .sources.procs import ProcessTable
+from .sources.procstat import ProcSampler
+from .sources.rebuild import JudgedClock
+from .sources.signs_of_life import SignsOfLife
+from .sources.unit_processes import RankProcesses, Unit, UnitFactsReader
+
+
+def compose(config: Config, *, follower: JournalFollower, unit: Unit, alerter: Alerter, notifier: Notify,
+            store: StateStore, clock: Clock, processes: ProcessTable | None = None,
+            watchdog_interval: float | None = None, health_probe: BackgroundProbe | None = None,
+            exporter: Exporter | None = None, history: History | None = None,
+            sampler: ProcSampler | None = None, reload: Callable[[], Config] | None = None,
+            actions_off_the_loop: bool = False, action_unit: ActionUnit | None = None,
+            gpu: NvmlSource | None = None, receiver: AlertReceiver | None = None) -> Daemon:
+    """A daemon watching `config.unit`. `unit` is read (its facts, timers); `action_unit`, when given,
+    is the one restarted (the guarded restart's); `reload` reads the config again on SIGHUP;
+    `actions_off_the_loop` runs the responder's actions on a worker thread (the daemon's way)."""
+    pipeline = Pipeline(config)
+    current = pipeline.current
+    facts = UnitFactsReader(unit, config.unit)
+    processes = processes or ProcessTable()
+    journal = JournalFeed(follower, pipeline, config.unit, clock, after_batch=lambda: None)  # (the loop's, below)
+    health = HealthProbes(config, health_probe or BackgroundProbe(), current, clock,
+                          _probe_observer(exporter) if exporter is not None else None)
+    ranks = RankProcesses(facts, processes, current, config.rank_processes == "host")
+    signs = SignsOfLife(config, sampler or ProcSampler(processes), facts, current,
+                        exporter.saw_vitals if exporter is not None else None, gpu)
+    sources: Sequence[Source] = (journal, health, ranks, signs, *((receiver,) if receiver is not None else ()))
+    acting_unit = action_unit or unit
+    make_actors = ActorsFactory(acting_unit, alerter, processes, store, ranks)
+    actors = make_actors(config)
+    responder = Responder(config, pipeline, unit=unit, read_facts=facts.read, alerter=alerter, store=store,
+                          clock=JudgedClock(clock, journal), history=history, exporter=exporter,
+                          cursor=_cursor_of(follower), action_unit=acting_unit,
+                          hold=HoldFile(store.path.parent, config.unit).read, run_hook=actors.hooks,
+                          guarded=actors.guarded, evidence=actors.evidence)
+    if actions_off_the_loop:
+        responder.actor = Worker(responder.runner)
+    parts = Parts(config=config, clock=clock, follower=follower, notifier=notifier, store=store, pipeline=pipeline,
+                  read_config=reload, facts=facts, processes=processes, journal=journal, health=health, ranks=ranks,
+                  signs=signs, sources=sources, unit=acting_unit, alerter=alerter, make_actors=make_actors,
+                  actors=actors, responder=responder, systemd=SystemdStatus(config, notifier, store, watchdog_interval),
+                  group=GroupRestarts(responder, receiver, exporter), exporter=exporter)
+    return Daemon(parts)
+
+
+@dataclass(frozen=True)
+class ActorsFactory:
+    """The actors (evidence, hooks, guarded restart, unguarded stops) for a config: at the start and
+    again on every reload (sinks/actors.py carries what is running over)."""
+
+    unit: ActionUnit
+    alerter: Alerter
+    processes: ProcessTable
+    store: StateStore
+    ranks: RankProcesses
+
+    def __call__(self, config: Config) -> Actors:
+        return build_actors(config, self.unit, self.alerter.alert, self.processes, self.store.path.parent,
+                            rank_pids=self.ranks.watch.known_pids, rank_starts=self._rank_starts)
+
+    def _rank_starts(self) -> dict[int, int]:
+        return self.ranks.started
+
+
+def _probe_observer(exporter: Exporter) -> Callable[[ProbeResult], None]:
+    def observe(result: ProbeResult) -> None:
+        exporter.observe_probe(result.seconds, result.ok)
+    return observe
+
+
+def _cursor_of(follower: JournalFollower) -> Callable[[], str | None]:
+    def cursor() -> str | None:
+        return follower.cursor
+    return cursor
