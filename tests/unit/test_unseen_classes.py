@@ -225,23 +225,51 @@ def test_vllm_waiting_only_for_its_engine_stalls_in_launch(count: int, level: st
 
 # --- vLLM: an APIServer traceback in journalctl's output of a system unit --------------------------
 
+# journalctl's short formats (-o short, short-precise, short-iso, short-full) of a system unit: the
+# host (or none, --no-hostname), the syslog identifier (`vllm`, or `python3` for `python3 -m vllm...`)
+JOURNAL_TIMES = {"short": "Mar 01 10:00:{s:02d}", "short-precise": "Mar 01 10:00:{s:02d}.{s:03d}417",
+                 "short-iso": "2026-03-01T10:00:{s:02d}+0000", "short-full": "Sun 2026-03-01 10:00:{s:02d} UTC"}
+VLLM = "/opt/venv/lib/python3.12/site-packages/vllm"
+# The API server's frames down to its wait for the engine (vLLM 0.10-0.11: entrypoints/cli, core_client.py)
+API_FRAMES = [("/opt/venv/bin/vllm", "<module>", "sys.exit(main())"),
+              (f"{VLLM}/entrypoints/cli/main.py", "main", "args.dispatch_function(args)"),
+              (f"{VLLM}/entrypoints/openai/api_server.py", "run_server",
+               "await run_server_worker(listen_address, sock, args, **uvicorn_kwargs)"),
+              (f"{VLLM}/v1/engine/core_client.py", "__init__", "with launch_core_engines(vllm_config, executor_class,"),
+              ("/usr/lib/python3.12/contextlib.py", "__exit__", "next(self.gen)"),
+              (f"{VLLM}/v1/engine/utils.py", "wait_for_engine_startup", "raise RuntimeError(")]
+
+
 @FAMILY
 @given(error=st.sampled_from(["RuntimeError: Engine core initialization failed. See root cause above. Failed core "
                               "proc(s): {}", "ValueError: max_model_len (131072) is greater than the derived "
-                              "max_model_len (32768)", "OSError: [Errno 98] Address already in use"]),
-       waited=st.integers(0, 3), spaces=st.sampled_from(["  ", "   "]))
-def test_vllm_api_server_traceback_in_journalctl_output_is_a_crash(error: str, waited: int, spaces: str) -> None:
-    def journal(t: str, text: str) -> str:
-        return f"Mar 01 10:00:{t} gpu1 vllm[4242]: (APIServer pid=4242) {text}"
+                              "max_model_len (32768)", "OSError: [Errno 98] Address already in use",
+                              "TimeoutError: Timed out waiting for engine core processes to start. This is often "
+                              "caused by slow weight loading for large models. Waited 600s (configured by "
+                              "VLLM_ENGINE_READY_TIMEOUT_S)."]),
+       waited=st.integers(0, 3), spaces=st.sampled_from(["  ", "   "]), form=st.sampled_from(sorted(JOURNAL_TIMES)),
+       host=st.sampled_from(["gpu1 ", "vllm ", "node-07.dc1 ", ""]), ident=st.sampled_from(["vllm", "python3"]),
+       frames=st.integers(2, len(API_FRAMES)), carets=st.booleans(), engine=st.booleans(), started=st.booleans())
+def test_vllm_api_server_traceback_in_journalctl_output_is_a_crash(error: str, waited: int, spaces: str, form: str,
+                                                                   host: str, ident: str, frames: int,
+                                                                   carets: bool, engine: bool,
+                                                                   started: bool) -> None:
+    def journal(t: str, text: str, who: str = "(APIServer pid=4242) ", pid: int = 4242, name: str = ident) -> str:
+        return f"{JOURNAL_TIMES[form].format(s=int(t))} {host}{name}[{pid}]: {who}{text}"
 
-    lines = [journal(f"{i:02d}", "INFO 03-01 10:00:00 [utils.py:1239] Waiting for 1 local, 0 remote core engine "
-                     "proc(s) to start.") for i in range(waited)]
-    lines += [journal("20", "Traceback (most recent call last):"),
-              journal("20", f'{spaces}File "/opt/venv/bin/vllm", line 10, in <module>'),
-              journal("20", f"{spaces}  sys.exit(main())"),
-              journal("20", f'{spaces}File "/opt/venv/lib/python3.12/site-packages/vllm/entrypoints/openai/'
-                            'api_server.py", line 1900, in run_server'),
-              journal("20", f"{spaces}  await run_server_worker(listen_address, sock, args, **uvicorn_kwargs)"),
-              journal("20", error)]
+    lines = [journal("00", "Started vllm.service - vLLM server.", "", 1, "systemd")] if started else []
+    lines += [journal(f"{i:02d}", "INFO 03-01 10:00:00 [utils.py:1239] Waiting for 1 local, 0 remote core engine "
+                      "proc(s) to start.") for i in range(waited)]
+    if engine:  # the engine core's own failure first (its logged traceback repeats the whole prefix)
+        lines += [journal("15", f"ERROR 03-01 10:00:15 [core.py:708] {text}", "(EngineCore_DP0 pid=4300) ")
+                  for text in ("EngineCore failed to start.", "Traceback (most recent call last):",
+                               f'  File "{VLLM}/v1/engine/core.py", line 699, in run_engine_core',
+                               "ValueError: the engine's own error")]
+    lines.append(journal("20", "Traceback (most recent call last):"))
+    for path, func, source in API_FRAMES[:frames]:
+        lines += [journal("20", f'{spaces}File "{path}", line 10, in {func}'), journal("20", f"{spaces}  {source}")]
+        if carets:
+            lines.append(journal("20", f"{spaces}  {'^' * 16}"))
+    lines.append(journal("20", error))
     inv = replayed("\n".join(lines) + "\n", "--now", "+2h")
     assert inv["outcome"] == "crashed", inv["verdicts"]
