@@ -70,6 +70,34 @@ FRAMES_ABOVE = [("managers/scheduler.py", "run_scheduler_process", "scheduler = 
                 ("managers/scheduler.py", "init_model_worker", "self.draft_worker = DraftWorkerClass(**kwargs)")]
 
 
+# Below the runner's capture: its forward, down to the KV pool the attention writes (memory_pool.py,
+# a file of the KV phase, used here by the capture).
+BELOW_CAPTURE = [
+    ("model_executor/cuda_graph_runner.py", "capture", "graph, output_buffers = self.capture_one_batch_size("),
+    ("model_executor/cuda_graph_runner.py", "capture_one_batch_size", "run_once()"),
+    ("model_executor/cuda_graph_runner.py", "run_once", "logits_output = forward(input_ids, positions, fb)"),
+    ("models/deepseek_nextn.py", "forward", "hidden_states = self.model(input_ids, positions, forward_batch)"),
+    ("layers/radix_attention.py", "forward", "return forward_batch.attn_backend.forward("),
+    ("layers/attention/flashinfer_backend.py", "forward_extend", "forward_batch.token_to_kv_pool.set_kv_buffer(")]
+POOL_FRAMES = [("set_kv_buffer", "self.k_buffer[layer_id - self.start_layer][loc] = cache_k"),
+               ("set_mla_kv_buffer", "set_mla_kv_buffer_triton(self.kv_buffer[layer_id - self.start_layer], loc)"),
+               ("get_key_buffer", "return self.k_buffer[layer_id - self.start_layer]")]
+
+
+def _draft_graph_frames(worker: str, runner: str, init: str, via_base: bool) -> list[tuple[str, str, str]]:
+    """From the spec worker's construction down to the draft runner's capture: directly, or (the
+    newer layout) through base_spec_worker's init_cuda_graphs and the worker's _capture_cuda_graphs."""
+    head = [(f"speculative/{worker}.py", init, "self._draft_worker = DraftWorker("),
+            (f"speculative/{worker}.py", init, "self.init_cuda_graphs()")]
+    if via_base:
+        head += [("speculative/base_spec_worker.py", "init_cuda_graphs", "self._capture_cuda_graphs()"),
+                 (f"speculative/{worker}.py", "_capture_cuda_graphs", "self.cuda_graph_runner_for_draft_extend = (")]
+    else:
+        head.append((f"speculative/{worker}.py", "init_cuda_graphs", "self.cuda_graph_runner = Runner(self)"))
+    return [*head, (f"speculative/{runner}.py", init, "self.capture()"),
+            (f"speculative/{runner}.py", "capture", "CudaGraphRunner.capture(self)")]
+
+
 @FAMILY
 @given(worker=st.sampled_from(["multi_layer_eagle_worker_v2", "eagle_worker_v2"]),
        runner=st.sampled_from(["multi_layer_eagle_draft_extend_cuda_graph_runner", "eagle_draft_cuda_graph_runner",
@@ -78,36 +106,52 @@ FRAMES_ABOVE = [("managers/scheduler.py", "run_scheduler_process", "scheduler = 
        error=st.sampled_from(["torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB.",
                               "RuntimeError: CUDA error: no kernel image is available for execution on the device",
                               "AttributeError: 'NoneType' object has no attribute 'capture'"]),
-       drafted=st.booleans())
+       drafted=st.booleans(), via_base=st.booleans(), depth=st.integers(0, len(BELOW_CAPTURE)),
+       pool=st.sampled_from(POOL_FRAMES), chained=st.booleans(), tp=st.integers(0, 1))
 def test_draft_worker_dying_in_its_graph_setup_is_draft_capture(worker: str, runner: str, indent: bool,
                                                                 mangled: bool, carets: bool, error: str,
-                                                                drafted: bool) -> None:
+                                                                drafted: bool, via_base: bool, depth: int,
+                                                                pool: tuple[str, str], chained: bool,
+                                                                tp: int) -> None:
     init = "init" if mangled else "__init__"
     root = "/sgl-workspace/sglang/python/sglang/srt/"
-    frames = [*FRAMES_ABOVE, (f"speculative/{worker}.py", init, "self._draft_worker = DraftWorker("),
-              (f"speculative/{worker}.py", init, "self.init_cuda_graphs()"),
-              (f"speculative/{worker}.py", "init_cuda_graphs", "self.cuda_graph_runner = Runner(self)"),
-              (f"speculative/{runner}.py", init, "self.capture()"),
-              (f"speculative/{runner}.py", "capture", "CudaGraphRunner.capture(self)")]
+    frames = [*FRAMES_ABOVE, *_draft_graph_frames(worker, runner, init, via_base)]
+    below = BELOW_CAPTURE[:depth] + ([("mem_cache/memory_pool.py", *pool)] if depth == len(BELOW_CAPTURE) else [])
     pad, code = ("  ", "    ") if indent else ("", "")
+
+    def block(stack: list[tuple[str, str, str]]) -> list[str]:
+        out = []
+        for path, func, source in stack:
+            out += [f'{pad}File "{root}{path}", line 120, in {func}', f"{code}{source}"]
+            if carets:
+                out.append(f"{code}{'^' * 12}")
+        return out
+
     lines = ["[2026-03-01 10:00:00] server_args=ServerArgs(model_path='/m', tp_size=2, speculative_algorithm='EAGLE', "
              "port=30000)"]
-    for tp in (0, 1):
-        lines += [f"[2026-03-01 10:01:00 TP{tp}] Load weight begin. avail mem=78.50 GB",
-                  f"[2026-03-01 10:03:00 TP{tp}] Load weight end. type=X, avail mem=8.10 GB, mem usage=70.20 GB.",
-                  f"[2026-03-01 10:03:01 TP{tp}] Memory pool end. avail mem=3.00 GB",
-                  f"[2026-03-01 10:04:00 TP{tp}] Capture cuda graph end. Time elapsed: 20.00 s. mem usage=1.20 GB."]
+    for rank in (0, 1):
+        lines += [f"[2026-03-01 10:01:00 TP{rank}] Load weight begin. avail mem=78.50 GB",
+                  f"[2026-03-01 10:03:00 TP{rank}] Load weight end. type=X, avail mem=8.10 GB, mem usage=70.20 GB.",
+                  f"[2026-03-01 10:03:01 TP{rank}] Memory pool end. avail mem=3.00 GB",
+                  f"[2026-03-01 10:04:00 TP{rank}] Capture cuda graph end. Time elapsed: 20.00 s. mem usage=1.20 GB."]
         if drafted:
-            lines.append(f"[2026-03-01 10:04:30 TP{tp}] Load weight begin. avail mem=1.80 GB")
-    lines.append("[2026-03-01 10:05:12 TP0] Scheduler hit an exception: Traceback (most recent call last):")
-    for path, func, source in frames:
-        lines += [f'{pad}File "{root}{path}", line 120, in {func}', f"{code}{source}"]
-        if carets:
-            lines.append(f"{code}{'^' * 12}")
-    lines.append(error)
+            lines.append(f"[2026-03-01 10:04:30 TP{rank}] Load weight begin. avail mem=1.80 GB")
+    lines.append(f"[2026-03-01 10:05:12 TP{tp}] Scheduler hit an exception: Traceback (most recent call last):")
+    if chained:
+        # The runner catches the capture's error and raises its own (SGLANG-LOGS.md: "Capture cuda
+        # graph failed"): the original traceback first, from the runner's __init__ down.
+        lines += block(frames[-2:] + below)
+        lines += [error, "", "During handling of the above exception, another exception occurred:", "",
+                  "Traceback (most recent call last):"]
+        lines += block(frames[:-1])
+        lines += [f"Exception: Capture cuda graph failed: {error.split(': ', 1)[1]}", "Possible solutions:",
+                  "1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)"]
+    else:
+        lines += block(frames + below)
+        lines.append(error)
     inv = replayed("\n".join(lines) + "\n")
     crash = next(v for v in inv["verdicts"] if v["kind"] == "crashed")
-    assert (crash["rank"], crash["phase"]) == ("TP0", "draft_cuda_graph_capture"), crash
+    assert (crash["rank"], crash["phase"]) == (f"TP{tp}", "draft_cuda_graph_capture"), crash
 
 
 # --- a rank named only inside another rank's message -----------------------------------------------
@@ -181,23 +225,51 @@ def test_vllm_waiting_only_for_its_engine_stalls_in_launch(count: int, level: st
 
 # --- vLLM: an APIServer traceback in journalctl's output of a system unit --------------------------
 
+# journalctl's short formats (-o short, short-precise, short-iso, short-full) of a system unit: the
+# host (or none, --no-hostname), the syslog identifier (`vllm`, or `python3` for `python3 -m vllm...`)
+JOURNAL_TIMES = {"short": "Mar 01 10:00:{s:02d}", "short-precise": "Mar 01 10:00:{s:02d}.{s:03d}417",
+                 "short-iso": "2026-03-01T10:00:{s:02d}+0000", "short-full": "Sun 2026-03-01 10:00:{s:02d} UTC"}
+VLLM = "/opt/venv/lib/python3.12/site-packages/vllm"
+# The API server's frames down to its wait for the engine (vLLM 0.10-0.11: entrypoints/cli, core_client.py)
+API_FRAMES = [("/opt/venv/bin/vllm", "<module>", "sys.exit(main())"),
+              (f"{VLLM}/entrypoints/cli/main.py", "main", "args.dispatch_function(args)"),
+              (f"{VLLM}/entrypoints/openai/api_server.py", "run_server",
+               "await run_server_worker(listen_address, sock, args, **uvicorn_kwargs)"),
+              (f"{VLLM}/v1/engine/core_client.py", "__init__", "with launch_core_engines(vllm_config, executor_class,"),
+              ("/usr/lib/python3.12/contextlib.py", "__exit__", "next(self.gen)"),
+              (f"{VLLM}/v1/engine/utils.py", "wait_for_engine_startup", "raise RuntimeError(")]
+
+
 @FAMILY
 @given(error=st.sampled_from(["RuntimeError: Engine core initialization failed. See root cause above. Failed core "
                               "proc(s): {}", "ValueError: max_model_len (131072) is greater than the derived "
-                              "max_model_len (32768)", "OSError: [Errno 98] Address already in use"]),
-       waited=st.integers(0, 3), spaces=st.sampled_from(["  ", "   "]))
-def test_vllm_api_server_traceback_in_journalctl_output_is_a_crash(error: str, waited: int, spaces: str) -> None:
-    def journal(t: str, text: str) -> str:
-        return f"Mar 01 10:00:{t} gpu1 vllm[4242]: (APIServer pid=4242) {text}"
+                              "max_model_len (32768)", "OSError: [Errno 98] Address already in use",
+                              "TimeoutError: Timed out waiting for engine core processes to start. This is often "
+                              "caused by slow weight loading for large models. Waited 600s (configured by "
+                              "VLLM_ENGINE_READY_TIMEOUT_S)."]),
+       waited=st.integers(0, 3), spaces=st.sampled_from(["  ", "   "]), form=st.sampled_from(sorted(JOURNAL_TIMES)),
+       host=st.sampled_from(["gpu1 ", "vllm ", "node-07.dc1 ", ""]), ident=st.sampled_from(["vllm", "python3"]),
+       frames=st.integers(2, len(API_FRAMES)), carets=st.booleans(), engine=st.booleans(), started=st.booleans())
+def test_vllm_api_server_traceback_in_journalctl_output_is_a_crash(error: str, waited: int, spaces: str, form: str,
+                                                                   host: str, ident: str, frames: int,
+                                                                   carets: bool, engine: bool,
+                                                                   started: bool) -> None:
+    def journal(t: str, text: str, who: str = "(APIServer pid=4242) ", pid: int = 4242, name: str = ident) -> str:
+        return f"{JOURNAL_TIMES[form].format(s=int(t))} {host}{name}[{pid}]: {who}{text}"
 
-    lines = [journal(f"{i:02d}", "INFO 03-01 10:00:00 [utils.py:1239] Waiting for 1 local, 0 remote core engine "
-                     "proc(s) to start.") for i in range(waited)]
-    lines += [journal("20", "Traceback (most recent call last):"),
-              journal("20", f'{spaces}File "/opt/venv/bin/vllm", line 10, in <module>'),
-              journal("20", f"{spaces}  sys.exit(main())"),
-              journal("20", f'{spaces}File "/opt/venv/lib/python3.12/site-packages/vllm/entrypoints/openai/'
-                            'api_server.py", line 1900, in run_server'),
-              journal("20", f"{spaces}  await run_server_worker(listen_address, sock, args, **uvicorn_kwargs)"),
-              journal("20", error)]
+    lines = [journal("00", "Started vllm.service - vLLM server.", "", 1, "systemd")] if started else []
+    lines += [journal(f"{i:02d}", "INFO 03-01 10:00:00 [utils.py:1239] Waiting for 1 local, 0 remote core engine "
+                      "proc(s) to start.") for i in range(waited)]
+    if engine:  # the engine core's own failure first (its logged traceback repeats the whole prefix)
+        lines += [journal("15", f"ERROR 03-01 10:00:15 [core.py:708] {text}", "(EngineCore_DP0 pid=4300) ")
+                  for text in ("EngineCore failed to start.", "Traceback (most recent call last):",
+                               f'  File "{VLLM}/v1/engine/core.py", line 699, in run_engine_core',
+                               "ValueError: the engine's own error")]
+    lines.append(journal("20", "Traceback (most recent call last):"))
+    for path, func, source in API_FRAMES[:frames]:
+        lines += [journal("20", f'{spaces}File "{path}", line 10, in {func}'), journal("20", f"{spaces}  {source}")]
+        if carets:
+            lines.append(journal("20", f"{spaces}  {'^' * 16}"))
+    lines.append(journal("20", error))
     inv = replayed("\n".join(lines) + "\n", "--now", "+2h")
     assert inv["outcome"] == "crashed", inv["verdicts"]

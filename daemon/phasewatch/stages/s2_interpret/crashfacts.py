@@ -54,6 +54,7 @@ _DRAFT_OF = {Phase.DIST_INIT: Phase.DRAFT_WEIGHT_LOAD, Phase.WEIGHT_LOAD: Phase.
              Phase.KV_CACHE_ALLOC: Phase.DRAFT_WEIGHT_LOAD, Phase.CUDA_GRAPH_CAPTURE: Phase.DRAFT_CUDA_GRAPH_CAPTURE}
 # Torch and the standard library: their frames name no phase of the engine (`capture` in
 # torch/cuda/graphs.py is under whatever runner called it).
+_ORDER = {phase: index for index, phase in enumerate(Phase)}  # start-up order
 _LIBRARY_FILE = re.compile(r"/(?:torch|triton|threading|asyncio|concurrent|multiprocessing|contextlib)/")
 
 
@@ -70,7 +71,9 @@ def frame_phase(file: str, func: str) -> Phase | None:
 def traceback_phase(texts: Iterable[str]) -> Phase | None:
     """The phase a traceback died in: the deepest frame that names a phase, in the first traceback of
     a chain that names one (the first is the original exception, raised deepest); frames of a draft
-    worker above it make it a draft phase."""
+    worker above it make it a draft phase. A deeper frame naming an earlier phase than the frames
+    above it is a later phase's use of that code (a graph capture's forward writes the KV pool in
+    `memory_pool.py`'s `set_kv_buffer`): the phase stays the later one."""
     draft = False
     found: Phase | None = None
     for text in texts:
@@ -87,8 +90,10 @@ def traceback_phase(texts: Iterable[str]) -> Phase | None:
         if _DRAFT_FRAME.search("/".join(file.rsplit("/", 2)[-2:])) or _DRAFT_FRAME.search(func):
             draft = True
         phase = frame_phase(file, func)
-        if phase is not None:
-            found = _DRAFT_OF.get(phase, phase) if draft else phase
+        if phase is not None and draft:
+            phase = _DRAFT_OF.get(phase, phase)
+        if phase is not None and (found is None or _ORDER[phase] >= _ORDER[found]):
+            found = phase
         elif draft and found is not None:
             found = _DRAFT_OF.get(found, found)
     return found
