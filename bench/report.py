@@ -21,7 +21,8 @@ STAGES = [
     ("split: lines (LineSplitter.feed, .flush)", "LineSplitter.feed", "phasewatch/stages/s1_read/lines.py"),
     ("parse: events (EventMapper.map_line)", "EventMapper.map_line", "phasewatch/stages/s2_interpret/events.py"),
     ("track: tracker (Tracker.apply)", "Tracker.apply", "phasewatch/stages/s3_track/tracker.py"),
-    ("the rest of the loop (Pipeline.feed_entries, .feed_line, TimeClamp.feed)", "TimeClamp.feed", "phasewatch/cli.py"),
+    ("the rest of the loop (Pipeline.feed_entries, .feed_line, TimeClamp.feed)", "TimeClamp.feed",
+     "phasewatch/commands/replay.py"),
     ("judge + render (Pipeline.judge, render.to_json)", "Pipeline.judge", "phasewatch/pipeline.py"),
 ]
 

@@ -1,295 +1,28 @@
-"""Command line: `phasewatch replay`, `run`, `report`, `check-config`; the operator's commands are in
-commands/. Exit statuses: errors.EXIT_STATUSES (sysexits.h for errors), printed by `--help`.
+"""Command line: the parser, made of each command's `add_parser` (commands/<name>.py), the preflight
+of the commands that read a unit, and the dispatch to the command's function. Exit statuses:
+errors.EXIT_STATUSES (sysexits.h for errors), printed by `--help`.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import os
-import re
 import sys
-import time
-from dataclasses import replace
-from pathlib import Path
-from typing import Callable, Iterable, Iterator, NoReturn, Sequence
+from typing import NoReturn, Sequence
 
 from . import __version__
-from .commands.logs import parse_since
-from .config import Config, load_config
-from .durations import parse_duration
-from .engines import detect_engine
+from .commands import replay, run
 from .errors import (
     EX_NOINPUT,
-    EX_OK,
     EX_USAGE,
     EXIT_CLOSED_PIPE,
-    ConfigError,
-    InputError,
     NoPermission,
     PhasewatchError,
-    UsageError,
     exit_table,
 )
-from .fit import output_width
-from .instances import other_spelling, watched_unit
-from .pipeline import Pipeline
-from .profile import builtin_engines
-from .records import Entry, JournalRecord
-from .render import MAX_TS, clamp_ts, json_text, terminal_safe, to_json, to_table, ts_in_range
+from .instances import watched_unit
+from .render import terminal_safe
 from .sources import journal_source
-from .sources.formats import parse_source
-from .sources.journal_source import UnitRecords
-from .stages.s2_interpret.ruletally import RuleTally
-
-
-def _parse_when(text: str, last_line: float | None) -> float:
-    """`+2h` (after the last line) or an ISO time (naive = UTC, like log prefixes)."""
-    if text.startswith("+"):
-        seconds = parse_duration(text[1:])
-        return (last_line or 0.0) + (seconds or 0.0)
-    try:
-        when = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=dt.timezone.utc)
-    return when.timestamp()
-
-
-def _records_from_file(source: str) -> tuple[list[JournalRecord], list[str]]:
-    data = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
-    try:
-        parsed = parse_source(data, default_year=dt.datetime.now(dt.timezone.utc).year)
-    except InputError as exc:
-        raise InputError(str(exc), source) from None
-    return list(parsed.records), list(parsed.warnings)
-
-
-class TimeClamp:
-    """Journal times outside 1970..9999 (a forged or corrupt __REALTIME_TIMESTAMP) clamped into
-    that range before the pipeline sees them, and counted for one warning. Iterable again, like
-    the records it wraps (replay may feed them twice)."""
-
-    def __init__(self, records: Iterable[JournalRecord]) -> None:
-        self._records = records
-        self._clamped_records = 0
-        self._clamped_stamps = 0
-
-    def __iter__(self) -> Iterator[JournalRecord]:
-        self._clamped_records = 0
-        for record in self._records:
-            if record.realtime is not None and not ts_in_range(record.realtime):
-                self._clamped_records += 1
-                record = replace(record, realtime=clamp_ts(record.realtime))
-            yield record
-
-    def feed(self, pipeline: Pipeline, now: float | None) -> None:
-        """Every record through `pipeline`; a journal's unit read in batches, its whole lines without
-        a JournalRecord each (`Pipeline.feed_entries`, the catch-up fast path)."""
-        source = self._records
-        if not isinstance(source, journal_source.UnitRecords):
-            pipeline.feed_all(self, now)
-            return
-        self._clamped_records = 0
-        for batch in source.batches(runs=pipeline.run_shape()):
-            pipeline.feed_entries(self._clamped(batch), now)
-        pipeline.flush(now)
-
-    def _clamped(self, batch: list[Entry]) -> Iterator[Entry]:
-        for entry in batch:
-            if isinstance(entry, JournalRecord):
-                if entry.realtime is not None and not ts_in_range(entry.realtime):
-                    self._clamped_records += 1
-                    entry = replace(entry, realtime=clamp_ts(entry.realtime))
-            elif isinstance(entry[1], list):
-                stamps: list[float] = entry[1]
-                if not (0.0 <= min(stamps) and max(stamps) <= MAX_TS):
-                    self._clamped_records += sum(1 for ts in stamps if not 0.0 <= ts <= MAX_TS)
-                    entry = (entry[0], [clamp_ts(ts) for ts in stamps], entry[2], entry[3])
-            elif not 0.0 <= entry[1] <= MAX_TS:
-                self._clamped_records += 1
-                entry = (entry[0], clamp_ts(entry[1]), entry[2], entry[3])
-            yield entry
-
-    def saw(self, stamps: Iterable[float | None]) -> None:
-        """Times from line prefixes (year 0001 is before 1970): counted here, shown clamped."""
-        self._clamped_stamps += sum(1 for ts in stamps if ts is not None and not ts_in_range(ts))
-
-    @property
-    def count(self) -> int:
-        return self._clamped_records + self._clamped_stamps
-
-
-def _messages(records: Iterable[JournalRecord]) -> Iterator[str]:
-    for record in records:
-        if isinstance(record.message, str):
-            yield record.message
-        elif isinstance(record.message, bytes):
-            yield record.message.decode("utf-8", "replace")
-
-
-CLOCK_TIME = re.compile(r"\d\d:\d\d:\d\d")  # what every log line's prefix has, in one form or another
-
-
-def cmd_replay(args: argparse.Namespace) -> int:
-    config = load_config(args.config) if args.config else Config(unit=args.unit or Config.unit)
-    if args.unit and not args.config:
-        config = Config(unit=args.unit)
-    warnings: list[str] = []
-    records: Iterable[JournalRecord]
-    unit_records: UnitRecords | None = None
-    since = parse_since(args.since, time.time()) if args.since else None  # as logs reads it: ISO or 30m ago
-    if args.unit:
-        records = unit_records = UnitRecords(args.unit, args.directory, since)  # streamed: memory does not grow
-    else:
-        records, warnings = _records_from_file(args.source)
-        if since is not None:
-            timed = [r for r in records if r.realtime is not None]
-            if not timed:
-                warnings.append(f"--since: {args.source} has no journal times (a text log): every line read")
-            records = [r for r in records if r.realtime is None or r.realtime >= since]
-    for warning in warnings:
-        print(f"phasewatch: warning: {terminal_safe(warning)}", file=sys.stderr)
-    records = clamped = TimeClamp(records)
-    if not args.config and not args.unit:
-        named = next((r.extra.get("_SYSTEMD_UNIT") or r.unit for r in records
-                      if r.extra.get("_SYSTEMD_UNIT") or r.unit), None)
-        config = Config(unit=named) if named else config
-    if args.engine:
-        config = replace(config, engine=args.engine, profile=None)
-    elif not args.config:
-        config = replace(config, engine=detect_engine(_messages(records)))  # the log's own lines say
-    # A saved log is complete: no line naming a crash's cause is still to come.
-    config = replace(config, crash_cause_wait=0.0)
-    year = dt.datetime.now(dt.timezone.utc).year  # for prefixes without a year (vLLM), as for syslog's
-    tally = RuleTally() if args.rules else None
-    pipeline = Pipeline(config, tally, default_year=year)
-    clamped.feed(pipeline, now=None)
-    snapshot = pipeline.snapshot()
-    last_line = max((inv.last_ts for inv in snapshot.invocations if inv.last_ts is not None), default=None)
-    if last_line is None and snapshot.invocations:
-        # A log without a single time stamp: judged as if every line was written at time 0.
-        tally = RuleTally() if args.rules else None
-        pipeline = Pipeline(config, tally, default_year=year)
-        clamped.feed(pipeline, now=0.0)
-        snapshot = pipeline.snapshot()
-    if tally is not None:
-        tally.add_anomalies(a for inv in snapshot.invocations for a in inv.anomalies)
-        if args.json:
-            sys.stdout.write(json_text(tally.to_json(pipeline.profile)) + "\n")
-        else:
-            sys.stdout.writelines(terminal_safe(line) + "\n" for line in tally.to_table(pipeline.profile).splitlines())
-        return EX_OK
-    now = _parse_when(args.now, last_line) if args.now else (last_line or 0.0)
-    judgements = pipeline.judge(now, snapshot)
-    if not args.unit and last_line is None and judgements and not any(
-            j.verdicts or j.invocation.ranks or j.invocation.server for j in judgements) and not any(
-            CLOCK_TIME.search(message) for message in _messages(records)):  # no time of day, no rank: prose
-        raise InputError("no line of a start-up phasewatch knows (SGLang, vLLM) in it: not the server's log? "
-                         "(phasewatch replay --rules FILE shows what each rule matched)", args.source)
-    if unit_records is not None and unit_records.rejected:
-        counts = ", ".join(f"{count} {reason}" for reason, count in sorted(unit_records.rejected.items()))
-        print(f"phasewatch: warning: ignored entries that claim {terminal_safe(args.unit)} without journald's "
-              "trusted fields "
-              f"({counts}); see the threat model in docs/operations.md", file=sys.stderr)
-    clamped.saw(ts for inv in snapshot.invocations for ts in (inv.started_at, inv.last_ts))
-    if clamped.count:
-        print(f"phasewatch: warning: {clamped.count} time stamp(s) outside years 1970..9999 clamped into that range",
-              file=sys.stderr)
-    if args.json:
-        sys.stdout.write(json_text(to_json(judgements, now)) + "\n")
-    else:
-        sys.stdout.write(to_table(judgements, now, timeless=last_line is None, width=output_width(sys.stdout),
-                                  plain=args.plain))
-    return EX_OK
-
-
-def instance_config(path: str, exists: Callable[[str], bool] = os.path.exists) -> str:
-    """The unit file passes /etc/phasewatch/%i.yaml: `sglang-kimi.yaml` for the instance
-    phasewatch@sglang-kimi.service, `sglang-kimi.service.yaml` for the older long form. Whichever
-    spelling is missing, the other one is read (an install of either kind keeps working)."""
-    if exists(path):
-        return path
-    other = other_spelling(path)
-    return other if other is not None and exists(other) else path
-
-
-def cmd_run(args: argparse.Namespace) -> int:
-    import logging
-    import signal
-
-    from .app import watchdog_interval_from_env
-    from .clock import SystemClock
-    from .commands.checkconfig import check_instance
-    from .compose import compose
-    from .config_trust import check_trusted
-    from .sinks.actions import JournalAlerter, Notifier
-    from .sinks.history import History
-    from .sinks.http import Rebinder, start_metrics
-    from .sinks.state import StateStore
-    from .sources.alert_receiver import start_receiver
-    from .sources.follow import JournalFollower
-    from .stages.s5_act.respond import PRIORITY, Action
-    from .systemd_unit import SystemdUnit
-
-    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
-
-    def read_config() -> Config:
-        path = instance_config(args.config)
-        config = load_config(path)
-        check_instance(config, args.instance, path)
-        check_trusted(path, config.profile_path)
-        return config
-
-    config = read_config()
-    state_dir = args.state_dir or os.environ.get("STATE_DIRECTORY", "").split(":")[0] or "/var/lib/phasewatch"
-    unit = SystemdUnit(config.unit)
-    loaded = unit.load_state()
-    if loaded == "not-found":
-        raise ConfigError("unit", f"{config.unit} is not loaded by systemd (not-found): is the name right?",
-                          config.source)
-    exporter, metrics_server = start_metrics(config)  # None when metrics.listen cannot be bound: runs on
-    alerter = JournalAlerter(config.unit)
-    rebinder = None if metrics_server is not None else Rebinder(
-        config.metrics_listen, exporter,
-        lambda why: alerter.alert(Action("alert", why, "metrics_unbound", PRIORITY["metrics_unbound"], cause="listen")))
-    from .sources.gpu import NvmlSource
-
-    receiver = start_receiver(config)
-    daemon = compose(config, follower=JournalFollower(config.unit, args.directory), unit=unit,
-                     alerter=alerter, notifier=Notifier(), store=StateStore(state_dir, config.unit),
-                     clock=SystemClock(), watchdog_interval=watchdog_interval_from_env(), exporter=exporter,
-                     history=History(Path(state_dir) / f"{config.unit}.history.sqlite3"), reload=read_config,
-                     actions_off_the_loop=True, action_unit=SystemdUnit(config.unit),  # (its own D-Bus connection)
-                     gpu=NvmlSource(), receiver=receiver)
-
-    def stop(signum: int, frame: object) -> None:
-        raise SystemExit(0)
-
-    def reload(signum: int, frame: object) -> None:
-        daemon.reload_requested = True  # done by the loop between two steps; the wakeup fd ends its wait
-
-    wakeup, daemon.wakeup_fd = _wakeup_pipe()
-    signal.set_wakeup_fd(wakeup)
-    signal.signal(signal.SIGHUP, reload)
-    signal.signal(signal.SIGTERM, stop)
-    logging.getLogger(__name__).info("phasewatch watching %s (config %s)", config.unit, config.source)
-    try:
-        daemon.run()
-    finally:
-        daemon.notifier.send("STOPPING=1")
-        if metrics_server is not None:
-            metrics_server.close()
-        if rebinder is not None:
-            rebinder.close()
-    return EX_OK
-
-
-def _wakeup_pipe() -> tuple[int, int]:
-    """(write end, read end), both non-blocking: what signal.set_wakeup_fd needs."""
-    read_end, write_end = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-    return write_end, read_end
 
 
 class Parser(argparse.ArgumentParser):
@@ -306,36 +39,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version",
                         version=f"%(prog)s {__version__} (journal reader: {journal_source.reader_name()})")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    replay = sub.add_parser("replay", help="run the pipeline over a saved log or the journal and judge it")
-    replay.add_argument("source", nargs="?", help="a log file (journalctl -o json/export/short/cat, or a pasted "
-                        "log), or - for standard input")
-    replay.add_argument("--unit", help="read this unit's entries from the journal instead of a file")
-    replay.add_argument("--directory", help="with --unit: a journal directory copied from another host")
-    replay.add_argument("--since", help="from this time (ISO, local unless it has a zone) or DURATION ago (30m); "
-                        "a file's lines without a journal time are all read")
-    replay.add_argument("--config", help="phasewatch YAML config (limits, patterns)")
-    replay.add_argument("--engine", choices=builtin_engines(),
-                        help="the engine whose profile reads the log (default: the config's, else told by the log)")
-    replay.add_argument("--json", action="store_true", help="print the JSON document")
-    replay.add_argument("--plain", action="store_true", help="for scripts: no legend, full names, no line "
-                        "shortened or wrapped to fit the terminal")
-    replay.add_argument("--rules", action="store_true",
-                        help="print how many lines each rule of the profile matched, and the lines none matched")
-    replay.add_argument("--now", help="judge at this time: +DURATION after the last line, or an ISO time")
-    replay.set_defaults(func=cmd_replay)
-    run = sub.add_parser("run", help="the daemon: follow the unit's journal and act on stalls")
-    run.add_argument("--config", required=True, help="phasewatch YAML config")
-    run.add_argument("--state-dir", help="where to remember what was done (default $STATE_DIRECTORY)")
-    run.add_argument("--instance", help="the unit's instance name (%%i): the config's unit: must be it")
-    run.add_argument("--directory", help=argparse.SUPPRESS)
-    run.set_defaults(func=cmd_run)
-    from .commands import report as report_command
+    replay.add_parser(sub)
+    run.add_parser(sub)
+    from .commands import checkconfig, hold, init, logs, report, status, vitals, waitready
 
-    report_command.add_parser(sub)
-    from .commands import checkconfig, hold, init, logs, status, vitals, waitready
-
+    report.add_parser(sub)
     checkconfig.add_parser(sub)
-
     init.add_parser(sub)
     status.add_parser(sub)
     hold.add_parser(sub)
@@ -354,13 +63,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except BrokenPipeError:  # --help, --version into a closed pipe
         return closed_pipe()
-    if args.command == "replay":
-        if bool(args.unit) == bool(args.source):
-            parser.error("replay needs exactly one SOURCE: a file, '-', or --unit UNIT")
-        if args.directory and not args.unit:
-            parser.error("--directory needs --unit")
-        if args.now and not re.match(r"^(\+.+|\d{4}-\d\d-\d\d.*)$", args.now):
-            parser.error(f"--now: expected +DURATION or an ISO time, got {args.now!r}")
+    check_args = getattr(args, "check_args", None)  # what the parser alone cannot check (replay's)
+    if check_args is not None:
+        check_args(parser, args)
     try:
         _preflight(args)
         code: int = args.func(args)

@@ -10,7 +10,7 @@ for a unit counts only as:
 - journald's own notice ("Suppressed N messages"): `_TRANSPORT=driver` and `_UID=0`.
 
 Anything else that claims the unit is rejected, with the reason naming what it claimed to be.
-Pasted logs replayed from a file carry no `_` fields at all and are not screened (see cli.py).
+Pasted logs replayed from a file carry no `_` fields at all and are not screened (see commands/replay.py).
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ from sglang_sim import build, journal_json
 from fastpath_compare import runs_of
 from journal_dirs import write_journal
 from phasewatch import cli
+from phasewatch.commands import replay as replay_command
 from phasewatch.engines.sglang import TIME_DIGITS
 from phasewatch.errors import JournalUnavailable
 from phasewatch.pipeline import Pipeline
@@ -137,13 +138,13 @@ def test_replay_with_the_fast_path_prints_what_the_full_path_prints(
             return made[fast][-1]
         return make
 
-    monkeypatch.setattr(cli, "Pipeline", pipeline(True))
+    monkeypatch.setattr(replay_command, "Pipeline", pipeline(True))
     fast_out, fast_err = replay(directory, capsys)
     [fast] = made[True]
     assert fast.fast is not None and fast.fast.taken > 3000  # most lines took the fast path
 
-    monkeypatch.setattr(cli, "UnitRecords", Records)
-    monkeypatch.setattr(cli, "Pipeline", pipeline(False))
+    monkeypatch.setattr(replay_command, "UnitRecords", Records)
+    monkeypatch.setattr(replay_command, "Pipeline", pipeline(False))
     full_out, full_err = replay(directory, capsys)
     [full] = made[False]
     assert fast_out == full_out

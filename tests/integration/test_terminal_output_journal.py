@@ -12,7 +12,8 @@ import pytest
 from sglang_sim import build, journal_json
 
 from journal_dirs import write_journal
-from phasewatch.cli import EX_OK, main
+from phasewatch.cli import main
+from phasewatch.errors import EX_OK
 
 UNIT = "sglang-kimi.service"
 HOSTILE = "bell\x07 back\x08\x08 title\x1b]0;owned\x07 csi\x1b[2J c1-csi\x9b2J nel\x85 del\x7f cr\rend"

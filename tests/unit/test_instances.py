@@ -3,7 +3,7 @@ either config spelling keep working."""
 
 from __future__ import annotations
 
-from phasewatch.cli import instance_config
+from phasewatch.commands.run import instance_config
 from phasewatch.instances import config_names, instance_of, other_spelling, watched_unit, watcher_names, watcher_of
 
 

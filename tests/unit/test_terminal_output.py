@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
-from phasewatch.cli import EX_OK, main
+from phasewatch.cli import main
 from phasewatch.commands.logs import TaggedLine
 from phasewatch.commands.status import render_table
+from phasewatch.errors import EX_OK
 from phasewatch.render import MAX_TS, clock_text, iso, json_text, terminal_safe
 
 UNIT = "sglang-kimi.service"

@@ -1,0 +1,111 @@
+"""`phasewatch run`: the daemon (made by compose.py, run by app.py) over one unit, as its systemd unit
+starts it: the instance's config read (and read again on SIGHUP), the sources and sinks made, SIGTERM
+a clean stop."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+from ..config import Config, load_config
+from ..errors import EX_OK, ConfigError
+from ..instances import other_spelling
+
+
+def instance_config(path: str, exists: Callable[[str], bool] = os.path.exists) -> str:
+    """The unit file passes /etc/phasewatch/%i.yaml: `sglang-kimi.yaml` for the instance
+    phasewatch@sglang-kimi.service, `sglang-kimi.service.yaml` for the older long form. Whichever
+    spelling is missing, the other one is read (an install of either kind keeps working)."""
+    if exists(path):
+        return path
+    other = other_spelling(path)
+    return other if other is not None and exists(other) else path
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import logging
+    import signal
+
+    from ..app import watchdog_interval_from_env
+    from ..clock import SystemClock
+    from ..compose import compose
+    from ..config_trust import check_trusted
+    from ..sinks.actions import JournalAlerter, Notifier
+    from ..sinks.history import History
+    from ..sinks.http import Rebinder, start_metrics
+    from ..sinks.state import StateStore
+    from ..sources.alert_receiver import start_receiver
+    from ..sources.follow import JournalFollower
+    from ..stages.s5_act.respond import PRIORITY, Action
+    from ..systemd_unit import SystemdUnit
+    from .checkconfig import check_instance
+
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+
+    def read_config() -> Config:
+        path = instance_config(args.config)
+        config = load_config(path)
+        check_instance(config, args.instance, path)
+        check_trusted(path, config.profile_path)
+        return config
+
+    config = read_config()
+    state_dir = args.state_dir or os.environ.get("STATE_DIRECTORY", "").split(":")[0] or "/var/lib/phasewatch"
+    unit = SystemdUnit(config.unit)
+    loaded = unit.load_state()
+    if loaded == "not-found":
+        raise ConfigError("unit", f"{config.unit} is not loaded by systemd (not-found): is the name right?",
+                          config.source)
+    exporter, metrics_server = start_metrics(config)  # None when metrics.listen cannot be bound: runs on
+    alerter = JournalAlerter(config.unit)
+    rebinder = None if metrics_server is not None else Rebinder(
+        config.metrics_listen, exporter,
+        lambda why: alerter.alert(Action("alert", why, "metrics_unbound", PRIORITY["metrics_unbound"], cause="listen")))
+    from ..sources.gpu import NvmlSource
+
+    receiver = start_receiver(config)
+    daemon = compose(config, follower=JournalFollower(config.unit, args.directory), unit=unit,
+                     alerter=alerter, notifier=Notifier(), store=StateStore(state_dir, config.unit),
+                     clock=SystemClock(), watchdog_interval=watchdog_interval_from_env(), exporter=exporter,
+                     history=History(Path(state_dir) / f"{config.unit}.history.sqlite3"), reload=read_config,
+                     actions_off_the_loop=True, action_unit=SystemdUnit(config.unit),  # (its own D-Bus connection)
+                     gpu=NvmlSource(), receiver=receiver)
+
+    def stop(signum: int, frame: object) -> None:
+        raise SystemExit(0)
+
+    def reload(signum: int, frame: object) -> None:
+        daemon.reload_requested = True  # done by the loop between two steps; the wakeup fd ends its wait
+
+    wakeup, daemon.wakeup_fd = _wakeup_pipe()
+    signal.set_wakeup_fd(wakeup)
+    signal.signal(signal.SIGHUP, reload)
+    signal.signal(signal.SIGTERM, stop)
+    logging.getLogger(__name__).info("phasewatch watching %s (config %s)", config.unit, config.source)
+    try:
+        daemon.run()
+    finally:
+        daemon.notifier.send("STOPPING=1")
+        if metrics_server is not None:
+            metrics_server.close()
+        if rebinder is not None:
+            rebinder.close()
+    return EX_OK
+
+
+def _wakeup_pipe() -> tuple[int, int]:
+    """(write end, read end), both non-blocking: what signal.set_wakeup_fd needs."""
+    read_end, write_end = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    return write_end, read_end
+
+
+def add_parser(sub: Any) -> None:
+    run = sub.add_parser("run", help="the daemon: follow the unit's journal and act on stalls")
+    run.add_argument("--config", required=True, help="phasewatch YAML config")
+    run.add_argument("--state-dir", help="where to remember what was done (default $STATE_DIRECTORY)")
+    run.add_argument("--instance", help="the unit's instance name (%%i): the config's unit: must be it")
+    run.add_argument("--directory", help=argparse.SUPPRESS)
+    run.set_defaults(func=cmd_run)
