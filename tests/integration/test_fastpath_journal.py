@@ -252,7 +252,8 @@ def test_both_readers_take_odd_entries_alike(tmp_path: Path, monkeypatch: pytest
     assert c_entries == python_entries
     assert len(c_entries) == len(entries)
     # (the journal keeps an entry's fields in the order of their data objects: "first" is not first)
-    assert [type(e).__name__ for e in c_entries] == ["tuple", "JournalRecord", "tuple", "tuple", "JournalRecord",
-                                                     "JournalRecord", "JournalRecord", "JournalRecord", "tuple"]
+    assert [type(e).__name__ for e in c_entries] == ["UnitLine", "JournalRecord", "UnitLine", "UnitLine",
+                                                     "JournalRecord", "JournalRecord", "JournalRecord",
+                                                     "JournalRecord", "UnitLine"]
     assert c_entries[3][2] == 4711
     assert c_entries[2] == (line.encode(), 1796025600.0, 4711, "a" * 32)
