@@ -11,7 +11,7 @@ from phasewatch.clock import FakeClock
 from phasewatch.config import Config
 from phasewatch.errors import JournalUnavailable
 from phasewatch.pipeline import Pipeline
-from phasewatch.records import JournalRecord
+from phasewatch.records import JournalRecord, UnitLine, UnitRun
 from phasewatch.sources.journal_feed import JournalFeed
 from phasewatch.sources.journal_reader import ReadEnd
 
@@ -20,8 +20,8 @@ T0 = 1_780_000_000.0
 OLD, NEW = "a" * 32, "b" * 32
 
 
-def line(text: str, invocation: str, pid: int = 101, at: float = T0) -> tuple[bytes, float, int, str]:
-    return (f"[2026-05-28 20:26:40 TP0] {text}".encode(), at, pid, invocation)
+def line(text: str, invocation: str, pid: int = 101, at: float = T0) -> UnitLine:
+    return UnitLine(f"[2026-05-28 20:26:40 TP0] {text}".encode(), at, pid, invocation)
 
 
 class CatchUpFollower:
@@ -62,7 +62,7 @@ def test_the_loop_is_told_where_the_start_up_changes_inside_a_batch() -> None:
 
 
 def test_a_run_counts_as_its_lines() -> None:
-    run = ([b"[2026-05-28 20:26:40 TP0] Decode batch, #token: 1"] * 3, [T0, T0 + 1, T0 + 2], 101, OLD)
+    run = UnitRun([b"[2026-05-28 20:26:40 TP0] Decode batch, #token: 1"] * 3, [T0, T0 + 1, T0 + 2], 101, OLD)
     feed, _ = feed_for(CatchUpFollower([[run]]))
     assert feed.catch_up(T0 - 5)
     assert feed.entries_by_invocation == {OLD: 3} and feed.read_since_release == 3
