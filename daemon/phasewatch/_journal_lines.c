@@ -265,8 +265,14 @@ static PyObject *four(PyTypeObject *type, PyObject *a, PyObject *b, PyObject *c,
     return tuple;
 }
 
-/* A collected entry as a whole line (a UnitLine); Py_None (borrowed) when it is not one; NULL on error. */
-static PyObject *whole_line(Lines *self, const Slot *slot) {
+/* A whole line's items, in a UnitLine's order (message, realtime, pid, invocation_id). */
+enum { I_MESSAGE, I_REALTIME, I_PID, I_INVOCATION };
+/* A UnitRun's (messages, realtimes, pid, invocation_id): its pid and invocation_id where a line's are. */
+enum { I_MESSAGES, I_REALTIMES };
+
+/* Whether a collected entry is a whole line: 1 with its four items in `items` (new references), 0 if
+ * not, -1 on error. */
+static int whole_line(Lines *self, const Slot *slot, PyObject *items[4]) {
     const Value *line[F_LINE_FIELDS] = {NULL};
     for (size_t i = 0; i < slot->value_count; i++) {
         const Value *v = &self->values[slot->first_value + i];
@@ -275,13 +281,13 @@ static PyObject *whole_line(Lines *self, const Slot *slot) {
     const Value *unit = line[F_UNIT], *text = line[F_MESSAGE], *pid_text = line[F_PID], *inv = line[F_INVOCATION];
     if (slot->odd || unit == NULL || text == NULL || pid_text == NULL || inv == NULL
             || unit->length != self->unit_len || memcmp(self->arena + unit->offset, self->unit, self->unit_len) != 0)
-        return Py_None;
+        return 0;
     PyObject *pid = pid_object(self, self->arena + pid_text->offset, pid_text->length);
-    if (pid == NULL) return PyErr_Occurred() ? NULL : Py_None;
+    if (pid == NULL) return PyErr_Occurred() ? -1 : 0;
     PyObject *invocation = invocation_object(self, self->arena + inv->offset, inv->length);
     if (invocation == NULL) {
         Py_DECREF(pid);
-        return PyErr_Occurred() ? NULL : Py_None;
+        return PyErr_Occurred() ? -1 : 0;
     }
     PyObject *message = PyBytes_FromStringAndSize(self->arena + text->offset, (Py_ssize_t)text->length);
     PyObject *seconds = message == NULL ? NULL : PyFloat_FromDouble((double)slot->usec / 1e6);
@@ -289,9 +295,13 @@ static PyObject *whole_line(Lines *self, const Slot *slot) {
         Py_XDECREF(message);
         Py_DECREF(pid);
         Py_DECREF(invocation);
-        return NULL;
+        return -1;
     }
-    return four(self->line_type, message, seconds, pid, invocation);
+    items[I_MESSAGE] = message;
+    items[I_REALTIME] = seconds;
+    items[I_PID] = pid;
+    items[I_INVOCATION] = invocation;
+    return 1;
 }
 
 /* A collected entry as a dict of the fields asked for (first value of each) and its time. */
@@ -349,51 +359,54 @@ static int continues(PyObject *previous, PyObject *message, const RunShape *shap
     return 1;
 }
 
-/* The items of a UnitLine and of a UnitRun, by field (records.py's order). */
-enum { I_MESSAGE, I_REALTIME, I_PID, I_INVOCATION };  /* UnitLine: message, realtime, pid, invocation_id */
-enum { I_MESSAGES, I_REALTIMES };                     /* UnitRun: messages, realtimes, pid, invocation_id */
-
-/* `line` (a UnitLine) appended to `out`, or to the line or run (a UnitRun) that ends it if it continues
- * that: a line and a line that continues it become a run. */
-static int add_line(Lines *self, PyObject *out, PyObject *line, int runs, const RunShape *shape) {
+/* A whole line's `items` (references stolen) appended to `out` as a UnitLine, or, with `runs`, to
+ * the line or run (a UnitRun) that ends `out` if the line continues it: a line and a line that
+ * continues it become a run. (A line that joins a run is no UnitLine of its own.)
+ * A UnitLine holds bytes, a float, an int or None and a str: it can be in no reference cycle, and is
+ * left untracked by the garbage collector (which untracks a plain tuple of such items at its first
+ * collection, but not a tuple subclass's instance); a UnitRun's lists stay tracked, and the UnitRun
+ * with them, as a plain tuple holding lists would. */
+static int add_line(Lines *self, PyObject *out, PyObject *items[4], int runs, const RunShape *shape) {
     Py_ssize_t size = PyList_GET_SIZE(out);
-    PyObject *last = size > 0 ? PyList_GET_ITEM(out, size - 1) : NULL;
+    PyObject *last = runs && size > 0 ? PyList_GET_ITEM(out, size - 1) : NULL;
     int is_run = last != NULL && Py_IS_TYPE(last, self->run_type);
-    /* (the pid and invocation objects are reused while equal: the same writer is the same objects) */
-    if (!runs || last == NULL || !(is_run || Py_IS_TYPE(last, self->line_type))
-            || PyTuple_GET_ITEM(last, I_PID) != PyTuple_GET_ITEM(line, I_PID)
-            || PyTuple_GET_ITEM(last, I_INVOCATION) != PyTuple_GET_ITEM(line, I_INVOCATION)) {
-        return PyList_Append(out, line);
+    /* (the pid and invocation objects are reused while equal: one writer's lines share them) */
+    if (last != NULL && (is_run || Py_IS_TYPE(last, self->line_type))
+            && PyTuple_GET_ITEM(last, I_PID) == items[I_PID]
+            && PyTuple_GET_ITEM(last, I_INVOCATION) == items[I_INVOCATION]) {
+        PyObject *message = items[I_MESSAGE], *seconds = items[I_REALTIME];
+        if (is_run) {
+            PyObject *messages = PyTuple_GET_ITEM(last, I_MESSAGES), *stamps = PyTuple_GET_ITEM(last, I_REALTIMES);
+            if (continues(PyList_GET_ITEM(messages, PyList_GET_SIZE(messages) - 1), message, shape)) {
+                int failed = PyList_Append(messages, message) < 0 || PyList_Append(stamps, seconds) < 0;
+                for (int i = 0; i < 4; i++) Py_DECREF(items[i]);
+                return failed ? -1 : 0;
+            }
+        } else if (continues(PyTuple_GET_ITEM(last, I_MESSAGE), message, shape)) {
+            PyObject *messages = PyList_New(2), *stamps = messages == NULL ? NULL : PyList_New(2);
+            if (stamps == NULL) {
+                Py_XDECREF(messages);
+                for (int i = 0; i < 4; i++) Py_DECREF(items[i]);
+                return -1;
+            }
+            PyObject *first = PyTuple_GET_ITEM(last, I_MESSAGE), *first_seconds = PyTuple_GET_ITEM(last, I_REALTIME);
+            Py_INCREF(first);
+            PyList_SET_ITEM(messages, 0, first);
+            PyList_SET_ITEM(messages, 1, message);  /* (the items' references, stolen) */
+            Py_INCREF(first_seconds);
+            PyList_SET_ITEM(stamps, 0, first_seconds);
+            PyList_SET_ITEM(stamps, 1, seconds);
+            PyObject *run = four(self->run_type, messages, stamps, items[I_PID], items[I_INVOCATION]);
+            if (run == NULL) return -1;
+            return PyList_SetItem(out, size - 1, run);  /* steals run, releases the line it replaces */
+        }
     }
-    PyObject *message = PyTuple_GET_ITEM(line, I_MESSAGE), *seconds = PyTuple_GET_ITEM(line, I_REALTIME);
-    if (is_run) {
-        PyObject *messages = PyTuple_GET_ITEM(last, I_MESSAGES), *stamps = PyTuple_GET_ITEM(last, I_REALTIMES);
-        if (!continues(PyList_GET_ITEM(messages, PyList_GET_SIZE(messages) - 1), message, shape))
-            return PyList_Append(out, line);
-        if (PyList_Append(messages, message) < 0) return -1;
-        return PyList_Append(stamps, seconds);
-    }
-    PyObject *first = PyTuple_GET_ITEM(last, I_MESSAGE), *first_seconds = PyTuple_GET_ITEM(last, I_REALTIME);
-    if (!continues(first, message, shape)) return PyList_Append(out, line);
-    PyObject *messages = PyList_New(2), *stamps = messages == NULL ? NULL : PyList_New(2);
-    if (stamps == NULL) {
-        Py_XDECREF(messages);
-        return -1;
-    }
-    Py_INCREF(first);
-    PyList_SET_ITEM(messages, 0, first);
-    Py_INCREF(message);
-    PyList_SET_ITEM(messages, 1, message);
-    Py_INCREF(first_seconds);
-    PyList_SET_ITEM(stamps, 0, first_seconds);
-    Py_INCREF(seconds);
-    PyList_SET_ITEM(stamps, 1, seconds);
-    PyObject *pid = PyTuple_GET_ITEM(last, I_PID), *invocation = PyTuple_GET_ITEM(last, I_INVOCATION);
-    Py_INCREF(pid);
-    Py_INCREF(invocation);
-    PyObject *run = four(self->run_type, messages, stamps, pid, invocation);
-    if (run == NULL) return -1;
-    return PyList_SetItem(out, size - 1, run);  /* steals run */
+    PyObject *line = four(self->line_type, items[I_MESSAGE], items[I_REALTIME], items[I_PID], items[I_INVOCATION]);
+    if (line == NULL) return -1;
+    PyObject_GC_UnTrack(line);
+    int failed = PyList_Append(out, line);
+    Py_DECREF(line);
+    return failed;
 }
 
 PyDoc_STRVAR(lines_read_doc,
@@ -441,17 +454,17 @@ static PyObject *lines_read(Lines *self, PyObject *args) {
     Py_ssize_t others = 0;
     for (size_t n = 0; n < count; n++) {
         const Slot *slot = &self->slots[n];
-        PyObject *entry = whole_line(self, slot);
-        if (entry == NULL) goto error;
-        int failed;
-        if (entry == Py_None) {
-            entry = entry_fields(self, slot);
-            if (entry == NULL) goto error;
-            others++;
-            failed = PyList_Append(out, entry);
-        } else {
-            failed = add_line(self, out, entry, runs, &shape);
+        PyObject *items[4];
+        int line = whole_line(self, slot, items);
+        if (line < 0) goto error;
+        if (line) {
+            if (add_line(self, out, items, runs, &shape) < 0) goto error;
+            continue;
         }
+        PyObject *entry = entry_fields(self, slot);
+        if (entry == NULL) goto error;
+        others++;
+        int failed = PyList_Append(out, entry);
         Py_DECREF(entry);
         if (failed) goto error;
     }

@@ -187,6 +187,7 @@ def _python_unit_entries(unit: str, directory: str | None, since: float | None,
     reader = follower._reader
     try:
         get, get_all, next_entry, realtime = reader._get, reader._get_all, reader._next, reader._get_realtime
+        new = tuple.__new__  # a UnitLine built without the Python call its class's __new__ is (the same object)
         unit_bytes = unit.encode()
         pids: dict[bytes, int | None] = {}  # field bytes -> value: a unit has few of each
         invocations: dict[bytes, str] = {}
@@ -223,7 +224,7 @@ def _python_unit_entries(unit: str, directory: str | None, since: float | None,
                     invocation = invocations[invocation_field] = invocation_field.decode()
                     if len(invocations) > 4096:
                         invocations.clear()
-                append(UnitLine(message, stamp / 1e6, pid, invocation))
+                append(new(UnitLine, (message, stamp / 1e6, pid, invocation)))
             if end is not None and batch:
                 end.batch = reader._get_cursor()
             yield batch
