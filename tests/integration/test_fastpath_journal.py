@@ -8,6 +8,7 @@ of lines alike but for digits) and systemd-python's (the fallback when the packa
 
 from __future__ import annotations
 
+import gc
 import os
 import random
 import time
@@ -194,6 +195,8 @@ def test_both_readers_give_the_same_named_entries(tmp_path: Path, monkeypatch: p
     assert all(type(e.message) is bytes and type(e.realtime) is float and type(e.pid) is int
                and type(e.invocation_id) is str for e in lines)
     assert lines[0]._fields == ("message", "realtime", "pid", "invocation_id")
+    # the C reader's lines are left alone by the garbage collector, as plain tuples of them would be
+    assert not any(gc.is_tracked(e) for e in c_entries if type(e) is UnitLine)
 
 
 @pytest.mark.parametrize("shape", [(0, 0), TIME_DIGITS], ids=["same-head", "time-free"])
