@@ -15,7 +15,7 @@ TEXT = """
   without the GIL the journal is walked and each entry's time and fields are copied into the
   module's own buffers; with it they become Python objects. A whole line of the unit's own
   processes (`_SYSTEMD_UNIT`, `MESSAGE`, `_PID`, `_SYSTEMD_INVOCATION_ID` once each, no
-  `_LINE_BREAK`) comes back as a tuple (MESSAGE bytes, time, PID, invocation) for
+  `_LINE_BREAK`) comes back as a `records.UnitLine` (a NamedTuple, built in C as a tuple is) for
   `Pipeline.feed_line`; everything else (PID 1's entries, journald's notices, `_LINE_BREAK`
   pieces, a field given twice) as a dict of the fields the record needs, which Python makes into a
   record exactly as `JournalFollower.read` does. `journal_source._ReadAhead` calls the reader in a

@@ -5,16 +5,30 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
-from typing import Any, Iterable
+from typing import Any, Iterable, NoReturn
+
+import pytest
 
 from phasewatch.config import Config
 from phasewatch.engines.sglang import TIME_DIGITS
 from phasewatch.pipeline import Pipeline
 from phasewatch.profile import Profile
-from phasewatch.records import JournalRecord
+from phasewatch.records import JournalRecord, UnitLine, UnitRun
 from phasewatch.render import json_text, to_json
 
 TAG_RE = re.compile(r"^\[[^\]]*?((?: (?:DP|PP|TP|EP)\d+)+)\]")
+
+
+def fields_by_name_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """UnitLines and UnitRuns that fail when read by position (`entry[0]`, unpacking, `_replace`): what
+    reads them by name (their fields' descriptors, the C reader, `==`) is left working, so a consumer
+    that reads a field by position or tells a run by `isinstance(entry[0], list)` fails."""
+    def by_position(self: object, *args: object) -> NoReturn:
+        raise AssertionError(f"a {type(self).__name__} read by position: read its fields by name")
+
+    for kind in (UnitLine, UnitRun):
+        monkeypatch.setattr(kind, "__getitem__", by_position)
+        monkeypatch.setattr(kind, "__iter__", by_position)
 
 
 @dataclass

@@ -8,8 +8,12 @@
  *   buffers, so that another thread runs Python meanwhile (journal_source reads ahead in a thread);
  * - with it (the rest of `read`), each entry becomes
  *   - a whole line of the unit (_SYSTEMD_UNIT the unit, MESSAGE, _PID (decimal or empty) and
- *     _SYSTEMD_INVOCATION_ID (UTF-8) each present once, no _LINE_BREAK): the tuple
- *     (MESSAGE bytes, seconds float, pid int or None, invocation str) that journal_source.UnitLine is;
+ *     _SYSTEMD_INVOCATION_ID (UTF-8) each present once, no _LINE_BREAK): a records.UnitLine
+ *     (message: MESSAGE bytes, realtime: seconds float, pid: int or None, invocation_id: str), and
+ *     with runs asked for, consecutive ones `continues()` joins: a records.UnitRun (messages, realtimes:
+ *     lists; pid, invocation_id). Both are NamedTuples, tuple subclasses without instance fields of
+ *     their own: `open()` is given the two classes and their instances are built here as tuples are
+ *     (tp_alloc, PyTuple_SET_ITEM), items in the order of their fields;
  *   - any other entry: a dict of the fields asked for (the first value of each, bytes, as
  *     sd_journal_get_data gives it) plus "__REALTIME_TIMESTAMP" (int microseconds), which Python
  *     turns into a JournalRecord (or a trust rejection) exactly as before.
@@ -62,6 +66,8 @@ typedef struct {
     PyObject *last_invocation;
     PyObject *last_pid;
     long last_pid_value;
+    PyTypeObject *line_type;  /* records.UnitLine and records.UnitRun (open()'s) */
+    PyTypeObject *run_type;
     /* what `collect` gathered (raw memory: it runs without the GIL) */
     Slot *slots;
     size_t slots_cap;
@@ -90,6 +96,8 @@ static void lines_dealloc(Lines *self) {
     Py_XDECREF(self->last_invocation_bytes);
     Py_XDECREF(self->last_invocation);
     Py_XDECREF(self->last_pid);
+    Py_XDECREF(self->line_type);
+    Py_XDECREF(self->run_type);
     PyMem_RawFree(self->slots);
     PyMem_RawFree(self->values);
     PyMem_RawFree(self->arena);
@@ -245,8 +253,26 @@ static int collect(Lines *self, Py_ssize_t limit, size_t *count) {
     return 0;
 }
 
-/* A collected entry as a whole line's tuple; Py_None (borrowed) when it is not one; NULL on error. */
-static PyObject *whole_line(Lines *self, const Slot *slot) {
+/* An instance of `type` (a UnitLine or a UnitRun: a tuple of four) holding the four, references
+ * stolen (each released if it cannot be built); NULL on error. */
+static PyObject *four(PyTypeObject *type, PyObject *a, PyObject *b, PyObject *c, PyObject *d) {
+    PyObject *items[4] = {a, b, c, d};
+    PyObject *tuple = type->tp_alloc(type, 4);
+    for (Py_ssize_t i = 0; i < 4; i++) {
+        if (tuple == NULL) Py_DECREF(items[i]);
+        else PyTuple_SET_ITEM(tuple, i, items[i]);
+    }
+    return tuple;
+}
+
+/* A whole line's items, in a UnitLine's order (message, realtime, pid, invocation_id). */
+enum { I_MESSAGE, I_REALTIME, I_PID, I_INVOCATION };
+/* A UnitRun's (messages, realtimes, pid, invocation_id): its pid and invocation_id where a line's are. */
+enum { I_MESSAGES, I_REALTIMES };
+
+/* Whether a collected entry is a whole line: 1 with its four items in `items` (new references), 0 if
+ * not, -1 on error. */
+static int whole_line(Lines *self, const Slot *slot, PyObject *items[4]) {
     const Value *line[F_LINE_FIELDS] = {NULL};
     for (size_t i = 0; i < slot->value_count; i++) {
         const Value *v = &self->values[slot->first_value + i];
@@ -255,29 +281,27 @@ static PyObject *whole_line(Lines *self, const Slot *slot) {
     const Value *unit = line[F_UNIT], *text = line[F_MESSAGE], *pid_text = line[F_PID], *inv = line[F_INVOCATION];
     if (slot->odd || unit == NULL || text == NULL || pid_text == NULL || inv == NULL
             || unit->length != self->unit_len || memcmp(self->arena + unit->offset, self->unit, self->unit_len) != 0)
-        return Py_None;
+        return 0;
     PyObject *pid = pid_object(self, self->arena + pid_text->offset, pid_text->length);
-    if (pid == NULL) return PyErr_Occurred() ? NULL : Py_None;
+    if (pid == NULL) return PyErr_Occurred() ? -1 : 0;
     PyObject *invocation = invocation_object(self, self->arena + inv->offset, inv->length);
     if (invocation == NULL) {
         Py_DECREF(pid);
-        return PyErr_Occurred() ? NULL : Py_None;
+        return PyErr_Occurred() ? -1 : 0;
     }
     PyObject *message = PyBytes_FromStringAndSize(self->arena + text->offset, (Py_ssize_t)text->length);
     PyObject *seconds = message == NULL ? NULL : PyFloat_FromDouble((double)slot->usec / 1e6);
-    PyObject *tuple = seconds == NULL ? NULL : PyTuple_New(4);
-    if (tuple == NULL) {
+    if (seconds == NULL) {
         Py_XDECREF(message);
-        Py_XDECREF(seconds);
         Py_DECREF(pid);
         Py_DECREF(invocation);
-        return NULL;
+        return -1;
     }
-    PyTuple_SET_ITEM(tuple, 0, message);
-    PyTuple_SET_ITEM(tuple, 1, seconds);
-    PyTuple_SET_ITEM(tuple, 2, pid);
-    PyTuple_SET_ITEM(tuple, 3, invocation);
-    return tuple;
+    items[I_MESSAGE] = message;
+    items[I_REALTIME] = seconds;
+    items[I_PID] = pid;
+    items[I_INVOCATION] = invocation;
+    return 1;
 }
 
 /* A collected entry as a dict of the fields asked for (first value of each) and its time. */
@@ -335,33 +359,60 @@ static int continues(PyObject *previous, PyObject *message, const RunShape *shap
     return 1;
 }
 
-/* `line` (a whole line's tuple) appended to `out`, or to the run its last item is, if it continues it. */
-static int add_line(PyObject *out, PyObject *line, int runs, const RunShape *shape) {
+/* A whole line's `items` (references stolen) appended to `out` as a UnitLine, or, with `runs`, to
+ * the line or run (a UnitRun) that ends `out` if the line continues it: a line and a line that
+ * continues it become a run. (A line that joins a run is no UnitLine of its own.)
+ * A UnitLine holds bytes, a float, an int or None and a str: it can be in no reference cycle, and is
+ * left untracked by the garbage collector (which untracks a plain tuple of such items at its first
+ * collection, but not a tuple subclass's instance); a UnitRun's lists stay tracked, and the UnitRun
+ * with them, as a plain tuple holding lists would. */
+static int add_line(Lines *self, PyObject *out, PyObject *items[4], int runs, const RunShape *shape) {
     Py_ssize_t size = PyList_GET_SIZE(out);
-    PyObject *last = size > 0 ? PyList_GET_ITEM(out, size - 1) : NULL;
-    if (!runs || last == NULL || !PyTuple_CheckExact(last)
-            || PyTuple_GET_ITEM(last, 2) != PyTuple_GET_ITEM(line, 2)     /* the pid and invocation objects */
-            || PyTuple_GET_ITEM(last, 3) != PyTuple_GET_ITEM(line, 3)) { /* are reused while equal */
-        return PyList_Append(out, line);
+    PyObject *last = runs && size > 0 ? PyList_GET_ITEM(out, size - 1) : NULL;
+    int is_run = last != NULL && Py_IS_TYPE(last, self->run_type);
+    /* (the pid and invocation objects are reused while equal: one writer's lines share them) */
+    if (last != NULL && (is_run || Py_IS_TYPE(last, self->line_type))
+            && PyTuple_GET_ITEM(last, I_PID) == items[I_PID]
+            && PyTuple_GET_ITEM(last, I_INVOCATION) == items[I_INVOCATION]) {
+        PyObject *message = items[I_MESSAGE], *seconds = items[I_REALTIME];
+        if (is_run) {
+            PyObject *messages = PyTuple_GET_ITEM(last, I_MESSAGES), *stamps = PyTuple_GET_ITEM(last, I_REALTIMES);
+            if (continues(PyList_GET_ITEM(messages, PyList_GET_SIZE(messages) - 1), message, shape)) {
+                int failed = PyList_Append(messages, message) < 0 || PyList_Append(stamps, seconds) < 0;
+                for (int i = 0; i < 4; i++) Py_DECREF(items[i]);
+                return failed ? -1 : 0;
+            }
+        } else if (continues(PyTuple_GET_ITEM(last, I_MESSAGE), message, shape)) {
+            PyObject *messages = PyList_New(2), *stamps = messages == NULL ? NULL : PyList_New(2);
+            if (stamps == NULL) {
+                Py_XDECREF(messages);
+                for (int i = 0; i < 4; i++) Py_DECREF(items[i]);
+                return -1;
+            }
+            PyObject *first = PyTuple_GET_ITEM(last, I_MESSAGE), *first_seconds = PyTuple_GET_ITEM(last, I_REALTIME);
+            Py_INCREF(first);
+            PyList_SET_ITEM(messages, 0, first);
+            PyList_SET_ITEM(messages, 1, message);  /* (the items' references, stolen) */
+            Py_INCREF(first_seconds);
+            PyList_SET_ITEM(stamps, 0, first_seconds);
+            PyList_SET_ITEM(stamps, 1, seconds);
+            PyObject *run = four(self->run_type, messages, stamps, items[I_PID], items[I_INVOCATION]);
+            if (run == NULL) return -1;
+            return PyList_SetItem(out, size - 1, run);  /* steals run, releases the line it replaces */
+        }
     }
-    PyObject *messages = PyTuple_GET_ITEM(last, 0), *stamps = PyTuple_GET_ITEM(last, 1);
-    int is_run = PyList_CheckExact(messages);
-    PyObject *previous = is_run ? PyList_GET_ITEM(messages, PyList_GET_SIZE(messages) - 1) : messages;
-    if (!continues(previous, PyTuple_GET_ITEM(line, 0), shape)) return PyList_Append(out, line);
-    if (is_run) {
-        if (PyList_Append(messages, PyTuple_GET_ITEM(line, 0)) < 0) return -1;
-        return PyList_Append(stamps, PyTuple_GET_ITEM(line, 1));
-    }
-    PyObject *run = Py_BuildValue("([OO][OO]OO)", messages, PyTuple_GET_ITEM(line, 0), stamps,
-                                  PyTuple_GET_ITEM(line, 1), PyTuple_GET_ITEM(last, 2), PyTuple_GET_ITEM(last, 3));
-    if (run == NULL) return -1;
-    return PyList_SetItem(out, size - 1, run);  /* steals run */
+    PyObject *line = four(self->line_type, items[I_MESSAGE], items[I_REALTIME], items[I_PID], items[I_INVOCATION]);
+    if (line == NULL) return -1;
+    PyObject_GC_UnTrack(line);
+    int failed = PyList_Append(out, line);
+    Py_DECREF(line);
+    return failed;
 }
 
 PyDoc_STRVAR(lines_read_doc,
 "read(limit, runs, free_start=0, free_end=0) -> (entries, others): up to `limit` entries (fewer once\n"
 "their fields hold BATCH_BYTES; an empty list: the end), and how many of them are dicts (not whole lines). With `runs`, consecutive whole\n"
-"lines of one writer that `continues()` joins come as one tuple ([MESSAGE, ...], [seconds, ...], pid,\n"
+"lines of one writer that `continues()` joins come as one UnitRun ([MESSAGE, ...], [seconds, ...], pid,\n"
 "invocation); their heads may differ in digits at [free_start, free_end) (the prefix's time).");
 
 /* Whether the journal can be read now; if not, the error is set (closed, or in another thread's read). */
@@ -403,17 +454,17 @@ static PyObject *lines_read(Lines *self, PyObject *args) {
     Py_ssize_t others = 0;
     for (size_t n = 0; n < count; n++) {
         const Slot *slot = &self->slots[n];
-        PyObject *entry = whole_line(self, slot);
-        if (entry == NULL) goto error;
-        int failed;
-        if (entry == Py_None) {
-            entry = entry_fields(self, slot);
-            if (entry == NULL) goto error;
-            others++;
-            failed = PyList_Append(out, entry);
-        } else {
-            failed = add_line(out, entry, runs, &shape);
+        PyObject *items[4];
+        int line = whole_line(self, slot, items);
+        if (line < 0) goto error;
+        if (line) {
+            if (add_line(self, out, items, runs, &shape) < 0) goto error;
+            continue;
         }
+        PyObject *entry = entry_fields(self, slot);
+        if (entry == NULL) goto error;
+        others++;
+        int failed = PyList_Append(out, entry);
         Py_DECREF(entry);
         if (failed) goto error;
     }
@@ -464,15 +515,36 @@ static PyTypeObject LinesType = {
 };
 
 PyDoc_STRVAR(open_doc,
-"open(unit, directory, since_usec, fields) -> Lines\n"
+"open(unit, directory, since_usec, fields, line_type, run_type) -> Lines\n"
 "The local journal (directory None) or the journal files of a directory, matched for `unit`, at its\n"
 "head or at `since_usec` (realtime). `fields`: the field names the dicts hold, beginning with\n"
-"_SYSTEMD_UNIT, MESSAGE, _PID, _SYSTEMD_INVOCATION_ID, _LINE_BREAK. OSError if it cannot be opened.");
+"_SYSTEMD_UNIT, MESSAGE, _PID, _SYSTEMD_INVOCATION_ID, _LINE_BREAK. `line_type`, `run_type`: the classes\n"
+"whole lines and runs are built as (records.UnitLine, records.UnitRun: NamedTuples of four fields).\n"
+"OSError if it cannot be opened.");
+
+/* Whether `type` can be built as a tuple of four (a NamedTuple of four fields: a tuple subclass with
+ * no instance fields of its own); if not, TypeError is set. */
+static int four_fields(PyTypeObject *type, const char *what) {
+    if (PyType_IsSubtype(type, &PyTuple_Type) && type->tp_basicsize == PyTuple_Type.tp_basicsize
+            && type->tp_itemsize == PyTuple_Type.tp_itemsize) {
+        PyObject *fields = PyObject_GetAttrString((PyObject *)type, "_fields");
+        int ok = fields != NULL && PyTuple_Check(fields) && PyTuple_GET_SIZE(fields) == 4;
+        Py_XDECREF(fields);
+        PyErr_Clear();
+        if (ok) return 1;
+    }
+    PyErr_Format(PyExc_TypeError, "%s: a NamedTuple of four fields, not %.200s", what, type->tp_name);
+    return 0;
+}
 
 static PyObject *lines_open(PyObject *Py_UNUSED(module), PyObject *args) {
     const char *unit, *directory;
     PyObject *since, *names;
-    if (!PyArg_ParseTuple(args, "szOO!", &unit, &directory, &since, &PyTuple_Type, &names)) return NULL;
+    PyTypeObject *line_type, *run_type;
+    if (!PyArg_ParseTuple(args, "szOO!O!O!", &unit, &directory, &since, &PyTuple_Type, &names, &PyType_Type,
+                          &line_type, &PyType_Type, &run_type))
+        return NULL;
+    if (!four_fields(line_type, "line_type") || !four_fields(run_type, "run_type")) return NULL;
     Py_ssize_t count = PyTuple_GET_SIZE(names);
     static const char *line_fields[F_LINE_FIELDS] = {"_SYSTEMD_UNIT", "MESSAGE", "_PID", "_SYSTEMD_INVOCATION_ID",
                                                      "_LINE_BREAK"};
@@ -494,6 +566,10 @@ static PyObject *lines_open(PyObject *Py_UNUSED(module), PyObject *args) {
     self->field_lens = NULL;
     self->last_invocation_bytes = self->last_invocation = self->last_pid = NULL;
     self->last_pid_value = 0;
+    Py_INCREF(line_type);
+    self->line_type = line_type;
+    Py_INCREF(run_type);
+    self->run_type = run_type;
     Py_INCREF(names);
     self->names = names;
     self->unit_len = strlen(unit);

@@ -10,7 +10,18 @@ from dataclasses import dataclass, replace
 from typing import Iterable, Mapping
 
 from .config import Config
-from .records import WRONG_WHEN_STOPPED, Entry, Event, EventKind, JournalRecord, Line, Outcome, VerdictKind
+from .records import (
+    WRONG_WHEN_STOPPED,
+    Entry,
+    Event,
+    EventKind,
+    JournalRecord,
+    Line,
+    Outcome,
+    UnitLine,
+    UnitRun,
+    VerdictKind,
+)
 from .stages.s1_read.lines import LineSplitter
 from .stages.s2_interpret.events import EventMapper, is_lifecycle_record, lifecycle_event
 from .stages.s2_interpret.ruletally import RuleTally
@@ -133,12 +144,12 @@ class Pipeline:
         (`feed_run`) and records (`feed`)."""
         feed_line, feed_run, feed = self.feed_line, self.feed_run, self.feed
         for entry in batch:
-            if isinstance(entry, JournalRecord):
-                feed(entry, now)
-            elif isinstance(entry[0], list):
-                feed_run(entry[0], entry[1], entry[2], entry[3], now)
+            if isinstance(entry, UnitLine):
+                feed_line(entry.message, entry.realtime, entry.pid, entry.invocation_id, now)
+            elif isinstance(entry, UnitRun):
+                feed_run(entry.messages, entry.realtimes, entry.pid, entry.invocation_id, now)
             else:
-                feed_line(entry[0], entry[1], entry[2], entry[3], now)
+                feed(entry, now)
 
     def feed(self, record: JournalRecord, now: float | None) -> list[Transition]:
         """A record through every stage. Never raises on content: a record a stage cannot take is

@@ -9,7 +9,7 @@ import datetime as dt
 import enum
 import uuid
 from dataclasses import dataclass, field
-from typing import Mapping, Union
+from typing import Mapping, NamedTuple, Union
 
 # MESSAGE_IDs that PID 1 and journald use for the unit's lifecycle (see docs/architecture.md).
 MID_STARTING = "7d4958e842da4a758f6c1cdc7b36dcc5"  # "Starting <unit>..." (the start job began)
@@ -143,11 +143,29 @@ class JournalRecord:
     extra: Mapping[str, str] = field(default_factory=dict)
 
 
-# What journal_source.unit_entries reads (the catch-up), beside JournalRecords: a whole line of the
-# unit's own processes (MESSAGE bytes, seconds, _PID, invocation), and consecutive whole lines of one
-# writer the same but for digits (a run: the C reader's, when asked for).
-UnitLine = tuple[bytes, float, Union[int, None], Union[str, None]]
-UnitRun = tuple[list[bytes], list[float], Union[int, None], Union[str, None]]
+class UnitLine(NamedTuple):
+    """What journal_source.unit_entries reads (the catch-up) for a whole line of the unit's own
+    processes: no `_LINE_BREAK`, no other field a JournalRecord would have. Named as JournalRecord's
+    fields are (`Pipeline.feed_line`). Read by name: the C reader (_journal_lines.c) builds it as
+    the tuple it is underneath, and a run (`UnitRun`) is told from a line by its type."""
+
+    message: bytes
+    realtime: float  # seconds since the epoch
+    pid: int | None
+    invocation_id: str | None
+
+
+class UnitRun(NamedTuple):
+    """Consecutive whole lines of one writer (pid and invocation) the same but for digits, as one
+    entry: the C reader's, when asked for runs (`Pipeline.feed_run`, `Pipeline.run_shape`)."""
+
+    messages: list[bytes]
+    realtimes: list[float]  # one each, in the same order
+    pid: int | None
+    invocation_id: str | None
+
+
+# What a catch-up batch holds: lines, runs, and the rest as JournalRecords.
 Entry = Union[UnitLine, UnitRun, JournalRecord]
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from test_fastpath_journal import UNIT, decode_line, journal
 
+from fastpath_compare import fields_by_name_only
 from journal_dirs import write_journal
 from phasewatch.app import Daemon
 from phasewatch.clock import FakeClock
@@ -59,6 +60,7 @@ def test_a_daemon_started_after_long_serving_catches_up_in_c_and_follows_on(
         return real(*args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(journal_source, "unit_entries", counted)
+    fields_by_name_only(monkeypatch)  # (the catch-up reads its lines' and runs' fields by name)
     in_c = started_daemon(directory, tmp_path, False, monkeypatch)
     assert caught_up == [True]
     by_follower = started_daemon(directory, tmp_path, True, monkeypatch)

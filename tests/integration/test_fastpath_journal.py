@@ -1,5 +1,5 @@
 """The catch-up fast path over real journal files (systemd-journal-remote): `replay --unit` reads the
-unit's whole lines as tuples (`journal_source.unit_entries`) and lets the fast path take most of
+unit's whole lines as UnitLines (`journal_source.unit_entries`) and lets the fast path take most of
 them; the same replay with the records `read_unit` gives and no fast path must print the same bytes.
 Serving-heavy and crash-heavy journals: simulated start-ups, Decode lines, access lines, ASGI
 tracebacks, KB-long lines, fatal tracebacks, `_LINE_BREAK` pieces, PID 1's entries, another unit's
@@ -8,6 +8,7 @@ of lines alike but for digits) and systemd-python's (the fallback when the packa
 
 from __future__ import annotations
 
+import gc
 import os
 import random
 import time
@@ -17,14 +18,14 @@ from typing import Any, Iterator
 import pytest
 from sglang_sim import build, journal_json
 
-from fastpath_compare import runs_of
+from fastpath_compare import fields_by_name_only, runs_of
 from journal_dirs import write_journal
 from phasewatch import cli
 from phasewatch.commands import replay as replay_command
 from phasewatch.engines.sglang import TIME_DIGITS
 from phasewatch.errors import JournalUnavailable
 from phasewatch.pipeline import Pipeline
-from phasewatch.records import MID_STOPPED
+from phasewatch.records import MID_STOPPED, UnitLine, UnitRun
 from phasewatch.sources import journal_source
 from phasewatch.sources.journal_source import UnitRecords, reader_name, unit_entries
 
@@ -139,6 +140,7 @@ def test_replay_with_the_fast_path_prints_what_the_full_path_prints(
         return make
 
     monkeypatch.setattr(replay_command, "Pipeline", pipeline(True))
+    fields_by_name_only(monkeypatch)  # (what takes the lines and runs reads their fields by name)
     fast_out, fast_err = replay(directory, capsys)
     [fast] = made[True]
     assert fast.fast is not None and fast.fast.taken > 3000  # most lines took the fast path
@@ -160,9 +162,9 @@ def test_unit_entries_are_the_records_read_unit_gives(reader: str, tmp_path: Pat
     rebuilt = []
     for batch in unit_entries(UNIT, str(directory)):
         for entry in batch:
-            if isinstance(entry, tuple):
-                message, realtime, pid, invocation = entry
-                rebuilt.append((message, realtime, pid, invocation, None, None))
+            assert not isinstance(entry, UnitRun)  # (none asked for)
+            if isinstance(entry, UnitLine):
+                rebuilt.append((entry.message, entry.realtime, entry.pid, entry.invocation_id, None, None))
             else:
                 rebuilt.append((entry.message, entry.realtime, entry.pid, entry.invocation_id, entry.line_break,
                                 entry.message_id))
@@ -170,8 +172,37 @@ def test_unit_entries_are_the_records_read_unit_gives(reader: str, tmp_path: Pat
     assert any(r.line_break == "pid-change" for r in records)
 
 
+def test_both_readers_give_the_same_named_entries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without runs the C reader gives what systemd-python's gives, entry for entry and type for type
+    (a UnitLine equals the plain tuple of its fields: the types are compared too), its lines built as
+    records.UnitLine is, read here by name only."""
+    if journal_source.c_lines is None:
+        pytest.skip("built without the C reader")
+    directory = write_journal(tmp_path / "journal", journal(True, starts=2, lines=1500))
+
+    def read(pure: bool) -> list[Any]:
+        if pure:
+            monkeypatch.setenv("PHASEWATCH_PURE_PYTHON", "1")
+        else:
+            monkeypatch.delenv("PHASEWATCH_PURE_PYTHON", raising=False)
+        return [entry for batch in unit_entries(UNIT, str(directory)) for entry in batch]
+
+    fields_by_name_only(monkeypatch)
+    c_entries, python_entries = read(False), read(True)
+    assert [type(e) for e in c_entries] == [type(e) for e in python_entries]
+    assert c_entries == python_entries
+    lines = [e for e in c_entries if type(e) is UnitLine]
+    assert len(lines) > 3000 and not any(isinstance(e, UnitRun) for e in c_entries)
+    assert all(type(e.message) is bytes and type(e.realtime) is float and type(e.pid) is int
+               and type(e.invocation_id) is str for e in lines)
+    assert lines[0]._fields == ("message", "realtime", "pid", "invocation_id")
+    # the C reader's lines are left alone by the garbage collector, as plain tuples of them would be
+    assert not any(gc.is_tracked(e) for e in c_entries if type(e) is UnitLine)
+
+
 @pytest.mark.parametrize("shape", [(0, 0), TIME_DIGITS], ids=["same-head", "time-free"])
-def test_the_c_reader_gives_runs_as_the_model_of_them_says(reader: str, shape: tuple[int, int], tmp_path: Path) -> None:
+def test_the_c_reader_gives_runs_as_the_model_of_them_says(reader: str, shape: tuple[int, int], tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """With `runs`, the same entries, consecutive lines alike but for digits joined as tests/unit's model
     of the C reader joins them (`fastpath_compare.runs_of`); systemd-python's reader joins none."""
     # (no forged notices: the C reader ends a run at one, and read_unit leaves them out)
@@ -183,17 +214,18 @@ def test_the_c_reader_gives_runs_as_the_model_of_them_says(reader: str, shape: t
                         "_SYSTEMD_INVOCATION_ID": invocation, "MESSAGE": decode_line(10 + k)})
     directory = write_journal(tmp_path / "journal", entries)
     records = list(UnitRecords(UNIT, str(directory)))
+    fields_by_name_only(monkeypatch)
     shapes, flat = [], []
     for batch in unit_entries(UNIT, str(directory), runs=shape):
         for entry in batch:
-            if isinstance(entry, tuple) and isinstance(entry[0], list):
-                messages, stamps, pid, invocation = entry
-                shapes.append(len(messages))
-                flat += [(m, t, pid, invocation) for m, t in zip(messages, stamps, strict=True)]
+            if isinstance(entry, UnitRun):
+                assert len(entry.messages) == len(entry.realtimes) > 1
+                shapes.append(len(entry.messages))
+                flat += [(m, t, entry.pid, entry.invocation_id) for m, t in zip(entry.messages, entry.realtimes,
+                                                                                strict=True)]
             else:
                 shapes.append(1)
-                flat.append(entry[:4] if isinstance(entry, tuple)
-                            else (entry.message, entry.realtime, entry.pid, entry.invocation_id))
+                flat.append((entry.message, entry.realtime, entry.pid, entry.invocation_id))
     assert flat == [(r.message, r.realtime, r.pid, r.invocation_id) for r in records]
     if reader == "Python":
         assert shapes == [1] * len(records)
@@ -215,7 +247,8 @@ def test_both_readers_start_at_since_and_name_a_journal_they_cannot_open(reader:
     since = records[len(records) // 2].realtime
     assert since is not None
     later = [entry for batch in unit_entries(UNIT, str(directory), since=since) for entry in batch]
-    assert [e[1] if isinstance(e, tuple) else e.realtime for e in later] == [
+    assert not any(isinstance(e, UnitRun) for e in later)  # (none asked for)
+    assert [e.realtime for e in later] == [
         r.realtime for r in records if r.realtime is not None and r.realtime >= since]
     missing = tmp_path / "nothing-here"
     with pytest.raises(JournalUnavailable, match=f"cannot open the journal in {missing}: No such file or directory"):
@@ -251,9 +284,11 @@ def test_both_readers_take_odd_entries_alike(tmp_path: Path, monkeypatch: pytest
 
     c_entries, python_entries = read(False), read(True)
     assert c_entries == python_entries
+    assert [type(e) for e in c_entries] == [type(e) for e in python_entries]  # (a UnitLine == its tuple)
     assert len(c_entries) == len(entries)
     # (the journal keeps an entry's fields in the order of their data objects: "first" is not first)
-    assert [type(e).__name__ for e in c_entries] == ["tuple", "JournalRecord", "tuple", "tuple", "JournalRecord",
-                                                     "JournalRecord", "JournalRecord", "JournalRecord", "tuple"]
-    assert c_entries[3][2] == 4711
-    assert c_entries[2] == (line.encode(), 1796025600.0, 4711, "a" * 32)
+    assert [type(e).__name__ for e in c_entries] == ["UnitLine", "JournalRecord", "UnitLine", "UnitLine",
+                                                     "JournalRecord", "JournalRecord", "JournalRecord",
+                                                     "JournalRecord", "UnitLine"]
+    assert isinstance(c_entries[3], UnitLine) and c_entries[3].pid == 4711
+    assert c_entries[2] == UnitLine(message=line.encode(), realtime=1796025600.0, pid=4711, invocation_id="a" * 32)

@@ -119,7 +119,7 @@ def test_unit_entries_left_after_one_batch_ends_the_thread_and_closes_the_journa
     assert [what for what, _ in used_by][0] == "open" and [what for what, _ in used_by][-1] == "close"
     assert len({thread for _, thread in used_by}) == 1 and used_by[0][1] is not threading.current_thread()
     every = [entry for batch in unit_entries(UNIT, str(directory)) for entry in batch]
-    assert [e[0] for e in every] == [f"line {n}".encode() for n in range(400)]
+    assert [e.message for e in every] == [f"line {n}".encode() for n in range(400)]
 
 
 @pytest.mark.skipif(reader_name() != "C", reason="the package was built without its C reader")

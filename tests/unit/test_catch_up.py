@@ -7,11 +7,14 @@ from __future__ import annotations
 
 from typing import Any, Generator
 
+import pytest
+
+from fastpath_compare import fields_by_name_only
 from phasewatch.clock import FakeClock
 from phasewatch.config import Config
 from phasewatch.errors import JournalUnavailable
 from phasewatch.pipeline import Pipeline
-from phasewatch.records import JournalRecord
+from phasewatch.records import JournalRecord, UnitLine, UnitRun
 from phasewatch.sources.journal_feed import JournalFeed
 from phasewatch.sources.journal_reader import ReadEnd
 
@@ -20,8 +23,8 @@ T0 = 1_780_000_000.0
 OLD, NEW = "a" * 32, "b" * 32
 
 
-def line(text: str, invocation: str, pid: int = 101, at: float = T0) -> tuple[bytes, float, int, str]:
-    return (f"[2026-05-28 20:26:40 TP0] {text}".encode(), at, pid, invocation)
+def line(text: str, invocation: str, pid: int = 101, at: float = T0) -> UnitLine:
+    return UnitLine(f"[2026-05-28 20:26:40 TP0] {text}".encode(), at, pid, invocation)
 
 
 class CatchUpFollower:
@@ -29,6 +32,7 @@ class CatchUpFollower:
         self.batches, self.end_cursor, self.fail = batches, cursor, fail
         self.rejected: dict[str, int] = {}
         self.cursor: str | None = None
+        self.position: float | None = None  # (JournalFeed's: the last entry's time)
         self.sought: list[str] = []
 
     def catch_up_entries(self, since: float, runs: object, end: ReadEnd) -> Generator[list[Any], None, None]:
@@ -48,7 +52,8 @@ def feed_for(follower: CatchUpFollower) -> tuple[JournalFeed, list[str | None]]:
     return feed, told
 
 
-def test_the_loop_is_told_where_the_start_up_changes_inside_a_batch() -> None:
+def test_the_loop_is_told_where_the_start_up_changes_inside_a_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    fields_by_name_only(monkeypatch)
     batch = [line("Load weight begin. avail mem=70.00 GB", OLD), line("Load weight end. mem usage=38.0 GB.", OLD),
              JournalRecord("[2026-05-28 20:26:41] Started", T0 + 1, pid=200, invocation_id=NEW),
              line("Load weight begin. avail mem=70.00 GB", NEW, pid=201, at=T0 + 2)]
@@ -61,12 +66,15 @@ def test_the_loop_is_told_where_the_start_up_changes_inside_a_batch() -> None:
     assert follower.sought == ["s=last"] and follower.cursor == "s=last"
 
 
-def test_a_run_counts_as_its_lines() -> None:
-    run = ([b"[2026-05-28 20:26:40 TP0] Decode batch, #token: 1"] * 3, [T0, T0 + 1, T0 + 2], 101, OLD)
-    feed, _ = feed_for(CatchUpFollower([[run]]))
+def test_a_run_counts_as_its_lines(monkeypatch: pytest.MonkeyPatch) -> None:
+    fields_by_name_only(monkeypatch)
+    run = UnitRun([b"[2026-05-28 20:26:40 TP0] Decode batch, #token: 1"] * 3, [T0, T0 + 1, T0 + 2], 101, OLD)
+    follower = CatchUpFollower([[line("Load weight begin. avail mem=70.00 GB", OLD, at=T0 - 1), run]])
+    feed, _ = feed_for(follower)
     assert feed.catch_up(T0 - 5)
-    assert feed.entries_by_invocation == {OLD: 3} and feed.read_since_release == 3
-    assert feed.pipeline.entries == 3
+    assert feed.entries_by_invocation == {OLD: 4} and feed.read_since_release == 4
+    assert feed.pipeline.entries == 4
+    assert follower.position == T0 + 2  # the run's last line's time
 
 
 def test_a_catch_up_reader_that_cannot_open_the_journal_leaves_it_to_the_follower() -> None:

@@ -11,11 +11,17 @@ from typing import Any
 
 import pytest
 
+from fastpath_compare import fields_by_name_only
 from phasewatch.cli import main
 from phasewatch.commands.logs import TaggedLine
+from phasewatch.commands.replay import TimeClamp
 from phasewatch.commands.status import render_table
+from phasewatch.config import Config
 from phasewatch.errors import EX_OK
+from phasewatch.pipeline import Pipeline
+from phasewatch.records import Entry, JournalRecord, UnitLine, UnitRun
 from phasewatch.render import MAX_TS, clock_text, iso, json_text, terminal_safe
+from phasewatch.sources.journal_source import RunShape, UnitRecords
 
 UNIT = "sglang-kimi.service"
 HOSTILE = "bell\x07 back\x08\x08 title\x1b]0;owned\x07 csi\x1b[2J c1-csi\x9b2J nel\x85 del\x7f cr\rend"
@@ -67,6 +73,36 @@ def test_control_characters_escaped_in_replay(tmp_path: Path, capsys: pytest.Cap
     document = capsys.readouterr().out
     assert_inert(document)
     assert "\\u009b" in document
+
+
+class Batches(UnitRecords):
+    """A journal's unit read in batches (`TimeClamp.feed`'s catch-up way), the batches given."""
+
+    def __init__(self, batches: list[list[Entry]]) -> None:
+        super().__init__(UNIT)
+        self._batches = batches
+
+    def batches(self, runs: RunShape = None) -> Any:
+        return iter(self._batches)
+
+
+def test_the_catch_up_clamps_lines_runs_and_records_alike(monkeypatch: pytest.MonkeyPatch) -> None:
+    text = b"[2026-01-01 00:00:00 TP0] Decode batch, #token: 1"
+    batch: list[Entry] = [UnitLine(text, 1e12, 5, "a1"), UnitLine(text, 2.0, 5, "a1"),
+                          UnitRun([text, text, text], [3.0, 1e12, -1.0], 5, "a1"),
+                          UnitRun([text, text], [4.0, 5.0], 5, "a1"),
+                          JournalRecord(text.decode(), realtime=1e12, pid=6, invocation_id="a1")]
+    fed: list[Entry] = []
+    pipeline = Pipeline(Config(unit=UNIT), default_year=2026)
+    monkeypatch.setattr(pipeline, "feed_entries", lambda entries, now: fed.extend(entries))
+    fields_by_name_only(monkeypatch)
+    clamp = TimeClamp(Batches([batch]))
+    clamp.feed(pipeline, None)
+    assert [type(e) for e in fed] == [UnitLine, UnitLine, UnitRun, UnitRun, JournalRecord]
+    assert fed == [UnitLine(text, MAX_TS, 5, "a1"), batch[1], UnitRun([text] * 3, [3.0, MAX_TS, 0.0], 5, "a1"),
+                   batch[3], JournalRecord(text.decode(), realtime=MAX_TS, pid=6, invocation_id="a1")]
+    assert fed[1] is batch[1] and fed[3] is batch[3]  # (what is in range is handed on as it is)
+    assert clamp.count == 4
 
 
 def test_timestamp_past_9999_clamped(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -19,7 +19,7 @@ from ..errors import EX_OK, InputError, UsageError
 from ..fit import output_width
 from ..pipeline import Pipeline
 from ..profile import builtin_engines
-from ..records import Entry, JournalRecord
+from ..records import Entry, JournalRecord, UnitLine, UnitRun
 from ..render import MAX_TS, clamp_ts, json_text, terminal_safe, to_json, to_table, ts_in_range
 from ..sources import journal_source
 from ..sources.formats import parse_source
@@ -83,18 +83,18 @@ class TimeClamp:
 
     def _clamped(self, batch: list[Entry]) -> Iterator[Entry]:
         for entry in batch:
-            if isinstance(entry, JournalRecord):
-                if entry.realtime is not None and not ts_in_range(entry.realtime):
+            if isinstance(entry, UnitLine):
+                if not 0.0 <= entry.realtime <= MAX_TS:
                     self._clamped_records += 1
-                    entry = replace(entry, realtime=clamp_ts(entry.realtime))
-            elif isinstance(entry[1], list):
-                stamps: list[float] = entry[1]
+                    entry = UnitLine(entry.message, clamp_ts(entry.realtime), entry.pid, entry.invocation_id)
+            elif isinstance(entry, UnitRun):
+                stamps = entry.realtimes
                 if not (0.0 <= min(stamps) and max(stamps) <= MAX_TS):
                     self._clamped_records += sum(1 for ts in stamps if not 0.0 <= ts <= MAX_TS)
-                    entry = (entry[0], [clamp_ts(ts) for ts in stamps], entry[2], entry[3])
-            elif not 0.0 <= entry[1] <= MAX_TS:
+                    entry = UnitRun(entry.messages, [clamp_ts(ts) for ts in stamps], entry.pid, entry.invocation_id)
+            elif entry.realtime is not None and not ts_in_range(entry.realtime):
                 self._clamped_records += 1
-                entry = (entry[0], clamp_ts(entry[1]), entry[2], entry[3])
+                entry = replace(entry, realtime=clamp_ts(entry.realtime))
             yield entry
 
     def saw(self, stamps: Iterable[float | None]) -> None:

@@ -15,7 +15,7 @@ from typing import Callable, Sequence
 from ..clock import Clock
 from ..errors import JournalError, JournalUnavailable
 from ..pipeline import Pipeline
-from ..records import Entry, Event, EventKind, JournalRecord
+from ..records import Entry, Event, EventKind, UnitRun
 from ..stages.s4_judge.policy import LOST_UNREAD
 from .base import Instant
 from .follow import JournalFollower
@@ -240,16 +240,14 @@ class JournalFeed:
         start-up changes in it (as if a follower's read had ended there)."""
         counts, start, last = self.entries_by_invocation, 0, self._last_invocation
         final = batch[-1] if batch else None
-        if isinstance(final, JournalRecord):
-            self.follower.position = final.realtime
+        if isinstance(final, UnitRun):
+            self.follower.position = final.realtimes[-1]
         elif final is not None:
-            self.follower.position = final[1][-1] if isinstance(final[1], list) else final[1]
+            self.follower.position = final.realtime
         for index, entry in enumerate(batch):
-            if isinstance(entry, JournalRecord):
-                invocation, pid, many = entry.invocation_id, entry.pid, 1
-            else:
-                invocation, pid = entry[3], entry[2]
-                many = len(entry[0]) if isinstance(entry[0], list) else 1
+            # (a line, a run and a record name their writer alike)
+            invocation, pid = entry.invocation_id, entry.pid
+            many = len(entry.messages) if isinstance(entry, UnitRun) else 1
             if invocation is not None:
                 if invocation != last and last is not None and index > start:
                     self._feed_part(batch[start:index])

@@ -16,7 +16,7 @@ import threading
 from typing import Any, Callable, Generator, Iterator, Union
 
 from ..errors import JournalError, JournalUnavailable
-from ..records import Entry, JournalRecord, record_from_fields
+from ..records import Entry, JournalRecord, UnitLine, UnitRun, record_from_fields
 from ..trust import rejection
 from .journal_reader import LIFECYCLE_FIELDS, ReadEnd, UnitJournalReader
 
@@ -57,7 +57,7 @@ RunShape = Union[tuple[int, int], None]
 def unit_entries(unit: str, directory: str | None = None, since: float | None = None,
                  rejected: dict[str, int] | None = None, runs: RunShape = None,
                  end: ReadEnd | None = None) -> Generator[list[Entry], None, None]:
-    """`read_unit`'s entries in batches, the unit's whole lines as `UnitLine` tuples (no record
+    """`read_unit`'s entries in batches, the unit's whole lines as `UnitLine`s (no record
     built: `Pipeline.feed_line`), the rest as JournalRecords, exactly as `UnitJournalReader.read`
     makes them. An entry's fields are read in one call (`_get_all`): on a journald entry of some 25
     fields that is cheaper than the four `_get`s a line needs, each a walk over the entry's fields
@@ -73,7 +73,8 @@ def _c_unit_entries(unit: str, directory: str | None, since: float | None,
                     rejected: dict[str, int] | None, runs: RunShape = None,
                     end: ReadEnd | None = None) -> Generator[list[Entry], None, None]:
     assert c_lines is not None
-    open_args = (unit, directory, None if since is None else int(since * 1_000_000), _C_FIELDS)
+    # (the C reader builds the lines and runs as these very types)
+    open_args = (unit, directory, None if since is None else int(since * 1_000_000), _C_FIELDS, UnitLine, UnitRun)
 
     def open_lines() -> Any:
         try:
@@ -186,6 +187,7 @@ def _python_unit_entries(unit: str, directory: str | None, since: float | None,
     reader = follower._reader
     try:
         get, get_all, next_entry, realtime = reader._get, reader._get_all, reader._next, reader._get_realtime
+        new = tuple.__new__  # a UnitLine built without the Python call its class's __new__ is (the same object)
         unit_bytes = unit.encode()
         pids: dict[bytes, int | None] = {}  # field bytes -> value: a unit has few of each
         invocations: dict[bytes, str] = {}
@@ -222,7 +224,7 @@ def _python_unit_entries(unit: str, directory: str | None, since: float | None,
                     invocation = invocations[invocation_field] = invocation_field.decode()
                     if len(invocations) > 4096:
                         invocations.clear()
-                append((message, stamp / 1e6, pid, invocation))
+                append(new(UnitLine, (message, stamp / 1e6, pid, invocation)))
             if end is not None and batch:
                 end.batch = reader._get_cursor()
             yield batch
