@@ -3,7 +3,7 @@ names (`module:` in profiles/<engine>.yaml, the engine's name by default).
 
 An engine module gives:
 - `find_prefixes(segment)`: where the engine's record prefixes are in a line, and the rank, time and
-  process each names (lines.Prefix);
+  process each names (prefixes.Prefix);
 - `rank_from_title(argv0)`: the rank a process title names (procs.py), or None;
 - `parse_server_args(message)`: the launch arguments a `server_args` rule's line holds, in the common
   vocabulary (tp_size, dp_size, pp_size, ep_size, nnodes, node_rank, model_path, host, port, ...);

@@ -136,7 +136,7 @@ class ActionRunner:
         return path
 
     def _restart(self, done: Done, action: Action) -> Done:
-        """One try (a signal's EINTR is retried inside the call: sinks/actions.py); the responder
+        """One try (a signal's EINTR is retried inside the call: systemd_unit.py); the responder
         tries again after RESTART_BACKOFF, on the loop's clock."""
         try:
             job = (self.guarded.begin(action, done.job.facts.control_group, self.wall())
