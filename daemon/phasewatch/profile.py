@@ -38,6 +38,7 @@ class Rule:
     harmless: bool = False  # the record and the traceback under it are one request's error
     proof_of_life: bool = False  # after ready, the server is serving (no health probe needed meanwhile)
     per_request: bool = False  # after ready, a fatal line of one request, not the server's crash
+    record_head: bool = False  # matches a record's first line only, never a line continuing one
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,8 @@ class Profile:
             else:  # what the replaced rule meant beyond its event stays, unless the override says
                 replaced = rules[position]
                 rules[position] = replace(rule, proof_of_life=spec.get("proof_of_life", replaced.proof_of_life),
-                                          per_request=spec.get("per_request", replaced.per_request))
+                                          per_request=spec.get("per_request", replaced.per_request),
+                                          record_head=spec.get("record_head", replaced.record_head))
         return replace(self, rules=tuple(rules))
 
     def classify_cause(self, texts: Iterable[str], skip: frozenset[str] = frozenset()) -> str | None:
@@ -148,7 +150,7 @@ def parse_rule(spec: Mapping[str, Any], key: str) -> Rule:
     if not isinstance(spec, Mapping):
         raise ProfileError(key, f"expected a mapping with id, match and event, got {type(spec).__name__}")
     unknown = set(spec) - {"id", "match", "event", "phase", "scope", "cause", "echo", "flags", "harmless",
-                                "proof_of_life", "per_request"}
+                                "proof_of_life", "per_request", "record_head"}
     if unknown:
         raise ProfileError(f"{key}.{sorted(unknown)[0]}", "unknown key")
     rule_id = spec.get("id")
@@ -178,7 +180,7 @@ def parse_rule(spec: Mapping[str, Any], key: str) -> Rule:
     if not isinstance(harmless, bool):
         raise ProfileError(f"{key}.harmless", f"expected true or false, got {harmless!r}")
     flags: dict[str, bool] = {}
-    for name in ("proof_of_life", "per_request"):
+    for name in ("proof_of_life", "per_request", "record_head"):
         flags[name] = spec.get(name, False)
         if not isinstance(flags[name], bool):
             raise ProfileError(f"{key}.{name}", f"expected true or false, got {flags[name]!r}")

@@ -99,6 +99,20 @@ def test_a_logged_traceback_with_the_prefix_on_every_line_is_one_record() -> Non
     assert len({line.record_id for line in lines}) == 1
 
 
+@pytest.mark.parametrize("first", ["Traceback (most recent call last):", '  File "/v/cli/main.py", line 9, in main'])
+def test_pythons_own_traceback_through_the_prefixer_is_one_record(first: str) -> None:
+    """The API server's uncaught traceback: vLLM's prefix, no logger header, on every line. Another
+    process's line between its lines does not join it, and ends it."""
+    splitter = LineSplitter(vllm_engine.find_prefixes, YEAR)
+    api, core = "(APIServer pid=1) ", "(EngineCore_DP0 pid=7) "
+    texts = [(api, first), (api, '  File "/v/api_server.py", line 3, in run_server'), (api, "    await serve()"),
+             (api, "    ^^^^^^^^^^^^^"), (api, "torch._dynamo.exc.Unsupported: call_function"),
+             (core, "    self.model_runner.load_model()"), (api, '  File "/v/utils.py", line 5, in wait')]
+    lines = [line for who, text in texts for line in splitter.feed(JournalRecord(who + text, pid=1))]
+    assert [line.kind for line in lines] == [LineKind.RECORD] + [LineKind.CONTINUATION] * 4 + [LineKind.RECORD] * 2
+    assert len({line.record_id for line in lines[:5]}) == 1
+
+
 V1_TP1 = """\
 (APIServer pid=1) INFO 06-19 15:35:00 [api_server.py:1] vLLM API server version 0.11.0
 (APIServer pid=1) INFO 06-19 15:35:00 [utils.py:1] non-default args: {'model_tag': 'q', 'port': 8001, 'model': 'q'}

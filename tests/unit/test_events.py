@@ -183,6 +183,45 @@ def test_continuations_take_only_fatal_and_hint_rules(m: Mapper) -> None:
     assert "load_begin" not in [e.rule for e in events]
 
 
+# A traceback's frame that begins a record: the log lost the traceback's header (a paste from inside it).
+FRAMES = ('  File "/sglang/srt/managers/scheduler.py", line 2310, in run_scheduler_process\n'
+          '    scheduler = Scheduler(server_args, port_args, gpu_id, tp_rank, dp_rank)\n'
+          '    ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^\n'
+          '  File "/sglang/srt/model_executor/model_runner.py", line 431, in initialize\n'
+          '    self.init_device_graphs()')
+
+
+@pytest.mark.parametrize("cut", [0, 1, 2], ids=["at-a-frame", "at-its-source", "at-its-carets"])
+def test_a_paste_that_begins_inside_a_traceback_is_one_fatal_record(cut: int) -> None:
+    m = Mapper()
+    events = [e for line in FRAMES.split("\n")[cut:] for e in m.feed(line, pid=None)] + m.flush()  # type: ignore[arg-type]
+    fatal = [e for e in events if e.kind is EventKind.FATAL]
+    assert [e.rule for e in fatal] == ["traceback_frames"] and fatal[0].cause == "python_exception"
+    assert fatal[0].text.lstrip().startswith('File "/sglang/srt/')
+
+
+def test_the_frames_under_a_traceback_header_add_no_fatal_record(m: Mapper) -> None:
+    events = m.feed(f"{STAMP} TP1] Traceback (most recent call last):\n{FRAMES}") + m.flush()
+    fatal = [e for e in events if e.kind is EventKind.FATAL]
+    assert {e.record_id for e in fatal} == {fatal[0].record_id} and fatal[0].rule == "logged_traceback"
+
+
+@pytest.mark.parametrize("head", [
+    "Stack (most recent call last):",  # logging's stack_info=True: a stack, no exception
+    'Thread 0x00007f3a2bfff640 (most recent call first):\n  File "/usr/lib/python3.12/threading.py", line 355 in wait',
+])
+def test_a_stack_that_is_no_traceback_is_not_fatal(m: Mapper, head: str) -> None:
+    events = m.feed(f"{STAMP} TP1] Scheduler watchdog dump: {head}\n{FRAMES}") + m.flush()
+    assert not [e for e in events if e.kind is EventKind.FATAL], summary(events)
+
+
+def test_faulthandlers_frames_are_no_traceback_of_their_own(m: Mapper) -> None:
+    events = [e for line in ('  File "/usr/lib/python3.12/threading.py", line 355 in wait',
+                             '  File "/sglang/srt/managers/scheduler.py", line 2310 in event_loop_normal')
+              for e in m.feed(line, pid=None)] + m.flush()  # type: ignore[arg-type]
+    assert not [e for e in events if e.kind is EventKind.FATAL], summary(events)
+
+
 # --- server_args ---------------------------------------------------------------------------------
 
 def test_server_args_of_v0_5_9_are_parsed(m: Mapper) -> None:

@@ -44,6 +44,17 @@ def test_a_crash_heavy_journal_agrees() -> None:
     assert_same(journal(pieces, [0.002, 0.01]))
 
 
+def test_a_traceback_with_the_prefix_on_every_line_agrees() -> None:
+    """Its source lines would take the fast path as plain lines; they continue the traceback's record."""
+    pieces: list[tuple[str | None, str, str]] = [("TP0", decode(n), "line") for n in range(20)]
+    for head in ("Traceback (most recent call last):", '  File "/x/scheduler.py", line 3, in run'):
+        pieces += [("TP0", head, "line"), ("TP0", '  File "/x/scheduler.py", line 9, in event_loop', "line"),
+                   ("TP0", "    self.run_batch(batch)", "line"), ("TP0", "    ^^^^^^^^^^^^^^", "line"),
+                   ("TP0", "KeyboardInterrupt", "line")]
+        pieces += [("TP0", decode(n), "line") for n in range(20)]
+    assert_same(journal(pieces, [0.002]))
+
+
 def test_the_fast_prefix_is_the_first_prefix_find_prefixes_finds() -> None:
     for line in ("[2026-05-28 20:26:40 TP0] Decode batch", "[2026-05-28 20:26:40.123 DP1 TP3 EP3] x",
                  "[2026-05-28 20:26:40] INFO:     127.0.0.1:1 - x", "[2026-05-28 20:26:40 TP0]Decode"):

@@ -273,3 +273,45 @@ def test_vllm_api_server_traceback_in_journalctl_output_is_a_crash(error: str, w
     lines.append(journal("20", error))
     inv = replayed("\n".join(lines) + "\n", "--now", "+2h")
     assert inv["outcome"] == "crashed", inv["verdicts"]
+
+
+# A paste of it that begins inside the traceback (the header scrolled away, as in a `journalctl -n`
+# window) and ends with no `...Error:` line: cut off after a frame, or an exception whose class
+# name ends otherwise (KeyboardInterrupt, torch._dynamo's Unsupported, Triton's OutOfResources).
+ENDINGS = ["", "KeyboardInterrupt", "torch._dynamo.exc.Unsupported: call_function BuiltinVariable(open) [] {}",
+           "triton.runtime.errors.OutOfResources: out of resource: shared memory, Required: 263168, "
+           "Hardware limit: 232448. Reducing block sizes or `num_stages` may help."]
+
+
+@FAMILY
+@given(begin=st.integers(0, 8), frames=st.integers(1, len(API_FRAMES)), ending=st.sampled_from(ENDINGS),
+       cut=st.sampled_from(["frame", "source", "carets"]), spaces=st.sampled_from(["  ", "   "]),
+       form=st.sampled_from(sorted(JOURNAL_TIMES)), host=st.sampled_from(["gpu1 ", "vllm ", ""]),
+       ident=st.sampled_from(["vllm", "python3"]), before=st.booleans(), exited=st.booleans())
+def test_vllm_api_server_traceback_pasted_from_inside_is_a_crash(begin: int, frames: int, ending: str, cut: str,
+                                                                 spaces: str, form: str, host: str, ident: str,
+                                                                 before: bool, exited: bool) -> None:
+    def journal(text: str, who: str = "(APIServer pid=8707) ", pid: int = 8707, name: str = ident) -> str:
+        return f"{JOURNAL_TIMES[form].format(s=30)} {host}{name}[{pid}]: {who}{text}"
+
+    traceback = []
+    for path, func, source in API_FRAMES:
+        traceback += [f'{spaces}File "{path}", line 10, in {func}', f"{spaces}  {source}", f"{spaces}  {'^' * 14}"]
+    start = min(begin, len(traceback) - 1)
+    stop = max(start + 1, 3 * frames - {"frame": 2, "source": 1, "carets": 0}[cut])
+    lines = [journal(text) for text in traceback[start:stop]]
+    if not any('File "' in line for line in lines):
+        lines.append(journal(traceback[3 * (start // 3 + 1)] if start // 3 + 1 < len(API_FRAMES) else traceback[0]))
+    if ending:
+        lines.append(journal(ending))
+    if before:  # the window's earlier lines: the API server's own, waiting for its engine
+        lines[:0] = [journal("INFO 03-01 10:00:20 [utils.py:1239] Waiting for 1 local, 0 remote core engine "
+                             "proc(s) to start.")]
+    if exited:
+        lines.append(journal(f"{ident}.service: Main process exited, code=exited, status=1/FAILURE", "", 1, "systemd"))
+    inv = replayed("\n".join(lines) + "\n", "--now", "+2h")
+    crashed = [v for v in inv["verdicts"] if v["kind"] == "crashed"]
+    assert inv["outcome"] == "crashed" and crashed, inv["verdicts"]
+    assert crashed[0]["rank"] == "main" and crashed[0]["phase"] == "launch", crashed
+    if ending:  # the verdict quotes the exception, not a frame
+        assert crashed[0]["message"].endswith(f"(python_exception): {ending[:200]}"), crashed

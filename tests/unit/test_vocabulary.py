@@ -28,10 +28,10 @@ def test_kinds_and_outcomes_are_the_strings_they_always_were() -> None:
 def test_the_profile_names_the_rules_that_prove_life_and_the_per_request_ones() -> None:
     profile = load_builtin_profile("sglang")
     assert profile.proof_of_life_rules == {"decode_batch", "prefill_batch"}
-    assert profile.per_request_rules == {"uncaught_exception", "logged_traceback", "cuda_error"}
+    assert profile.per_request_rules == {"uncaught_exception", "logged_traceback", "traceback_frames", "cuda_error"}
 
 
-@pytest.mark.parametrize("flag", ["proof_of_life", "per_request"])
+@pytest.mark.parametrize("flag", ["proof_of_life", "per_request", "record_head"])
 def test_a_rule_flag_must_be_a_boolean(flag: str) -> None:
     with pytest.raises(ProfileError, match=rf"^patterns\[0\]\.{flag}: expected true or false, got 'yes'$"):
         parse_rule({"id": "x", "match": "x", "event": "activity", flag: "yes"}, "patterns[0]")
@@ -53,6 +53,8 @@ def test_an_override_keeps_what_the_rule_meant_unless_it_says() -> None:
     assert "decode_batch" in kept.proof_of_life_rules
     dropped = profile.with_overrides([{"id": "cuda_error", "event": "fatal", "match": "x", "per_request": False}])
     assert "cuda_error" not in dropped.per_request_rules
+    frames = profile.with_overrides([{"id": "traceback_frames", "event": "fatal", "match": "^ +File"}])
+    assert next(r for r in frames.rules if r.id == "traceback_frames").record_head
 
 
 @pytest.mark.parametrize("engine", builtin_engines())

@@ -42,11 +42,16 @@ AVAIL_RE = re.compile(r"avail_mem=([\d.]+)\s*GB")
 TRACEBACK_LINE_RE = re.compile(
     r"^(?:\s+\S|\s*File \"|Traceback \(most recent call last\)|During handling of the above exception"
     r"|The above exception was the direct cause|\^+\s*$|[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)\b"
+    r"|(?:[a-z_]\w*\.)+[A-Z]\w*:\s"
     r"|Possible solutions:|\d+\. |Open an issue on GitHub)"
 )
 OPENS_BLOCK_RE = re.compile(
     r"Traceback \(most recent call last\):\s*$|hit an exception:\s*(?:Traceback.*)?$|:\s*$"
 )
+
+# A traceback's frame (not faulthandler's, which has no comma before "in": a stack dump, not an
+# exception). One that begins a record is a traceback whose header the log does not hold.
+FRAME_RE = re.compile(r'^\s*File "[^"\r\n]+", line \d+, in \S')
 
 # Lines of other loggers (torch C++, Gloo, NCCL) are records of their own, never a traceback's tail.
 FOREIGN_RECORD_RE = re.compile(r"^(?:\[rank\d+\]:|\[Gloo\] |\S+:\d+:\d+ \[\d+\] NCCL |\[\d{4}-\d\d-\d\d )")
@@ -70,11 +75,12 @@ MAX_STREAMS = 1024
 def opens_block(message: str) -> bool:
     """OPENS_BLOCK_RE.search(message), without the regex for the lines that end in neither ':' nor
     a Traceback: its `:\\s*$` is a ':' before trailing white space, and the other two need their words.
-    uvicorn's "Exception in ASGI application" also opens one: the request's traceback follows."""
+    uvicorn's "Exception in ASGI application" also opens one: the request's traceback follows, and so
+    does a traceback's frame (a paste that begins inside one: its other lines follow)."""
     if message.rstrip().endswith((":", "Exception in ASGI application")):
         return True
     if "Traceback" not in message and "hit an exception" not in message:
-        return False
+        return 'File "' in message and FRAME_RE.match(message) is not None
     return OPENS_BLOCK_RE.search(message) is not None
 
 
@@ -145,6 +151,10 @@ class _Stream:
     open_rank: str | None = None
     block_open: bool = False
     open_header: str | None = None
+    # The open record began a traceback (its header or a frame) in a prefix without a header: a line
+    # of the traceback with the same prefix continues it (vLLM tags every line of Python's own).
+    traceback_open: bool = False
+    open_untagged: str | None = None
     pending: bytes | str = ""  # the unfinished tail of a line_break entry, undecoded
     pending_ts: float | None = None  # the journal time of the entry that brought it
 
@@ -292,8 +302,9 @@ class LineSplitter:
     def _prefixed(self, text: str, message: str, prefix: Prefix, record: JournalRecord,
                   stream: _Stream, out: list[Line]) -> None:
         ts = self._timestamp(record, prefix)
-        continues = (prefix.header is not None and stream.block_open and stream.open_record > 0
-                     and prefix.header == stream.open_header and prefix.rank == stream.open_rank
+        continues = ((stream.block_open if prefix.header is not None else stream.traceback_open)
+                     and stream.open_record > 0 and prefix.header == stream.open_header
+                     and prefix.rank == stream.open_rank and prefix.untagged_rank == stream.open_untagged
                      and TRACEBACK_LINE_RE.match(message) is not None)
         if not continues:
             stream.open_header = prefix.header
@@ -302,8 +313,10 @@ class LineSplitter:
                 stream.tagged = True
             self._next_record += 1
             stream.open_record = self._next_record
-            stream.open_rank = prefix.rank
+            stream.open_rank, stream.open_untagged = prefix.rank, prefix.untagged_rank
             stream.block_open = opens_block(message)
+            stream.traceback_open = prefix.header is None and stream.block_open and (
+                "Traceback" in message or FRAME_RE.match(message) is not None)
         out.append(Line(text=text, message=message, kind=LineKind.CONTINUATION if continues else LineKind.RECORD,
                         rank=stream.open_rank, ts=ts, pid=record.pid, invocation_id=record.invocation_id,
                         has_prefix=True, record_id=stream.open_record, untagged_rank=prefix.untagged_rank,
@@ -331,7 +344,9 @@ class LineSplitter:
                 self._unprefixed(rest, record, stream, out)
             return
         if stream.open_record and not FOREIGN_RECORD_RE.match(message) and (
-                stream.block_open or TRACEBACK_LINE_RE.match(message)):
+                stream.block_open or (TRACEBACK_LINE_RE.match(message) and not FRAME_RE.match(message))):
+            if not stream.block_open and "Traceback" in message:
+                stream.block_open = opens_block(message)  # a traceback under its record's first line
             out.append(Line(text=segment, message=message, kind=LineKind.CONTINUATION, rank=stream.open_rank,
                             ts=ts, pid=record.pid, invocation_id=record.invocation_id,
                             record_id=stream.open_record))
@@ -339,6 +354,8 @@ class LineSplitter:
         self._next_record += 1
         stream.open_record = self._next_record
         stream.open_rank = self._inherited_rank(record, stream)
-        stream.block_open = ("Traceback" in message or "ASGI" in message) and opens_block(message)
+        stream.open_untagged, stream.traceback_open = None, False
+        stream.block_open = ("Traceback" in message or "ASGI" in message or 'File "' in message) \
+            and opens_block(message)
         out.append(Line(text=segment, message=message, kind=LineKind.RECORD, rank=stream.open_rank, ts=ts,
                         pid=record.pid, invocation_id=record.invocation_id, record_id=self._next_record))

@@ -236,7 +236,7 @@ class EventMapper:
         continuation = line.kind is LineKind.CONTINUATION
         harmless = continuation and record_id in self._harmless
         for rule in self._matching(message):
-            if continuation and rule.event not in ("fatal", "phase_hint"):
+            if continuation and (rule.event not in ("fatal", "phase_hint") or rule.record_head):
                 continue
             if harmless and rule.event == "fatal":
                 continue  # the traceback of one request's error: the server goes on

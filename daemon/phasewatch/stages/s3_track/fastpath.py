@@ -136,7 +136,7 @@ class FastPath:
         rest = message[prefix.end:]
         key = (invocation, pid)
         stream = self._streams.get(key)
-        if stream is None or stream.pending:
+        if stream is None or stream.pending or stream.traceback_open:
             return 0
         masked = rest.translate(_MASK_DIGITS)
         plan = self._plans.get(masked)
@@ -206,7 +206,7 @@ class FastPath:
             stream.tagged = True
         splitter._next_record += 1
         record_id = stream.open_record = splitter._next_record
-        stream.open_rank = prefix.rank
+        stream.open_rank, stream.open_untagged = prefix.rank, None
         stream.block_open = block
         if not untagged_rank:
             if not prefix.anonymous:

@@ -14,7 +14,15 @@ from ...config import Config, PhaseLimits
 from ...durations import format_duration
 from ...profile import Profile
 from ...records import MAIN, PHASE_NAMES, STUCK, UNIT_PHASES, WRONG_WHEN_STOPPED, Outcome, Phase, VerdictKind
-from ..s2_interpret.crashfacts import CrashFacts, ServerRanks, crash_facts, describe, mentions_in, traceback_phase
+from ..s2_interpret.crashfacts import (
+    FRAME_RE,
+    CrashFacts,
+    ServerRanks,
+    crash_facts,
+    describe,
+    mentions_in,
+    traceback_phase,
+)
 from ..s3_track.snapshot import LIVE_STATES, UP_STATES, FatalView, GpuSeen, InvocationView, RankView, UnitState
 from .gpu_policy import gpu_words as _gpu_words
 from .gpu_policy import stall_window as _stall_window
@@ -28,6 +36,9 @@ START_UP_STATES = (UnitState.STARTING,)
 ECHO_GRACE = 3.0
 GENERIC_CAUSES = frozenset({"python_exception", "killed", "exit_code"})
 EXCEPTION_LINE_RE = re.compile(r"^(?:[a-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit)\b")
+# Under a traceback's frames, its last line names the exception whatever its class is called
+# (KeyboardInterrupt, torch._dynamo.exc.Unsupported, triton's OutOfResources).
+RAISED_LINE_RE = re.compile(r"^(?:[a-z_]\w*\.)*[A-Z]\w*(?::\s|\s*$)")
 
 
 def _quiet_since(inv: InvocationView, rank: RankView, gpu: GpuSeen | None = None) -> float | None:
@@ -374,6 +385,8 @@ def _telling_line(fatal: FatalView, cause: str | None, profile: Profile) -> str:
         if found:
             return found.strip()
     exception = next((t for t in reversed(fatal.texts) if EXCEPTION_LINE_RE.match(t)), None)
+    if exception is None and any(FRAME_RE.match(t) for t in fatal.texts):
+        exception = next((t for t in reversed(fatal.texts) if RAISED_LINE_RE.match(t)), None)
     return (exception or fatal.texts[0]).strip()
 
 
