@@ -287,10 +287,12 @@ ENDINGS = ["", "KeyboardInterrupt", "torch._dynamo.exc.Unsupported: call_functio
 @given(begin=st.integers(0, 8), frames=st.integers(1, len(API_FRAMES)), ending=st.sampled_from(ENDINGS),
        cut=st.sampled_from(["frame", "source", "carets"]), spaces=st.sampled_from(["  ", "   "]),
        form=st.sampled_from(sorted(JOURNAL_TIMES)), host=st.sampled_from(["gpu1 ", "vllm ", ""]),
-       ident=st.sampled_from(["vllm", "python3"]), before=st.booleans(), exited=st.booleans())
+       ident=st.sampled_from(["vllm", "python3"]), before=st.booleans(), exited=st.booleans(),
+       judged=st.sampled_from([(), ("--now", "+2h")]))
 def test_vllm_api_server_traceback_pasted_from_inside_is_a_crash(begin: int, frames: int, ending: str, cut: str,
                                                                  spaces: str, form: str, host: str, ident: str,
-                                                                 before: bool, exited: bool) -> None:
+                                                                 before: bool, exited: bool,
+                                                                 judged: tuple[str, ...]) -> None:
     def journal(text: str, who: str = "(APIServer pid=8707) ", pid: int = 8707, name: str = ident) -> str:
         return f"{JOURNAL_TIMES[form].format(s=30)} {host}{name}[{pid}]: {who}{text}"
 
@@ -309,7 +311,7 @@ def test_vllm_api_server_traceback_pasted_from_inside_is_a_crash(begin: int, fra
                              "proc(s) to start.")]
     if exited:
         lines.append(journal(f"{ident}.service: Main process exited, code=exited, status=1/FAILURE", "", 1, "systemd"))
-    inv = replayed("\n".join(lines) + "\n", "--now", "+2h")
+    inv = replayed("\n".join(lines) + "\n", *judged)  # at its last line, and two hours later
     crashed = [v for v in inv["verdicts"] if v["kind"] == "crashed"]
     assert inv["outcome"] == "crashed" and crashed, inv["verdicts"]
     assert crashed[0]["rank"] == "main" and crashed[0]["phase"] == "launch", crashed
