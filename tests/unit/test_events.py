@@ -206,6 +206,13 @@ def test_the_frames_under_a_traceback_header_add_no_fatal_record(m: Mapper) -> N
     assert {e.record_id for e in fatal} == {fatal[0].record_id} and fatal[0].rule == "logged_traceback"
 
 
+def test_a_traceback_under_another_first_line_keeps_its_frames_in_its_record(m: Mapper) -> None:
+    events = m.feed(f"{STAMP} TP1] Scheduler died\nTraceback (most recent call last):\n{FRAMES}") + m.flush()
+    fatal = [e for e in events if e.kind is EventKind.FATAL]
+    assert [e.rule for e in fatal] == ["logged_traceback"], summary(events)
+    assert len({e.record_id for e in events}) == 1
+
+
 @pytest.mark.parametrize("head", [
     "Stack (most recent call last):",  # logging's stack_info=True: a stack, no exception
     'Thread 0x00007f3a2bfff640 (most recent call first):\n  File "/usr/lib/python3.12/threading.py", line 355 in wait',
