@@ -204,6 +204,7 @@ def test_the_frames_under_a_traceback_header_add_no_fatal_record(m: Mapper) -> N
     events = m.feed(f"{STAMP} TP1] Traceback (most recent call last):\n{FRAMES}") + m.flush()
     fatal = [e for e in events if e.kind is EventKind.FATAL]
     assert {e.record_id for e in fatal} == {fatal[0].record_id} and fatal[0].rule == "logged_traceback"
+    assert "traceback_frames" not in [e.rule for e in events]  # a frame continuing a record is not a head
 
 
 def test_a_traceback_under_another_first_line_keeps_its_frames_in_its_record(m: Mapper) -> None:
