@@ -51,3 +51,11 @@ def test_sockets_passed_by_systemd_are_read_by_name_and_the_variables_taken_away
     assert passed_fds({"LISTEN_PID": "41", "LISTEN_FDS": "1"}, 42) == {}  # another process's
     assert passed_fds({"LISTEN_PID": "x", "LISTEN_FDS": "1"}, 42) == {}
     assert passed_fds({}, 42) == {}
+
+
+def test_an_ipv4_peer_of_a_dual_stack_socket_is_looked_up_as_ipv4() -> None:
+    from phasewatch.sources.receiver_http import unmapped
+
+    assert unmapped(("::ffff:127.0.0.1", 40000, 0, 0)) == ("127.0.0.1", 40000)
+    assert unmapped(("::1", 40000, 0, 0)) == ("::1", 40000, 0, 0)
+    assert unmapped(("10.0.0.7", 5)) == ("10.0.0.7", 5)

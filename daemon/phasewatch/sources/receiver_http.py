@@ -122,6 +122,15 @@ class Connection:
         socket.socket.shutdown(self.sock, socket.SHUT_RDWR)  # (also the SSLSocket's own descriptor)
 
 
+def unmapped(address: tuple[Any, ...]) -> tuple[Any, ...]:
+    """An IPv4 peer of a dual-stack socket (`::ffff:127.0.0.1`, as systemd's ListenStream=9878 gives)
+    as IPv4: /proc/net/tcp, not tcp6, holds its socket."""
+    host = str(address[0])
+    if host.lower().startswith("::ffff:") and "." in host:
+        return (host[7:], *address[1:2])
+    return address
+
+
 class Server(ThreadingHTTPServer):
     daemon_threads = True
 
@@ -141,7 +150,7 @@ class Server(ThreadingHTTPServer):
         self.deadlines.stop()
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        peer = self.owner.peer_of(client_address) if isinstance(client_address, tuple) else "unknown"
+        peer = self.owner.peer_of(unmapped(client_address)) if isinstance(client_address, tuple) else "unknown"
         if not self.owner.admit(peer):
             self.owner.refused("busy", peer)
             self._busy(request)
