@@ -100,6 +100,7 @@ install-data:
 	sed 's|/usr/local/bin/phasewatch|$(BINDIR)/phasewatch|g; s|/etc/phasewatch/|$(CONFDIR)/|g' \
 		units/phasewatch@.service > $(DESTDIR)$(UNITDIR)/phasewatch@.service
 	chmod 0644 $(DESTDIR)$(UNITDIR)/phasewatch@.service
+	$(INSTALL) -m 0644 units/phasewatch-receiver@.socket $(DESTDIR)$(UNITDIR)/phasewatch-receiver@.socket
 	$(INSTALL) -m 0644 units/sysusers.d/phasewatch.conf $(DESTDIR)$(SYSUSERSDIR)/phasewatch.conf
 	$(INSTALL) -m 0644 units/tmpfiles.d/phasewatch.conf $(DESTDIR)$(TMPFILESDIR)/phasewatch.conf
 	$(INSTALL) -m 0644 units/phasewatch.catalog $(DESTDIR)$(CATALOGDIR)/phasewatch.catalog

@@ -100,6 +100,7 @@ class AlertKind(enum.StrEnum):
     TIMER_LINT = "timer_lint"  # an engine or systemd timer ends a phase before a limit can (s4_judge/timerlint.py)
     RESTART_BLOCKED = "restart_blocked"  # processes of the stopped start-up survived (sinks/leftovers.py)
     METRICS_UNBOUND = "metrics_unbound"  # metrics.listen cannot be bound: no /metrics, /status (sinks/http.py)
+    RECEIVER_UNBOUND = "receiver_unbound"  # group.receiver cannot be bound: no group restart (alert_receiver.py)
     GROUP_RESTART = "group_restart"  # the group decided a restart (PhasewatchGroupRestart), done or not here
 
 
@@ -120,6 +121,7 @@ class MessageId(enum.StrEnum):
     METRICS_UNBOUND = "8d4c3f6b2a1e4e0f9b7d5c3a1f2e4d7d"  # not a verdict: metrics.listen is taken
     WAITING_FOR_NODE = "8d4c3f6b2a1e4e0f9b7d5c3a1f2e4d90"
     GROUP_RESTART = "8d4c3f6b2a1e4e0f9b7d5c3a1f2e4d91"
+    RECEIVER_UNBOUND = "8d4c3f6b2a1e4e0f9b7d5c3a1f2e4d92"  # not a verdict: group.receiver is taken
 
 
 @dataclass(frozen=True)

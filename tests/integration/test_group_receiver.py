@@ -84,7 +84,7 @@ def receiver(tmp_path: Path) -> Iterator[AlertReceiver]:
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN + "\n")
     spec = GroupReceiver("127.0.0.1:0", str(token_file))
-    made = AlertReceiver(UNIT, GROUP, spec, read_token(spec))
+    made = AlertReceiver(UNIT, GROUP, spec, read_token(spec), clock=FakeClock(wall=T0 + 60))
     yield made
     made.close()
 
@@ -148,7 +148,7 @@ def test_the_receiver_speaks_tls_when_given_a_certificate_and_refuses_plain_http
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN + "\n")
     spec = GroupReceiver("127.0.0.1:0", str(token_file), str(cert), str(key))
-    made = AlertReceiver(UNIT, GROUP, spec, read_token(spec))
+    made = AlertReceiver(UNIT, GROUP, spec, read_token(spec), clock=FakeClock(wall=T0 + 60))
     try:
         host, port = made.address
         context = ssl.create_default_context(cafile=str(cert))

@@ -99,6 +99,14 @@ def test_an_alertmanager_notification_becomes_this_groups_requests_only() -> Non
             parse_notification(bad, "kimi-tp16")
 
 
+def test_a_notification_nested_too_deep_or_decided_in_the_future_is_refused() -> None:
+    with pytest.raises(NotificationError, match="nested too deep"):
+        parse_notification(b"[" * 100_000 + b"]" * 100_000, "kimi-tp16")
+    assert parse_notification(notification(T0 + 299), "kimi-tp16", now=T0).requests  # (clock skew)
+    with pytest.raises(NotificationError, match="more than 300s ahead of this node's clock"):
+        parse_notification(notification(T0 + 301), "kimi-tp16", now=T0)
+
+
 def request(starts_at: float = T0 + 60) -> GroupRestartRequest:
     return GroupRestartRequest("kimi-tp16", "1", "stalled", starts_at, "fp", "TP12", "cuda_graph_capture")
 

@@ -157,3 +157,20 @@ def test_the_debian_package_is_built_without_compiled_code() -> None:
     rules = (REPO / "debian" / "rules").read_text().splitlines()
     assert "export PHASEWATCH_PURE_PYTHON = 1" in rules
     assert "PHASEWATCH_PURE_PYTHON" in (REPO / "setup.py").read_text()
+
+
+def test_receiver_socket_unit_hands_its_port_to_the_daemon_by_the_name_it_looks_for() -> None:
+    from phasewatch.sources.listen_fds import RECEIVER_NAME
+
+    settings = unit_settings(UNITS / "phasewatch-receiver@.socket")
+    assert settings["Service"] == ["phasewatch@%i.service"]
+    assert settings["FileDescriptorName"] == [RECEIVER_NAME]
+    # The docs' port, on every address: PID 1 holds it before any user can.
+    assert settings["ListenStream"] == ["9878"]
+    assert "9878" in (REPO / "docs" / "multi-node.md").read_text()
+    # Its connections are the socket unit's: the same loopback-only default as the service.
+    service = unit_settings(UNITS / "phasewatch@.service")
+    assert settings["IPAddressDeny"] == service["IPAddressDeny"] == ["any"]
+    assert settings["IPAddressAllow"] == service["IPAddressAllow"]
+    assert settings["WantedBy"] == ["sockets.target"]
+    assert "phasewatch-receiver@.socket" in (REPO / "Makefile").read_text()

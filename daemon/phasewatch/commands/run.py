@@ -36,6 +36,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from ..sinks.actions import JournalAlerter, Notifier
     from ..sinks.history import History
     from ..sinks.http import Rebinder, start_metrics
+    from ..sinks.peers import peer_key
     from ..sinks.state import StateStore
     from ..sources.alert_receiver import start_receiver
     from ..sources.follow import JournalFollower
@@ -66,7 +67,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         lambda why: alerter.alert(Action("alert", why, "metrics_unbound", PRIORITY["metrics_unbound"], cause="listen")))
     from ..sources.gpu import NvmlSource
 
-    receiver = start_receiver(config)
+    # Unbindable: alerted once, tried again; never bound within GIVE_UP_AFTER: the loop raises (exit 69).
+    receiver = start_receiver(config, lambda why: alerter.alert(Action(
+        "alert", why, "receiver_unbound", PRIORITY["receiver_unbound"], cause="listen")), peer_of=peer_key)
     daemon = compose(config, follower=JournalFollower(config.unit, args.directory), unit=unit,
                      alerter=alerter, notifier=Notifier(), store=StateStore(state_dir, config.unit),
                      clock=SystemClock(), watchdog_interval=watchdog_interval_from_env(), exporter=exporter,
@@ -93,6 +96,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             metrics_server.close()
         if rebinder is not None:
             rebinder.close()
+        if receiver is not None:
+            receiver.close()
     return EX_OK
 
 

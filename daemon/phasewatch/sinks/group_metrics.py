@@ -7,6 +7,7 @@ config/prometheus/phasewatch-rules.yml join on. Pure: from the published judgeme
     phasewatch_group_restarts_total{unit, group, act}                group decisions handled here
     phasewatch_group_webhook_refused_total{unit, reason}             webhook requests refused
     phasewatch_group_webhook_notifications_total{unit}               notifications accepted
+    phasewatch_group_receiver_up{unit, group}                        1 listening, 0 not (with a receiver)
 """
 
 from __future__ import annotations
@@ -104,7 +105,14 @@ def group_families(published: Published, config: Config, counts: Mapping[str, Ma
     accepted = CounterMetricFamily("phasewatch_group_webhook_notifications", "Alertmanager notifications the "
                                    "receiver accepted", labels=["unit"])
     accepted.add_metric([unit], float(counts.get("accepted", {}).get("", 0)))
-    return [member, culprit, waiting, restarts, refused, accepted]
+    families: list[Metric] = [member, culprit, waiting, restarts, refused, accepted]
+    if group.receiver is not None:
+        up = GaugeMetricFamily("phasewatch_group_receiver_up", "1 while the Alertmanager webhook receiver "
+                               "listens, 0 while it cannot bind its address (no group restart on this node)",
+                               labels=["unit", "group"])
+        up.add_metric([unit, group.name], float(counts.get("up", {}).get("", 0)))
+        families.append(up)
+    return families
 
 
 def group_document(published: Published, config: Config) -> dict[str, object] | None:

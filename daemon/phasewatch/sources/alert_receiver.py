@@ -1,13 +1,23 @@
 """Alertmanager's webhook receiver (config `group.receiver`, off unless set): the group's decision
-comes in here. Its own listener, in a thread of its own; each request is bounded in time and size.
+comes in here. Its own listener, in a thread of its own (sources/receiver_http.py); each connection
+is bounded in time (CONNECTION_DEADLINE for the whole request) and in size, and their number is
+bounded per peer, with slots kept for the peers that presented the token (sources/receiver_gate.py).
 
 Accepted: `POST /alertmanager` with `Authorization: Bearer <token>` (the token file's content,
 Alertmanager's `http_config.authorization.credentials_file`), a JSON notification (version 4) with
 at least one PhasewatchGroupRestart of this node's group. Everything else is refused and counted by
-reason (phasewatch_group_webhook_refused_total): no_token, bad_token, method, path, too_large,
-bad_payload, other_group, timeout, tls, busy, error. An accepted notification's firing alerts become
-`GroupRestartRequest`s, handed to the loop through a pipe (`fds()`), taken by `take()`; the responder
-decides (stages/s5_act/group_decision.py).
+reason (phasewatch_group_webhook_refused_total), and logged at most once a minute per reason:
+no_token, bad_token, method, path, too_large, bad_payload, other_group, timeout, tls, busy (answered
+503), error. An accepted notification's firing alerts become `GroupRestartRequest`s, handed to the
+loop through a pipe (`fds()`), taken by `take()`; the responder decides
+(stages/s5_act/group_decision.py).
+
+The listening socket is the one systemd passed (units/phasewatch-receiver@.socket: bound by PID 1
+before any user can), else `group.receiver.listen` bound here. When that cannot be bound (a local
+user may hold the port), `start_receiver` says so once (the receiver_unbound alert), the receiver
+is down (phasewatch_group_receiver_up 0) and binding is tried again every REBIND_SPACING; still
+unbound after GIVE_UP_AFTER, the daemon's loop gets UnavailableError: exit 69, and systemd starts it
+again.
 """
 
 from __future__ import annotations
@@ -18,23 +28,25 @@ import os
 import socket
 import ssl
 import threading
-from collections.abc import Mapping, Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ..clock import Clock, SystemClock
 from ..config import Config
 from ..config_sections import Group, GroupReceiver
-from ..errors import ConfigError
+from ..errors import ConfigError, UnavailableError
 from ..records import Event, GroupRestartRequest
 from ..stages.s5_act.group_decision import NotificationError, parse_notification
 from .base import Instant
+from .listen_fds import receiver_socket
+from .receiver_gate import Gate, RefusalLog
+from .receiver_http import CONNECTION_DEADLINE, PATH, Server
 
 logger = logging.getLogger(__name__)
 
-PATH = "/alertmanager"
-MAX_BODY = 1 << 20  # a notification of hundreds of alerts is a few hundred KB
-READ_TIMEOUT = 5.0
-MAX_CONNECTIONS = 8
+REBIND_SPACING = 5.0  # seconds between tries to bind group.receiver.listen after it failed
+GIVE_UP_AFTER = 300.0  # still unbound after this long: the daemon exits 69 (systemd restarts it)
+PeerOf = Callable[[Any], str]
 
 
 def read_token(receiver: GroupReceiver) -> bytes:
@@ -50,33 +62,94 @@ def read_token(receiver: GroupReceiver) -> bytes:
     return token
 
 
-class AlertReceiver:
-    """The listener and the requests it took in, for the daemon's loop."""
+def tls_context(receiver: GroupReceiver) -> ssl.SSLContext | None:
+    """The receiver's TLS context (None: plain HTTP); a pair that does not load is a ConfigError."""
+    if not (receiver.tls_cert and receiver.tls_key):
+        return None
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(receiver.tls_cert, receiver.tls_key)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError("group.receiver.tls_cert", f"cannot load the certificate and key: {exc}") from None
+    return context
 
-    def __init__(self, unit: str, group: Group, receiver: GroupReceiver, token: bytes) -> None:
-        self.unit, self.group = unit, group
+
+def by_address(address: Any) -> str:
+    return f"host {address[0]}"
+
+
+class AlertReceiver:
+    """The listener (or the tries to bind it) and the requests it took in, for the daemon's loop."""
+
+    def __init__(self, unit: str, group: Group, receiver: GroupReceiver, token: bytes, *,
+                 clock: Clock | None = None, peer_of: PeerOf = by_address, bind: bool = True,
+                 deadline: float = CONNECTION_DEADLINE, gate: Gate | None = None) -> None:
+        self.unit, self.group, self.receiver = unit, group, receiver
+        self.deadline, self.peer_of = deadline, peer_of
         self._token = token
+        self._clock = clock or SystemClock()
+        self.gate = gate or Gate()
+        self._log = RefusalLog()
         self._lock = threading.Lock()
         self._pending: list[GroupRestartRequest] = []
         self._counts: dict[str, dict[str, int]] = {"refused": {}, "accepted": {}, "acts": {}}
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        host, _, port = receiver.listen.rpartition(":")
+        self._context = tls_context(receiver)
+        self._httpd: Server | None = None
+        self._stop = threading.Event()
+        self._rebinder: threading.Thread | None = None
+        self.gave_up: str | None = None
+        if bind:
+            self.listen()
+
+    def listen(self, listening: socket.socket | None = None) -> None:
+        """Serve on `listening` (passed by systemd) or on the configured address; raises OSError."""
+        host, _, port = self.receiver.listen.rpartition(":")
         host = host.removeprefix("[").removesuffix("]")
-        family = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)[0][0]
-        context = None
-        if receiver.tls_cert and receiver.tls_key:
-            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-            context.minimum_version = ssl.TLSVersion.TLSv1_2
-            context.load_cert_chain(receiver.tls_cert, receiver.tls_key)
-        self._httpd = _Server((host, int(port)), family, self, context)
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 3600},
-                                        name="phasewatch-alert-receiver", daemon=True)
-        self._thread.start()
-        logger.info("[%s] group %s: Alertmanager webhook on %s://%s%s", unit, group.name,
-                    "https" if context else "http", receiver.listen, PATH)
+        family = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)[0][0] if listening is None \
+            else listening.family
+        httpd = Server((host, int(port)), family, self, self._context, listening)
+        with self._lock:
+            self._httpd = httpd
+        threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 3600},
+                         name="phasewatch-alert-receiver", daemon=True).start()
+        where = "socket passed by systemd, " if listening is not None else ""
+        logger.info("[%s] group %s: Alertmanager webhook on %s%s://%s%s", self.unit, self.group.name, where,
+                    "https" if self._context else "http", self.receiver.listen if listening is None else
+                    "%s:%s" % self.address, PATH)
+
+    def listen_later(self, spacing: float = REBIND_SPACING, give_up_after: float = GIVE_UP_AFTER) -> None:
+        """Try `listen()` every `spacing` in a thread; past `give_up_after`, wake the loop to give up."""
+        self._rebinder = threading.Thread(target=self._rebind, args=(spacing, give_up_after),
+                                          name="phasewatch-receiver-rebind", daemon=True)
+        self._rebinder.start()
+
+    def _rebind(self, spacing: float, give_up_after: float) -> None:
+        began = self._clock.monotonic()
+        problem: OSError | None = None
+        while not self._stop.wait(spacing):
+            try:
+                self.listen()
+                return
+            except OSError as exc:
+                problem = exc
+            if self._clock.monotonic() - began >= give_up_after:
+                self.gave_up = (f"{self.unit}: group {self.group.name}: cannot listen for Alertmanager on "
+                                f"{self.receiver.listen} for {give_up_after:g}s ({problem}); exiting so that "
+                                "systemd starts phasewatch again")
+                self._wake()
+                return
+
+    @property
+    def up(self) -> bool:
+        with self._lock:
+            return self._httpd is not None
 
     @property
     def address(self) -> tuple[str, int]:
+        if self._httpd is None:
+            raise OSError(f"not listening on {self.receiver.listen}")
         host, port = self._httpd.server_address[:2]
         return str(host), int(port)
 
@@ -88,6 +161,8 @@ class AlertReceiver:
         return None
 
     def collect(self, now: Instant, readable: Sequence[int]) -> list[Event]:
+        if self.gave_up is not None:
+            raise UnavailableError(self.gave_up)
         return []  # (no tracker events: the requests go to the responder, take())
 
     def take(self) -> list[GroupRestartRequest]:
@@ -105,33 +180,57 @@ class AlertReceiver:
 
     def counts(self) -> Mapping[str, Mapping[str, int]]:
         with self._lock:
-            return {what: dict(by) for what, by in self._counts.items()}
+            return {**{what: dict(by) for what, by in self._counts.items()},
+                    "up": {"": int(self._httpd is not None)}}
 
     def close(self) -> None:
-        threading.Thread(target=self._httpd.shutdown, daemon=True).start()
-        self._httpd.server_close()
+        self._stop.set()
+        if self._rebinder is not None:
+            self._rebinder.join(timeout=5)
+        with self._lock:
+            httpd, self._httpd = self._httpd, None
+        if httpd is not None:
+            threading.Thread(target=httpd.shutdown, daemon=True).start()
+            httpd.server_close()
         for fd in (self._wake_r, self._wake_w):
             os.close(fd)
 
     # -- the server threads' side -----------------------------------------------------------------
+    def _wake(self) -> None:
+        try:
+            os.write(self._wake_w, b"x")
+        except (BlockingIOError, OSError):
+            pass  # (the loop is woken already, or closed)
+
     def _count(self, what: str, reason: str) -> None:
         with self._lock:
             self._counts[what][reason] = self._counts[what].get(reason, 0) + 1
 
+    def admit(self, peer: str) -> bool:
+        return self.gate.take(peer, self._clock.monotonic())
+
+    def release(self, peer: str) -> None:
+        self.gate.give_back(peer)
+
     def refused(self, reason: str, peer: str) -> None:
         self._count("refused", reason)
-        logger.warning("[%s] webhook request from %s refused: %s", self.unit, peer, reason)
+        line = self._log.line(reason, peer, self._clock.monotonic())
+        if line is not None:
+            logger.warning("[%s] %s", self.unit, line)
 
-    def authorized(self, header: str | None) -> str | None:
-        """None when the header carries the token; else the refusal's reason."""
+    def authorized(self, header: str | None, peer: str) -> str | None:
+        """None when the header carries the token (the peer is then trusted); else the refusal's reason."""
         if not header or not header.startswith("Bearer "):
             return "no_token"
         given = header[len("Bearer "):].strip().encode("utf-8", "replace")
-        return None if hmac.compare_digest(given, self._token) else "bad_token"
+        if not hmac.compare_digest(given, self._token):
+            return "bad_token"
+        self.gate.trust(peer, self._clock.monotonic())
+        return None
 
     def accept(self, body: bytes) -> tuple[int, str]:
         try:
-            notification = parse_notification(body, self.group.name)
+            notification = parse_notification(body, self.group.name, self._clock.wall())
         except NotificationError as exc:
             return 400, f"bad_payload: {exc}"
         if not notification.requests and notification.other_groups:
@@ -142,108 +241,32 @@ class AlertReceiver:
         if notification.requests:
             with self._lock:
                 self._pending.extend(notification.requests)
-            try:
-                os.write(self._wake_w, b"x")
-            except BlockingIOError:
-                pass  # (the loop is woken already)
+            self._wake()
         return 200, "ok"
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self, address: tuple[str, int], family: socket.AddressFamily, owner: AlertReceiver,
-                 context: ssl.SSLContext | None) -> None:
-        self.address_family = family
-        self.owner, self.context = owner, context
-        self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
-        super().__init__(address, _Handler)
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        if not self.slots.acquire(blocking=False):
-            self.owner.refused("busy", str(client_address[0]))
-            self.shutdown_request(request)
-            return
-        super().process_request(request, client_address)
-
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            request.settimeout(READ_TIMEOUT)
-            if self.context is not None:
-                try:
-                    request = self.context.wrap_socket(request, server_side=True)
-                except (ssl.SSLError, OSError):
-                    self.owner.refused("tls", str(client_address[0]))
-                    request.close()
-                    return
-            super().process_request_thread(request, client_address)
-        finally:
-            self.slots.release()
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        self.owner.refused("error", str(client_address[0]))  # (a reset, a read past READ_TIMEOUT)
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: _Server
-    protocol_version = "HTTP/1.0"
-    timeout = READ_TIMEOUT
-
-    def _answer(self, status: int, text: str, reason: str | None = None) -> None:
-        if reason is not None:
-            self.server.owner.refused(reason, self.client_address[0])
-        body = (text + "\n").encode()
-        self.send_response(status)
-        if status == 401:
-            self.send_header("WWW-Authenticate", 'Bearer realm="phasewatch"')
-        self.send_header("Content-Type", "text/plain; charset=utf-8")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def do_POST(self) -> None:  # noqa: N802 - http.server's name
-        owner = self.server.owner
-        if self.path != PATH:
-            return self._answer(404, "not found", "path")
-        problem = owner.authorized(self.headers.get("Authorization"))
-        if problem is not None:
-            return self._answer(401, "unauthorized", problem)
-        try:
-            length = int(self.headers.get("Content-Length", ""))
-        except ValueError:
-            return self._answer(411, "length required", "bad_payload")
-        if length < 0 or length > MAX_BODY:
-            return self._answer(413, "too large", "too_large")
-        try:
-            body = self.rfile.read(length)
-        except (TimeoutError, OSError):
-            return self._answer(408, "timeout", "timeout")
-        if len(body) != length:
-            return self._answer(400, "short body", "bad_payload")
-        status, text = owner.accept(body)
-        reason = None if status == 200 else text.split(":", 1)[0]
-        return self._answer(status, text, reason)
-
-    def _refuse_method(self) -> None:
-        self._answer(405, "method not allowed", "method")
-
-    do_GET = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = _refuse_method  # noqa: N815
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - http.server's signature
-        pass
-
-
-def start_receiver(config: Config) -> AlertReceiver | None:
-    """The group's receiver when the config asks for one. A token that cannot be read stops the daemon
-    (ConfigError); an address that cannot be bound is logged: the node runs on, judging and alerting,
-    without group restarts."""
+def start_receiver(config: Config, unbound: Callable[[str], None], peer_of: PeerOf = by_address,
+                   clock: Clock | None = None, spacing: float = REBIND_SPACING,
+                   give_up_after: float = GIVE_UP_AFTER) -> AlertReceiver | None:
+    """The group's receiver when the config asks for one, on the socket systemd passed or else bound
+    here. A token or TLS pair that cannot be read stops the daemon (ConfigError). An address that
+    cannot be bound is said through `unbound(why)` (the receiver_unbound alert) and tried again in
+    the background (`listen_later`)."""
     group = config.group
     if group is None or group.receiver is None:
         return None
     token = read_token(group.receiver)
+    receiver = AlertReceiver(config.unit, group, group.receiver, token, clock=clock, peer_of=peer_of, bind=False)
+    passed = receiver_socket()
+    if passed is not None:
+        receiver.listen(passed)
+        return receiver
     try:
-        return AlertReceiver(config.unit, group, group.receiver, token)
-    except (OSError, ValueError, ssl.SSLError) as exc:
-        logger.error("[%s] group %s: cannot listen for Alertmanager on %s (%s); no group restart on this node",
-                     config.unit, group.name, group.receiver.listen, exc)
-        return None
+        receiver.listen()
+    except (OSError, ValueError) as exc:
+        unbound(f"{config.unit}: group {group.name}: cannot listen for Alertmanager on {group.receiver.listen} "
+                f"({exc}; another process may hold the port): no group restart on this node until it can; "
+                f"trying again every {spacing:g}s, and phasewatch exits (status 69, restarted by systemd) "
+                f"if it still cannot after {give_up_after:g}s")
+        receiver.listen_later(spacing, give_up_after)
+    return receiver

@@ -5,6 +5,7 @@ A firing PhasewatchGroupRestart of this node's group restarts the local unit onc
 only when the local start-up began before the alert's `startsAt` (a repeat, a resend after the
 restart, the second Alertmanager of an HA pair find a start-up begun after it) and was not already
 restarted; a hold refuses it, and so does a spent restart budget; each is said once per decision.
+A `startsAt` more than MAX_AHEAD past the node's clock is refused: no decision is made in the future.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from .respond import Budget, BudgetState, Hold, Memory
 ALERT_NAME = "PhasewatchGroupRestart"
 MAX_ALERTS = 1000
 LABEL_RE = re.compile(r"[\w.:@/, -]{1,128}")
+MAX_AHEAD = 300.0  # seconds a decision's startsAt may be ahead of this node's clock (NTP skew)
 
 
 class NotificationError(ValueError):
@@ -44,7 +46,7 @@ def _label(labels: dict[str, object], name: str) -> str | None:
     return value
 
 
-def _time(raw: object) -> float:
+def _time(raw: object, now: float | None) -> float:
     if not isinstance(raw, str):
         raise NotificationError("startsAt: expected an RFC 3339 time")
     text = raw.replace("Z", "+00:00")
@@ -55,15 +57,20 @@ def _time(raw: object) -> float:
         raise NotificationError(f"startsAt: expected an RFC 3339 time, got {raw[:40]!r}") from None
     if moment.tzinfo is None:
         raise NotificationError("startsAt: the time has no zone")
+    if now is not None and moment.timestamp() > now + MAX_AHEAD:
+        raise NotificationError(f"startsAt {raw[:40]} is more than {MAX_AHEAD:g}s ahead of this node's clock")
     return moment.timestamp()
 
 
-def parse_notification(body: bytes, group: str) -> Notification:
-    """Alertmanager's webhook JSON -> this group's restart requests (raises NotificationError)."""
+def parse_notification(body: bytes, group: str, now: float | None = None) -> Notification:
+    """Alertmanager's webhook JSON -> this group's restart requests (raises NotificationError).
+    `now` (wall clock) refuses a decision that starts in the future; None: no such check."""
     try:
         document = json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
         raise NotificationError(f"not JSON: {exc}") from None
+    except RecursionError:
+        raise NotificationError("not JSON: nested too deep") from None
     if not isinstance(document, dict) or not isinstance(document.get("alerts"), list):
         raise NotificationError("expected an object with an alerts list (Alertmanager webhook, version 4)")
     alerts = document["alerts"]
@@ -87,7 +94,7 @@ def parse_notification(body: bytes, group: str) -> Notification:
         if culprit is None or reason is None:
             raise NotificationError("PhasewatchGroupRestart without culprit_node and reason")
         requests.append(GroupRestartRequest(
-            group, culprit, reason, _time(alert.get("startsAt")),
+            group, culprit, reason, _time(alert.get("startsAt"), now),
             fingerprint if isinstance(fingerprint, str) and LABEL_RE.fullmatch(fingerprint) else
             f"{culprit}/{reason}", _label(labels, "culprit_rank"), _label(labels, "phase"),
             _label(annotations, "held_nodes") if annotations else None))

@@ -23,7 +23,8 @@ CRASH_SETTLE = 5.0  # seconds between a crash verdict and a restart decision abo
 # syslog priorities
 PRIORITY = {"stalled": 4, "straggler": 4, "lines_lost": 4, "unhealthy": 4, "rank_died": 3, "crashed": 3,
             "gave_up": 2, "restart_failed": 3, "state_degraded": 3, "timer_lint": 4,
-            "restart_blocked": 2, "metrics_unbound": 3, "waiting_for_node": 5, "group_restart": 4}
+            "restart_blocked": 2, "metrics_unbound": 3, "waiting_for_node": 5, "group_restart": 4,
+            "receiver_unbound": 2}
 # journal MESSAGE_IDs, one per kind of alert (records.MessageId; docs: units/phasewatch.catalog)
 MESSAGE_IDS = {kind.value: MessageId[kind.name] for kind in (*VerdictKind, *AlertKind)}
 
