@@ -17,7 +17,7 @@ from .config_file import load_yaml, read_config_text, strip_lines
 from .config_group import parse_group
 
 # Re-exported: the section records are part of what a Config is.
-from .config_sections import CHAIN_LIMIT, chain_bound
+from .config_sections import CHAIN_LIMIT, MAX_RESTARTS, chain_bound
 from .config_sections import Adaptive as Adaptive
 from .config_sections import EvidenceCapture as EvidenceCapture
 from .config_sections import Group as Group
@@ -32,6 +32,9 @@ from .profile import Profile, load_builtin_profile, parse_profile
 from .records import PHASE_NAMES, Phase, VerdictKind
 
 PROFILE_NAME_RE = re.compile(r"[a-z][a-z0-9_-]{0,31}")
+# systemd's unit names (unit_name_is_valid): ASCII letters, digits and :-_.\ with an instance after
+# the first @, below 256 bytes; a template (`x@.service`) is no unit to watch.
+UNIT_NAME_RE = re.compile(r"[A-Za-z0-9:_.\\-]+(?:@[A-Za-z0-9:_.\\@-]+)?\.(?:service|scope)")
 
 
 
@@ -100,6 +103,7 @@ class Config:
     restart_budget: RestartBudget = RestartBudget()
     dry_run: bool = False
     metrics_listen: str = "127.0.0.1:9877"
+    metrics_listen_line: int | None = field(default=None, compare=False)  # (config_host.py names it)
     health: HealthCheck = HealthCheck()
     adaptive: Adaptive = Adaptive()
     vitals: VitalsSampling = VitalsSampling()
@@ -146,8 +150,9 @@ def parse_document(document: Any, path: str | None = None) -> Config:
         if key != "__lines__" and key not in TOP_KEYS:
             raise fail(str(key), f"unknown setting (known: {', '.join(TOP_KEYS)})", lines.get(key))
     unit = document.get("unit", Config.unit)
-    if not isinstance(unit, str) or not re.fullmatch(r"[\w:.@\\-]+\.(?:service|scope)", unit):
-        raise fail("unit", f"expected a unit name like sglang-kimi.service, got {shown(unit)}", lines.get("unit"))
+    if not isinstance(unit, str) or not UNIT_NAME_RE.fullmatch(unit) or len(unit) > 255:
+        raise fail("unit", f"expected a unit name like sglang-kimi.service, got {shown(unit)} (systemd's: ASCII "
+                   "letters, digits and :-_.\\@, at most 255)", lines.get("unit"))
     engine = document.get("engine", "sglang")
     if not isinstance(engine, str) or not PROFILE_NAME_RE.fullmatch(engine):
         raise fail("engine", f"expected a built-in profile name like sglang, got {shown(engine)} "
@@ -223,6 +228,9 @@ def parse_document(document: Any, path: str | None = None) -> Config:
                                  lines.get("restart_budget"), "a mapping with max, window, backoff, stable", fail):
         if key == "max":
             settings["max"] = _whole(raw, 0, "restart_budget.max", at, fail)
+            if settings["max"] > MAX_RESTARTS:
+                raise fail("restart_budget.max", f"at most {MAX_RESTARTS}, got {raw} (more would remove the restart "
+                           "limit, as window: none would)", at)
         elif key == "window":  # `none` would mean no limit on restarts at all
             window = _duration(raw, "restart_budget.window", at, fail)
             if window is None:
@@ -238,7 +246,7 @@ def parse_document(document: Any, path: str | None = None) -> Config:
     dry_run = document.get("dry_run", False)
     if not isinstance(dry_run, bool):
         raise fail("dry_run", f"expected true or false, got {shown(dry_run)}", lines.get("dry_run"))
-    listen = "127.0.0.1:9877"
+    listen, listen_line = "127.0.0.1:9877", None
     for key, raw, at in _entries(document.get("metrics", {}) or {}, "metrics", lines.get("metrics"),
                                  "a mapping with listen", fail):
         if key != "listen":
@@ -246,7 +254,7 @@ def parse_document(document: Any, path: str | None = None) -> Config:
         problem = listen_problem(raw)
         if problem is not None:
             raise fail("metrics.listen", problem, at)
-        listen = raw
+        listen, listen_line = raw, at
     health = _health(document.get("health", {}) or {}, lines.get("health"), fail)
     adaptive = _adaptive(document.get("adaptive", {}) or {}, lines.get("adaptive"), fail)
     vitals = _vitals(document.get("vitals", {}) or {}, lines.get("vitals"), fail)
@@ -270,9 +278,10 @@ def parse_document(document: Any, path: str | None = None) -> Config:
                        f"(evidence.timeout, each hook's timeout, D-Bus): at most {CHAIN_LIMIT:g}s (docs/operations.md"
                        ", \"Actions and their bounds\")", lines.get("actions"))
     return Config(unit=unit, engine=engine, phases=phases, rank_skew=rank_skew, crash_cause_wait=crash_cause_wait,
-                  profile=profile, source=path, profile_path=document.get("profile_path"),
-                  actions=actions, restart_budget=budget, dry_run=dry_run, metrics_listen=listen, health=health,
-                  adaptive=adaptive, vitals=vitals, rank_processes=rank_processes, evidence=evidence, hooks=hooks,
+                  profile=profile, source=path, profile_path=document.get("profile_path"), actions=actions,
+                  restart_budget=budget, dry_run=dry_run, metrics_listen=listen, metrics_listen_line=listen_line,
+                  health=health, adaptive=adaptive, vitals=vitals, rank_processes=rank_processes, evidence=evidence,
+                  hooks=hooks,
                   leftovers=_leftovers(document.get("leftovers", {}) or {}, lines.get("leftovers"), fail),
                   group=parse_group(document.get("group"), lines.get("group"), fail, _entries, listen_problem))
 

@@ -52,6 +52,7 @@ def parse_group(section: Any, line: int | None, fail: Fail, entries: Entries,
 def _receiver(section: Any, line: int | None, fail: Fail, entries: Entries,
               listen_ok: Callable[[Any], str | None]) -> GroupReceiver:
     values: dict[str, str] = {}
+    lines: dict[str, int] = {}
     for key, raw, at in entries(section, "group.receiver", line, "a mapping with listen and token_file", fail):
         if key not in RECEIVER_KEYS:
             raise fail(f"group.receiver.{key}", f"unknown setting (known: {', '.join(RECEIVER_KEYS)})", at)
@@ -62,10 +63,12 @@ def _receiver(section: Any, line: int | None, fail: Fail, entries: Entries,
         elif not isinstance(raw, str) or not raw.startswith("/"):
             raise fail(f"group.receiver.{key}", f"expected an absolute path, got {shown(raw)}", at)
         values[key] = raw
+        if at is not None:
+            lines[key] = at
     for needed in ("listen", "token_file"):
         if needed not in values:
             raise fail(f"group.receiver.{needed}", "missing (the receiver needs a listen address and a token file)",
                        line)
     if ("tls_cert" in values) != ("tls_key" in values):
         raise fail("group.receiver", "TLS needs both tls_cert and tls_key", line)
-    return GroupReceiver(values["listen"], values["token_file"], values.get("tls_cert"), values.get("tls_key"))
+    return GroupReceiver(values["listen"], values["token_file"], values.get("tls_cert"), values.get("tls_key"), lines)

@@ -3,7 +3,8 @@ limits, evidence, hooks, leftovers): what `config.py` validates into, and what t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Mapping
 
 
 @dataclass(frozen=True)
@@ -15,6 +16,13 @@ class RestartBudget:
     window: float = 6 * 3600.0
     backoff: float = 300.0
     stable: float = 600.0
+
+
+# The most `restart_budget.max` may be. The budget exists to end a restart loop (`window: none` is
+# refused for that reason); a start-up of a large model takes minutes, so 100 failed start-ups in one
+# window is a loop of hours to days (over 8 h at the default 5 min backoff), and a larger max, like a
+# 20-digit one, is no limit at all.
+MAX_RESTARTS = 100
 
 
 @dataclass(frozen=True)
@@ -113,6 +121,9 @@ class GroupReceiver:
     token_file: str
     tls_cert: str | None = None
     tls_key: str | None = None
+    # Each setting's line in the config (listen, token_file, tls_cert, tls_key): the checks on the host
+    # (config_host.py) name it.
+    lines: Mapping[str, int] = field(default_factory=dict, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

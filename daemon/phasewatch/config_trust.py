@@ -1,4 +1,5 @@
-"""Who may write the files phasewatch runs from: the config, its directory and `profile_path:`.
+"""Who may write the files phasewatch runs from (the config, its directory and `profile_path:`),
+and who may read its secret (`group.receiver.token_file`).
 
 A config can name hooks (commands phasewatch runs) and restarts: write access to it is code
 execution as phasewatch and the power to restart the server. The daemon (`phasewatch run`, at
@@ -6,6 +7,10 @@ start and at each reload) and `check-config` therefore refuse (exit 78, the file
 named) a file or a directory that is writable by group or others (a directory with the sticky bit,
 like /tmp, is safe for a file owned by a trusted user), or that is owned by anyone but root, the
 phasewatch user or the user phasewatch runs as. docs/operations.md, "Threat model".
+
+The group's bearer token lets whoever holds it restart the server on every node of the group: its
+file is refused (exit 78) when group or others have any permission on it, when it is not a regular
+file (a symlink is followed to one), or when it fails the checks above.
 """
 
 from __future__ import annotations
@@ -67,3 +72,42 @@ def check_trusted(config_path: str | Path, profile_path: str | None, owners: set
         if why is not None:
             raise ConfigError(key, f"refused: {why}. A config runs hooks and restarts as phasewatch: only root "
                               "or phasewatch may write it (chmod go-w, chown root)", str(path))
+
+
+def why_exposed(path: str | Path, owners: set[int]) -> str | None:
+    """Why a secret at `path` could be read or replaced by someone phasewatch does not trust; None
+    when only trusted users could. A symlink is judged by the file it leads to."""
+    try:
+        info = os.stat(path)
+    except OSError as exc:
+        return f"cannot check who may read it: {exc.strerror or exc}"
+    if not stat.S_ISREG(info.st_mode):
+        return "not a regular file"
+    if info.st_mode & 0o077:
+        return f"{_open_to(info.st_mode)} (mode {stat.S_IMODE(info.st_mode):04o})"
+    return why_untrusted(path, owners)
+
+
+def _open_to(mode: int) -> str:
+    """`readable by others`, `readable and writable by group and others`..."""
+    may = [what for what, bits in (("readable", 0o044), ("writable", 0o022), ("executable", 0o011)) if mode & bits]
+    who = [who for who, bits in (("group", 0o070), ("others", 0o007)) if mode & bits]
+    return f"{' and '.join(may)} by {' and '.join(who)}"
+
+
+def check_token_file(path: str, owners: set[int] | None = None, config_path: str | None = None,
+                     line: int | None = None) -> None:
+    """Raises ConfigError (exit 78) naming group.receiver.token_file when the file is missing or exposed."""
+    try:
+        os.stat(path)
+    except OSError as exc:
+        raise ConfigError(TOKEN_KEY, f"cannot read the token: {exc.strerror or exc} ({path})", config_path,
+                          line) from None
+    why = why_exposed(path, trusted_owners() if owners is None else owners)
+    if why is not None:
+        raise ConfigError(TOKEN_KEY, f"refused: {why} ({path}). Whoever reads the token may restart the server "
+                          "through the group: only root or phasewatch may (chmod 0400, chown root or phasewatch)",
+                          config_path, line)
+
+
+TOKEN_KEY = "group.receiver.token_file"

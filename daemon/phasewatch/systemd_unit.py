@@ -2,7 +2,8 @@
 alike: its facts (`UnitFacts`: state, invocation, cgroup, timers, ExecStart=, Environment=,
 devices) and its jobs (restart, stop, start). `RecordingUnit` is the fake beside it.
 
-Errors from D-Bus become `UnitError` (the daemon logs and alerts, never dies of them).
+Errors from D-Bus become `UnitError` (the daemon logs and alerts, never dies of them), but for a
+name systemd refuses (EINVAL on loading the unit): that is the config's `unit`, a `ConfigError`.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
-from .errors import UnitError
+from .errors import ConfigError, UnitError
 from .stages.s4_judge.timerlint import UnitTimers
 from .stages.s5_act.respond import UnitStatus
 
@@ -42,12 +43,17 @@ class SystemdUnit:
     def _load(self) -> Any:
         if self._unit is None:
             with self._dbus(f"cannot reach systemd over D-Bus for {self.name}"):
-                if self._factory is not None:
-                    self._unit = self._factory(self.name.encode())
-                else:
-                    from pystemd.systemd1 import Unit  # pragma: systemd no cover
+                try:
+                    if self._factory is not None:
+                        self._unit = self._factory(self.name.encode())
+                    else:
+                        from pystemd.systemd1 import Unit  # pragma: systemd no cover
 
-                    self._unit = Unit(self.name.encode(), _autoload=True)
+                        self._unit = Unit(self.name.encode(), _autoload=True)
+                except Exception as exc:  # pystemd raises its own D-Bus exception tree
+                    if refused_name(exc):
+                        raise ConfigError("unit", f"systemd refuses the unit name {self.name!r}: {exc}") from None
+                    raise
         return self._unit
 
     @contextmanager
@@ -58,7 +64,7 @@ class SystemdUnit:
         try:
             with self._lock:
                 yield
-        except UnitError:
+        except (UnitError, ConfigError):
             raise
         except Exception as exc:  # pystemd raises its own D-Bus exception tree
             self._unit = None
@@ -127,6 +133,13 @@ class SystemdUnit:
 
 
 EINTR_TRIES = 5
+
+
+def refused_name(exc: BaseException) -> bool:
+    """Loading a unit whose name systemd refuses: `[err -22]: b'Unit name x is neither a valid invocation
+    ID nor unit name.'` (EINVAL)."""
+    text = str(exc)
+    return "[err -22]" in text or "neither a valid invocation ID nor unit name" in text
 
 
 def interrupted(exc: BaseException) -> bool:

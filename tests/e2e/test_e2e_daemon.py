@@ -245,3 +245,27 @@ def test_config_error_exits_78_naming_key_and_line_without_restart_loop(scenario
     assert "phases.weight_load.deadline: expected a duration like 90s, 20m or 1h30m, got '5x'" in log
     assert "line 4" in log
     scenario.box.systemctl("reset-failed", "phasewatch@broken.service.service", check=False)
+
+
+def test_a_token_others_may_read_exits_78_and_a_name_systemd_refuses_is_a_config_error(scenario: Scenario) -> None:
+    """PROBE-S4 H-3: a 0644 token file was taken (any local user could then restart the server
+    through the group); the daemon, as phasewatch, now exits 78 naming it. L-4: the name systemd
+    refuses over D-Bus (EINVAL from loading the unit) is a ConfigError, exit 78, not 69."""
+    watcher = "phasewatch@tokened.service.service"
+    scenario.box.write("/run/phasewatch/tokened.token", "a-token-long-enough-0123456789\n")
+    scenario.box.run("chmod", "0644", "/run/phasewatch/tokened.token")
+    scenario.box.write("/run/phasewatch/tokened.service.yaml", "unit: tokened.service\ngroup:\n  name: g\n  nodes: 2\n"
+                       "  receiver:\n    listen: 127.0.0.1:9878\n    token_file: /run/phasewatch/tokened.token\n")
+    scenario.box.systemctl("start", watcher, check=False)
+    shown = scenario.box.wait_for(lambda: (s := scenario.box.show(watcher, "ActiveState", "ExecMainStatus"))
+                                  ["ActiveState"] == "failed" and s, 30, "the daemon's exit")
+    assert shown["ExecMainStatus"] == "78"
+    log = "\n".join(str(e.get("MESSAGE")) for e in scenario.box.journal(f"_SYSTEMD_UNIT={watcher}"))
+    assert "group.receiver.token_file: refused: readable by group and others (mode 0644)" in log
+    assert "line 7" in log
+    scenario.box.systemctl("reset-failed", watcher, check=False)
+    load = ("import sys; from phasewatch.systemd_unit import SystemdUnit; from phasewatch.errors import ConfigError\n"
+            "try:\n    SystemdUnit(sys.argv[1]).load_state()\n"
+            "except ConfigError as exc:\n    print(exc.exit_status, exc)")
+    refused = scenario.box.run(f"{VENV}/bin/python", "-c", load, "sglang-k\u00efmi.service", user="phasewatch")
+    assert refused.stdout.startswith("78 unit: systemd refuses the unit name 'sglang-k\u00efmi.service'"), refused

@@ -83,6 +83,7 @@ def post(address: tuple[str, int], body: bytes, token: str | None = TOKEN, path:
 def receiver(tmp_path: Path) -> Iterator[AlertReceiver]:
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN + "\n")
+    token_file.chmod(0o400)
     spec = GroupReceiver("127.0.0.1:0", str(token_file))
     made = AlertReceiver(UNIT, GROUP, spec, read_token(spec), clock=FakeClock(wall=T0 + 60))
     yield made
@@ -107,6 +108,7 @@ def test_the_receiver_refuses_anything_but_this_groups_notification_with_the_tok
 
 def test_a_short_token_file_stops_the_daemon(tmp_path: Path) -> None:
     (tmp_path / "token").write_text("short\n")
+    (tmp_path / "token").chmod(0o400)
     with pytest.raises(ConfigError, match="16 to 4096"):
         read_token(GroupReceiver("127.0.0.1:0", str(tmp_path / "token")))
 
@@ -147,6 +149,7 @@ def test_the_receiver_speaks_tls_when_given_a_certificate_and_refuses_plain_http
                    check=True, capture_output=True, timeout=60)
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN + "\n")
+    token_file.chmod(0o400)
     spec = GroupReceiver("127.0.0.1:0", str(token_file), str(cert), str(key))
     made = AlertReceiver(UNIT, GROUP, spec, read_token(spec), clock=FakeClock(wall=T0 + 60))
     try:

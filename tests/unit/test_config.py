@@ -278,7 +278,8 @@ def test_error_bad_rank_skew() -> None:
 
 
 def test_error_bad_unit_name() -> None:
-    message = r"^unit: expected a unit name like sglang-kimi\.service, got 'sglang'"
+    message = r"^unit: expected a unit name like sglang-kimi\.service, got 'sglang' \(systemd's: ASCII letters, " \
+        r"digits and :-_\.\\@, at most 255\)"
     with pytest.raises(ConfigError, match=message + where(1)):
         parse_config("unit: sglang\n", FILE)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hostile_configs import BILLION_LAUGHS, FILE, where
+from hostile_configs import BILLION_LAUGHS, CANNOT_WORK, FILE, UNITS_TAKEN, where
 from phasewatch.cli import main
 from phasewatch.config import load_config, parse_config
 from phasewatch.config_file import MAX_DEPTH
@@ -113,3 +113,52 @@ def test_error_messages_cut_long_values() -> None:
     with pytest.raises(ConfigError) as info:
         parse_config(text, FILE)
     assert len(str(info.value)) < 600 and info.value.key == "x" * 100_000
+
+
+@pytest.mark.parametrize("text,key,line,message", [row[1:] for row in CANNOT_WORK],
+                         ids=[row[0] for row in CANNOT_WORK])
+def test_a_setting_that_cannot_work_exits_78_naming_key_and_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                                   text: str, key: str, line: int,
+                                                                   message: str) -> None:
+    path = tmp_path / "sglang-kimi.yaml"
+    path.write_text(text, "utf-8")
+    with pytest.raises(ConfigError, match=rf"^{re.escape(key)}: {message}") as info:
+        load_config(path)
+    assert (info.value.key, info.value.line) == (key, line)
+    assert main(["check-config", str(path)]) == EX_CONFIG
+    assert f"{key}: " in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("unit", UNITS_TAKEN)
+def test_unit_names_systemd_takes_are_taken(unit: str) -> None:
+    assert parse_config(f"unit: '{unit}'\n").unit == unit
+
+
+def test_restart_budget_max_of_100_is_taken() -> None:
+    assert parse_config("unit: sglang-kimi.service\nrestart_budget: {max: 100}\n").restart_budget.max == 100
+
+
+def test_a_unit_name_systemd_refuses_over_dbus_is_a_config_error() -> None:
+    """L-4: LoadUnit's EINVAL was UnavailableError (exit 69, the unit restarted it until its start
+    limit); the name is the config's: exit 78. Other D-Bus failures stay UnitError."""
+    from pystemd.dbusexc import DBusInvalidArgsError
+
+    from phasewatch.errors import UnitError
+    from phasewatch.systemd_unit import SystemdUnit
+
+    def refuses(name: bytes) -> object:
+        raise DBusInvalidArgsError(-22, None, b"Unit name " + name + b" is neither a valid invocation ID nor unit "
+                                   b"name.")
+
+    refused = r"^unit: systemd refuses the unit name 'sglang-k\xefmi\.service': \[err -22\]"
+    with pytest.raises(ConfigError, match=refused) as info:
+        SystemdUnit("sglang-k\xefmi.service", refuses).load_state()
+    assert info.value.exit_status == EX_CONFIG
+    with pytest.raises(ConfigError):
+        SystemdUnit("x.service", refuses).facts()
+
+    def unreachable(name: bytes) -> object:
+        raise OSError("[err -2]: b'No such file or directory'")
+
+    with pytest.raises(UnitError):
+        SystemdUnit("x.service", unreachable).load_state()

@@ -19,7 +19,8 @@ HEAD = "# phasewatch for the Kimi server\nunit: sglang-kimi.service\n"
 
 SECTIONS = [
     ("unit", "# phasewatch for the Kimi server\nunit: [sglang-kimi.service]\n", "unit", 2,
-     r"expected a unit name like sglang-kimi\.service, got \['sglang-kimi\.service'\]"),
+     r"expected a unit name like sglang-kimi\.service, got \['sglang-kimi\.service'\] \(systemd's: ASCII letters, "
+     r"digits and :-_\.\\@, at most 255\)"),
     ("engine", HEAD + "engine: 7\n", "engine", 3,
      r"expected a built-in profile name like sglang, got 7 \(a profile file goes in profile_path:\)"),
     ("phases", HEAD + "phases:\n  - weight_load\n", "phases", 3, r"expected a mapping of phase names"),

@@ -213,6 +213,9 @@ def test_check_config_reads_the_token_as_the_daemon_will(tmp_path: Path) -> None
     with pytest.raises(ConfigError, match="cannot read the token"):
         group_line(config)
     token.write_text("a-token-long-enough\n")
+    with pytest.raises(ConfigError, match=r"refused: readable by group and others \(mode 0644\)"):
+        group_line(config)  # (the umask's mode: every local user could read it)
+    token.chmod(0o400)
     assert group_line(config) == (f"group kimi-tp16 of 2 nodes, node rank from server_args; Alertmanager webhook on "
                                   f"10.0.0.2:9878 (http), token file {token} readable")
     assert group_line(Config(unit=UNIT, group=replace(GROUP, node_rank=1))).startswith(

@@ -23,7 +23,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = tuple((name, frozenset(members.
     ("base", " __init__ records errors durations clock fit instances trust prefixes ranks config_sections "
              "config_trust families remedy_table"),
     ("engines", "engines engines."),
-    ("config", "profile config config_file config_group config_errors"),
+    ("config", "profile config config_file config_group config_errors config_host"),
     ("stages", "stages"),
     ("stages.s1_read", "stages.s1_read stages.s1_read."),
     ("stages.s2_interpret", "stages.s2_interpret stages.s2_interpret."),

@@ -26,7 +26,7 @@ from typing import Any, Callable, Sequence
 from ..config import Config, load_config
 from ..config_errors import every_error, limit_warnings
 from ..config_file import load_yaml, read_config_text
-from ..config_trust import check_trusted
+from ..config_host import check_on_host
 from ..errors import (
     EX_NOPERM,
     EX_OK,
@@ -114,7 +114,7 @@ def check_instance(config: Config, instance: str | None, path: str) -> None:
 def cmd_check_config(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config)
-        check_trusted(args.config, config.profile_path)
+        check_on_host(args.config, config)
     except ConfigError as exc:
         errors = _every_error(args.config, exc)
         if not args.json:

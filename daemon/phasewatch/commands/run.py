@@ -32,7 +32,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from ..app import watchdog_interval_from_env
     from ..clock import SystemClock
     from ..compose import compose
-    from ..config_trust import check_trusted
+    from ..config_host import check_on_host
     from ..sinks.actions import JournalAlerter, Notifier
     from ..sinks.history import History
     from ..sinks.http import Rebinder, start_metrics
@@ -50,7 +50,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         path = instance_config(args.config)
         config = load_config(path)
         check_instance(config, args.instance, path)
-        check_trusted(path, config.profile_path)
+        check_on_host(path, config)
         return config
 
     config = read_config()

@@ -50,7 +50,11 @@ PeerOf = Callable[[Any], str]
 
 
 def read_token(receiver: GroupReceiver) -> bytes:
-    """The bearer token: the file's first line (raises ConfigError: the daemon does not start without it)."""
+    """The bearer token: the file's first line (raises ConfigError: the daemon does not start without it,
+    nor with a file others may read: config_trust.check_token_file)."""
+    from ..config_trust import check_token_file
+
+    check_token_file(receiver.token_file)
     try:
         with open(receiver.token_file, "rb") as handle:
             lines = handle.read(8192).splitlines()
