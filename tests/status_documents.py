@@ -23,6 +23,7 @@ def document(outcome: str, verdicts: list[dict[str, Any]] | None = None, unit: s
                                 "avail_mem_gb": 20.1, "phase": phase}
     budget = {"state": "armed", "remaining": 3, "window_seconds": 21600.0}
     return {"unit": unit, "now": "2026-11-30T08:20:00.000Z", "restart_budget": budget, "timer_warnings": [],
+            "log_text_withheld": False,
             "daemon": {"invocation_id": DAEMON_INVOCATION, "pid": 4242},
             "invocation": {"invocation_id": "5e1f3c9a0b7d4e21a6c8f00d1e2b3c4d", "outcome": outcome, "phase": phase,
                            "started_at": "2026-11-30T08:00:00.000Z", "last_line_at": "2026-11-30T08:19:58.000Z",

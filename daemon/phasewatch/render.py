@@ -20,6 +20,7 @@ from .durations import format_duration
 from .fit import fit_text
 from .pipeline import Judgement
 from .records import FINAL_PHASES, MAIN, UNIT_PHASES, Phase, Progress
+from .redact import redact
 from .stages.s1_read.timestamps import is_dated
 from .stages.s3_track.snapshot import InvocationView, RankView
 from .stages.s4_judge.verdict import Verdict
@@ -29,6 +30,8 @@ from .stages.s5_act.verdict_lines import VerdictLine, grouped
 _CONTROL_RE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
 _JSON_RAW_CONTROL_RE = re.compile(r"[\x7f-\x9f]")  # json.dumps(ensure_ascii=False) escapes only C0
 MAX_TS = 253402300799.999  # 9999-12-31T23:59:59.999Z
+# In place of a quoted log line, for a reader who may not read the unit's journal (sinks/peers.py).
+WITHHELD = "(log line withheld: ask as root or a member of systemd-journal or adm, or read the journal)"
 
 
 def terminal_safe(text: str) -> str:
@@ -107,11 +110,12 @@ def confidence(rank: RankView) -> str:
     return rank.spans[-1].confidence if rank.spans else "exact"
 
 
-def _rank_json(rank: RankView) -> dict[str, Any]:
+def _rank_json(rank: RankView, quotes: bool = True) -> dict[str, Any]:
     progress = None
     if rank.progress is not None:
         progress = {"n": rank.progress.n, "total": rank.progress.total, "percent": rank.progress.percent,
-                    "desc": rank.progress.desc, "bs": rank.progress.bs, "avail_mem_gb": rank.progress.avail_mem_gb,
+                    "desc": redact(rank.progress.desc) if quotes else None,
+                    "bs": rank.progress.bs, "avail_mem_gb": rank.progress.avail_mem_gb,
                     # the phase the bar was drawn in: a rank that moved on still shows its last bar
                     "phase": rank.progress_phase.value if rank.progress_phase is not None else None}
     out = {
@@ -135,7 +139,9 @@ def to_json(judgements: list[Judgement], now: float) -> dict[str, Any]:
     return {"invocations": [invocation_json(j, now) for j in judgements]}
 
 
-def invocation_json(judgement: Judgement, now: float) -> dict[str, Any]:
+def invocation_json(judgement: Judgement, now: float, quotes: bool = True) -> dict[str, Any]:
+    """`quotes`: with the log text it holds (verdicts' quoted lines, bars' descriptions); without, the
+    quoted lines are WITHHELD and the descriptions null."""
     inv = judgement.invocation
     server = inv.server
     return {
@@ -151,18 +157,19 @@ def invocation_json(judgement: Judgement, now: float) -> dict[str, Any]:
         "server": None if server is None else {
             "tp": server.tp, "dp": server.dp, "pp": server.pp, "ep": server.ep, "nnodes": server.nnodes,
             "node_rank": server.node_rank, "dp_attention": server.dp_attention,
-            "speculative": server.speculative, "model_path": server.model_path,
+            "speculative": server.speculative,
+            "model_path": redact(server.model_path) if server.model_path is not None else None,
             **({"role": server.role} if server.role is not None else {})},  # PD disaggregation only
-        "ranks": {r.rank: _rank_json(r) for r in inv.ranks},
-        "verdicts": [verdict_json(v) for v in judgement.verdicts],
+        "ranks": {r.rank: _rank_json(r, quotes) for r in inv.ranks},
+        "verdicts": [verdict_json(v, quotes) for v in judgement.verdicts],
         "anomalies": [{"rank": a.rank, "from": a.source, "to": a.target, "rule": a.rule, "at": iso(a.ts),
                        "confidence": a.confidence} for a in inv.anomalies],
     }
 
 
-def verdict_json(v: Verdict) -> dict[str, Any]:
+def verdict_json(v: Verdict, quotes: bool = True) -> dict[str, Any]:
     out: dict[str, Any] = {"kind": v.kind, "phase": v.phase, "rank": v.rank, "cause": v.cause,
-                           "message": v.message, "at": iso(v.at)}
+                           "message": v.message if quotes else without_quote(v.message, v.quote), "at": iso(v.at)}
     if v.facts is not None:
         # Ranks the failure lines name: the culprits (and how they were found), the healthy ones, and
         # those that timed out waiting on the others.
@@ -174,16 +181,24 @@ def verdict_json(v: Verdict) -> dict[str, Any]:
     return out
 
 
+def without_quote(message: str, quote: str | None) -> str:
+    """`message` with the log line it quotes (every time it does) replaced by WITHHELD."""
+    return message.replace(quote, WITHHELD) if quote else message
+
+
 def status_document(judgement: Judgement | None, now: float, config: Config,
-                    budget: dict[str, Any] | None = None, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+                    budget: dict[str, Any] | None = None, extra: dict[str, Any] | None = None,
+                    quotes: bool = True) -> dict[str, Any]:
     """The daemon's `/status` (and `phasewatch status --json`): the current start-up as in
-    `replay --json`, plus time in phase against the limits and the restart budget."""
+    `replay --json`, plus time in phase against the limits and the restart budget. Without `quotes`
+    (a reader who may not read the journal), its log text is left out (invocation_json) and
+    `log_text_withheld` says so."""
     document: dict[str, Any] = {"unit": config.unit, "now": iso(now), "invocation": None,
-                                "restart_budget": budget, **(extra or {})}
+                                "restart_budget": budget, "log_text_withheld": not quotes, **(extra or {})}
     if judgement is None:
         return document
     inv = judgement.invocation
-    body = invocation_json(judgement, now)
+    body = invocation_json(judgement, now, quotes)
     body["elapsed_seconds"] = round(now - inv.started_at, 3) if inv.started_at is not None else None
     for rank in inv.ranks:
         limits = config.limits(rank.phase)

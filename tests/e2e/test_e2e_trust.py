@@ -2,13 +2,16 @@
 `sglang::scheduler_TP3` in a session scope of their own neither keeps a guarded restart from
 starting the unit (C-2) nor, dying, gets a healthy container start-up restarted with
 `rank_processes: host` (C-3); and a unit whose ExecStart= carries a line break (C-unescaped by
-systemd) does not make `phasewatch init` write a key of its choosing (C-4)."""
+systemd) does not make `phasewatch init` write a key of its choosing (C-4). PROBE-S4 C-3: the line
+a crash verdict quotes (a URL with a token in it) reaches uid 65534 neither through /status nor
+through `phasewatch status`, and reaches root masked."""
 
 from __future__ import annotations
 
+import json
 import time
 
-from e2e_env import CONFIG_PATH, REPO, VENV, WATCHER, Scenario, restarts_by_phasewatch
+from e2e_env import CONFIG_PATH, REPO, UNIT, VENV, WATCHER, Scenario, restarts_by_phasewatch
 from test_e2e_container import container  # noqa: F401 - the fixture
 from test_e2e_init import CONFIG_DIR, init
 
@@ -107,3 +110,40 @@ def test_m5_a_config_others_may_write_is_refused_at_reload_and_at_start(scenario
     checked = box.run(f"{VENV}/bin/phasewatch", "check-config", CONFIG_PATH, check=False)
     assert checked.returncode == 78 and "refused: writable by group and others" in checked.stderr
     box.run("chmod", "644", CONFIG_PATH)
+
+
+LEAKY_SERVER = """[Service]
+ExecStart=
+ExecStart=/bin/sh -c 'echo "Traceback (most recent call last):"; \\
+  echo "  File \\"/usr/lib/python3/dist-packages/huggingface_hub/utils/_http.py\\", line 409, in hf_raise"; \\
+  echo "OSError: 401 Client Error: Unauthorized for url: https://alice:hf_SECRETTOKEN9876@huggingface.co/api/models/org/private-model (password=hunter2)"; \\
+  sleep 1; exit 1'
+"""  # noqa: E501 - the probe's line, whole
+NOBODY = "65534"
+
+
+def test_s4_c3_a_crash_lines_credentials_reach_no_other_user(scenario: Scenario) -> None:
+    box = scenario.box
+    scenario.configure()
+    box.write(f"/run/systemd/system/{UNIT}.d/zz-leaky.conf", LEAKY_SERVER)
+    box.systemctl("daemon-reload")
+    try:
+        scenario.start()
+        url = "http://127.0.0.1:9877/status"
+        as_root: str = box.wait_for(
+            lambda: (out := box.run("curl", "-sf", url, check=False).stdout) and '"crashed"' in out and out,
+            60, "the crash verdict in /status")
+        assert "https://alice:***@huggingface.co/api/models/org/private-model (password=***)" in as_root
+        as_nobody = box.run("curl", "-sf", url, user=NOBODY).stdout
+        assert "log line withheld" in as_nobody and json.loads(as_nobody)["log_text_withheld"] is True
+        shown = box.run(f"{VENV}/bin/phasewatch", "status", UNIT, "--plain", user=NOBODY, check=False)
+        assert shown.returncode == 2 and "crashed" in shown.stdout and "log line withheld" in shown.stdout
+        journal = box.run("journalctl", "-q", "-u", UNIT, "--no-pager", user=NOBODY, check=False).stdout
+        assert "Unauthorized" not in journal  # the premise: the journal refuses uid 65534
+        for text in (as_nobody, shown.stdout + shown.stderr):
+            assert "Unauthorized" not in text and "huggingface.co" not in text
+        for text in (as_root, as_nobody, shown.stdout, scenario.watcher_log()):
+            assert "hf_SECRETTOKEN9876" not in text and "hunter2" not in text
+    finally:
+        box.run("rm", "-f", f"/run/systemd/system/{UNIT}.d/zz-leaky.conf")
+        box.systemctl("daemon-reload")

@@ -123,7 +123,7 @@ def test_a_broken_last_restart_in_the_state_file_is_dropped_not_fatal(tmp_path: 
     assert decode({"last_restart": {"invocation_id": 7}}).last_restart is None
     kept = decode({"last_restart": {"invocation_id": "a", "verdict": "stalled", "message": "m", "evidence": None,
                                     "junk": [1]}}).last_restart
-    assert kept == {"invocation_id": "a", "verdict": "stalled", "message": "m", "evidence": None}
+    assert kept == {"invocation_id": "a", "verdict": "stalled", "message": "m", "evidence": None, "quote": None}
 
 
 def test_probe_h5_hold_takes_the_short_name_status_takes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

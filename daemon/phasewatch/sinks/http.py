@@ -1,13 +1,16 @@
 """The daemon's HTTP server: /metrics by prometheus_client's own WSGI app (gzip when asked,
 OpenMetrics when the scraper prefers it) and /status (JSON) beside it, from the exporter's latest
 published snapshot; HEAD is answered like GET without the body. Its threads only read that
-snapshot; every connection is bounded in time and their number is bounded.
+snapshot; every connection is bounded in time and their number is bounded. /status holds the log
+lines its verdicts quote only for a peer that may read the unit's journal (sinks/peers.py
+may_read_journal): any other local user, and every remote peer, gets them withheld.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import socket
 import sys
 import threading
@@ -24,7 +27,7 @@ from ..clock import Clock
 from ..config import Config
 from ..errors import ListenError
 from .metrics import Exporter
-from .peers import peer_key
+from .peers import key_of, may_read_journal, peer_uid
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +47,12 @@ INDEX = (b'<html><body><h1>phasewatch</h1><p><a href="/metrics">/metrics</a> '
 StartResponse = Callable[..., Any]
 WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 Answer = tuple[str, list[tuple[str, str]], bytes]
+MayRead = Callable[[int | None], bool]  # a peer's uid (None: remote or not found) -> may read the journal
+PEER_UID = "phasewatch.peer_uid"  # the WSGI environ's key for it
+
+
+def _may_read(uid: int | None) -> bool:
+    return may_read_journal(uid, os.geteuid())
 
 
 class _Server(ThreadingMixIn, WSGIServer):
@@ -79,7 +88,8 @@ class _Server(ThreadingMixIn, WSGIServer):
                 self.per_peer.pop(peer, None)
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        peer = peer_key(client_address) if isinstance(client_address, tuple) else "unknown"
+        uid = peer_uid(client_address) if isinstance(client_address, tuple) else None
+        peer = key_of(client_address, uid) if isinstance(client_address, tuple) else "unknown"
         if not self._take(peer):
             self.count("busy")
             self.shutdown_request(request)
@@ -90,23 +100,27 @@ class _Server(ThreadingMixIn, WSGIServer):
             self.shutdown_request(request)
             return
         try:
-            super().process_request(request, (client_address, peer))  # a thread, which releases both
+            super().process_request(request, (client_address, peer, uid))  # a thread, which releases both
         except BaseException:
             self.slots.release()
             self._give_back(peer)
             raise
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
-        address, peer = client_address
+        address, peer, uid = client_address
         deadline = threading.Timer(CONNECTION_DEADLINE, _cut_off, (request,))
         deadline.daemon = True
         deadline.start()
         try:
-            super().process_request_thread(request, address)
+            super().process_request_thread(request, (address, uid))
         finally:
             deadline.cancel()
             self.slots.release()
             self._give_back(peer)
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        address, uid = client_address
+        _Handler(request, address, self, uid)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A client that went away is a counter, not a traceback in the journal."""
@@ -150,13 +164,14 @@ def _call(app: WSGIApp, environ: dict[str, Any]) -> Answer:
     return str(answered[0]), list(answered[1]), body
 
 
-def _status_json(exporter: Exporter) -> Answer:
+def _status_json(exporter: Exporter, quotes: bool) -> Answer:
     return "200 OK", [("Content-Type", "application/json")], \
-        json.dumps(exporter.status(), indent=1).encode() + b"\n"
+        json.dumps(exporter.status(quotes), indent=1).encode() + b"\n"
 
 
-def phasewatch_app(exporter: Exporter) -> WSGIApp:
-    """/metrics (prometheus_client's app), /status, / and 404; GET and HEAD."""
+def phasewatch_app(exporter: Exporter, may_read: MayRead = _may_read) -> WSGIApp:
+    """/metrics (prometheus_client's app), /status, / and 404; GET and HEAD. /status quotes log lines
+    only when `may_read` the uid of the peer (environ[PEER_UID]; absent: not known)."""
     metrics_app = make_wsgi_app(exporter.registry)
 
     def app(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
@@ -168,7 +183,7 @@ def phasewatch_app(exporter: Exporter) -> WSGIApp:
             as_get = {**environ, "REQUEST_METHOD": "GET"}
             answer = _guarded("collecting the metrics", lambda: _call(metrics_app, as_get))
         elif path == "/status":
-            answer = _guarded("building the status", lambda: _status_json(exporter))
+            answer = _guarded("building the status", lambda: _status_json(exporter, may_read(environ.get(PEER_UID))))
         elif path == "/":
             answer = ("200 OK", [("Content-Type", "text/html; charset=utf-8")], INDEX)
         else:
@@ -212,6 +227,10 @@ class _Handler(WSGIRequestHandler):
     server_version = f"phasewatch/{__version__}"
     timeout = READ_TIMEOUT  # per read; StreamRequestHandler sets it on the connection
 
+    def __init__(self, request: Any, client_address: Any, server: Any, uid: int | None = None) -> None:
+        self.peer_uid = uid  # (before the base class handles the request)
+        super().__init__(request, client_address, server)
+
     def handle(self) -> None:
         """WSGIRequestHandler.handle with our response writer; one request per connection."""
         self.raw_requestline = self.rfile.readline(65537)
@@ -221,7 +240,8 @@ class _Handler(WSGIRequestHandler):
             return
         if not self.parse_request():
             return
-        writer = _ResponseWriter(self.rfile, self.wfile, sys.stderr, self.get_environ(),  # type: ignore[arg-type]
+        environ = {**self.get_environ(), PEER_UID: self.peer_uid}
+        writer = _ResponseWriter(self.rfile, self.wfile, sys.stderr, environ,  # type: ignore[arg-type]
                                  multithread=True)
         writer.request_handler = self  # type: ignore[attr-defined]
         writer.run(self.server.get_app())  # type: ignore[attr-defined]

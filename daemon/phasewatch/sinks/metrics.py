@@ -30,7 +30,7 @@ from ..config import VERDICT_KINDS, Config
 from ..engines import ServerInfo
 from ..pipeline import Pipeline, StepJudgement
 from ..records import MAIN, PHASE_NAMES, Phase
-from ..render import iso, status_document
+from ..render import iso, status_document, without_quote
 from ..stages.s3_track.snapshot import InvocationView, Snapshot
 from ..stages.s4_judge.timerlint import TimerWarning
 from ..stages.s4_judge.verdict import Verdict
@@ -197,8 +197,10 @@ class Exporter:
     def published(self) -> Published:
         return self._published
 
-    def status(self) -> dict[str, Any]:
-        """The `/status` document: render.status_document over the published judgement, aged to now."""
+    def status(self, quotes: bool = True) -> dict[str, Any]:
+        """The `/status` document: render.status_document over the published judgement, aged to now;
+        without `quotes` (for a reader who may not read the unit's journal: sinks/peers.py), without the
+        log text it holds, the quoted lines of the verdicts and of the previous start-up's included."""
         published = self._published
         budget = published.budget.document() if published.budget is not None else None
         config = published.judged_with or self.config
@@ -209,9 +211,15 @@ class Exporter:
         document = status_document(published.judgement, now, config, budget,
                                    {"published_at": iso(published.now), "eta_seconds": published.eta,
                                     "limits": limits, "degraded": dict(published.degraded),
-                                    "daemon": daemon_identity()})
+                                    "daemon": daemon_identity()}, quotes)
         document["vitals"] = vitals_document(self._vitals, now)
         document.update(self._why)
+        previous = self._why.get("previous_startup")
+        if isinstance(previous, Mapping):
+            quote, message = previous.get("quote"), previous.get("message")
+            shown = message if quotes or not isinstance(message, str) else \
+                without_quote(message, quote if isinstance(quote, str) else None)
+            document["previous_startup"] = {**{k: v for k, v in previous.items() if k != "quote"}, "message": shown}
         document["timer_warnings"] = list(self._timer_warnings)
         document["group"] = group_document(published, self.config)
         return document

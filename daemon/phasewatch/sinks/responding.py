@@ -52,7 +52,7 @@ class ActingOnResponses:
         restart = next((a for a in response.actions if a.kind == "restart" and not a.dry_run), None)
         if restart is not None:  # status says why after phasewatch itself restarts too
             self.last_restart = {"invocation_id": restart.invocation_id, "verdict": restart.verdict_kind,
-                                 "message": restart.message, "evidence": None}
+                                 "message": restart.message, "evidence": None, "quote": restart.quote}
         self.pending += tuple(a for a in response.actions if a.kind == "alert" or a is restart)
         self.save()
         self.actor.submit(Job(response.actions, inv, facts))

@@ -206,7 +206,7 @@ def _guarded(value: object, dropped: Callable[[str], None]) -> dict[str, Any] | 
     return None
 
 
-LAST_RESTART_KEYS = ("invocation_id", "verdict", "message", "evidence")
+LAST_RESTART_KEYS = ("invocation_id", "verdict", "message", "evidence", "quote")  # quote: Action.quote
 
 
 def _last_restart(value: object, dropped: _Dropped) -> dict[str, str | None] | None:

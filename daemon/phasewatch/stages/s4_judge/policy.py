@@ -14,6 +14,7 @@ from ...config import Config, PhaseLimits
 from ...durations import format_duration
 from ...profile import Profile
 from ...records import MAIN, PHASE_NAMES, STUCK, UNIT_PHASES, WRONG_WHEN_STOPPED, Outcome, Phase, VerdictKind
+from ...redact import redact
 from ..s2_interpret.crashfacts import (
     FRAME_RE,
     CrashFacts,
@@ -34,6 +35,7 @@ START_UP_STATES = (UnitState.STARTING,)
 # How long a parent's "Received sigquit" waits for the failing child's own lines (or the unit's
 # failure) before it is reported as the crash by itself.
 ECHO_GRACE = 3.0
+QUOTE_CHARS = 200  # of the telling line, in a crash verdict's message
 GENERIC_CAUSES = frozenset({"python_exception", "killed", "exit_code"})
 EXCEPTION_LINE_RE = re.compile(r"^(?:[a-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit)\b")
 # Under a traceback's frames, its last line names the exception whatever its class is called
@@ -286,7 +288,9 @@ def crashed_verdict(inv: InvocationView, now: float, config: Config, profile: Pr
     phase = _crash_phase(inv, culprit, rank, facts)
     at = culprit.ts if culprit is not None and culprit.ts is not None else now
     where = f" in {phase}" if phase else ""
-    detail = f": {_telling_line(culprit, cause, profile)[:200]}" if culprit is not None and culprit.texts else ""
+    quote = redact(_telling_line(culprit, cause, profile))[:QUOTE_CHARS] if culprit is not None and culprit.texts \
+        else None
+    detail = f": {quote}" if quote is not None else ""
     status = f" (unit result {inv.unit_result}" + (f", exit {inv.exit_status})" if inv.exit_status else ")") \
         if inv.unit_result else ""
     who = rank if rank is not None else "a process (rank unknown)"
@@ -294,7 +298,7 @@ def crashed_verdict(inv: InvocationView, now: float, config: Config, profile: Pr
     named = f" [{describe(facts)}]" if facts.known else ""
     return Verdict(VerdictKind.CRASHED, inv.invocation_id, phase, rank, cause,
                    f"{config.unit}: {who} crashed{where} ({cause_text}){named}{detail}{status}", at,
-                   facts=facts if facts.known else None)
+                   facts=facts if facts.known else None, quote=quote or None)
 
 
 def _cause_wait_until(inv: InvocationView, culprit: FatalView | None, config: Config) -> float:

@@ -21,6 +21,7 @@ class Verdict:
     episode: int = 0  # unhealthy: which run of failed probes
     facts: CrashFacts | None = None  # crashed: healthy, waiting and culprit ranks named in the lines
     remedy: Remedy | None = None  # what to do about it (remedies.py), when the facts say
+    quote: str | None = None  # crashed: the log line the message quotes (credentials masked, redact.py)
 
     @property
     def key(self) -> tuple[str, str, str | None, str | None]:

@@ -82,6 +82,7 @@ class Action:
     evidence: str | None = None  # the evidence file captured for this verdict (PHASEWATCH_EVIDENCE)
     hook: str | None = None  # kind "hook": the name of the hook to run
     remedy: str | None = None  # what to do about it (stages/s4_judge/remedies.py): PHASEWATCH_REMEDY
+    quote: str | None = None  # kind "restart": the log line the message quotes (Verdict.quote)
 
     @property
     def message_id(self) -> str:
@@ -172,7 +173,7 @@ def respond(verdicts: list[Verdict], memory: Memory, status: UnitStatus, now: fl
                 restarted.add(verdict.invocation_id)
                 actions.append(Action("restart", verdict.message, verdict.kind, PRIORITY[verdict.kind],
                                       verdict.invocation_id, verdict.phase, verdict.rank, verdict.cause,
-                                      config.dry_run))
+                                      config.dry_run, quote=verdict.quote))
             if wait_until is not None:
                 retry_at = wait_until if retry_at is None else min(retry_at, wait_until)
             gave_up_now = budget.state is BudgetState.GAVE_UP and memory.budget.state is BudgetState.ARMED
