@@ -28,7 +28,7 @@ from phasewatch.sinks.state import StateStore
 from phasewatch.sinks.unguarded_stops import UnguardedStops
 from phasewatch.sources.procs import ProcessTable
 from phasewatch.stages.s5_act.respond import Action, Hold
-from phasewatch.systemd_unit import RecordingUnit, SystemdUnit, UnitFacts
+from phasewatch.systemd_unit import EINTR_TRIES, RecordingUnit, SystemdUnit, UnitFacts
 
 UNIT = "sglang-kimi.service"
 INV = "0123456789abcdef0123456789abcdef"
@@ -184,6 +184,39 @@ def test_eintr_is_retried_inside_the_restart_call() -> None:
 
     with pytest.raises(UnitError):
         SystemdUnit(UNIT, Refusing).restart()
+
+
+class InterruptedReads:
+    """pystemd's Unit whose property reads are cut by a signal (`[err -4]`) `cut` times, then answer."""
+
+    def __init__(self, cut: int) -> None:
+        self.Unit, self.Service = self, self
+        self.cut = cut
+        self.reads = 0
+
+    def __getattr__(self, name: str) -> Any:
+        self.reads += 1
+        if self.cut:
+            self.cut -= 1
+            raise OSError("[err -4]: b'Interrupted system call'")
+        return {"InvocationID": bytes.fromhex(INV), "Job": (0, b"/"), "ControlGroup": b"/system.slice/x",
+                "InactiveExitTimestamp": int(T0 * 1e6), "ActiveState": b"activating", "SubState": b"start",
+                "LoadState": b"loaded"}[name]
+
+
+def test_eintr_is_retried_inside_a_facts_read() -> None:
+    """PROBE-S4 L-5: a facts read cut by a signal (a SIGHUP storm) failed at once; the verdict's alert
+    then said "not restarting: the unit is unknown (stopped by the operator?)"."""
+    bus = InterruptedReads(cut=3)
+    unit = SystemdUnit(UNIT, lambda name: bus)
+    facts = unit.facts()
+    assert facts.invocation_id == INV and facts.active_state == "activating" and bus.cut == 0
+    bus.cut = 2
+    assert unit.load_state() == "loaded"
+    bus.cut = 99  # a read that fails every time is still a UnitError, after EINTR_TRIES tries
+    with pytest.raises(UnitError, match="cannot read sglang-kimi.service's state over D-Bus"):
+        unit.facts()
+    assert bus.cut == 99 - EINTR_TRIES
 
 
 def test_nul_and_control_bytes_never_reach_a_hook_environment_raw() -> None:
