@@ -304,7 +304,8 @@ def vitals_families(vitals: Vitals | None, unit: str) -> list[Metric]:
                                   "resident, power low and flat, no transfers: likely a collective), idle",
                                   labels=["unit", "rank", "state"])
     source = GaugeMetricFamily("phasewatch_gpu_source", "1 for the GPU source's state: ok, unavailable (no "
-                               "nvidia-ml-py, driver, GPU or permission), stuck (NVML not answering), off",
+                               "nvidia-ml-py, driver, GPU or permission), stuck (NVML not answering), failed "
+                               "(its worker ended: started again, at most 5 times an hour), off",
                                labels=["unit", "state"])
     if vitals is not None:
         source.add_metric([unit, vitals.gpu_source], 1.0)
