@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from e2e_env import REPO, STATE_DIR, VENV, WATCHER, Scenario, at, move_to, restarts_by_phasewatch
+from e2e_env import REPO, STATE_DIR, UNIT, VENV, WATCHER, Scenario, at, move_to, restarts_by_phasewatch
 
 HANG = "--scale 0.01 --hang TP3:draft_cuda_graph_capture"
 DEADLINE = 6.0
@@ -205,4 +205,26 @@ def test_a_nul_in_a_crash_line_reaches_the_hook_escaped(acting: Scenario) -> Non
     box.wait_for(lambda: len(acting.invocations()) == 2, 60, "phasewatch's restart after the crash")
     acting.wait_state("ready", timeout=90)
     assert box.show(WATCHER, "ActiveState", "NRestarts") == {"ActiveState": "active", "NRestarts": "0"}
+    assert "Traceback" not in acting.watcher_log()
+
+
+def test_a_start_up_begun_while_the_hook_ran_is_not_restarted(acting: Scenario) -> None:
+    """PROBE-S4 H-1: the operator, reading the alert, restarts the unit while the hook delays
+    phasewatch's restart; that restart was then made on the operator's clean new start-up."""
+    box = acting.box
+    started = f"{STATE_DIR}/hook-started"
+    acting.configure(HANG, phases={"draft_cuda_graph_capture": {"deadline": "6s"}},
+                     hooks={"slow": {"exec": ["/bin/sh", "-c", f"touch {started}; exec sleep 300"], "timeout": "15s"}},
+                     actions={"stalled": ["alert", "hook:slow", "restart"]})
+    acting.start()
+    box.wait_for(lambda: box.read(started) is not None, 60, "the slow hook to run")
+    acting.sim("--scale 0.01")  # the operator's start-up is clean
+    box.systemctl("restart", UNIT)
+    box.wait_for(lambda: "not made: the unit was started again since" in acting.watcher_log(), 15 + 45,
+                 "the worker to get to the restart")
+    acting.wait_state("ready", timeout=90)
+    time.sleep(2)  # (a restart made anyway would show by now: it follows the log line at once)
+    assert len(acting.invocations()) == 2  # the first, and the operator's: never a third
+    assert len(restarts_by_phasewatch(acting)) == 1  # (the operator's `systemctl restart` is a restart job too)
+    assert "restart requested" not in acting.watcher_log()
     assert "Traceback" not in acting.watcher_log()

@@ -9,6 +9,8 @@ import time
 import types
 from typing import Any
 
+import pytest
+
 from phasewatch.sources.gpu import NvmlSource
 
 
@@ -86,3 +88,112 @@ def test_no_nvml_is_said_once_and_gives_nothing(caplog: Any) -> None:
     permission.want(True)
     _wait(lambda: permission.state() == "unavailable")
     assert "/dev/nvidiactl" in (permission.problem() or "")
+
+
+def _nvml_with(**changes: Any) -> types.ModuleType:
+    module = fake_nvml()
+    for name, value in changes.items():
+        if value is None:
+            delattr(module, name)
+        else:
+            setattr(module, name, value)
+    return module
+
+
+def _readings(source: NvmlSource, count: int = 3) -> list[Any]:
+    got: list[Any] = []
+    deadline = time.monotonic() + 5
+    while len(got) < count and time.monotonic() < deadline:
+        got += source.take()
+        time.sleep(0.01)
+    return got
+
+
+@pytest.mark.parametrize("row, changes, skipped", [
+    ("a process with pid=None", {"nvmlDeviceGetComputeRunningProcesses":
+                                 lambda h: [types.SimpleNamespace(pid=None, usedGpuMemory=1),
+                                            types.SimpleNamespace(pid=4711, usedGpuMemory=1 << 30)]}, "process"),
+    ('smUtil="x"', {"nvmlDeviceGetProcessUtilization":
+                    lambda h, ts: [types.SimpleNamespace(pid=4711, smUtil="x", timeStamp=7)]},
+     "process utilisation sample"),
+    ("NVML_PCIE_UTIL_RX_BYTES missing (an older binding)", {"NVML_PCIE_UTIL_RX_BYTES": None}, "PCIe counter"),
+    ("a power limit of infinity", {"nvmlDeviceGetEnforcedPowerLimit": lambda h: float("inf")},
+     "GPU description"),
+])
+def test_a_value_nvml_gives_in_a_shape_not_foreseen_is_skipped_said_once(
+        caplog: Any, row: str, changes: dict[str, Any], skipped: str) -> None:
+    """PROBE-S4 L-1: the conversion after a guarded call raised out of the worker; the thread died and
+    the source still said `ok`, reading nothing. Now the value is skipped (said once), the rest read."""
+    caplog.set_level(logging.WARNING, logger="phasewatch")
+    source = NvmlSource(lambda: _nvml_with(**changes), interval=0.02)
+    source.want(True)
+    readings = _readings(source)
+    source.want(False)
+    assert len(readings) >= 3, row
+    assert source.state() == "ok" and source.problem() is None
+    assert readings[-1].power_mw == 134_000
+    said = [r.getMessage() for r in caplog.records if "cannot read" in r.getMessage()]
+    assert len(said) == 1 and f"NVML gave a {skipped} phasewatch cannot read" in said[0], said
+
+
+def test_a_worker_that_ends_is_a_state_said_and_started_again(caplog: Any) -> None:
+    """PROBE-S4 L-1: a call raising SystemExit ended the worker unsaid. Now: `failed`, the problem in
+    status and the metric's state, a log line, and the worker started again; readings flow again."""
+    caplog.set_level(logging.WARNING, logger="phasewatch")
+    calls = {"n": 0}
+
+    def power(handle: int) -> int:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise SystemExit(3)
+        return 134_000
+
+    source = NvmlSource(lambda: _nvml_with(nvmlDeviceGetPowerUsage=power), interval=0.02, backoff=0.3)
+    source.want(True)
+    _wait(lambda: source.state() == "failed")
+    assert source.state() == "failed"
+    assert "the NVML worker ended: SystemExit: 3; started again in 0.3 s (1 of 5 this hour)" in (source.problem() or "")
+    assert "the NVML worker ended: SystemExit" in caplog.text
+    _wait(lambda: source.state() == "ok")
+    assert source.state() == "ok" and _readings(source, 2)
+    source.want(False)
+
+
+def test_a_worker_that_keeps_ending_stays_failed_and_says_it_gave_up() -> None:
+    def power(handle: int) -> int:
+        raise SystemExit(3)
+
+    source = NvmlSource(lambda: _nvml_with(nvmlDeviceGetPowerUsage=power), interval=0.02, backoff=0.001)
+    source.want(True)
+    _wait(lambda: "not started again" in (source.problem() or ""))
+    assert source.state() == "failed" and "ended 6 times within an hour" in (source.problem() or "")
+    assert source.take() == []
+    thread = source._thread
+    assert thread is not None
+    _wait(lambda: not thread.is_alive())
+    assert not thread.is_alive() and source.state() == "failed"
+
+
+def test_the_rows_that_held_still_hold() -> None:
+    """PROBE-S4 L-1's held rows: nvmlInit hanging is `stuck`; power raising after 3 calls is a reading
+    without power, the worker alive."""
+    block = threading.Event()
+    hanging = NvmlSource(lambda: _nvml_with(nvmlInit=lambda: block.wait(10)), interval=0.02, deadline=0.2)
+    hanging.want(True)
+    _wait(lambda: hanging.state() == "stuck")
+    assert hanging.state() == "stuck" and hanging.problem() == "NVML not answering"
+    block.set()
+    calls = {"n": 0}
+
+    def power(handle: int) -> int:
+        calls["n"] += 1
+        if calls["n"] > 3:
+            raise RuntimeError("NVML_ERROR_GPU_IS_LOST")
+        return 134_000
+
+    source = NvmlSource(lambda: _nvml_with(nvmlDeviceGetPowerUsage=power), interval=0.02)
+    source.want(True)
+    readings = _readings(source, 6)
+    assert len(readings) >= 6 and readings[-1].power_mw is None and source.state() == "ok"
+    source.want(False)
+    hanging.want(False)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from fakes import ScriptedJournal
 from phasewatch.app import Daemon
@@ -18,15 +19,16 @@ from phasewatch.compose import compose
 from phasewatch.config import DEFAULT_ACTIONS, DEFAULT_LIMITS, Config, Hook, Leftovers, PhaseLimits, load_config
 from phasewatch.errors import ConfigError, UnitError
 from phasewatch.records import JournalRecord, Phase
-from phasewatch.sinks.acting import Done, Job
+from phasewatch.sinks.acting import ActionRunner, Done, Job
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
 from phasewatch.sinks.hold import HoldFile
 from phasewatch.sinks.hooks import HookRunner, env_safe, hook_env
+from phasewatch.sinks.metrics import Exporter
 from phasewatch.sinks.state import StateStore
 from phasewatch.sinks.unguarded_stops import UnguardedStops
 from phasewatch.sources.procs import ProcessTable
 from phasewatch.stages.s5_act.respond import Action, Hold
-from phasewatch.systemd_unit import RecordingUnit, SystemdUnit, UnitFacts
+from phasewatch.systemd_unit import EINTR_TRIES, RecordingUnit, SystemdUnit, UnitFacts
 
 UNIT = "sglang-kimi.service"
 INV = "0123456789abcdef0123456789abcdef"
@@ -36,7 +38,8 @@ HOOKED = Config(unit=UNIT, phases=LOAD, actions={**DEFAULT_ACTIONS, "stalled": (
                 hooks={"slow": Hook(("/bin/sleep", "300"), 30.0)})
 
 
-def make(tmp_path: Path, config: Config, *, worker: bool = False, unit: RecordingUnit | None = None
+def make(tmp_path: Path, config: Config, *, worker: bool = False, unit: RecordingUnit | None = None,
+         exporter: Exporter | None = None
          ) -> tuple[Daemon, ScriptedJournal, RecordingUnit, RecordingAlerter, RecordingNotifier, FakeClock]:
     clock = FakeClock(wall=T0)
     journal = ScriptedJournal()
@@ -46,7 +49,7 @@ def make(tmp_path: Path, config: Config, *, worker: bool = False, unit: Recordin
     app = compose(config, follower=journal, unit=unit, alerter=alerter, notifier=notifier,  # type: ignore[arg-type]
                   store=StateStore(tmp_path, UNIT), clock=clock, watchdog_interval=30.0,
                   processes=ProcessTable(proc=str(tmp_path / "proc"), cgroup_roots=(str(tmp_path / "cg"),)),
-                  actions_off_the_loop=worker)
+                  actions_off_the_loop=worker, exporter=exporter)
     return app, journal, unit, alerter, notifier, clock
 
 
@@ -183,6 +186,39 @@ def test_eintr_is_retried_inside_the_restart_call() -> None:
         SystemdUnit(UNIT, Refusing).restart()
 
 
+class InterruptedReads:
+    """pystemd's Unit whose property reads are cut by a signal (`[err -4]`) `cut` times, then answer."""
+
+    def __init__(self, cut: int) -> None:
+        self.Unit, self.Service = self, self
+        self.cut = cut
+        self.reads = 0
+
+    def __getattr__(self, name: str) -> Any:
+        self.reads += 1
+        if self.cut:
+            self.cut -= 1
+            raise OSError("[err -4]: b'Interrupted system call'")
+        return {"InvocationID": bytes.fromhex(INV), "Job": (0, b"/"), "ControlGroup": b"/system.slice/x",
+                "InactiveExitTimestamp": int(T0 * 1e6), "ActiveState": b"activating", "SubState": b"start",
+                "LoadState": b"loaded"}[name]
+
+
+def test_eintr_is_retried_inside_a_facts_read() -> None:
+    """PROBE-S4 L-5: a facts read cut by a signal (a SIGHUP storm) failed at once; the verdict's alert
+    then said "not restarting: the unit is unknown (stopped by the operator?)"."""
+    bus = InterruptedReads(cut=3)
+    unit = SystemdUnit(UNIT, lambda name: bus)
+    facts = unit.facts()
+    assert facts.invocation_id == INV and facts.active_state == "activating" and bus.cut == 0
+    bus.cut = 2
+    assert unit.load_state() == "loaded"
+    bus.cut = 99  # a read that fails every time is still a UnitError, after EINTR_TRIES tries
+    with pytest.raises(UnitError, match="cannot read sglang-kimi.service's state over D-Bus"):
+        unit.facts()
+    assert bus.cut == 99 - EINTR_TRIES
+
+
 def test_nul_and_control_bytes_never_reach_a_hook_environment_raw() -> None:
     """H-1: `ValueError: embedded null byte` out of the spawn crashed the daemon."""
     assert env_safe("a\x00b\x1b[31m\tc\x7f") == "a\\x00b\\x1b[31m\tc\\x7f"
@@ -280,3 +316,65 @@ def test_pending_actions_in_a_hostile_state_file_are_dropped_not_fatal(tmp_path:
                     "guarded": {"action": {"kind": "restart"}, "until": "later"}})
     assert [(a.kind, a.invocation_id) for a in saved.pending] == [("restart", INV)]
     assert saved.guarded is None
+
+
+def test_a_restart_is_not_made_on_a_start_up_begun_while_its_hook_ran(tmp_path: Path,
+                                                                       caplog: pytest.LogCaptureFixture) -> None:
+    """PROBE-S4 H-1: the operator restarted the unit while the hook ran; the restart decided for the
+    hung start-up killed the operator's new one. Not made, said, counted, and never tried again."""
+    registry = CollectorRegistry()
+    app, journal, unit, _, _, clock = make(tmp_path, HOOKED, exporter=Exporter(HOOKED, registry))
+    new = "f" * 32
+
+    def operator_restarts_meanwhile(action: Action) -> None:
+        unit.status = UnitFacts("activating", "start", new, control_group=None, started_at=T0 + 62)
+
+    app.responder.runner.run_hook = operator_restarts_meanwhile
+    load_begins(journal)
+    app.start()
+    clock.jump(61)
+    with caplog.at_level(logging.WARNING):
+        app.step(max_wait=0)
+    assert unit.restarts == [] and unit.calls == []
+    assert f"the restart decided for {INV} (stalled) is not made: the unit was started again since" in caplog.text
+    assert app.store.load().pending == () and app.responder.restart_tries == {}
+    assert registry.get_sample_value("phasewatch_restarts_not_made_total",
+                                     {"unit": UNIT, "why": "started_again"}) == 1.0
+    assert app.responder.why(new, clock.wall())["previous_startup"] is None  # phasewatch did not start it
+    for _ in range(3):
+        clock.jump(10)
+        app.step(max_wait=0)
+    assert unit.restarts == []
+
+
+def test_a_restart_is_made_as_decided_when_the_check_cannot_be_made(caplog: pytest.LogCaptureFixture) -> None:
+    """The facts read fails (D-Bus): the stuck start-up is still restarted, and the log says so."""
+    class Unreadable(RecordingUnit):
+        def facts(self) -> UnitFacts:
+            raise UnitError("cannot read sglang-kimi.service's state over D-Bus: timed out")
+
+    unit = Unreadable(UnitFacts("activating", "start", INV))
+    runner = ActionRunner(UNIT, unit, lambda action: None, wall=lambda: T0)
+    restart = Action("restart", "stuck", "stalled", 4, INV)
+    with caplog.at_level(logging.WARNING):
+        done = runner.run(Job((restart,), None, UnitFacts("activating", "start", INV)))
+    assert unit.restarts == [INV] and done.job_path is not None and done.restart_skipped is None
+    assert f"cannot check that {INV} still runs before restarting it" in caplog.text
+
+
+def test_the_guarded_restart_is_not_begun_on_a_start_up_begun_since() -> None:
+    """The stop of a guarded restart (leftovers check) is checked the same way."""
+    class Guard:
+        begun: list[Action] = []
+
+        def begin(self, action: Action, control_group: str | None, now: float) -> str:
+            self.begun.append(action)
+            return "/job/stop"
+
+    guard = Guard()
+    unit = RecordingUnit(UnitFacts("activating", "start", "f" * 32))
+    runner = ActionRunner(UNIT, unit, lambda action: None, wall=lambda: T0, guarded=guard)
+    done = runner.run(Job((Action("restart", "stuck", "stalled", 4, INV),), None, unit.status))
+    assert guard.begun == [] and done.restart_skipped is not None and done.job_path is None
+    same = runner.run(Job((Action("restart", "stuck", "stalled", 4, "f" * 32),), None, unit.status))
+    assert len(guard.begun) == 1 and same.job_path == "/job/stop"

@@ -171,3 +171,85 @@ def test_a_version_2_file_gains_the_remedy_column_and_keeps_its_rows(tmp_path: P
     history.close()
     assert version_of(path) == SCHEMA_VERSION == 3
     assert [r.remedy for r in History(path, read_only=True).startups(UNIT)] == [None, remedy]
+
+
+def _stamped(path: Path, version: int) -> Path:
+    db = sqlite3.connect(path)
+    db.execute(f"PRAGMA user_version = {version}")
+    db.commit()
+    db.close()
+    return path
+
+
+def _view_named_startups(path: Path) -> Path:
+    """The probe's: a current file whose `startups` is a view with every column (over a table of them)."""
+    db = sqlite3.connect(path)
+    db.executescript(UNVERSIONED.replace("TABLE startups", "TABLE kept").replace("ON startups", "ON kept")
+                     + "CREATE VIEW startups AS SELECT *, NULL AS ended_by, NULL AS remedy FROM kept;")
+    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+    db.commit()
+    db.close()
+    return path
+
+
+@pytest.mark.parametrize("shape", ["negative version", "view named startups"])
+def test_a_history_of_a_shape_not_phasewatchs_is_moved_aside_never_fatal(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, shape: str) -> None:
+    """PROBE-S4 M-1: `PRAGMA user_version = -5` made `migrate` raise KeyError: -4; a view named
+    `startups` made `CREATE INDEX` raise "views may not be indexed", again in the in-memory fallback.
+    Either way out of History(): every daemon start crashed. Now the file is moved aside (said) and a
+    fresh one is used."""
+    path = tmp_path / "history.sqlite3"
+    if shape == "negative version":
+        unversioned_file(path)
+        _stamped(path, -5)
+    else:
+        _view_named_startups(path)
+    with caplog.at_level(logging.WARNING):
+        history = History(path)
+    assert history.degraded is None
+    assert "moved to history.sqlite3.corrupt-" in caplog.text
+    assert [p.name for p in tmp_path.glob("history.sqlite3.corrupt-*")]
+    assert version_of(path) == SCHEMA_VERSION
+    record = StartupRecord(UNIT, "inv-new", "fp", T0, T0 + 60, "ready", None, (PhaseRecord("weight_load", 50.0, 1.0,
+                                                                                           None, 2.0),))
+    assert history.add(record)
+    history.close()
+
+
+@pytest.mark.parametrize("shape", ["negative version", "view named startups"])
+def test_such_a_history_that_cannot_be_moved_aside_is_kept_in_memory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shape: str) -> None:
+    """The same files where the state directory refuses the move (the tests run as root: a refused
+    rename is faked): the history goes on in memory, from nothing (what the file holds is not copied:
+    the view made the in-memory schema script fail too), and History() returns."""
+    path = tmp_path / "history.sqlite3"
+    (_stamped(unversioned_file(path), -5) if shape == "negative version" else _view_named_startups(path))
+
+    def refused(src: str, dst: str) -> None:
+        raise PermissionError(13, "Permission denied", src)
+
+    monkeypatch.setattr("phasewatch.sinks.history.os.replace", refused)
+    history = History(path)
+    assert history.degraded is not None and "cannot start a fresh" in history.degraded
+    record = StartupRecord(UNIT, "inv-new", "fp", T0, T0 + 60, "ready", None, ())
+    assert history.add(record)
+    history.close()
+
+
+def test_report_refuses_such_a_history_with_a_clear_error(tmp_path: Path) -> None:
+    path = _view_named_startups(tmp_path / "history.sqlite3")
+    with pytest.raises(HistoryUnreadable, match="not a readable history.*startups is a view"):
+        History(path, read_only=True)
+
+
+def test_an_unforeseen_error_opening_the_history_keeps_it_in_memory(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The net under the shapes above: whatever else `History()` meets, the daemon starts."""
+    def broken(db: sqlite3.Connection, path: Path) -> None:
+        raise KeyError(-4)
+
+    monkeypatch.setattr("phasewatch.sinks.history.migrate", broken)
+    history = History(tmp_path / "history.sqlite3")
+    assert history.degraded is not None and "cannot use" in history.degraded
+    assert history.add(StartupRecord(UNIT, "inv-new", "fp", T0, T0 + 60, "ready", None, ()))

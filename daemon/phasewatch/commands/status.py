@@ -277,7 +277,7 @@ def _vitals_lines(document: dict[str, Any]) -> list[str]:
     if vitals.get("unit"):
         out.append(f"  unit: {vitals['unit']}")
     source = vitals.get("gpu_source")
-    if isinstance(source, dict) and source.get("state") in ("unavailable", "stuck"):
+    if isinstance(source, dict) and source.get("state") in ("unavailable", "stuck", "failed"):
         out.append(f"  GPU: {source.get('problem')} (the GPU phases' long stall windows are in force)")
     return out
 

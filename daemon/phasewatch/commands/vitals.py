@@ -22,10 +22,10 @@ import sys
 import time
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, Iterator, TextIO
 
 from ..durations import parse_duration
-from ..errors import EX_DATAERR, EX_OK, InputError, UsageError
+from ..errors import EX_OK, InputError, UsageError
 from ..sources.gpu import NvmlSource
 from ..sources.procs import ProcessTable, rank_from_title
 from ..sources.procstat import ProcSampler, parse_stat
@@ -64,17 +64,24 @@ def cmd_replay(args: argparse.Namespace) -> int:
         raise UsageError(f"--period: expected at least 0.5s, got {args.period!r}")
     try:
         if args.trace == "-":
-            trace = vitals_trace.parse(sys.stdin)
+            trace = vitals_trace.parse(bounded_lines(sys.stdin))
         else:
             with open(args.trace, encoding="utf-8", errors="replace") as handle:
-                trace = vitals_trace.parse(handle)
+                trace = vitals_trace.parse(bounded_lines(handle))
     except vitals_trace.TraceError as exc:
         raise InputError(f"{args.trace}: {exc}") from None
-    periods = vitals_trace.replay(trace, period)
-    document = vitals_trace.document(trace, periods)
+    for warning in trace.warnings:
+        print(f"phasewatch: {args.trace}: {warning}", file=sys.stderr)
+    try:
+        periods = vitals_trace.replay(trace, period)
+        document = vitals_trace.document(trace, periods)
+    except vitals_trace.BAD_VALUE as exc:  # values parse accepted and the judgement cannot use
+        raise InputError(f"{args.trace}: cannot be judged ({type(exc).__name__}: {exc})") from None
     if args.json:
         print(json.dumps(document, indent=1))
         return EX_OK
+    if not periods:  # (it exited 65 unsaid)
+        raise InputError(f"{args.trace}: fewer than two samples a period ({args.period}) apart: nothing to judge")
     t0 = periods[0].begin if periods else 0.0
     for window in trace.windows:
         print(f"window {window.name} ({window.expect}): +{window.begin - t0:.1f}s .. +{window.end - t0:.1f}s")
@@ -83,7 +90,19 @@ def cmd_replay(args: argparse.Namespace) -> int:
         for r in p.vitals.ranks:
             mark = "alive" if r.alive else "DEAD "
             print(f"+{p.begin - t0:6.1f}s +{p.end - t0:6.1f}s {r.rank:<8} {mark} {labels:<18} {r.text()}")
-    return EX_OK if periods else EX_DATAERR
+    return EX_OK
+
+
+def bounded_lines(handle: TextIO) -> Iterator[str]:
+    """The lines of `handle`, each read with a bound (MAX_LINE + 1 characters): a longer line is handed
+    on cut at the bound, for `parse` to refuse, and nothing after it is read."""
+    while True:
+        line = handle.readline(vitals_trace.MAX_LINE + 1)
+        if not line:
+            return
+        yield line
+        if len(line) > vitals_trace.MAX_LINE:
+            return
 
 
 def _duration(text: str, name: str) -> float:
@@ -139,10 +158,18 @@ def cmd_record(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, stop)
     began = time.monotonic()
     out = Path(args.out)
-    lines: list[str] = []
+    written = 0
     titles: dict[int, str] = {}
+
+    def header() -> str:
+        infos = sorted((gpu.infos() if gpu is not None else {}).values(), key=lambda g: g.index)
+        return vitals_trace.header_line(infos, ranks, windows, _recorded_on(gpu), args.note, sampler.ticks)
+
     with out.open("w", encoding="utf-8") as handle:
-        handle.write(" " * 4096 + "\n")  # room for the header, written last (it names the ranks seen)
+        # The header first (a recording killed at any time is a trace), padded: rewritten in place at
+        # the end, with the ranks seen since.
+        first = vitals_trace.padded(header()) or vitals_trace.padded(_without_ranks(header()))
+        handle.write(first or "\n")  # (a header too long for any pad: prepended at the end)
         while not stop.stopped and (duration is None or time.monotonic() - began < duration):
             pids = table.pids(cgroup) if cgroup is not None else _with_descendants(table, args.pid)
             if not pids and time.monotonic() - began > 2 * interval:
@@ -160,20 +187,39 @@ def cmd_record(args: argparse.Namespace) -> int:
             line = vitals_trace.sample_line(sample.at, sample.processes, titles, list(latest.values()))
             handle.write(line + "\n")
             handle.flush()
-            lines.append(line)
+            written += 1
             time.sleep(max(interval - (time.monotonic() - began) % interval, 0.01))
-        infos = sorted((gpu.infos() if gpu is not None else {}).values(), key=lambda g: g.index)
-        header = vitals_trace.header_line(infos, ranks, windows, _recorded_on(gpu), args.note, sampler.ticks)
-    _prepend(out, header)
+        final = header()
+        fits = vitals_trace.padded(final) if first is not None else None
+        if fits is not None:
+            handle.seek(0)
+            handle.write(fits)
+    if fits is None:
+        _prepend(out, final)
     problem = gpu.problem() if gpu is not None else None
-    print(f"phasewatch: {len(lines)} samples of {len(titles) or len(ranks)} process(es) to {out}"
-          + (f"; GPU: {problem}" if problem else f"; {len(infos)} GPU(s)"), file=sys.stderr)
+    gpus = len(gpu.infos()) if gpu is not None else 0
+    print(f"phasewatch: {written} samples of {len(titles) or len(ranks)} process(es) to {out}"
+          + (f"; GPU: {problem}" if problem else f"; {gpus} GPU(s)"), file=sys.stderr)
     return EX_OK
 
 
+def _without_ranks(header: str) -> str:
+    """A first header too long to fit its pad (many --rank): the ranks come with the final one."""
+    document = json.loads(header)
+    document["ranks"] = {}
+    return json.dumps(document)
+
+
 def _prepend(path: Path, header: str) -> None:
-    body = path.read_text(encoding="utf-8").split("\n", 1)[1]
-    path.write_text(header + "\n" + body, encoding="utf-8")
+    """A final header longer than the pad (hundreds of ranks or GPUs): the file is copied behind it,
+    line by line, and put in its place."""
+    part = path.with_name(path.name + ".part")
+    with path.open(encoding="utf-8") as source, part.open("w", encoding="utf-8") as target:
+        source.readline()
+        target.write(header + "\n")
+        for line in source:
+            target.write(line)
+    part.replace(path)
 
 
 def _wait_for_gpus(gpu: NvmlSource) -> None:

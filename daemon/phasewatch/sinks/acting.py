@@ -4,6 +4,12 @@ outcome comes back to the loop (`Done`), which records it. Every action is bound
 `evidence.timeout`, each hook by its timeout (children killed with their process group, output
 capped: sinks/children.py), the restart by its tries (RESTART_TRIES) and D-Bus's own call timeout.
 
+A restart is made only on the start-up it was decided for: just before the D-Bus call the unit's
+InvocationID is read again, and a unit started again meanwhile (by the operator, or by systemd's own
+Restart= while the evidence and hooks ran) is not restarted; that is reported (`Done.restart_skipped`),
+never tried again. When the check cannot be made (the facts read fails) the restart is made as decided,
+and the log says so: a stuck start-up must still be restarted within its bound.
+
 A restart that systemd refused (a transient D-Bus or polkit error) is reported as such; the
 responder tries it again after RESTART_BACKOFF seconds, RESTART_TRIES times in all (sinks/responder.py).
 `Inline` runs a job at once in the caller's thread (tests, replay).
@@ -43,11 +49,14 @@ class Done:
     evidence: str | None = None
     restart: Action | None = None  # the restart this job asked systemd for
     job_path: str | None = None  # systemd's job: the restart is systemd's now
-    restart_error: str | None = None  # the restart was not made
+    restart_error: str | None = None  # the restart was not made (refused: tried again)
+    restart_skipped: str | None = None  # the restart was not made, on purpose: why (never tried again)
     partial: bool = False  # progress of a job still running: its alerts were sent
 
 
 class Unit(Protocol):
+    def facts(self) -> UnitFacts: ...
+
     def restart(self) -> str: ...
 
 
@@ -138,6 +147,11 @@ class ActionRunner:
     def _restart(self, done: Done, action: Action) -> Done:
         """One try (a signal's EINTR is retried inside the call: systemd_unit.py); the responder
         tries again after RESTART_BACKOFF, on the loop's clock."""
+        why = self._not_now(action)
+        if why is not None:
+            logger.warning("[%s] the restart decided for %s (%s) is not made: %s", self.name, action.invocation_id,
+                           action.verdict_kind, why)
+            return replace(done, restart=action, restart_skipped=why)
         try:
             job = (self.guarded.begin(action, done.job.facts.control_group, self.wall())
                    if self.guarded is not None else self.unit.restart())
@@ -146,6 +160,21 @@ class ActionRunner:
             return replace(done, restart=action, restart_error=str(exc))
         logger.info("[%s] restart requested (%s), job %s", self.name, action.verdict_kind, job)
         return replace(done, restart=action, job_path=job)
+
+
+    def _not_now(self, action: Action) -> str | None:
+        """Why the restart must not be made now: the start-up it was decided for no longer runs."""
+        if action.invocation_id is None:
+            return None
+        try:
+            current = self.unit.facts().invocation_id
+        except UnitError as exc:
+            logger.warning("[%s] cannot check that %s still runs before restarting it (%s): restarting as decided",
+                           self.name, action.invocation_id, exc)
+            return None
+        if current is not None and current != action.invocation_id:
+            return f"the unit was started again since (now {current})"
+        return None
 
 
 class Inline:

@@ -28,12 +28,14 @@ from ..records import MAIN, PHASE_NAMES, Phase
 from ..stages.s1_read.timestamps import is_dated
 from ..stages.s3_track.snapshot import InvocationView
 from .history_schema import (
-    SCHEMA,
     SCHEMA_VERSION,
     HistoryTooNew,
-    MalformedHistory,
+    check_shape,
     has_column,
+    is_corrupt,
     migrate,
+    prepare_memory,
+    quick_check,
     schema_version,
 )
 
@@ -130,21 +132,6 @@ def summarize(unit: str, inv: InvocationView, outcome: str, cause: str | None, e
                          cause, tuple(phases), spans_by_rank, tuple(verdicts))
 
 
-def _corrupt(exc: sqlite3.Error) -> bool:
-    """The file itself is bad (not a database, malformed), as opposed to the host failing to write it
-    (disk full, read-only, permissions, I/O): only the first may be moved aside."""
-    if isinstance(exc, MalformedHistory):
-        return True
-    code = getattr(exc, "sqlite_errorcode", None)
-    return code is not None and code & 0xFF in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
-
-
-def _check(db: sqlite3.Connection) -> None:
-    db.execute("SELECT count(*) FROM startups").fetchone()
-    if db.execute("PRAGMA quick_check").fetchone()[0] != "ok":
-        raise MalformedHistory("quick_check failed")
-
-
 class History:
     """The history file, or, once the host cannot keep it (full, read-only or unwritable state
     directory), a copy in memory for the rest of this run: `degraded` then says why."""
@@ -152,20 +139,27 @@ class History:
     def __init__(self, path: str | Path, *, read_only: bool = False) -> None:
         self.path = Path(path)
         self.degraded: str | None = None
-        self._db = self._open_read_only() if read_only else self._open()
+        if read_only:
+            self._db = self._open_read_only()
+            return
+        try:
+            self._db = self._open()
+        except Exception as exc:  # a shape of file not foreseen: never the daemon's end (it would crash-loop)
+            logger.exception("history %s: cannot be used: %s", self.path, exc)
+            self._db = self._in_memory(f"cannot use {self.path}: {exc}")
 
     def _open(self) -> sqlite3.Connection:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             db = self._connect()
-            _check(db)
+            quick_check(db)
             return db
         except OSError as exc:
             return self._in_memory(f"cannot open {self.path}: {exc}")
         except HistoryTooNew as exc:
             return self._in_memory(str(exc))  # neither moved aside nor written: it is not broken
         except sqlite3.Error as exc:
-            if not _corrupt(exc):
+            if not is_corrupt(exc):
                 return self._in_memory(f"cannot open {self.path}: {exc}")
             cause = exc
         self._move_aside(cause)
@@ -192,6 +186,7 @@ class History:
             version = schema_version(db)  # before anything is written to the file
             if version > SCHEMA_VERSION:
                 raise HistoryTooNew(self.path, version)
+            check_shape(db)
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=FULL")
             db.execute("PRAGMA foreign_keys=ON")
@@ -215,12 +210,14 @@ class History:
                 errors.append(str(exc))
                 continue
             try:
-                _check(db)
+                quick_check(db)
                 version = schema_version(db)
+                if version <= SCHEMA_VERSION:
+                    check_shape(db)
             except sqlite3.Error as exc:
                 db.close()
                 errors.append(str(exc))
-                if _corrupt(exc):
+                if is_corrupt(exc):
                     break
                 continue
             if version > SCHEMA_VERSION:
@@ -250,9 +247,16 @@ class History:
                 copied = True
             except (HistoryUnreadable, OSError, sqlite3.Error):
                 pass
-        memory.execute("PRAGMA foreign_keys=ON")
-        memory.executescript(SCHEMA)
-        memory.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        try:
+            if copied:
+                check_shape(memory)
+            prepare_memory(memory)
+        except sqlite3.Error as exc:  # what was copied is not phasewatch's schema: start from nothing
+            logger.warning("history: what could be read of %s is not usable (%s): not copied", self.path, exc)
+            memory.close()
+            memory = sqlite3.connect(":memory:", isolation_level=None)
+            prepare_memory(memory)
+            copied = False
         logger.warning("history degraded: %s; start-ups are kept in memory until phasewatch restarts (%s)",
                        reason, "past start-ups copied" if copied else "past start-ups not available")
         return memory

@@ -98,11 +98,30 @@ def schema_version(db: sqlite3.Connection) -> int:
     return version
 
 
+OBJECTS = {"startups": "table", "phases": "table", "phases_by_startup": "index", "startups_by_unit": "index"}
+
+
+def check_shape(db: sqlite3.Connection) -> None:
+    """A file phasewatch can use: a version it knows the way to (`PRAGMA user_version` is a signed
+    32-bit field), its names the kind of object the schema makes (a view named `startups` cannot be
+    indexed), and no view or trigger (the schema has none: one would change what is read or written).
+    Else `MalformedHistory`: moved aside like a corrupt file."""
+    version = schema_version(db)
+    if version < 0:
+        raise MalformedHistory(f"schema version {version} is not a version of phasewatch's")
+    for name, kind in db.execute("SELECT name, type FROM sqlite_master"):
+        wanted = OBJECTS.get(name)
+        if kind in ("view", "trigger") or (wanted is not None and kind != wanted):
+            raise MalformedHistory(f"{name} is a {kind}" + (f", not a {wanted}" if wanted else "")
+                                   + ": not phasewatch's schema")
+
+
 def migrate(db: sqlite3.Connection, path: Path) -> None:
     """Bring a writable file to SCHEMA_VERSION: create a new one, or migrate an older one step by step."""
     version = schema_version(db)
     if version > SCHEMA_VERSION:
         raise HistoryTooNew(path, version)
+    check_shape(db)
     if version == SCHEMA_VERSION:
         db.executescript(SCHEMA)
         return
@@ -126,3 +145,27 @@ def migrate(db: sqlite3.Connection, path: Path) -> None:
 def _had_rows(db: sqlite3.Connection) -> bool:
     count: int = db.execute("SELECT count(*) FROM startups").fetchone()[0]
     return count > 0
+
+
+def is_corrupt(exc: sqlite3.Error) -> bool:
+    """The file itself is bad (not a database, malformed), as opposed to the host failing to write it
+    (disk full, read-only, permissions, I/O): only the first may be moved aside."""
+    if isinstance(exc, MalformedHistory):
+        return True
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code is not None and code & 0xFF in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
+
+
+def quick_check(db: sqlite3.Connection) -> None:
+    """SQLite's own check of the file (a page it cannot read is `MalformedHistory`)."""
+    db.execute("SELECT count(*) FROM startups").fetchone()
+    if db.execute("PRAGMA quick_check").fetchone()[0] != "ok":
+        raise MalformedHistory("quick_check failed")
+
+
+def prepare_memory(memory: sqlite3.Connection) -> None:
+    """An in-memory history's schema (over what was copied into it, if anything)."""
+    memory.execute("PRAGMA foreign_keys=ON")
+    memory.executescript(SCHEMA)
+    memory.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+

@@ -111,6 +111,7 @@ class Published:
     degraded: Mapping[str, str] = field(default_factory=dict)  # "history"/"state" -> why kept in memory only
     behind_seconds: float = 0.0  # how far the reading is behind the journal's newest entries
     reopens: Mapping[str, int] = field(default_factory=dict)  # why -> journal reopens at the cursor
+    restarts_not_made: Mapping[str, int] = field(default_factory=dict)  # why -> decided restarts not made
 
 
 @dataclass(frozen=True)
@@ -227,6 +228,10 @@ def families(published: Published, probes: Probes, now: float, config: Config) -
                        "that caused them", ["reason"])
     for reason, count in sorted(published.restarts.items()):
         restarts.add_metric([unit, reason], float(count))
+    not_made = counter("phasewatch_restarts_not_made", "Restarts phasewatch decided and did not make, by why "
+                       "(started_again: the unit was started again before the action worker got to it)", ["why"])
+    for why, count in sorted(published.restarts_not_made.items()):
+        not_made.add_metric([unit, why], float(count))
     remaining = gauge("phasewatch_restart_budget_remaining", "Failed start-ups the restart budget still allows "
                       "within its window (0 once given up)", [])
     gave_up = gauge("phasewatch_restart_budget_gave_up", "1 when the restart budget is spent and phasewatch no "
@@ -299,7 +304,8 @@ def vitals_families(vitals: Vitals | None, unit: str) -> list[Metric]:
                                   "resident, power low and flat, no transfers: likely a collective), idle",
                                   labels=["unit", "rank", "state"])
     source = GaugeMetricFamily("phasewatch_gpu_source", "1 for the GPU source's state: ok, unavailable (no "
-                               "nvidia-ml-py, driver, GPU or permission), stuck (NVML not answering), off",
+                               "nvidia-ml-py, driver, GPU or permission), stuck (NVML not answering), failed "
+                               "(its worker ended: started again, at most 5 times an hour), off",
                                labels=["unit", "state"])
     if vitals is not None:
         source.add_metric([unit, vitals.gpu_source], 1.0)

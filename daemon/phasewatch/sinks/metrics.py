@@ -67,6 +67,7 @@ class Exporter:
         self._verdict_keys: dict[tuple[Any, ...], str] = {}  # key -> invocation: each counted once
         self._verdicts_seen: dict[tuple[str, str, str], float] = {}  # (kind, rank, phase) -> last seen
         self._restarts: dict[str, int] = dict.fromkeys(VERDICT_KINDS, 0)
+        self._restarts_not_made: dict[str, int] = {"started_again": 0}
         self._phase_durations = {p.value: Histogram(PHASE_BUCKETS) for p in TIMED_PHASES}
         self._startup_durations = Histogram(STARTUP_BUCKETS)
         self._observed: dict[tuple[str, str, str], None] = {}  # (invocation, rank, phase), in order
@@ -118,6 +119,10 @@ class Exporter:
         """phasewatch restarted the unit (the D-Bus call succeeded) because of a `reason` verdict."""
         self._restarts[reason] = self._restarts.get(reason, 0) + 1
 
+    def restart_not_made(self, why: str) -> None:
+        """A restart decided and not made on purpose (sinks/acting.py: `started_again`)."""
+        self._restarts_not_made[why] = self._restarts_not_made.get(why, 0) + 1
+
     def saw_rejected(self, rejected: Mapping[str, int]) -> None:
         """The journal reader's running totals of entries that claimed the unit untrusted, by reason."""
         self._rejected.update(rejected)
@@ -161,7 +166,8 @@ class Exporter:
                          dict(self._verdicts_seen),
                          dict(self._restarts), dict(self._phase_durations), self._startup_durations,
                          published.judged_with, published.limit_reasons, published.eta, dict(self._rejected),
-                         dict(self._degraded), self._behind, dict(self._reopens))
+                         dict(self._degraded), self._behind, dict(self._reopens),
+                         restarts_not_made=dict(self._restarts_not_made))
 
     def _observe(self, snapshot: Snapshot) -> None:
         for inv in snapshot.invocations:

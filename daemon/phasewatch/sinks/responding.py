@@ -76,9 +76,20 @@ class ActingOnResponses:
             self.restart_tries.pop(restart.invocation_id, None)
             if self.exporter is not None:
                 self.exporter.restarted(restart.verdict_kind)
+        elif restart is not None and done.restart_skipped is not None:
+            self._restart_skipped(restart)
         elif restart is not None and done.restart_error is not None:
             self._restart_refused(restart, done.restart_error)
         self.save()
+
+    def _restart_skipped(self, restart: Action) -> None:
+        """The start-up it was decided for ended before the worker got to it (sinks/acting.py): not
+        made, not tried again; status no longer says phasewatch restarted it."""
+        self.restart_tries.pop(restart.invocation_id, None)
+        if self.last_restart is not None and self.last_restart["invocation_id"] == restart.invocation_id:
+            self.last_restart = None
+        if self.exporter is not None:
+            self.exporter.restart_not_made("started_again")
 
     def _restart_refused(self, restart: Action, error: str) -> None:
         """Alerted at the first refusal; tried again after RESTART_BACKOFF; after RESTART_TRIES it is

@@ -9,7 +9,14 @@ Per GPU and reading: power (nvmlDeviceGetPowerUsage, mW), SM and memory utilisat
 (nvmlDeviceGetUtilizationRates), PCIe RX/TX (nvmlDeviceGetPcieThroughput, KB/s), the processes
 with a context and their memory (nvmlDeviceGetComputeRunningProcesses: host PIDs) and their SM
 utilisation (nvmlDeviceGetProcessUtilization); once: the power limit (nvmlDeviceGetEnforcedPowerLimit),
-name and memory size. A value NVML refuses (NOT_SUPPORTED, NO_PERMISSION) is None.
+name and memory size. A value NVML refuses (NOT_SUPPORTED, NO_PERMISSION) is None; one it gives in
+a shape phasewatch cannot read (a pid of None, a text for a number, a constant an older binding lacks)
+is skipped, said once.
+
+A worker that ends anyway (an exception out of the binding, SystemExit from a call) is a state,
+`failed`, with its `problem`: said in the log, /status and `phasewatch_gpu_source`, and the worker is
+started again after RESTART_BACKOFF (doubling), at most MAX_RESTARTS times an hour; past that it
+stays `failed` and says it gave up. Until its readings flow again the GPU is no sign of life.
 
 Needs: the NVIDIA driver's libnvidia-ml.so.1 and read access to /dev/nvidiactl and /dev/nvidia*
 (the unit must not set PrivateDevices=yes, or needs DeviceAllow=; units/phasewatch@.service.d/gpu.conf).
@@ -19,12 +26,13 @@ Without pynvml, the library, a GPU or permission the source says so once (`probl
 from __future__ import annotations
 
 import collections
+import contextlib
 import importlib
 import logging
 import threading
 import time
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from ..stages.s4_judge.gpu_vitals import GpuInfo, GpuReading
 
@@ -33,12 +41,14 @@ logger = logging.getLogger(__name__)
 INTERVAL = 1.0
 DEADLINE = 5.0  # a call not back after this long: the driver is wedged
 MAX_READINGS = 4096  # queued readings kept (16 GPUs x 256 s) when nobody takes them
+RESTART_BACKOFF = 5.0  # seconds before a failed worker is started again (doubled each time in the hour)
+MAX_RESTARTS = 5  # per hour; then the source stays `failed`
 
 
 class NvmlSource:
     def __init__(self, load: Callable[[], ModuleType] | None = None, interval: float = INTERVAL,
                  deadline: float = DEADLINE, clock: Callable[[], float] = time.monotonic,
-                 wall: Callable[[], float] = time.time) -> None:
+                 wall: Callable[[], float] = time.time, backoff: float = RESTART_BACKOFF) -> None:
         self._load = load or (lambda: importlib.import_module("pynvml"))
         self.interval = interval
         self.deadline = deadline
@@ -53,6 +63,9 @@ class NvmlSource:
         self._busy_since: float | None = None  # monotonic: the worker is inside an NVML call
         self._thread: threading.Thread | None = None
         self._started = False
+        self.backoff = backoff
+        self._failed: str | None = None  # the worker ended: why (cleared once its readings flow again)
+        self._skipped: set[str] = set()  # values skipped, each said once
 
     # -- the loop's side: never blocks on NVML -------------------------------------------------
 
@@ -60,7 +73,7 @@ class NvmlSource:
         """Sample while `wanted` (the unit starts); the worker starts on the first want."""
         if wanted and not self._started:
             self._started = True
-            self._thread = threading.Thread(target=self._run, name="phasewatch-nvml", daemon=True)
+            self._thread = threading.Thread(target=self._supervise, name="phasewatch-nvml", daemon=True)
             self._thread.start()
         if wanted:
             self._wanted.set()
@@ -92,15 +105,17 @@ class NvmlSource:
         if self.stuck():
             return "NVML not answering"
         with self._lock:
-            return self._problem
+            return self._failed or self._problem
 
     def state(self) -> str:
-        """`off` (never wanted), `ok`, `unavailable`, `stuck`."""
+        """`off` (never wanted), `ok`, `unavailable`, `stuck`, `failed` (the worker ended)."""
         if not self._started:
             return "off"
         if self.stuck():
             return "stuck"
         with self._lock:
+            if self._failed is not None:
+                return "failed"
             return "unavailable" if self._problem is not None else "ok"
 
     def _say(self, problem: str) -> None:
@@ -116,6 +131,32 @@ class NvmlSource:
             return function(*args)
         finally:
             self._busy_since = None
+
+    def _supervise(self) -> None:
+        """The worker: `_run`, started again when it ends by an exception, within the hour's bound."""
+        restarts: collections.deque[float] = collections.deque()
+        while True:
+            try:
+                self._run()
+                return  # NVML unavailable: said, nothing to read
+            except BaseException as exc:  # SystemExit from a call too: the thread would end unsaid
+                now = self._clock()
+                while restarts and now - restarts[0] > 3600:
+                    restarts.popleft()
+                why = f"the NVML worker ended: {type(exc).__name__}: {exc}"
+                if len(restarts) >= MAX_RESTARTS:
+                    self._fail(f"{why}; it ended {MAX_RESTARTS + 1} times within an hour: not started again "
+                               "until phasewatch restarts")
+                    return
+                wait = self.backoff * 2 ** len(restarts)
+                restarts.append(now)
+                self._fail(f"{why}; started again in {wait:g} s ({len(restarts)} of {MAX_RESTARTS} this hour)")
+                time.sleep(wait)
+
+    def _fail(self, why: str) -> None:
+        logger.error("GPU signs of life: %s", why)
+        with self._lock:
+            self._failed = why
 
     def _run(self) -> None:
         try:
@@ -133,15 +174,17 @@ class NvmlSource:
             self._wanted.wait()
             began = self._clock()
             at = self._wall()
-            readings = [self._reading(nvml, index, handle, at, last_seen) for index, handle in handles]
+            readings = [r for index, handle in handles if (r := self._reading(nvml, index, handle, at, last_seen))]
             with self._lock:
                 self._readings.extend(readings)
+                if readings:
+                    self._failed = None
             time.sleep(max(self.interval - (self._clock() - began), 0.05))
 
     def _unavailable(self, problem: str) -> None:
         self._say(f"{problem}; vitals use /proc only")  # said before `state` tells it
         with self._lock:
-            self._problem = problem
+            self._problem, self._failed = problem, None
 
     def _devices(self, nvml: Any) -> list[tuple[int, Any]]:
         handles = []
@@ -150,11 +193,12 @@ class NvmlSource:
             name = self._optional(nvml.nvmlDeviceGetName, handle)
             memory = self._optional(nvml.nvmlDeviceGetMemoryInfo, handle)
             limit = self._optional(nvml.nvmlDeviceGetEnforcedPowerLimit, handle)
-            info = GpuInfo(index, name.decode() if isinstance(name, bytes) else str(name or ""),
-                           int(limit) if limit is not None else None,
-                           int(memory.total) if memory is not None else None)
-            with self._lock:
-                self._infos[index] = info
+            with self._skipping("GPU description"):
+                info = GpuInfo(index, name.decode() if isinstance(name, bytes) else str(name or ""),
+                               int(limit) if limit is not None else None,
+                               int(memory.total) if memory is not None else None)
+                with self._lock:
+                    self._infos[index] = info
             handles.append((index, handle))
         return handles
 
@@ -164,22 +208,50 @@ class NvmlSource:
         except Exception:  # NVMLError: NOT_SUPPORTED, NO_PERMISSION, GPU_IS_LOST...
             return None
 
-    def _reading(self, nvml: Any, index: int, handle: Any, at: float, last_seen: dict[int, int]) -> GpuReading:
+    def _skip(self, what: str, exc: Exception) -> None:
+        """A value NVML gave that cannot be read: skipped, said once per kind."""
+        if what not in self._skipped:
+            self._skipped.add(what)
+            logger.warning("GPU signs of life: NVML gave a %s phasewatch cannot read (%s: %s): skipped", what,
+                           type(exc).__name__, exc)
+
+    def _reading(self, nvml: Any, index: int, handle: Any, at: float, last_seen: dict[int, int]
+                 ) -> GpuReading | None:
+        try:
+            return self._read(nvml, index, handle, at, last_seen)
+        except Exception as exc:  # a shape no guard below foresaw: this GPU's reading of this second only
+            self._skip("reading", exc)
+            return None
+
+    def _read(self, nvml: Any, index: int, handle: Any, at: float, last_seen: dict[int, int]) -> GpuReading:
         rates = self._optional(nvml.nvmlDeviceGetUtilizationRates, handle)
         power = self._optional(nvml.nvmlDeviceGetPowerUsage, handle)
-        rx = self._optional(nvml.nvmlDeviceGetPcieThroughput, handle, nvml.NVML_PCIE_UTIL_RX_BYTES)
-        tx = self._optional(nvml.nvmlDeviceGetPcieThroughput, handle, nvml.NVML_PCIE_UTIL_TX_BYTES)
+        rx = tx = None
+        with self._skipping("PCIe counter"):  # (NVML_PCIE_UTIL_*: missing from an older binding)
+            rx = self._optional(nvml.nvmlDeviceGetPcieThroughput, handle, nvml.NVML_PCIE_UTIL_RX_BYTES)
+            tx = self._optional(nvml.nvmlDeviceGetPcieThroughput, handle, nvml.NVML_PCIE_UTIL_TX_BYTES)
         processes = {}
         for process in self._optional(nvml.nvmlDeviceGetComputeRunningProcesses, handle) or ():
-            used = getattr(process, "usedGpuMemory", None)
-            processes[int(process.pid)] = int(used) if isinstance(used, int) else 0
+            with self._skipping("process"):
+                used = getattr(process, "usedGpuMemory", None)
+                processes[int(process.pid)] = int(used) if isinstance(used, int) else 0
         sm_by_pid: dict[int, float] = {}
         samples = self._optional(nvml.nvmlDeviceGetProcessUtilization, handle, last_seen.get(index, 0))
         for sample in samples or ():
-            sm_by_pid[int(sample.pid)] = float(sample.smUtil)
-            last_seen[index] = max(last_seen.get(index, 0), int(getattr(sample, "timeStamp", 0)))
+            with self._skipping("process utilisation sample"):
+                pid, sm = int(sample.pid), float(sample.smUtil)
+                last_seen[index] = max(last_seen.get(index, 0), int(getattr(sample, "timeStamp", 0)))
+                sm_by_pid[pid] = sm
         return GpuReading(at, index, _num(getattr(rates, "gpu", None)), _num(getattr(rates, "memory", None)),
                           _num(power), _num(rx), _num(tx), processes, sm_by_pid)
+
+
+    @contextlib.contextmanager
+    def _skipping(self, what: str) -> Iterator[None]:
+        try:
+            yield
+        except Exception as exc:  # TypeError, ValueError, AttributeError, OverflowError...
+            self._skip(what, exc)
 
 
 def _num(value: Any) -> float | None:

@@ -101,7 +101,8 @@ class SignsOfLife:
         return out
 
     def gpu_state(self) -> tuple[str, str | None]:
-        """The GPU source: `off` (vitals.gpu false, or not asked yet), `ok`, `unavailable`, `stuck`; and why not."""
+        """The GPU source: `off` (vitals.gpu false, or not asked yet), `ok`, `unavailable`, `stuck`,
+        `failed`; and why not."""
         if self.gpu is None:
             return "off", "vitals.gpu is false"
         return self.gpu.state(), self.gpu.problem()

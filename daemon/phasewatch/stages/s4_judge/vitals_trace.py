@@ -5,12 +5,19 @@ labelled windows (ground truth: `progress` or `no_progress`). Every further line
 the unit's processes as /proc shows them and each GPU as NVML does (docs/operations.md, `vitals
 record`). `replay` cuts the samples into periods as the daemon does (`vitals.period`), judges each
 with the daemon's own stages (vitals.compare, vitals.with_gpus) and says, per period and rank,
-alive or not and why. `write_header` and `sample_line` are the recorder's half.
+alive or not and why. `header_line` and `sample_line` are the recorder's half; the recorder writes the
+header first, padded to HEADER_BYTES, and rewrites it in place at the end (`padded`).
+
+Any trace, however malformed, is a `TraceError` naming its line, never another exception: a line
+longer than MAX_LINE is refused (the reader hands at most MAX_LINE + 1 characters of a line, so
+memory stays bounded); a last line cut short (a recorder killed mid-write) is skipped with a warning
+(`Trace.warnings`).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -20,6 +27,10 @@ from .vitals import ProcessSample, Sample, Vitals, compare, with_gpus
 
 FORMAT = "phasewatch-vitals-trace/1"
 PERIOD_SLACK = 0.2  # a period ends at the first sample at least `period - slack` after it began
+MAX_LINE = 1 << 20  # characters: a sample of a start-up's processes is a few KB
+HEADER_BYTES = 4096  # the header line, padded with spaces, newline included
+# What a value of the wrong shape or size raises on its way to a number, a dict, a rank.
+BAD_VALUE = (KeyError, IndexError, TypeError, ValueError, AttributeError, ArithmeticError, RecursionError)
 
 
 class TraceError(ValueError):
@@ -51,6 +62,7 @@ class Trace:
     samples: tuple[TraceSample, ...]
     clock_ticks: int = 100
     header: Mapping[str, Any] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()  # what was skipped (a last line cut short)
 
 
 @dataclass(frozen=True)
@@ -64,38 +76,86 @@ def parse(lines: Iterable[str]) -> Trace:
     """A trace's lines -> Trace; TraceError names the first bad line."""
     header: dict[str, Any] | None = None
     samples: list[TraceSample] = []
+    cut: TraceError | None = None  # a line cut short: fine only as the last one
     for number, line in enumerate(lines, 1):
+        if len(line) > MAX_LINE:
+            raise TraceError(number, f"longer than {MAX_LINE} characters: refused (a sample is a few KB)")
         if not line.strip():
             continue
+        if cut is not None:
+            raise cut
         try:
             item = json.loads(line)
+        except RecursionError:
+            raise TraceError(number, "nested too deep") from None
         except ValueError as exc:
-            raise TraceError(number, f"not JSON ({exc})") from None
+            error = TraceError(number, f"not JSON ({exc})")
+            if _cut_short(line, exc):
+                cut = error
+                continue
+            raise error from None
         if not isinstance(item, dict):
             raise TraceError(number, "expected a JSON object")
         if header is None:
             if item.get("format") != FORMAT:
-                raise TraceError(number, f"not a {FORMAT} header (format: {item.get('format')!r})")
+                raise TraceError(number, f"not a {FORMAT} header (format: {_shown(item.get('format'))})")
             header = item
             continue
         samples.append(_sample(item, number))
     if header is None:
-        raise TraceError(1, "empty trace")
+        raise cut or TraceError(1, "empty trace")
+    warnings = (f"line {cut.line}: cut short (a recording killed mid-write?): skipped",) if cut else ()
+    gpus, ranks, windows, ticks = _header(header)
+    samples.sort(key=lambda s: s.at)
+    return Trace(gpus, ranks, windows, tuple(samples), ticks, header, warnings)
+
+
+def _cut_short(line: str, exc: ValueError) -> bool:
+    """The end of a line the recorder did not finish writing: no newline, and JSON ran out of input."""
+    if line.endswith("\n") or not isinstance(exc, json.JSONDecodeError):
+        return False
+    return exc.pos >= len(line.rstrip()) or exc.msg.startswith("Unterminated string")
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _header(header: Mapping[str, Any]) -> tuple[dict[int, GpuInfo], dict[str, int], tuple[Window, ...], int]:
     try:
         gpus = {int(g["index"]): GpuInfo(int(g["index"]), str(g.get("name") or ""), _int(g.get("power_limit_mw")),
                                          _int(g.get("memory_total_bytes"))) for g in header.get("gpus") or ()}
-        ranks = {str(k): int(v) for k, v in (header.get("ranks") or {}).items()}
-        windows = tuple(Window(str(w["name"]), float(w["begin"]), float(w["end"]), str(w["expect"]))
+        ranks = {str(k): int(v) for k, v in _object(header.get("ranks"), "ranks").items()}
+        windows = tuple(Window(str(w["name"]), _finite(w["begin"]), _finite(w["end"]), str(w["expect"]))
                         for w in header.get("windows") or ())
-    except (KeyError, TypeError, ValueError) as exc:
-        raise TraceError(1, f"bad header ({exc!r})") from None
-    samples.sort(key=lambda s: s.at)
-    return Trace(gpus, ranks, windows, tuple(samples), int(header.get("clock_ticks") or 100), header)
+        ticks = header.get("clock_ticks")
+        clock_ticks = 100 if ticks is None else int(ticks)
+    except BAD_VALUE as exc:
+        raise TraceError(1, f"bad header ({_shown(exc)})") from None
+    if clock_ticks < 1 or ticks != clock_ticks:
+        raise TraceError(1, f"bad header (clock_ticks: expected a whole number of ticks a second, got {_shown(ticks)})")
+    return gpus, ranks, windows, clock_ticks
+
+
+def _object(value: Any, name: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise TypeError(f"{name}: expected an object, got {_shown(value)}")
+    return value
+
+
+def _finite(value: Any) -> float:
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValueError(f"expected a finite number of seconds, got {number}")
+    return number
 
 
 def _sample(item: Mapping[str, Any], number: int) -> TraceSample:
     try:
-        at = float(item["t"])
+        at = _finite(item["t"])
         processes = tuple(ProcessSample(int(p["pid"]), int(p.get("ppid") or 0), str(p.get("comm") or ""),
                                         rank_from_any_title(p["title"]) if p.get("title") else None,
                                         int(p.get("minflt") or 0), int(p.get("majflt") or 0),
@@ -104,12 +164,13 @@ def _sample(item: Mapping[str, Any], number: int) -> TraceSample:
         gpus = tuple(GpuReading(at, int(g["index"]), _float(g.get("sm_util")), _float(g.get("mem_util")),
                                 _float(g.get("power_mw")), _float(g.get("pcie_rx_kbps")),
                                 _float(g.get("pcie_tx_kbps")),
-                                {int(k): int(v) for k, v in (g.get("processes") or {}).items() if v is not None},
-                                {int(k): float(v) for k, v in (g.get("process_sm_util") or {}).items()
-                                 if v is not None})
+                                {int(k): int(v) for k, v in _object(g.get("processes"), "processes").items()
+                                 if v is not None},
+                                {int(k): float(v) for k, v in _object(g.get("process_sm_util"),
+                                                                      "process_sm_util").items() if v is not None})
                      for g in item.get("gpus") or ())
-    except (KeyError, TypeError, ValueError) as exc:
-        raise TraceError(number, f"bad sample ({exc!r})") from None
+    except BAD_VALUE as exc:
+        raise TraceError(number, f"bad sample ({_shown(exc)})") from None
     return TraceSample(at, processes, gpus)
 
 
@@ -179,6 +240,13 @@ def header_line(gpus: Sequence[GpuInfo], ranks: Mapping[str, int], windows: Sequ
                        "ranks": dict(ranks),
                        "windows": [{"name": w.name, "begin": w.begin, "end": w.end, "expect": w.expect}
                                    for w in windows], "note": note})
+
+
+def padded(header: str) -> str | None:
+    """The header line as the recorder writes it, HEADER_BYTES with its newline (None: too long)."""
+    if len(header) > HEADER_BYTES - 1:
+        return None
+    return header.ljust(HEADER_BYTES - 1) + "\n"
 
 
 def sample_line(at: float, processes: Sequence[ProcessSample], titles: Mapping[int, str],
