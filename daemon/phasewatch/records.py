@@ -298,6 +298,7 @@ class EventKind(enum.Enum):
     ACTIVITY = "activity"
     SERVER_ARGS = "server_args"
     LINES_LOST = "lines_lost"
+    HIDDEN_LINE = "hidden_line"  # an entry journalctl did not print ("[87B blob data]"): a frame of a bar
     INVOCATION_START = "invocation_start"
     UNIT_STOPPING = "unit_stopping"
     UNIT_STOPPED = "unit_stopped"

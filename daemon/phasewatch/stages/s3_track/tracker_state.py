@@ -99,6 +99,7 @@ class InvocationState:
     fatals: dict[int, FatalView] = field(default_factory=dict)
     lines_lost: int = 0
     lost_cause: str | None = None  # of the last lines lost: journald's rate limit, the journal vacuumed...
+    lines_hidden: int = 0  # entries journalctl did not print ("[N blob data]"): written, not lost
     server: ServerInfo | None = None
     server_args_ts: float | None = None
     server_args: dict[str, str] = field(default_factory=dict)  # all argument lines so far (vLLM: several)
@@ -162,7 +163,7 @@ class InvocationState:
                               self.before_stop, self.health_failures, self.health_episode, self.health_error,
                               self.proof_of_life, dict(self.phase_silence), self.ranks_ignored,
                               anomalies=tuple(self.anomalies), anomalies_dropped=self.anomalies_dropped,
-                              cold=self.cold, lost_cause=self.lost_cause,
+                              cold=self.cold, lost_cause=self.lost_cause, lines_hidden=self.lines_hidden,
                               server_args=MappingProxyType(self.server_args), heartbeat=self.heartbeat)
 
 
