@@ -171,3 +171,51 @@ def test_a_starting_line_followed_by_started_leaves_one_start() -> None:
         (BLOB_AT, "sglang-kimi[5]", "hello"),
     ]).encode())
     assert [r.message_id is not None for r in parsed.records] == [False, True, False]
+
+
+def vllm_v1_lines(tp: int, dp: int, suffix: str, base_pid: int, loaded: int) -> list[str]:
+    """A vLLM V1 start-up whose workers are `(Worker pid=N)` until they know their rank."""
+    lines = ["(APIServer pid=7800) INFO 10-12 10:00:00 [api_server.py:1885] vLLM API server version 0.11.0",
+             "(APIServer pid=7800) INFO 10-12 10:00:00 [utils.py:233] non-default args: {'model': 'm', "
+             f"'tensor_parallel_size': {tp}" + (f", 'data_parallel_size': {dp}" if dp > 1 else "") + "}"]
+    workers = [(d, t, base_pid + d * tp + t) for d in range(dp) for t in range(tp)]
+    lines += [f"(Worker pid={pid}) INFO 10-12 10:00:10 [__init__.py:216] Automatically detected platform cuda."
+              for _, _, pid in workers]
+    lines += [f"(Worker pid={pid}) INFO 10-12 10:00:12 [parallel_state.py:1208] rank {d * tp + t} in world size "
+              f"{tp * dp} is assigned as DP rank {d}, PP rank 0, TP rank {t}, EP rank {d * tp + t}"
+              for d, t, pid in workers]
+
+    def name(d: int, t: int) -> str:
+        return {"tp": f"Worker_TP{t}", "dp_tp": f"Worker_DP{d}_TP{t}",
+                "tp_ep": f"Worker_TP{t}_EP{d * tp + t}", "dp_tp_ep": f"Worker_DP{d}_TP{t}_EP{d * tp + t}"}[suffix]
+
+    lines += [f"({name(d, t)} pid={pid}) INFO 10-12 10:00:13 [gpu_model_runner.py:2602] Starting to load model m..."
+              for d, t, pid in workers]
+    lines += [f"({name(d, t)} pid={pid}) INFO 10-12 10:00:40 [default_loader.py:267] Loading weights took 25.10 "
+              "seconds" for d, t, pid in workers[:loaded]]
+    # A late line under the anonymous tag again (a library's own logger, a warning before the rename took)
+    lines += [f"(Worker pid={workers[-1][2]}) WARNING 10-12 10:00:41 [custom_all_reduce.py:144] Custom allreduce is "
+              "disabled because it's not supported on more than two PCIe-only GPUs."]
+    return lines
+
+
+@FAMILY
+@given(tp=st.sampled_from([2, 4, 8]), dp=st.sampled_from([1, 2]), suffix=st.sampled_from(["tp", "dp_tp", "tp_ep",
+                                                                                           "dp_tp_ep"]),
+       base_pid=st.integers(1000, 4_000_000), journal=st.booleans(), loaded=st.integers(0, 2))
+def test_a_vllm_v1_worker_renamed_with_its_rank_is_one_rank(tp: int, dp: int, suffix: str, base_pid: int,
+                                                            journal: bool, loaded: int) -> None:
+    if dp > 1 and suffix in ("tp", "tp_ep"):
+        suffix = "dp_" + suffix  # (vLLM names the DP rank of a worker whenever there are several)
+    lines = vllm_v1_lines(tp, dp, suffix, base_pid, loaded)
+    at = datetime(YEAR, 10, 12, 10, 0, 0, tzinfo=timezone.utc)
+    text = journalctl("short-iso", [(at, "vllm[7800]", line) for line in lines]) if journal else \
+        "\n".join(lines) + "\n"
+    [inv], _ = replayed(text, "--now", "+1h")
+    assert not [rank for rank in inv["ranks"] if rank.startswith("pid")]
+    workers = [rank for rank in inv["ranks"] if rank != "main"]
+    assert len(workers) == tp * dp
+    for rank in workers:
+        assert inv["ranks"][rank]["phase"] == "weight_load", rank
+    for verdict in inv["verdicts"]:
+        assert "pid" not in (verdict["rank"] or ""), verdict

@@ -32,6 +32,7 @@ from .tracker_state import (
     lifecycle,
     note_fatal,
     ranks_named,
+    renamed,
     single_scheduler,
 )
 
@@ -135,6 +136,9 @@ class Tracker:
             if event.rank is not None and event.rank != MAIN:
                 self._rank(inv, event.rank, ts)  # a rank whose first line in the log is a compiler's
             return compile_event(inv.ranks, event, ts, lambda rank: alive(inv, rank, ts))
+        if kind is EventKind.RANK_NAMED:
+            renamed(inv, event.text, event.rank or MAIN)
+            return []
         if kind is EventKind.HIDDEN_LINE:
             inv.lines_hidden += 1
             return self._progress(inv, event, ts)

@@ -167,6 +167,26 @@ class InvocationState:
                               server_args=MappingProxyType(self.server_args), heartbeat=self.heartbeat)
 
 
+def renamed(inv: InvocationState, before: str, label: str) -> None:
+    """Rank `before` (a process known by its PID) is rank `label`: one rank, its spans and phases
+    kept; where `label` has a history of its own already, that one stays and takes the later sign of life."""
+    state = inv.ranks.pop(before, None)
+    if state is None or before == label:
+        return
+    named = inv.ranks.get(label)
+    if named is None:
+        state.rank = label
+        inv.ranks[label] = state
+    elif state.last_activity is not None and (named.last_activity is None
+                                               or state.last_activity > named.last_activity):
+        named.last_activity = state.last_activity
+    inv.fatals = {key: replace(note, rank=label) if note.rank == before else note for key, note in inv.fatals.items()}
+    for by_rank in (inv.vitals, inv.gpus):
+        if before in by_rank:
+            by_rank.setdefault(label, by_rank.pop(before))  # type: ignore[arg-type]
+    inv.layout += 1
+
+
 def bar_family(phase: Phase | None) -> frozenset[Phase] | None:
     if phase in LOADING_PHASES:
         return LOADING_PHASES
