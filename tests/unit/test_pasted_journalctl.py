@@ -219,3 +219,49 @@ def test_a_vllm_v1_worker_renamed_with_its_rank_is_one_rank(tp: int, dp: int, su
         assert inv["ranks"][rank]["phase"] == "weight_load", rank
     for verdict in inv["verdicts"]:
         assert "pid" not in (verdict["rank"] or ""), verdict
+
+
+def test_a_jit_build_failing_in_capture_gets_the_compilers_remedy() -> None:
+    build_error = ["/usr/bin/ld: cannot find -lcuda: No such file or directory",
+                   "collect2: error: ld returned 1 exit status", "ninja: build stopped: subcommand failed."]
+    lines = ["[2026-03-01 10:40:10 TP0] Capture cuda graph begin. This can take up to several minutes. "
+             "avail mem=20.12 GB",
+             "[2026-03-01 10:40:30 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+             '  File "/sgl/python/sglang/srt/model_executor/cuda_graph_runner.py", line 380, in __init__',
+             "    self.capture()",
+             '  File "/usr/lib/python3/dist-packages/flashinfer/jit/cpp_ext.py", line 240, in run_ninja',
+             "    raise RuntimeError(msg) from e",
+             "RuntimeError: Ninja build failed. Ninja output:", "FAILED: batch_decode.so", *build_error,
+             "Exception: Capture cuda graph failed: Ninja build failed. Ninja output:",
+             "Possible solutions:", "2. set --cuda-graph-max-bs to a smaller value (e.g., 16)"]
+    [inv], _ = replayed("\n".join(lines) + "\n")
+    [crash] = [v for v in inv["verdicts"] if v["kind"] == "crashed"]
+    assert crash["cause"] == "cuda_graph_capture_failed"
+    assert crash["remedy"] is not None and "JIT build failed" in crash["remedy"]["text"]
+    assert "--cuda-graph-max-bs" not in crash["remedy"]["text"]
+
+
+@pytest.mark.parametrize("form", FORMATS)
+def test_the_load_barriers_line_pasted_alone_names_its_writer_and_gets_a_remedy(form: str) -> None:
+    at = datetime(YEAR, 3, 1, 10, 50, 10, tzinfo=timezone.utc)
+    paste = journalctl(form, [
+        (at, "sglang-kimi[201200]", "ValueError: TP rank 1 could finish the model loading, but there are other "
+                                    "ranks that didn't finish loading. It is likely due to unexpected failures "
+                                    "(e.g., OOM) or a slow node.")])
+    [inv], _ = replayed(paste)
+    [crash] = [v for v in inv["verdicts"] if v["kind"] == "crashed"]
+    assert crash["cause"] == "load_barrier_timeout"
+    assert list(inv["ranks"]) == ["TP1"]  # the line's writer, by its own words
+    assert crash["rank"] != "TP1" and "healthy: TP1" in crash["message"]  # it finished: not the one that failed
+    assert crash["remedy"] is not None and "monitoredBarrier" in crash["remedy"]["text"]
+
+
+def test_vllms_rank_assignment_line_without_a_prefix_is_that_ranks() -> None:
+    from phasewatch.profile import load_builtin_profile
+    from phasewatch.records import Line, LineKind
+    from phasewatch.stages.s2_interpret.events import EventMapper
+
+    mapper = EventMapper(load_builtin_profile("vllm"))
+    text = "rank 3 in world size 4 is assigned as DP rank 0, PP rank 0, TP rank 3, EP rank 3"
+    events = mapper.map_line(Line(text=text, message=text, kind=LineKind.RECORD, rank=None, ts=1.0, pid=None))
+    assert {event.rank for event in events} == {"TP3"}

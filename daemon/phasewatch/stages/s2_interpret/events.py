@@ -41,6 +41,12 @@ def pattern_view(text: str) -> str:
         return text
     return text[:PATTERN_VIEW_CHARS] + "\n" + text[-PATTERN_VIEW_CHARS:]
 C10D_RANK_RE = re.compile(r"^\[rank(\d+)\]:")
+# Lines whose text names the rank that writes them, for a line without a prefix (a paste, a window):
+# SGLang's post-load barrier ("TP rank 1 could finish the model loading, but ..."), Gloo's
+# "[Rank 1]: ..." and vLLM's "rank 1 in world size 4 is assigned as ... TP rank 1".
+SELF_NAMED_RE = re.compile(r"^(?:\w+(?:Error|Exception): )?TP rank (\d{1,6}) could finish the model loading"
+                           r"|^\[Rank (\d{1,6})\]: "
+                           r"|^rank \d{1,6} in world size \d{1,6} is assigned as .*?\bTP rank (\d{1,6})\b")
 
 
 
@@ -352,6 +358,9 @@ class EventMapper:
             return f"TP{number}"
         if line.kind is LineKind.CONTINUATION and line.record_id in self._record_ranks:
             return self._record_ranks[line.record_id]
+        named = SELF_NAMED_RE.search(line.message) if not line.has_prefix else None
+        if named and (number := rank_number(next(g for g in named.groups() if g is not None))) is not None:
+            return f"TP{number}"
         if line.rank is not None:
             return line.rank
         if (line.invocation_id, line.pid) in self._tp0_pids and line.pid is not None:
