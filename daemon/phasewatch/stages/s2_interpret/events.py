@@ -358,8 +358,8 @@ class EventMapper:
             return f"TP{number}"
         if line.kind is LineKind.CONTINUATION and line.record_id in self._record_ranks:
             return self._record_ranks[line.record_id]
-        named = SELF_NAMED_RE.search(line.message) if not line.has_prefix else None
-        if named and (number := rank_number(next(g for g in named.groups() if g is not None))) is not None:
+        self_named = SELF_NAMED_RE.search(line.message) if not line.has_prefix else None
+        if self_named and (number := rank_number(next(g for g in self_named.groups() if g))) is not None:
             return f"TP{number}"
         if line.rank is not None:
             return line.rank
