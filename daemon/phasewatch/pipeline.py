@@ -187,8 +187,9 @@ class Pipeline:
         if record.unit is not None:
             return []  # PID 1's other words about the unit ("Failed to migrate controller cgroups")
         if record.message is None:
-            # journalctl elided it (>= 4096 bytes without --all, or shown as "[N blob data]").
-            return self.tracker.apply(Event(EventKind.LINES_LOST, record.realtime, count=1, cause="elided",
+            # journalctl did not print it ("[N blob data]": control characters, a progress frame; or a
+            # field of 4096 bytes or more without --all): written, not lost.
+            return self.tracker.apply(Event(EventKind.HIDDEN_LINE, record.realtime, pid=record.pid,
                                             invocation_id=record.invocation_id), now)
         rewrite = self.profile.engine_module.rewrite
         message = record.message

@@ -66,6 +66,7 @@ class Prefix:
     untagged_rank: str | None = None  # see records.Line
     anonymous: bool = False
     engine_core: bool = False
+    process_pid: int | None = None  # the PID in the process tag that gave `rank` (vLLM's `(Worker_TP0 pid=9)`)
     # "LEVEL [file:line]" of an engine that repeats its whole prefix on every line of a logged
     # traceback: a line with the same header continues the record that opened the traceback.
     header: str | None = None

@@ -289,6 +289,7 @@ class Line:
     # The prefix names an engine core (vLLM's EngineCore): any worker tag in the log, numbered or
     # not, makes it a coordinator. (An untagged line yields to numbered tags only: V0's driver.)
     engine_core: bool = False
+    process_pid: int | None = None  # the PID in the process tag that gave `rank` (prefixes.Prefix)
 
 
 class EventKind(enum.Enum):
@@ -300,6 +301,7 @@ class EventKind(enum.Enum):
     ACTIVITY = "activity"
     SERVER_ARGS = "server_args"
     LINES_LOST = "lines_lost"
+    HIDDEN_LINE = "hidden_line"  # an entry journalctl did not print ("[87B blob data]"): a frame of a bar
     INVOCATION_START = "invocation_start"
     UNIT_STOPPING = "unit_stopping"
     UNIT_STOPPED = "unit_stopped"
@@ -311,6 +313,7 @@ class EventKind(enum.Enum):
     PROBE_FAILED = "probe_failed"
     HEARTBEAT = "heartbeat"  # a line a process prints on a timer while it waits: no sign that anything moved
     RANK_PROGRESS = "rank_progress"  # a sign of life from /proc (vitals.py): data taken in, a compiler ran
+    RANK_NAMED = "rank_named"  # the process of rank `text` (vLLM's `Worker pid=N`) is rank `rank` (Worker_TP0)
     RANK_GPU = "rank_gpu"  # the rank's GPU was observed over a vitals period (cause: its state; text: what it did)
 
 

@@ -317,6 +317,8 @@ def to_table(judgements: list[Judgement], now: float, timeless: bool = False, wi
 
         if inv.lines_lost:
             header += f", {inv.lines_lost} line(s) lost"
+        if inv.lines_hidden:
+            header += f", {inv.lines_hidden} line(s) journalctl did not print (journalctl -a shows them)"
         if inv.cold:
             header += ", cold (JIT compiled)"
         out.append(header)

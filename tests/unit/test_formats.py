@@ -21,7 +21,8 @@ from phasewatch.sources.formats import ParsedSource, parse_source
 
 T0 = 1771804502.0  # 2026-02-22T23:55:02Z
 NOT_TEXT = r"^input is not a journal export, journalctl JSON/text, or a text log: "
-BLOB_WARNING = ("1 entry shown as '[... blob data]': "
+BLOB_WARNING = ("1 entry shown as '[... blob data]': lines journalctl did not print (control characters, "
+                "a progress bar's frames), not lost: each is read as a sign of life at its time; to see them, "
                 "re-export with journalctl -a (or -o json --all / -o export)")
 
 

@@ -140,11 +140,13 @@ def test_capture_oom_remedy_names_the_servers_values(rank: int, mem: str, bs: in
     assert crash.remedy.arguments == {"cuda_graph_max_bs": str(bs), "mem_fraction_static": mem}
 
 
-def test_no_remedy_without_the_facts_it_names() -> None:
-    """The same OOM without server_args: no argument's value is known, so nothing is said."""
+def test_no_remedy_names_a_fact_it_does_not_know() -> None:
+    """The same OOM without server_args: no argument's value is known, so none is named; the remedy
+    that names none is given."""
     lines = [x.format(r=0, tried="2.00", free="0.50") for x in CAPTURE_OOM]
     crash = next(v for v in _replayed(lines) if v.kind == "crashed")
-    assert crash.cause == "oom" and crash.remedy is None
+    assert crash.cause == "oom" and crash.remedy is not None
+    assert crash.remedy.id == "oom_no_arguments" and not crash.remedy.arguments and " now)" not in crash.remedy.text
 
 
 def test_the_units_execstart_fills_in_what_the_log_does_not_say() -> None:
@@ -178,3 +180,15 @@ def test_every_cause_has_a_row_in_the_runbooks_remedies(engine: str) -> None:
     causes = {c.id for c in load_builtin_profile(engine).causes} | {"exit_code"}
     missing = sorted(c for c in causes if f"`{c}`" not in table)
     assert not missing, f"docs/runbook.md#remedies-by-cause has no row for {missing}"
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_every_crash_cause_has_a_remedy_in_every_phase_with_no_fact_known(engine: str) -> None:
+    """A window of a log (a paste, a journalctl -n) shows the failing lines without the server's
+    arguments: each specific cause still gets a remedy, one that names no fact."""
+    from phasewatch.records import PHASE_NAMES
+
+    profile = load_builtin_profile(engine)
+    missing = [(cause.id, phase) for cause in profile.causes for phase in PHASE_NAMES
+               if choose(profile.remedies, "crashed", cause.id, phase, {"rank": "TP3", "phase": phase}) is None]
+    assert not missing, f"{engine}: no remedy without facts for {missing}"

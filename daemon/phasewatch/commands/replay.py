@@ -22,7 +22,7 @@ from ..profile import builtin_engines
 from ..records import Entry, JournalRecord, UnitLine, UnitRun
 from ..render import MAX_TS, clamp_ts, json_text, terminal_safe, to_json, to_table, ts_in_range
 from ..sources import journal_source
-from ..sources.formats import parse_source
+from ..sources.formats import parse_source, unit_named
 from ..sources.journal_source import UnitRecords
 from ..stages.s2_interpret.ruletally import RuleTally
 from .logs import parse_since
@@ -138,8 +138,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         print(f"phasewatch: warning: {terminal_safe(warning)}", file=sys.stderr)
     records = clamped = TimeClamp(records)
     if not args.config and not args.unit:
-        named = next((r.extra.get("_SYSTEMD_UNIT") or r.unit for r in records
-                      if r.extra.get("_SYSTEMD_UNIT") or r.unit), None)
+        named = unit_named(records)
         config = Config(unit=named) if named else config
     if args.engine:
         config = replace(config, engine=args.engine, profile=None)

@@ -87,6 +87,7 @@ def _prefix_at(segment: str, start: int, dated_from: int) -> Prefix | None:
     rank: str | None = None
     untagged: str | None = None
     anonymous = False
+    process: int | None = None
     names: list[str] = []
     tags = TAGS_RE.match(segment, position)
     core = False
@@ -99,6 +100,7 @@ def _prefix_at(segment: str, start: int, dated_from: int) -> Prefix | None:
             core = core or ENGINE_CORE_RE.match(tag.group("name") or "") is not None
             if tag_rank is not None:
                 rank, untagged, anonymous = tag_rank, None, tag_anonymous
+                process = bounded_int(tag.group("pid"), MAX_PID_DIGITS)
             elif rank is None or tag_untagged != MAIN:
                 if rank is None:
                     untagged = tag_untagged if untagged in (None, MAIN) else untagged
@@ -113,13 +115,13 @@ def _prefix_at(segment: str, start: int, dated_from: int) -> Prefix | None:
         following = ISO_YEAR_RE.match(segment, position)
         year = int(following.group("year")) if following else year
         return Prefix(start, position, rank, None, year=year, untagged_rank=untagged, anonymous=anonymous,
-                      engine_core=core)
+                      engine_core=core, process_pid=process)
     if not tags:
         # No process tag: V0's driver or a one-process engine (then TP0), or beside numbered workers
         # the engine core or API server of 0.8-0.10, which tagged only its workers (then main).
         untagged = "TP0"
     return Prefix(start, header.end(), rank, None, time_only=header.group("time"), month_day=header.group("md"),
-                  year=year, untagged_rank=untagged, anonymous=anonymous, engine_core=core,
+                  year=year, untagged_rank=untagged, anonymous=anonymous, engine_core=core, process_pid=process,
                   header=f"{' '.join(names)} {header.group('level')} {header.group('file')}:{header.group('line')}")
 
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from functools import lru_cache
 from itertools import islice
@@ -123,7 +125,8 @@ def _reject_binary(text: str) -> None:
 
 def _blob_warning(count: int) -> str:
     entries = "1 entry" if count == 1 else f"{count} entries"
-    return (f"{entries} shown as '[... blob data]': "
+    return (f"{entries} shown as '[... blob data]': lines journalctl did not print (control characters, "
+            "a progress bar's frames), not lost: each is read as a sign of life at its time; to see them, "
             "re-export with journalctl -a (or -o json --all / -o export)")
 
 
@@ -379,9 +382,27 @@ def _parse_short(name: str, pattern: re.Pattern[str], lines: list[str], year: in
         indent = match.start("msg") if match.group("msg") is not None else len(line)
     if blobs:
         warnings.append(_blob_warning(blobs))
+    _start_at_starting(records)
     if unknown_zones:
         warnings.append(f"times in time zone {', '.join(sorted(unknown_zones))} were read as UTC")
     return ParsedSource(name, tuple(records), tuple(warnings))
+
+
+def _start_at_starting(records: list[JournalRecord]) -> None:
+    """A paste whose `Started <unit>` was left out (grep, -n, a Type=notify unit's restart pasted
+    before it was ready): its `Starting <unit>...` begins the next start-up, which the server's
+    following lines are. Where `Started` comes before them, it begins it (and Starting stays a note)."""
+    starting: int | None = None
+    for index, record in enumerate(records):
+        by_systemd = record.extra.get("SYSLOG_IDENTIFIER", "").startswith("systemd")
+        if by_systemd and record.message_id is None and isinstance(record.message, str) \
+                and _JOB_RE.fullmatch(record.message) and record.message.startswith("Starting "):
+            starting = index
+        elif record.message_id == MID_STARTED:
+            starting = None
+        elif starting is not None and not by_systemd and record.unit is None:
+            records[starting] = replace(records[starting], message_id=MID_STARTED)
+            starting = None
 
 
 # --- plain text, journalctl -o cat ----------------------------------------------------------------
@@ -392,3 +413,28 @@ def _parse_plain(lines: list[str]) -> ParsedSource:
                     for line in lines if not _MARKER_RE.fullmatch(line))
     blobs = sum(1 for record in records if record.message is None)
     return ParsedSource("plain", records, (_blob_warning(blobs),) if blobs else ())
+
+
+# Identifiers that name a program, not a unit: systemd's default SyslogIdentifier= is the executable's name.
+_PROGRAM_IDENT_RE = re.compile(r"(?:python[\d.]*|pypy[\d.]*|bash|sh|dash|zsh|env|sudo|su|uv|conda|mamba|micromamba|"
+                               r"docker|podman|containerd.*|runc|torchrun|ray|node|java|kernel|audit|"
+                               r"systemd(?:-.*)?|(?:sglang|vllm)(?:[-_.]?(?:serve|server|launch_server))?)")
+_UNIT_NAME_RE = re.compile(r"[A-Za-z0-9:_.@-]{1,200}")
+
+
+def unit_named(records: Iterable[JournalRecord]) -> str | None:
+    """The unit a saved log is of: journald's _SYSTEMD_UNIT, or the unit PID 1's lines name, else the
+    identifier journalctl shows for the server's lines (`sglang-kimi[201200]:`) when it is a name of
+    its own (SyslogIdentifier=), not a program's (`python3`, `vllm`): `sglang-kimi.service`."""
+    idents: Counter[str] = Counter()
+    for record in records:
+        if named := record.extra.get("_SYSTEMD_UNIT") or record.unit:
+            return named
+        ident = record.extra.get("SYSLOG_IDENTIFIER")
+        if ident and record.pid not in (None, 1) and _UNIT_NAME_RE.fullmatch(ident) \
+                and not _PROGRAM_IDENT_RE.fullmatch(ident.lower()):
+            idents[ident] += 1
+    if not idents:
+        return None
+    ident = idents.most_common(1)[0][0]
+    return ident if _UNIT_RE.fullmatch(ident) else f"{ident}.service"

@@ -320,7 +320,8 @@ class LineSplitter:
         out.append(Line(text=text, message=message, kind=LineKind.CONTINUATION if continues else LineKind.RECORD,
                         rank=stream.open_rank, ts=ts, pid=record.pid, invocation_id=record.invocation_id,
                         has_prefix=True, record_id=stream.open_record, untagged_rank=prefix.untagged_rank,
-                        anonymous_rank=prefix.anonymous, engine_core=prefix.engine_core))
+                        anonymous_rank=prefix.anonymous, engine_core=prefix.engine_core,
+                        process_pid=prefix.process_pid))
 
     def _unprefixed(self, segment: str, record: JournalRecord, stream: _Stream, out: list[Line]) -> None:
         wrapper = WRAPPER_RE.match(segment)

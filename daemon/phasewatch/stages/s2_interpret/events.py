@@ -41,6 +41,12 @@ def pattern_view(text: str) -> str:
         return text
     return text[:PATTERN_VIEW_CHARS] + "\n" + text[-PATTERN_VIEW_CHARS:]
 C10D_RANK_RE = re.compile(r"^\[rank(\d+)\]:")
+# Lines whose text names the rank that writes them, for a line without a prefix (a paste, a window):
+# SGLang's post-load barrier ("TP rank 1 could finish the model loading, but ..."), Gloo's
+# "[Rank 1]: ..." and vLLM's "rank 1 in world size 4 is assigned as ... TP rank 1".
+SELF_NAMED_RE = re.compile(r"^(?:\w+(?:Error|Exception): )?TP rank (\d{1,6}) could finish the model loading"
+                           r"|^\[Rank (\d{1,6})\]: "
+                           r"|^rank \d{1,6} in world size \d{1,6} is assigned as .*?\bTP rank (\d{1,6})\b")
 
 
 
@@ -167,6 +173,10 @@ class EventMapper:
         self._tagged_invocations: set[str | None] = set()  # a rank tag with a number showed
         self._worker_invocations: set[str | None] = set()  # any rank tag showed
         self._tp0_pids: set[tuple[str | None, int | None]] = set()
+        # vLLM V1 tags a worker `(Worker pid=N)` until it knows its rank, then `(Worker_TP0 pid=N)`:
+        # by (invocation, N), the label its anonymous lines had (not named yet), and the rank it became.
+        self.unnamed: dict[tuple[str | None, int], str] = {}
+        self._named: dict[tuple[str | None, int], str] = {}
         self._record_ranks: dict[int, str | None] = {}
         self._harmless: set[int] = set()  # records whose traceback is not fatal
         self._line_rules = tuple(r for r in profile.rules if r.event != "progress")
@@ -223,14 +233,14 @@ class EventMapper:
         return tuple(r for r, texts in rules if (texts is None or any(map(holds, texts))) and r.pattern.search(message))
 
     def map_line(self, line: Line) -> list[Event]:
+        events: list[Event] = [] if line.process_pid is None else self._process_named(line)
         rank = self._rank(line)
-        events: list[Event] = []
         if line.kind is LineKind.PROGRESS and line.progress is not None:
             desc = pattern_view(line.progress.desc)
             bar = next((r for r in self.profile.rules if r.event == "progress" and r.pattern.search(desc)), None)
-            return [Event(EventKind.PROGRESS, line.ts, rank=rank, phase=bar.phase if bar else None,
-                          rule=bar.id if bar else None, progress=line.progress, text=line.text,
-                          invocation_id=line.invocation_id, pid=line.pid)]
+            return [*events, Event(EventKind.PROGRESS, line.ts, rank=rank, phase=bar.phase if bar else None,
+                                   rule=bar.id if bar else None, progress=line.progress, text=line.text,
+                                   invocation_id=line.invocation_id, pid=line.pid)]
         message = pattern_view(line.message)
         record_id = line.record_id
         continuation = line.kind is LineKind.CONTINUATION
@@ -265,17 +275,40 @@ class EventMapper:
                 events.append(Event(_PHASE_EVENTS[rule.event], line.ts, rank=rule_rank, phase=rule.phase,
                                     rule=rule.id, text=message, invocation_id=line.invocation_id, pid=line.pid,
                                     record_id=record_id))
-        if not events and line.kind is LineKind.RECORD:
-            events = self._family_events(line, message, rank)
+        named = events[:1] if events and events[0].kind is EventKind.RANK_NAMED else []
+        if len(events) == len(named) and line.kind is LineKind.RECORD:
+            events = named + self._family_events(line, message, rank)
         # A prefix alone (a bar's newline tagged by vLLM's prefixer) is its rank's sign of life too.
-        if not events and (message.strip() or (line.has_prefix and line.rank is not None)):
+        if len(events) == len(named) and (message.strip() or (line.has_prefix and line.rank is not None)):
             events.append(Event(EventKind.ACTIVITY, line.ts, rank=rank, text=message,
                                 invocation_id=line.invocation_id, pid=line.pid, record_id=record_id))
         if line.kind is LineKind.RECORD:
             if len(self._record_ranks) > 4096:
                 self._record_ranks.clear()
-            self._record_ranks[record_id] = events[0].rank if events else rank
+            ranked = events[len(named):]
+            self._record_ranks[record_id] = ranked[0].rank if ranked else rank
         return events
+
+    def _process_named(self, line: Line) -> list[Event]:
+        """A worker's process that had no rank in its tag names one: its earlier lines' rank (`pidN`) is
+        that rank (RANK_NAMED, once); its later untagged-rank lines are too (`_rank`)."""
+        key = (line.invocation_id, line.process_pid or 0)
+        if line.anonymous_rank:
+            if key not in self._named and line.rank == f"pid{line.process_pid}":
+                if len(self.unnamed) >= MEMO_ENTRIES:
+                    self.unnamed.clear()
+                self.unnamed.setdefault(key, line.rank)
+            return []
+        if line.rank is None or self._named.get(key) == line.rank:
+            return []
+        if len(self._named) >= MEMO_ENTRIES:
+            self._named.clear()
+        self._named[key] = line.rank
+        before = self.unnamed.pop(key, None)
+        if before is None:
+            return []
+        return [Event(EventKind.RANK_NAMED, line.ts, rank=line.rank, text=before, invocation_id=line.invocation_id,
+                      pid=line.pid)]
 
     def _family_events(self, line: Line, message: str, rank: str | None) -> list[Event]:
         """The profile's fallback vocabulary, for a record no exact rule matched."""
@@ -303,6 +336,10 @@ class EventMapper:
         return found
 
     def _rank(self, line: Line) -> str | None:
+        if line.anonymous_rank and line.process_pid is not None:
+            named = self._named.get((line.invocation_id, line.process_pid))
+            if named is not None:
+                return named
         if line.has_prefix and line.rank is not None:
             if not line.anonymous_rank:
                 self._tagged_invocations.add(line.invocation_id)
@@ -321,6 +358,9 @@ class EventMapper:
             return f"TP{number}"
         if line.kind is LineKind.CONTINUATION and line.record_id in self._record_ranks:
             return self._record_ranks[line.record_id]
+        self_named = SELF_NAMED_RE.search(line.message) if not line.has_prefix else None
+        if self_named and (number := rank_number(next(g for g in self_named.groups() if g))) is not None:
+            return f"TP{number}"
         if line.rank is not None:
             return line.rank
         if (line.invocation_id, line.pid) in self._tp0_pids and line.pid is not None:

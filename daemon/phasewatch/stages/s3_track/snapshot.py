@@ -158,6 +158,7 @@ class InvocationView:
     anomalies_dropped: int = 0  # past MAX_ANOMALIES
     cold: bool = False  # a JIT compiler ran during this start-up (DeepGEMM, FlashInfer, torch.compile)
     lost_cause: str | None = None  # of the last lines lost (tracker_state.InvocationState)
+    lines_hidden: int = 0  # entries journalctl did not print ("[N blob data]"), each a sign of life
     server_args: Mapping[str, str] = field(default_factory=dict)  # every launch argument read (remedies.py)
     heartbeat: str | None = None  # the rule of the last heartbeat line seen
 

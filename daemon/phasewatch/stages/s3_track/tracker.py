@@ -32,6 +32,7 @@ from .tracker_state import (
     lifecycle,
     note_fatal,
     ranks_named,
+    renamed,
     single_scheduler,
 )
 
@@ -135,6 +136,12 @@ class Tracker:
             if event.rank is not None and event.rank != MAIN:
                 self._rank(inv, event.rank, ts)  # a rank whose first line in the log is a compiler's
             return compile_event(inv.ranks, event, ts, lambda rank: alive(inv, rank, ts))
+        if kind is EventKind.RANK_NAMED:
+            renamed(inv, event.text, event.rank or MAIN)
+            return []
+        if kind is EventKind.HIDDEN_LINE:
+            inv.lines_hidden += 1
+            return self._progress(inv, event, ts)
         if event.rank is None and kind is not EventKind.PROGRESS:
             if kind is EventKind.FATAL:
                 if not inv.ranks:
@@ -218,11 +225,18 @@ class Tracker:
         return moved
 
     def _progress(self, inv: InvocationState, event: Event, ts: float | None) -> list[Transition]:
+        """A bar's frame (PROGRESS), or a line journalctl hid (HIDDEN_LINE): a sign of life of the
+        rank drawing the bar, SGLang's and vLLM's TP-group rank 0 of the ranks in its phase."""
         owner = self._rank(inv, event.rank, ts) if event.rank else bar_owner(inv, event.phase)
         if owner is None and single_scheduler(inv, event):
             owner = self._rank(inv, "TP0", ts)  # adopts the earlier bar, then takes this one
+        hidden = event.kind is EventKind.HIDDEN_LINE
         if owner is None:
-            inv.unowned_bar = replace(event, ts=ts)
+            earlier = inv.unowned_bar
+            inv.unowned_bar = replace(earlier if hidden and earlier is not None else event, ts=ts)
+            return []
+        if hidden:  # a frame whose text journalctl did not print: the bar moved, to where is unknown
+            alive(inv, owner, ts)
             return []
         owner.jit = owner.jit and owner.jit.ended(ts)  # another bar moves: the compiler is done
         out: list[Transition] = []

@@ -99,6 +99,7 @@ class InvocationState:
     fatals: dict[int, FatalView] = field(default_factory=dict)
     lines_lost: int = 0
     lost_cause: str | None = None  # of the last lines lost: journald's rate limit, the journal vacuumed...
+    lines_hidden: int = 0  # entries journalctl did not print ("[N blob data]"): written, not lost
     server: ServerInfo | None = None
     server_args_ts: float | None = None
     server_args: dict[str, str] = field(default_factory=dict)  # all argument lines so far (vLLM: several)
@@ -162,8 +163,28 @@ class InvocationState:
                               self.before_stop, self.health_failures, self.health_episode, self.health_error,
                               self.proof_of_life, dict(self.phase_silence), self.ranks_ignored,
                               anomalies=tuple(self.anomalies), anomalies_dropped=self.anomalies_dropped,
-                              cold=self.cold, lost_cause=self.lost_cause,
+                              cold=self.cold, lost_cause=self.lost_cause, lines_hidden=self.lines_hidden,
                               server_args=MappingProxyType(self.server_args), heartbeat=self.heartbeat)
+
+
+def renamed(inv: InvocationState, before: str, label: str) -> None:
+    """Rank `before` (a process known by its PID) is rank `label`: one rank, its spans and phases
+    kept; where `label` has a history of its own already, that one stays and takes the later sign of life."""
+    state = inv.ranks.pop(before, None)
+    if state is None or before == label:
+        return
+    named = inv.ranks.get(label)
+    if named is None:
+        state.rank = label
+        inv.ranks[label] = state
+    elif state.last_activity is not None and (named.last_activity is None
+                                               or state.last_activity > named.last_activity):
+        named.last_activity = state.last_activity
+    inv.fatals = {key: replace(note, rank=label) if note.rank == before else note for key, note in inv.fatals.items()}
+    for by_rank in (inv.vitals, inv.gpus):
+        if before in by_rank:
+            by_rank.setdefault(label, by_rank.pop(before))  # type: ignore[arg-type]
+    inv.layout += 1
 
 
 def bar_family(phase: Phase | None) -> frozenset[Phase] | None:

@@ -46,6 +46,10 @@ LINE_FACTS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((name, re.compile(pa
     ("line.symbol", r"undefined symbol: (\w{1,120})"),
     ("line.module", r"No module named '([\w.]{1,120})'"),
     ("line.library", r"(\S{1,120}\.so[\w.]*): cannot open shared object file"),
+    ("line.build_failure", r"(ninja: build stopped[^\n]{0,80}|Ninja build failed"
+                           r"|Error building extension '[\w.-]{1,80}'|collect2: error: ld returned \d+ exit status"
+                           r"|/ld: cannot find [^\s]{1,80}|nvcc fatal[^\n]{0,80}"
+                           r"|Command '\['ninja'[^\]]{0,200}\]' returned non-zero exit status \d+)"),
 ))
 
 
