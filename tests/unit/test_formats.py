@@ -213,7 +213,8 @@ def test_short_iso_with_systemd_lifecycle() -> None:
 def test_short_variants(line: bytes, fmt: str, realtime: float | None) -> None:
     parsed = parse_source(line + b"\n", default_year=2026)
     record = JournalRecord("hi", realtime, 5, extra={"SYSLOG_IDENTIFIER": "sglang"})
-    assert parsed == ParsedSource(fmt, (record,), ())
+    yearless = (f"journalctl's {fmt} time stamps have no year and no line names one: read as 2026",)
+    assert parsed == ParsedSource(fmt, (record,), yearless if fmt in ("short", "short-precise") else ())
 
 
 def test_short_without_pid_or_hostname_and_year_rollover() -> None:
@@ -223,7 +224,7 @@ def test_short_without_pid_or_hostname_and_year_rollover() -> None:
         JournalRecord("a: b", 1767225599.0, extra={"SYSLOG_IDENTIFIER": "kernel"}),
         JournalRecord("Stopping x.service...", 1767225600.0, message_id=MID_STOPPING, unit="x.service",
                       extra={"SYSLOG_IDENTIFIER": "systemd"}),
-    ), ())
+    ), ("journalctl's short time stamps have no year and no line names one: read as 2025",))
 
 
 def test_short_full_unknown_zone_is_read_as_utc() -> None:
@@ -284,3 +285,26 @@ def test_only_input_error_escapes(data: bytes) -> None:
         assert str(exc) and "\n" not in str(exc)
     else:
         assert all(isinstance(r, JournalRecord) for r in parsed.records)
+
+
+@pytest.mark.parametrize("fmt", ["short", "short-precise"])
+def test_a_short_stamps_year_is_the_one_a_line_of_that_day_names(fmt: str) -> None:
+    frac = ".250000" if fmt == "short-precise" else ""
+    data = (f"Mar 01 10:40:10{frac} llm-two sglang-kimi[9]: [2024-03-01 10:40:10 TP0] Load weight begin.\n"
+            f"Mar 01 10:49:20{frac} llm-two sglang-kimi[9]: [87B blob data]\n").encode()
+    parsed = parse_source(data, default_year=2026)
+    assert [r.realtime for r in parsed.records] == [1709289610.0 + (0.25 if frac else 0), 1709290160.0 +
+                                                    (0.25 if frac else 0)]
+    assert not any("no year" in w for w in parsed.warnings)
+
+
+def test_a_year_named_after_the_turn_of_the_year_dates_the_lines_before_it() -> None:
+    data = (b"Dec 31 23:59:59 h sglang-kimi[9]: [2024-12-31 23:59:59 TP0] a\n"
+            b"Jan 01 00:00:01 h sglang-kimi[9]: b\n")
+    assert parse_source(data, default_year=2030).records[0].realtime == 1735689599.0  # 2024-12-31T23:59:59Z
+    later = (b"Dec 31 23:59:59 h sglang-kimi[9]: a\n"
+             b"Jan 01 00:00:01 h sglang-kimi[9]: [2025-01-01 00:00:01 TP0] b\n")
+    assert parse_source(later, default_year=2030).records[0].realtime == 1735689599.0
+    other_day = b"Mar 01 10:40:10 h sglang-kimi[9]: a file of 2019-07-04 12:00:00\n"
+    parsed = parse_source(other_day, default_year=2026)
+    assert parsed.warnings == ("journalctl's short time stamps have no year and no line names one: read as 2026",)

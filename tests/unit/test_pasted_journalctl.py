@@ -152,7 +152,7 @@ def records(*entries: tuple[str | None, str | None, int | None]) -> list[Journal
 
 
 def test_the_unit_is_named_by_systemd_first_then_by_an_identifier_of_its_own() -> None:
-    from phasewatch.sources.formats import unit_named
+    from phasewatch.sources.pastes import unit_named
 
     assert unit_named(records(("sglang-kimi", None, 201200))) == "sglang-kimi.service"
     assert unit_named(records(("sglang-kimi", None, 1), ("systemd", "kimi.service", 1))) == "kimi.service"

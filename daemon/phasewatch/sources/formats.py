@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections import Counter
-from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import lru_cache
 from itertools import islice
@@ -27,6 +25,7 @@ from ..records import (
     JournalRecord,
     record_from_fields,
 )
+from .pastes import JOB_RE, UNIT_PATTERN, start_at_starting, year_of
 
 
 @dataclass(frozen=True)
@@ -62,10 +61,8 @@ _SHORT_FORMATS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     )
 )
 
-_UNIT = r"[\w:.\\@-]+\.(?:service|socket|target|device|mount|automount|swap|timer|path|slice|scope)"
-_UNIT_RE = re.compile(r"(?P<unit>" + _UNIT + r")(?: - .*)?")
-_JOB_RE = re.compile(r"(?P<verb>Started|Stopped|Starting|Stopping) (?P<what>.+?)(?:\.\.\.|\.)?")
-_UNIT_LINE_RE = re.compile(r"(?P<unit>" + _UNIT + r"): (?P<rest>.*)")
+_UNIT_RE = re.compile(r"(?P<unit>" + UNIT_PATTERN + r")(?: - .*)?")
+_UNIT_LINE_RE = re.compile(r"(?P<unit>" + UNIT_PATTERN + r"): (?P<rest>.*)")
 _EXITED_RE = re.compile(r"Main process exited, code=(?P<code>\w+), status=(?P<status>-?\d+)")
 _FAILED_RE = re.compile(r"Failed with result '(?P<result>[^']*)'")
 _RESTART_RE = re.compile(r"Scheduled restart job, restart counter is at (?P<n>\d+)")
@@ -316,7 +313,7 @@ def _whole_seconds(date: str, time: str, zone: str | None) -> float | None:
 
 def _systemd_fields(message: str) -> tuple[str | None, str | None, dict[str, str]]:
     """MESSAGE_ID, UNIT and extra fields PID 1 attaches to the entry that printed `message`."""
-    job = _JOB_RE.fullmatch(message)
+    job = JOB_RE.fullmatch(message)
     if job:
         unit = _UNIT_RE.fullmatch(job.group("what"))
         return _JOB_MIDS[job.group("verb")], unit.group("unit") if unit else None, {}
@@ -354,6 +351,12 @@ def _short_record(match: re.Match[str], realtime: float | None) -> JournalRecord
 def _parse_short(name: str, pattern: re.Pattern[str], lines: list[str], year: int) -> ParsedSource:
     records: list[JournalRecord] = []
     warnings: list[str] = []
+    if name in ("short", "short-precise"):  # journalctl's stamp has no year: a line's own date may say it
+        matches = (pattern.match(line) for line in lines)
+        said = year_of((_MONTHS.index(m["mon"]) + 1, int(m["day"]), m["msg"] or "") for m in matches if m)
+        if said is None:
+            warnings.append(f"journalctl's {name} time stamps have no year and no line names one: read as {year}")
+        year = said or year
     blobs = 0
     unknown_zones: set[str] = set()
     last_month = 0
@@ -382,27 +385,10 @@ def _parse_short(name: str, pattern: re.Pattern[str], lines: list[str], year: in
         indent = match.start("msg") if match.group("msg") is not None else len(line)
     if blobs:
         warnings.append(_blob_warning(blobs))
-    _start_at_starting(records)
+    start_at_starting(records)
     if unknown_zones:
         warnings.append(f"times in time zone {', '.join(sorted(unknown_zones))} were read as UTC")
     return ParsedSource(name, tuple(records), tuple(warnings))
-
-
-def _start_at_starting(records: list[JournalRecord]) -> None:
-    """A paste whose `Started <unit>` was left out (grep, -n, a Type=notify unit's restart pasted
-    before it was ready): its `Starting <unit>...` begins the next start-up, which the server's
-    following lines are. Where `Started` comes before them, it begins it (and Starting stays a note)."""
-    starting: int | None = None
-    for index, record in enumerate(records):
-        by_systemd = record.extra.get("SYSLOG_IDENTIFIER", "").startswith("systemd")
-        if by_systemd and record.message_id is None and isinstance(record.message, str) \
-                and _JOB_RE.fullmatch(record.message) and record.message.startswith("Starting "):
-            starting = index
-        elif record.message_id == MID_STARTED:
-            starting = None
-        elif starting is not None and not by_systemd and record.unit is None:
-            records[starting] = replace(records[starting], message_id=MID_STARTED)
-            starting = None
 
 
 # --- plain text, journalctl -o cat ----------------------------------------------------------------
@@ -414,27 +400,3 @@ def _parse_plain(lines: list[str]) -> ParsedSource:
     blobs = sum(1 for record in records if record.message is None)
     return ParsedSource("plain", records, (_blob_warning(blobs),) if blobs else ())
 
-
-# Identifiers that name a program, not a unit: systemd's default SyslogIdentifier= is the executable's name.
-_PROGRAM_IDENT_RE = re.compile(r"(?:python[\d.]*|pypy[\d.]*|bash|sh|dash|zsh|env|sudo|su|uv|conda|mamba|micromamba|"
-                               r"docker|podman|containerd.*|runc|torchrun|ray|node|java|kernel|audit|"
-                               r"systemd(?:-.*)?|(?:sglang|vllm)(?:[-_.]?(?:serve|server|launch_server))?)")
-_UNIT_NAME_RE = re.compile(r"[A-Za-z0-9:_.@-]{1,200}")
-
-
-def unit_named(records: Iterable[JournalRecord]) -> str | None:
-    """The unit a saved log is of: journald's _SYSTEMD_UNIT, or the unit PID 1's lines name, else the
-    identifier journalctl shows for the server's lines (`sglang-kimi[201200]:`) when it is a name of
-    its own (SyslogIdentifier=), not a program's (`python3`, `vllm`): `sglang-kimi.service`."""
-    idents: Counter[str] = Counter()
-    for record in records:
-        if named := record.extra.get("_SYSTEMD_UNIT") or record.unit:
-            return named
-        ident = record.extra.get("SYSLOG_IDENTIFIER")
-        if ident and record.pid not in (None, 1) and _UNIT_NAME_RE.fullmatch(ident) \
-                and not _PROGRAM_IDENT_RE.fullmatch(ident.lower()):
-            idents[ident] += 1
-    if not idents:
-        return None
-    ident = idents.most_common(1)[0][0]
-    return ident if _UNIT_RE.fullmatch(ident) else f"{ident}.service"
