@@ -38,7 +38,8 @@ EXIT_STATUSES: tuple[tuple[int, str], ...] = (
     (EXIT_STARTING, "status: still starting, no verdict yet; wait-ready: --timeout passed while it was"),
     (EXIT_WILL_NOT_BE_READY, "status/wait-ready: it will not become ready by itself (stalled, straggler, "
                              "crashed, rank_died, unhealthy, stopped)"),
-    (EXIT_UNKNOWN_UNIT, "unknown unit: systemd does not know it and the journal has nothing of it"),
+    (EXIT_UNKNOWN_UNIT, "unknown unit: no phasewatch config names it, systemd does not know it and the journal "
+                        "has nothing of it (the names it knows like it are said)"),
     (EXIT_FOREIGN, "status: something other than this unit's daemon answers on metrics.listen"),
     (EX_USAGE, "bad usage (an unknown option, a malformed duration or time)"),
     (EX_DATAERR, "input that is not a log, or a history that is not one"),

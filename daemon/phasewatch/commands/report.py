@@ -16,15 +16,14 @@ from html import escape
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..config import load_config
 from ..durations import format_duration
-from ..errors import EX_OK, HistoryUnreadable, NoHistory, NoPermission, UsageError
-from ..instances import watched_unit
+from ..errors import EX_OK, HistoryUnreadable, NoHistory, NoPermission
 from ..records import PHASE_NAMES
 from ..render import PHASE_SHORT, terminal_safe
 from ..sinks.history import History, StartupRecord
 from ..stages.s1_read.timestamps import is_dated
 from ..stages.s5_act.verdict_lines import rank_ranges
+from .target import resolve
 
 COLOURS = {
     "launch": "#c7c7c7", "dist_init": "#9467bd", "weight_load": "#1f77b4", "kv_cache_alloc": "#17becf",
@@ -264,10 +263,7 @@ def to_svg(records: Sequence[StartupRecord], title: str) -> str:
 # -- the command ------------------------------------------------------------------------------------
 
 def cmd_report(args: argparse.Namespace) -> int:
-    config = load_config(args.config) if args.config else None
-    unit = watched_unit(args.unit) if args.unit else (config.unit if config is not None else None)
-    if unit is None:
-        raise UsageError("report needs a UNIT (or --config naming one)")
+    unit = resolve(args.unit, args.config, known=None).unit  # (a typo: no history, the units with one)
     state_dir = Path(args.state_dir or os.environ.get("STATE_DIRECTORY", "").split(":")[0] or "/var/lib/phasewatch")
     path = state_dir / f"{unit}.history.sqlite3"
     if state_dir.is_dir() and not os.access(state_dir, os.R_OK | os.X_OK):

@@ -40,12 +40,13 @@ from ..instances import watcher_names, watcher_of
 from ..records import FAILING, MAIN
 from ..render import clock_text, json_text, status_document, terminal_safe
 from ..sources.access import preflight
-from ..sources.current import CurrentStartup, StartPoint, find_start, resolve_config, unit_name, unit_timers, warn
+from ..sources.current import CurrentStartup, StartPoint, find_start, unit_timers
 from ..sources.follow import JournalFollower
 from ..stages.s4_judge.timerlint import UnitTimers, lint
 from ..stages.s5_act.verdict_lines import VerdictLine, grouped
 from .daemon_answer import TOTAL_DEADLINE, check_owner, get
 from .status_line import oneline
+from .target import resolve
 
 EXIT_FAILING, EXIT_UNKNOWN = EXIT_WILL_NOT_BE_READY, EXIT_UNKNOWN_UNIT
 FAILING_VERDICTS = FAILING
@@ -402,8 +403,7 @@ def _terminate(signum: int, frame: object) -> None:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    unit = unit_name(args.unit) if args.unit else None
-    config = resolve_config(unit, args.config, warn)
+    config = resolve(args.unit, args.config, directory=args.directory).config
     if sum((args.json, args.watch, args.oneline)) > 1:
         raise UsageError("--json, --oneline and --watch do not go together")
     source = StatusSource(config, args.directory)

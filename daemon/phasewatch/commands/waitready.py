@@ -35,7 +35,6 @@ from ..errors import (
     EXIT_INTERRUPTED,
     EXIT_READY,
     EXIT_STARTING,
-    EXIT_UNKNOWN_UNIT,
     EXIT_WILL_NOT_BE_READY,
     NoSuchUnit,
     UsageError,
@@ -43,10 +42,12 @@ from ..errors import (
 from ..ranks import rank_sort_key
 from ..records import FAILED_STARTUP, MAIN, UNIT_PHASES, Phase
 from ..render import current_phase, json_text
-from ..sources.current import CurrentStartup, find_start, resolve_config, unit_name, warn
+from ..sources.access import unknown_unit
+from ..sources.current import CurrentStartup, find_start
 from ..sources.follow import JournalFollower
 from ..stages.s3_track.snapshot import UP_STATES, InvocationView, Transition, UnitState
 from ..stages.s4_judge import policy
+from .target import resolve
 
 ENDING_VERDICTS = FAILED_STARTUP
 SETTLE = 2.0  # ranks that enter a phase within this long of the first one are reported together
@@ -227,8 +228,8 @@ def answer_document(waiter: ReadyWaiter, code: int) -> dict[str, Any]:
 
 
 def cmd_wait_ready(args: argparse.Namespace) -> int:
-    unit = unit_name(args.unit)
-    config = resolve_config(unit, args.config, warn)
+    config = resolve(args.unit, args.config, directory=args.directory).config
+    unit = config.unit
     try:
         timeout = parse_duration(args.timeout) if args.timeout else None
     except ValueError as exc:
@@ -236,9 +237,7 @@ def cmd_wait_ready(args: argparse.Namespace) -> int:
     try:
         start = find_start(unit, args.directory)
     except NoSuchUnit:
-        print(f"phasewatch: {unit}: no such unit (systemd does not know it, and the journal has nothing of it)",
-              file=sys.stderr)
-        return EXIT_UNKNOWN_UNIT
+        raise unknown_unit(unit) from None
     follower = JournalFollower(unit, args.directory)
     try:
         # Inside the unit (ExecStartPost=), this process's own output is in the unit's journal too.
