@@ -177,11 +177,11 @@ class ReadyWaiter:
             self.say(line)
         judgement = self.startup.judgement(now)
         verdicts = list(judgement.verdicts) if judgement is not None else []
+        ready_at = next((s.start for r in inv.ranks for s in r.spans if s.phase is Phase.READY), None)
+        after = f", {format_duration(ready_at - inv.started_at)} after its start" \
+            if ready_at is not None and inv.started_at is not None else ""
         if inv.state in UP_STATES:
             self._flush(inv, now)
-            ready_at = next((s.start for r in inv.ranks for s in r.spans if s.phase is Phase.READY), None)
-            after = f", {format_duration(ready_at - inv.started_at)} after its start" \
-                if ready_at is not None and inv.started_at is not None else ""
             self.say(f"phasewatch: {unit} is ready{after}")
             return EXIT_READY
         ending = [v for v in verdicts if v.kind in ENDING_VERDICTS]
@@ -194,6 +194,12 @@ class ReadyWaiter:
             self._flush(inv, now)
             how = {UnitState.FAILED: f"failed ({inv.unit_result or 'failed'})"}.get(
                 inv.state, f"was stopped ({inv.stop_job or 'stop'} job)")
+            if ready_at is not None:  # what happened: it was ready, and is no longer
+                end = inv.ended_at
+                later = f" {format_duration(end - ready_at)} later" if end is not None else ""
+                self.say(f"phasewatch: {unit} was ready{after}, then {how.removeprefix('was ')}{later}: "
+                         "not serving now")
+                return EXIT_WILL_NOT_BE_READY
             self.say(f"phasewatch: {unit} {how} in {current_phase(inv) or 'launch'} before it was ready")
             return EXIT_WILL_NOT_BE_READY
         if not self.warned_lost and any(v.kind == "lines_lost" for v in verdicts):
@@ -213,7 +219,7 @@ class ReadyWaiter:
         phase = current_phase(inv) or "launch"
         in_phase = [r for r in inv.ranks if r.phase.value == phase]
         starts = [r.phase_start for r in in_phase if r.phase_start is not None]
-        spent = f" for {format_duration(now - min(starts))}" if starts else ""
+        spent = f" for {format_duration(inv.as_of(now) - min(starts))}" if starts else ""
         return f"{rank_list([r.rank for r in in_phase])} in {phase}{spent}"
 
 
