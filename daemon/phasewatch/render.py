@@ -23,6 +23,7 @@ from .records import FINAL_PHASES, MAIN, UNIT_PHASES, Phase, Progress
 from .redact import redact
 from .stages.s1_read.timestamps import is_dated
 from .stages.s3_track.snapshot import InvocationView, RankView
+from .stages.s4_judge.remedies import naming_evidence
 from .stages.s4_judge.verdict import Verdict
 from .stages.s5_act.verdict_lines import VerdictLine, grouped
 
@@ -353,7 +354,7 @@ def to_table(judgements: list[Judgement], now: float, timeless: bool = False, wi
             for v in judgement.verdicts:
                 if v.remedy is not None:
                     remedies.setdefault(v.remedy.id, v.remedy.text)
-            out.extend(f"  remedy: {text}" for text in remedies.values())
+            out.extend(f"  remedy: {naming_evidence(text, None)}" for text in remedies.values())
         else:
             out.append("verdicts: none")
         if inv.anomalies:

@@ -38,7 +38,7 @@ from ..errors import (
     UnitError,
     UsageError,
 )
-from ..instances import watched_unit
+from ..instances import instance_config, watched_unit
 from ..records import Phase
 from ..render import json_text, terminal_safe
 from ..sources.alert_receiver import read_token
@@ -113,8 +113,6 @@ def check_instance(config: Config, instance: str | None, path: str) -> None:
 
 def cmd_check_config(args: argparse.Namespace) -> int:
     if args.instance is not None:  # as `phasewatch run --instance` reads it (the unit's ExecReload=)
-        from .run import instance_config
-
         args.config = instance_config(args.config)
     try:
         config = load_config(args.config)

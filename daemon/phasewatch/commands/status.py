@@ -42,6 +42,7 @@ from ..render import clock_text, json_text, status_document, terminal_safe
 from ..sources.access import preflight
 from ..sources.current import CurrentStartup, StartPoint, find_start, unit_timers
 from ..sources.follow import JournalFollower
+from ..stages.s4_judge.remedies import naming_evidence
 from ..stages.s4_judge.timerlint import UnitTimers, lint
 from ..stages.s5_act.verdict_lines import VerdictLine, grouped
 from .daemon_answer import TOTAL_DEADLINE, check_owner, get
@@ -60,8 +61,6 @@ def status_url(listen: str) -> str:
     host, _, port = listen.rpartition(":")
     host = {"0.0.0.0": "127.0.0.1", "[::]": "[::1]", "": "127.0.0.1"}.get(host, host)
     return f"http://{host}:{port}/status"
-
-
 
 
 def daemon_invocation(unit: str) -> str | None:
@@ -310,7 +309,8 @@ def render_table(document: dict[str, Any], listen: str | None = None) -> str:
             VerdictLine(str(v.get("kind")), v.get("rank") if isinstance(v.get("rank"), str) else None,
                         str(v.get("message"))) for v in verdicts))
         remedies = [r.get("text") for v in verdicts if isinstance(r := v.get("remedy"), dict)]
-        out.extend(f"  remedy: {text}" for text in dict.fromkeys(t for t in remedies if isinstance(t, str)))
+        texts = dict.fromkeys(t for t in remedies if isinstance(t, str))
+        out.extend(f"  remedy: {naming_evidence(t, document.get('evidence'))}" for t in texts)
     warnings = document.get("timer_warnings")
     if isinstance(warnings, list) and warnings:
         out.append("timer warnings (an engine or systemd timer ends a phase before phasewatch's limit):")
