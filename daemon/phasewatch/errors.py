@@ -26,6 +26,8 @@
 
 from __future__ import annotations
 
+import re
+
 EX_OK, EX_USAGE, EX_DATAERR, EX_NOINPUT, EX_UNAVAILABLE, EX_SOFTWARE = 0, 64, 65, 66, 69, 70
 EX_CANTCREAT, EX_NOPERM, EX_CONFIG = 73, 77, 78
 # The answers of `status` and `wait-ready` about the start-up, below sysexits' range.
@@ -148,6 +150,7 @@ class ConfigError(PhasewatchError, ValueError):
     exit_status = EX_CONFIG
 
     def __init__(self, key: str, message: str, path: str | None = None, line: int | None = None) -> None:
+        message = did_you_mean(key, message)
         where = ", ".join(part for part in (f"file: {path}" if path else "", f"line {line}" if line else "") if part)
         shown_key = key if len(key) <= 2 * SHOWN_KEY_CHARS else key[:2 * SHOWN_KEY_CHARS] + "...(cut)"
         super().__init__(f"{shown_key}: {message}" + (f" ({where})" if where else ""))
@@ -158,6 +161,19 @@ class ConfigError(PhasewatchError, ValueError):
 
 
 SHOWN_KEY_CHARS = 60
+_UNKNOWN = re.compile(r"^(unknown [\w ]+?) \(known: ([^()]*)\)$")
+
+
+def did_you_mean(key: str, message: str) -> str:
+    """`unknown setting (known: a, b, ...)` for a key one typo off a known one: `unknown setting:
+    did you mean rank_skew?` (the whole list only when no known name is close)."""
+    import difflib
+
+    found = _UNKNOWN.match(message)
+    if found is None:
+        return message
+    close = difflib.get_close_matches(key.rsplit(".", 1)[-1], found.group(2).split(", "), n=1, cutoff=0.6)
+    return f"{found.group(1)}: did you mean {close[0]}?" if close else message
 
 
 class ProfileError(PhasewatchError, ValueError):

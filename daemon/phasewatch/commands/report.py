@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..durations import format_duration
-from ..errors import EX_OK, HistoryUnreadable, NoHistory, NoPermission
+from ..errors import EX_OK, HistoryUnreadable, NoHistory, NoPermission, UsageError
 from ..records import PHASE_NAMES
 from ..render import PHASE_SHORT, terminal_safe
 from ..sinks.history import History, StartupRecord
@@ -294,6 +294,8 @@ def to_svg(records: Sequence[StartupRecord], title: str) -> str:
 # -- the command ------------------------------------------------------------------------------------
 
 def cmd_report(args: argparse.Namespace) -> int:
+    if args.last < 1:
+        raise UsageError(f"--last: expected 1 or more start-ups, got {args.last}")
     unit = resolve(args.unit, args.config, known=None).unit  # (a typo: no history, the units with one)
     state_dir = Path(args.state_dir or os.environ.get("STATE_DIRECTORY", "").split(":")[0] or "/var/lib/phasewatch")
     path = state_dir / f"{unit}.history.sqlite3"
