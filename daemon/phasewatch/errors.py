@@ -72,6 +72,7 @@ def exit_table() -> str:
 
 class PhasewatchError(Exception):
     exit_status = EX_SOFTWARE
+    hint: str | None = None  # a second line: what to try (printed under the error, to stay within 100 columns)
 
     def describe(self) -> str:
         """The one line the command line prints after `phasewatch: `."""

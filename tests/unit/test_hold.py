@@ -147,7 +147,7 @@ def test_probe_h5_a_unit_nothing_names_is_refused(tmp_path: Path, name: str,
     assert main(["hold", name, "--for", "1h", "--reason", "x", "--state-dir", str(tmp_path)]) == expected
     assert main(["release", name, "--state-dir", str(tmp_path)]) == expected
     err = capsys.readouterr().err
-    assert f"is the name right? units phasewatch watches: {UNIT}" in err or "is no unit name" in err
+    assert f"name it\n  is the name right? units phasewatch watches: {UNIT}" in err or "is no unit name" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"{UNIT}.state.json"]
 
 

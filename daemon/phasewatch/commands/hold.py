@@ -42,9 +42,10 @@ def known_unit(args: argparse.Namespace) -> str:
         watched = sorted({*configured_units(), *(p.name.split(".service.")[0] + ".service"
                                                  for p in state.glob("*.service.*.json"))} - {unit})
         close = difflib.get_close_matches(unit, watched, n=5, cutoff=0.5) or watched[:5]
-        raise NoSuchUnit(f"{unit}: no phasewatch config ({configs[0]}) and no state in {state} name it: is "
-                         "the name right? " + (f"units phasewatch watches: {', '.join(close)}" if close
-                                               else "(phasewatch status UNIT shows what phasewatch watches)"))
+        error = NoSuchUnit(f"{unit}: no phasewatch config ({configs[0]}) and no state in {state} name it")
+        error.hint = (f"is the name right? units phasewatch watches: {', '.join(close[:3])}" if close
+                      else "is the name right? (phasewatch status UNIT shows what phasewatch watches)")
+        raise error
     return unit
 
 

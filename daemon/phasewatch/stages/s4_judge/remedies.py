@@ -164,8 +164,7 @@ def naming_evidence(text: str, path: str | None) -> str:
         return text
     if path is not None:
         return text.replace(EVIDENCE_FILE, path)
-    return text.replace(EVIDENCE_FILE, "the stack `py-spy dump --pid PID` prints for the rank's process (none "
-                        "was written: add evidence to the verdict's actions)")
+    return text.replace(EVIDENCE_FILE, "`py-spy dump --pid <the rank's PID>`")
 
 
 def remedy_for(kind: str, cause: str | None, phase: str | None, rank: str | None, inv: InvocationView,
