@@ -203,7 +203,9 @@ class Daemon:
         No RELOADING=1/READY=1: under systemd 252 that notification during ExecReload= fails the reload
         job (seen in tests/e2e); the reload is done before the next step, so there is nothing to wait for."""
         self.reload_requested = False
-        config = reloaded_config(self.read_config, self.config) if self.read_config is not None else None
+        refusals: list[str] = []
+        config = reloaded_config(self.read_config, self.config, refusals.append) if self.read_config else None
+        self.systemd.refused_reload = refusals[0] if refusals else None  # STATUS= says so until a good reload
         if config is None:
             return False
         self.group.reconfigured(config)
@@ -307,8 +309,10 @@ class Daemon:
                                   {p.value: item.reason for p, item in limits.items()})
 
 
-def reloaded_config(read: Callable[[], Config], old: Config) -> Config | None:
-    """The config read again; None (logged, the old one stays) when it does not load or names another unit."""
+def reloaded_config(read: Callable[[], Config], old: Config,
+                    refused: Callable[[str], None] | None = None) -> Config | None:
+    """The config read again; None (logged, told to `refused`, the old one stays) when it does not load
+    or names another unit."""
     try:
         config = read()
         if config.unit != old.unit:
@@ -316,6 +320,8 @@ def reloaded_config(read: Callable[[], Config], old: Config) -> Config | None:
                               "restart phasewatch for that", config.source)
     except ConfigError as exc:
         logger.error("[%s] reload refused, the old config stays in force: %s", old.unit, exc)
+        if refused is not None:
+            refused(str(exc))
         return None
     if config.metrics_listen != old.metrics_listen:
         logger.warning("[%s] metrics.listen changed to %s: it takes effect when phasewatch restarts", old.unit,

@@ -72,6 +72,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code
     except PhasewatchError as exc:
         print(terminal_safe(f"phasewatch: {exc.describe()}"), file=sys.stderr)
+        if exc.hint:
+            print(terminal_safe(f"  {exc.hint}"), file=sys.stderr)
         return exc.exit_status
     except PermissionError as exc:
         from .sources.access import user_name

@@ -26,6 +26,8 @@
 
 from __future__ import annotations
 
+import re
+
 EX_OK, EX_USAGE, EX_DATAERR, EX_NOINPUT, EX_UNAVAILABLE, EX_SOFTWARE = 0, 64, 65, 66, 69, 70
 EX_CANTCREAT, EX_NOPERM, EX_CONFIG = 73, 77, 78
 # The answers of `status` and `wait-ready` about the start-up, below sysexits' range.
@@ -38,7 +40,8 @@ EXIT_STATUSES: tuple[tuple[int, str], ...] = (
     (EXIT_STARTING, "status: still starting, no verdict yet; wait-ready: --timeout passed while it was"),
     (EXIT_WILL_NOT_BE_READY, "status/wait-ready: it will not become ready by itself (stalled, straggler, "
                              "crashed, rank_died, unhealthy, stopped)"),
-    (EXIT_UNKNOWN_UNIT, "unknown unit: systemd does not know it and the journal has nothing of it"),
+    (EXIT_UNKNOWN_UNIT, "unknown unit: no phasewatch config names it, systemd does not know it and the journal "
+                        "has nothing of it (the names it knows like it are said)"),
     (EXIT_FOREIGN, "status: something other than this unit's daemon answers on metrics.listen"),
     (EX_USAGE, "bad usage (an unknown option, a malformed duration or time)"),
     (EX_DATAERR, "input that is not a log, or a history that is not one"),
@@ -69,6 +72,7 @@ def exit_table() -> str:
 
 class PhasewatchError(Exception):
     exit_status = EX_SOFTWARE
+    hint: str | None = None  # a second line: what to try (printed under the error, to stay within 100 columns)
 
     def describe(self) -> str:
         """The one line the command line prints after `phasewatch: `."""
@@ -147,6 +151,7 @@ class ConfigError(PhasewatchError, ValueError):
     exit_status = EX_CONFIG
 
     def __init__(self, key: str, message: str, path: str | None = None, line: int | None = None) -> None:
+        message = did_you_mean(key, message)
         where = ", ".join(part for part in (f"file: {path}" if path else "", f"line {line}" if line else "") if part)
         shown_key = key if len(key) <= 2 * SHOWN_KEY_CHARS else key[:2 * SHOWN_KEY_CHARS] + "...(cut)"
         super().__init__(f"{shown_key}: {message}" + (f" ({where})" if where else ""))
@@ -157,6 +162,19 @@ class ConfigError(PhasewatchError, ValueError):
 
 
 SHOWN_KEY_CHARS = 60
+_UNKNOWN = re.compile(r"^(unknown [\w ]+?) \(known: ([^()]*)\)$")
+
+
+def did_you_mean(key: str, message: str) -> str:
+    """`unknown setting (known: a, b, ...)` for a key one typo off a known one: `unknown setting:
+    did you mean rank_skew?` (the whole list only when no known name is close)."""
+    import difflib
+
+    found = _UNKNOWN.match(message)
+    if found is None:
+        return message
+    close = difflib.get_close_matches(key.rsplit(".", 1)[-1], found.group(2).split(", "), n=1, cutoff=0.6)
+    return f"{found.group(1)}: did you mean {close[0]}?" if close else message
 
 
 class ProfileError(PhasewatchError, ValueError):

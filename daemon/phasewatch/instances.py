@@ -9,7 +9,9 @@ name falls back to the other spelling.
 
 from __future__ import annotations
 
+import os
 from pathlib import PurePath
+from typing import Callable
 
 SUFFIX = ".service"
 
@@ -52,3 +54,13 @@ def other_spelling(config_path: str) -> str | None:
     if not other:
         return None
     return str(path.with_name(f"{other}.yaml"))
+
+
+def instance_config(path: str, exists: Callable[[str], bool] = os.path.exists) -> str:
+    """The unit file passes /etc/phasewatch/%i.yaml: `sglang-kimi.yaml` for the instance
+    phasewatch@sglang-kimi.service, `sglang-kimi.service.yaml` for the older long form. Whichever
+    spelling is missing, the other one is read (an install of either kind keeps working)."""
+    if exists(path):
+        return path
+    other = other_spelling(path)
+    return other if other is not None and exists(other) else path

@@ -23,6 +23,7 @@ from .records import FINAL_PHASES, MAIN, UNIT_PHASES, Phase, Progress
 from .redact import redact
 from .stages.s1_read.timestamps import is_dated
 from .stages.s3_track.snapshot import InvocationView, RankView
+from .stages.s4_judge.remedies import naming_evidence
 from .stages.s4_judge.verdict import Verdict
 from .stages.s5_act.verdict_lines import VerdictLine, grouped
 
@@ -199,6 +200,7 @@ def status_document(judgement: Judgement | None, now: float, config: Config,
         return document
     inv = judgement.invocation
     body = invocation_json(judgement, now, quotes)
+    now = inv.as_of(now)  # an ended start-up's durations stop at its end
     body["elapsed_seconds"] = round(now - inv.started_at, 3) if inv.started_at is not None else None
     for rank in inv.ranks:
         limits = config.limits(rank.phase)
@@ -322,7 +324,7 @@ def to_table(judgements: list[Judgement], now: float, timeless: bool = False, wi
         if inv.cold:
             header += ", cold (JIT compiled)"
         out.append(header)
-        main_line = main_process_line(inv, now, timeless)
+        main_line = main_process_line(inv, inv.as_of(now), timeless)
         if main_line is not None:
             out.append(main_line)
         shown = [r for r in inv.ranks if main_line is None or r.rank != MAIN]
@@ -338,8 +340,8 @@ def to_table(judgements: list[Judgement], now: float, timeless: bool = False, wi
             if rank.compiling:
                 now_text += " + jit_compile"
             rows.append([rank.rank, now_text, progress_text(rank.progress),
-                         *(_cell(rank, p, now, timeless) for p in phases),
-                         *([_jit_cell(rank, now)] if jit else [])])
+                         *(_cell(rank, p, inv.as_of(now), timeless) for p in phases),
+                         *([_jit_cell(rank, inv.as_of(now))] if jit else [])])
         lines, shortened, cut = fit_columns(columns, rows, 3, width)
         out.extend(lines)
         short_names += [name for name in shortened if name not in short_names]
@@ -352,7 +354,7 @@ def to_table(judgements: list[Judgement], now: float, timeless: bool = False, wi
             for v in judgement.verdicts:
                 if v.remedy is not None:
                     remedies.setdefault(v.remedy.id, v.remedy.text)
-            out.extend(f"  remedy: {text}" for text in remedies.values())
+            out.extend(f"  remedy: {naming_evidence(text, None)}" for text in remedies.values())
         else:
             out.append("verdicts: none")
         if inv.anomalies:
@@ -361,7 +363,7 @@ def to_table(judgements: list[Judgement], now: float, timeless: bool = False, wi
             out.extend(f"  {a.rank}: {a.source} -> {a.target} refused (rule {a.rule}, {when_text(a.ts)})"
                        for a in inv.anomalies[:10])
         out.append("")
-    legend = "(durations: finished phases; '+' = still running at the judged time"
+    legend = "(durations: finished phases; '+' = still running at the judged time, or when the start-up ended"
     if any(s.confidence != "exact" for j in judgements for r in j.invocation.ranks for s in r.spans):
         legend += "; '~' = read by a family rule, not an exact one"
     if not plain:

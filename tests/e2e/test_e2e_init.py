@@ -93,4 +93,4 @@ def test_init_refuses_a_unit_that_runs_no_known_engine(scenario: Scenario) -> No
     assert code == 78 and "runs no engine phasewatch knows" in err
     # An unknown unit exits as every command that reads a unit does (errors.EXIT_STATUSES: 3).
     code, out, err = init(scenario, "no-such-thing")
-    assert code == 3 and "no-such-thing.service: no such unit: systemd does not know it" in err, (code, err)
+    assert code == 3 and "no-such-thing.service: no such unit (not known to systemd" in err, (code, err)

@@ -81,3 +81,28 @@ def test_status_refuses_foreign_daemon(scenario: Scenario) -> None:
     document = json.loads(ours.stdout)
     assert (document["source"], document["daemon"]["invocation_id"]) == ("daemon", invocation)
     assert document["invocation"]["invocation_id"] != "forged"
+
+
+def test_one_unit_one_config_for_every_command(scenario: Scenario) -> None:
+    """Issue 36, as an operator meets it: while the daemon of sglang-kimi answers on the default port,
+    a typo is an unknown unit (3, the names it knows), not "another process on metrics.listen" (4);
+    `replay --unit` takes the short name and judges with the unit's config, as `status` does. Every
+    answer within 100 columns."""
+    scenario.configure("--scale 0.01 --hang TP3:weight_load", phases={"weight_load": {"deadline": "2s"}},
+                       dry_run=True)
+    scenario.start()
+    phasewatch = f"{VENV}/bin/phasewatch"
+    scenario.box.wait_for(lambda: scenario.box.run(phasewatch, "status", "sglang-kimi", check=False).returncode == 2,
+                          90, "the stall by the config's 2s deadline")
+    typo = scenario.box.run(phasewatch, "status", "sglang-kimmi", check=False)
+    assert (typo.returncode, typo.stdout) == (3, ""), typo.stderr
+    assert f"units it knows like it: {UNIT}" in " ".join(typo.stderr.split())
+    replay = scenario.box.run(phasewatch, "replay", "--unit", "sglang-kimi", "--since", "5m", check=False)
+    assert replay.returncode == 0, replay.stderr
+    assert "no invocations found" not in replay.stdout
+    last = replay.stdout[replay.stdout.rindex("invocation "):]
+    assert "stalled" in last.splitlines()[0] and "TP3" in last  # the 2s deadline of its config
+    status = scenario.box.run(phasewatch, "status", "sglang-kimi", check=False)
+    assert status.returncode == 2, status.stderr
+    for answer in (typo.stderr, replay.stdout, status.stdout):
+        assert max(len(line) for line in answer.splitlines()) <= 100, answer

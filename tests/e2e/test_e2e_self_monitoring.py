@@ -47,15 +47,27 @@ def test_hup_reloads_and_a_bad_reload_keeps_the_old_config(scenario: Scenario) -
     box.wait_for(lambda: tp3_deadline(scenario) == 2700, 30, "the 45m deadline after kill -HUP")
 
     box.write(CONFIG, f"unit: {UNIT}\nphases:\n  weight_load: {{deadline: 20x}}\n")
-    box.systemctl("reload", WATCHER)
+    # Issue 36: ExecReload= checks the config first: the reload fails, the signal is never sent, and
+    # where systemctl points (`systemctl status`) shows the error with key, file and line.
+    reload = box.systemctl("reload", WATCHER, check=False)
+    assert reload.returncode != 0, reload.stdout
+    shown = box.run("systemctl", "status", WATCHER, "--no-pager", "-l", "-n", "20", check=False).stdout
+    assert "config error: phases.weight_load.deadline" in shown and "line 3" in shown, shown
+    assert "reload refused" not in scenario.watcher_log()  # the daemon never saw a signal
+    assert box.show(WATCHER, "ActiveState")["ActiveState"] == "active"
+    # A SIGHUP sent around the check: the daemon refuses it itself, and its STATUS= says so.
+    box.run("kill", "-HUP", before["MainPID"])
     box.wait_for(lambda: "reload refused" in scenario.watcher_log(), 30, "the refused reload in the journal")
     refusal = next(line for line in scenario.watcher_log().splitlines() if "reload refused" in line)
     assert "phases.weight_load.deadline" in refusal and "line 3" in refusal and CONFIG in refusal
+    box.wait_for(lambda: "reload refused, the old config stays in force: phases.weight_load.deadline" in
+                 box.show(WATCHER, "StatusText")["StatusText"], 30, "STATUS= saying the reload was refused")
     assert tp3_deadline(scenario) == 2700  # the old config still in force
 
     with_deadline(scenario, "1h")
     box.systemctl("reload", WATCHER)
     box.wait_for(lambda: tp3_deadline(scenario) == 3600, 30, "the 1h deadline after systemctl reload")
+    assert "reload refused" not in box.show(WATCHER, "StatusText")["StatusText"]
     assert box.show(WATCHER, "MainPID", "InvocationID", "NRestarts") == before  # the same process throughout
     assert box.show(WATCHER, "ActiveState")["ActiveState"] == "active"
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import io
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -118,6 +119,21 @@ def test_a_stop_before_ready_ends_it(tmp_path: Path) -> None:
     code, lines = run_waiter(directory, FakeClock(wall=ts + 3))
     assert code == 2  # will not become ready
     assert lines[-1] == f"phasewatch: {UNIT} was stopped (stop job) in weight_load before it was ready"
+
+
+def test_a_stop_after_ready_is_told_as_what_happened(tmp_path: Path) -> None:
+    """Issue 36: it was ready, then stopped: said so (not "stopped in ready before it was ready"), with
+    the status of a start-up that will not become ready by itself (2: stopped)."""
+    entries = list(journal_json(build(), base=BASE, unit=UNIT))
+    ts = at(entries[-1])
+    kept = entries + [pid1(ts + 300, MID_STOPPING, f"Stopping {UNIT}...", JOB_TYPE="stop"),
+                      pid1(ts + 301, MID_STOPPED, f"Stopped {UNIT}.")]
+    directory = write_journal(tmp_path / "j", kept)
+    code, lines = run_waiter(directory, FakeClock(wall=ts + 3600))
+    assert code == 2
+    assert "before it was ready" not in lines[-1]
+    assert re.fullmatch(rf"phasewatch: {UNIT} was ready, \S+ after its start, then stopped \(stop job\) "
+                        r"5m\d*s? later: not serving now", lines[-1]), lines[-1]
 
 
 def test_timeout_while_still_loading(tmp_path: Path) -> None:

@@ -199,3 +199,24 @@ def test_check_config_reports_every_error_and_warns_on_a_stall_window_above_its_
     code, out, _ = run(["check-config", str(warn)], capsys)
     assert code == 0
     assert "warning: phases.warmup: its stall window 1h is above its deadline 10m" in out
+
+
+def test_an_unknown_key_one_typo_off_says_which_it_meant(tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 36: not the 19 known keys in one 200-column line, but the one it meant."""
+    path = tmp_path / "x.yaml"
+    path.write_text("unit: sglang-kimi.service\nrank_skw: 5m\nrestart_budget: {max: 3, windwo: 6h}\n")
+    code, out, err = run(["check-config", str(path)], capsys)
+    assert (code, out) == (78, "")
+    assert "rank_skw: unknown setting: did you mean rank_skew?" in err
+    assert "restart_budget.windwo: unknown setting: did you mean window?" in err
+    assert all(len(line) <= 100 or str(path) in line for line in err.splitlines())
+    path.write_text("unit: sglang-kimi.service\nzzz: 1\n")
+    assert "unknown setting (known: unit, engine," in run(["check-config", str(path)], capsys)[2]
+
+
+def test_report_last_0_is_a_usage_error_not_an_empty_history(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(["report", "sglang-kimi", "--last", "0", "--state-dir", str(tmp_path)], capsys)
+    assert (code, out) == (EX_USAGE, "")
+    assert "--last: expected 1 or more start-ups, got 0" in err

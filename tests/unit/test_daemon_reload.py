@@ -79,9 +79,17 @@ def test_a_bad_reload_keeps_the_old_config(tmp_path: Path, caplog: pytest.LogCap
     assert f"{key}:" in error and str(path) in error
     if line is not None:
         assert f"line {line}" in error
-    clock.jump(61)
+    clock.jump(1)
+    app.step(max_wait=0)
+    status = [m for m in notifier.sent if m.startswith("STATUS=")][-1]
+    assert "(reload refused, the old config stays in force: " in status and f"{key}:" in status  # issue 36
+    clock.jump(60)
     app.step(max_wait=0)
     assert unit.restarts == [INV]  # judged by the minute still in force
+    path.write_text(ONE_MINUTE)
+    assert app.reload() is True
+    app.step(max_wait=0)
+    assert "reload refused" not in [m for m in notifier.sent if m.startswith("STATUS=")][-1]
 
 
 def test_without_a_reader_there_is_nothing_to_reload(tmp_path: Path) -> None:
@@ -89,3 +97,18 @@ def test_without_a_reader_there_is_nothing_to_reload(tmp_path: Path) -> None:
     app.read_config = None
     sent = list(notifier.sent)
     assert app.reload() is False and notifier.sent == sent
+
+
+def test_check_config_as_the_instance_reads_it_is_what_reload_runs_first(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 36: `ExecReload=` runs `check-config --instance %i /etc/phasewatch/%i.yaml` before the
+    signal: the file under either spelling, its unit: the instance's; a bad one fails the reload (78)."""
+    from phasewatch.cli import main
+
+    (tmp_path / f"{UNIT}.yaml").write_text(ONE_MINUTE)  # the older long spelling only
+    assert main(["check-config", "--instance", "sglang-kimi", str(tmp_path / "sglang-kimi.yaml")]) == 0
+    assert capsys.readouterr().out.startswith(f"{tmp_path / UNIT}.yaml: OK")
+    assert main(["check-config", "--instance", "other", str(tmp_path / "other.yaml")]) == 78  # (no such file)
+    (tmp_path / "other.yaml").write_text(ONE_MINUTE)
+    assert main(["check-config", "--instance", "other", str(tmp_path / "other.yaml")]) == 78
+    assert "is not this daemon's instance other" in capsys.readouterr().err

@@ -50,6 +50,9 @@ def test_init_writes_a_config_the_parser_accepts_for_each_example_unit(path: Pat
     text = sealed(render_config(UnitCommand(path.name, argv, timeout_start=120.0, user="sglang"), facts))
     config = parse_config(text, f"/etc/phasewatch/{path.stem}.yaml")
     assert (config.unit, config.engine) == (path.name, facts.engine)
+    # Issue 36: the stacks every stall remedy points to are written (the alert names the file).
+    assert config.actions["stalled"] == ("evidence", "alert", "restart")
+    assert config.actions["straggler"] == ("evidence", "alert", "restart")
 
 
 def test_kimi_unit_facts_engine_tp_and_eagle3() -> None:

@@ -192,3 +192,16 @@ def test_every_crash_cause_has_a_remedy_in_every_phase_with_no_fact_known(engine
     missing = [(cause.id, phase) for cause in profile.causes for phase in PHASE_NAMES
                if choose(profile.remedies, "crashed", cause.id, phase, {"rank": "TP3", "phase": phase}) is None]
     assert not missing, f"{engine}: no remedy without facts for {missing}"
+
+
+def test_a_remedy_names_the_evidence_that_exists_or_what_to_run() -> None:
+    """Issue 36: "the evidence file" is named by its path when evidence was written, else replaced by
+    what to run to get the same facts; a text without it is left alone."""
+    from phasewatch.stages.s4_judge.remedies import naming_evidence
+
+    text = "TP3 makes no progress in cuda_graph_capture: its stack in the evidence file shows where it waits"
+    path = "/var/lib/phasewatch/evidence/sglang-kimi.service-0123-stalled.txt"
+    assert naming_evidence(text, path) == text.replace("the evidence file", path)
+    without = naming_evidence(text, None)
+    assert "evidence file" not in without and "py-spy dump --pid" in without
+    assert naming_evidence("raise --mem-fraction-static", None) == "raise --mem-fraction-static"

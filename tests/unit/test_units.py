@@ -43,9 +43,11 @@ def test_daemon_unit_restarts_but_never_retries_a_config_error() -> None:
     assert settings["User"] == ["phasewatch"]
     assert "DynamicUser" not in settings
     assert settings["ExecStart"] == ["/usr/local/bin/phasewatch run --config /etc/phasewatch/%i.yaml --instance %i"]
-    # Back after any end but a config error (a clean exit included); `systemctl reload` is SIGHUP.
+    # Back after any end but a config error (a clean exit included); `systemctl reload` checks the
+    # config the daemon will read, as it will read it, then sends SIGHUP.
     assert settings["Restart"] == ["always"]
-    assert settings["ExecReload"] == ["/bin/kill -HUP $MAINPID"]
+    assert settings["ExecReload"] == ["/usr/local/bin/phasewatch check-config --instance %i /etc/phasewatch/%i.yaml",
+                                      "/bin/kill -HUP $MAINPID"]
     # It must see other users' /proc/<pid>/cmdline.
     assert settings.get("ProtectProc", ["default"]) == ["default"]
     assert "ProcSubset" not in settings

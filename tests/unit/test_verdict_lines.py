@@ -75,7 +75,7 @@ def test_replay_table_groups_and_json_keeps_every_verdict(all_ranks_hang: Path,
         f"  stalled: {UNIT}: TP0–TP7 stalled in weight_load for 2h (limit 45m)",
         # one remedy line for the eight alike (stages/s4_judge/remedies.py), not eight, wrapped within 100 columns
         "  remedy: TP0 makes no progress loading weights (model moonshotai/Kimi-K2.5): check the storage it",
-        "      reads and the page cache; the evidence file has its stack"]
+        "      reads and the page cache; `py-spy dump --pid <the rank's PID>` has its stack"]
     assert main(["replay", str(all_ranks_hang), "--now", "+2h", "--json"]) == 0
     [inv] = json.loads(capsys.readouterr().out)["invocations"]
     assert sorted(v["rank"] for v in inv["verdicts"]) == [f"TP{i}" for i in range(8)]
@@ -94,3 +94,11 @@ def test_status_groups_the_verdict_lines_but_keeps_each_ranks_verdict_column() -
     assert table.count("stalled (deadline)") == 8  # the per-rank column
     assert [line for line in table.splitlines() if line.startswith("  stalled:")] == [
         f"  stalled: {UNIT}: TP0–TP7 stalled in weight_load for 25m (limit 20m)"]
+
+
+def test_a_zero_duration_in_a_message_is_grouped_not_an_error() -> None:
+    """Issue 36 (found by the e2e): `replay --unit` of a stall whose message says "0s" exited 64."""
+    from phasewatch.stages.s5_act.verdict_lines import VerdictLine, grouped
+
+    lines = list(grouped(VerdictLine("stalled", f"TP{n}", f"TP{n} silent for 0s in weight_load") for n in range(2)))
+    assert lines and all("0s" in line for line in lines)

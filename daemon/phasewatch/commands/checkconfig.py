@@ -38,7 +38,7 @@ from ..errors import (
     UnitError,
     UsageError,
 )
-from ..instances import watched_unit
+from ..instances import instance_config, watched_unit
 from ..records import Phase
 from ..render import json_text, terminal_safe
 from ..sources.alert_receiver import read_token
@@ -112,8 +112,11 @@ def check_instance(config: Config, instance: str | None, path: str) -> None:
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
+    if args.instance is not None:  # as `phasewatch run --instance` reads it (the unit's ExecReload=)
+        args.config = instance_config(args.config)
     try:
         config = load_config(args.config)
+        check_instance(config, args.instance, args.config)
         check_on_host(args.config, config)
     except ConfigError as exc:
         errors = _every_error(args.config, exc)
@@ -241,4 +244,6 @@ def add_parser(sub: Any) -> None:
     check.add_argument("--unit", help="also check the unit's engine and systemd timers against the limits "
                                       "(TimeoutStartSec= and Environment= over D-Bus, server_args from the journal)")
     check.add_argument("--state-dir", help="where the history is (default $STATE_DIRECTORY or /var/lib/phasewatch)")
+    check.add_argument("--instance", help="check it as phasewatch@INSTANCE reads it (the other spelling of the "
+                       "file's name too; its unit: must be INSTANCE): what `systemctl reload` runs first")
     check.set_defaults(func=cmd_check_config)

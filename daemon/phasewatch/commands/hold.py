@@ -7,6 +7,7 @@ each decision: no socket, no new privilege; whoever may write the state director
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import re
 import time
@@ -14,11 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from ..durations import format_duration, parse_duration
-from ..errors import EX_OK, UsageError
+from ..errors import EX_OK, NoSuchUnit, UsageError
 from ..instances import config_names, watched_unit
 from ..sinks.hold import HoldFile
 from ..sources.current import CONFIG_DIRS
 from ..stages.s5_act.respond import Hold
+from .target import configured_units
 
 UNIT_NAME = re.compile(r"[\w:.@\\-]+\.(?:service|scope)")  # as a config's `unit:`
 
@@ -37,8 +39,13 @@ def known_unit(args: argparse.Namespace) -> str:
     configs = [Path(directory) / name for directory in CONFIG_DIRS for name in config_names(unit)]
     files = [state / f"{unit}.{kind}.json" for kind in ("state", "status", "hold")]
     if not any(path.exists() for path in (*configs, *files)):
-        raise UsageError(f"{unit}: no phasewatch config ({configs[0]}) and no state in {state} name it: is "
-                         "the name right? (phasewatch status UNIT shows what phasewatch watches)")
+        watched = sorted({*configured_units(), *(p.name.split(".service.")[0] + ".service"
+                                                 for p in state.glob("*.service.*.json"))} - {unit})
+        close = difflib.get_close_matches(unit, watched, n=5, cutoff=0.5) or watched[:5]
+        error = NoSuchUnit(f"{unit}: no phasewatch config ({configs[0]}) and no state in {state} name it")
+        error.hint = (f"is the name right? units phasewatch watches: {', '.join(close[:3])}" if close
+                      else "is the name right? (phasewatch status UNIT shows what phasewatch watches)")
+        raise error
     return unit
 
 

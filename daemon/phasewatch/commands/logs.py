@@ -32,11 +32,13 @@ from ..errors import NoSuchUnit, UsageError
 from ..pipeline import Pipeline
 from ..records import MAIN, PHASE_NAMES, EventKind, JournalRecord, Line, LineKind
 from ..render import clock_text, current_phase, terminal_safe
-from ..sources.current import StartPoint, find_start, journal_start, resolve_config, unit_name, wait_for_journal, warn
+from ..sources.access import unknown_unit
+from ..sources.current import StartPoint, find_start, journal_start, wait_for_journal
 from ..sources.follow import JournalFollower
 from ..stages.s1_read.lines import decode, strip_ansi
 from ..stages.s2_interpret.events import is_lifecycle_record
 from ..stages.s3_track.snapshot import InvocationView
+from .target import resolve
 
 RANK_WIDTH = 7  # "systemd", "DP0 TP3"
 PHASE_WIDTH = max(len(p) for p in PHASE_NAMES)
@@ -311,8 +313,8 @@ def _terminate(signum: int, frame: object) -> None:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    unit = unit_name(args.unit)
-    config = resolve_config(unit, args.config, warn)
+    config = resolve(args.unit, args.config, directory=args.directory).config
+    unit = config.unit
     keep = LineFilter(normal_rank(args.rank) if args.rank else None, args.phase)
     if args.phase is not None and args.phase not in PHASE_NAMES:
         raise UsageError(f"--phase: expected one of {', '.join(PHASE_NAMES)}, got {args.phase!r}")
@@ -326,9 +328,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
         else:
             start = find_start(unit, args.directory)
     except NoSuchUnit:
-        print(f"phasewatch: {unit}: no such unit (systemd does not know it, and the journal has nothing of it)",
-              file=sys.stderr)
-        return 3
+        raise unknown_unit(unit) from None
     follower = JournalFollower(unit, args.directory)
     signal.signal(signal.SIGTERM, _terminate)
     try:

@@ -27,6 +27,7 @@ from ..sources.journal_source import UnitRecords
 from ..sources.pastes import unit_named
 from ..stages.s2_interpret.ruletally import RuleTally
 from .logs import parse_since
+from .target import resolve
 
 
 def _parse_when(text: str, last_line: float | None) -> float:
@@ -119,15 +120,16 @@ CLOCK_TIME = re.compile(r"\d\d:\d\d:\d\d")  # what every log line's prefix has, 
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    config = load_config(args.config) if args.config else Config(unit=args.unit or Config.unit)
-    if args.unit and not args.config:
-        config = Config(unit=args.unit)
+    # --unit: the unit and its config as every command reads them (commands/target.py); a file: --config
+    target = resolve(args.unit, args.config, directory=args.directory) if args.unit else None
+    config = target.config if target else load_config(args.config) if args.config else Config()
+    config_file = target.config_file if target else args.config
     warnings: list[str] = []
     records: Iterable[JournalRecord]
     unit_records: UnitRecords | None = None
     since = parse_since(args.since, time.time()) if args.since else None  # as logs reads it: ISO or 30m ago
     if args.unit:
-        records = unit_records = UnitRecords(args.unit, args.directory, since)  # streamed: memory does not grow
+        records = unit_records = UnitRecords(config.unit, args.directory, since)  # streamed: memory does not grow
     else:
         records, warnings = _records_from_file(args.source)
         if since is not None:
@@ -138,12 +140,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
     for warning in warnings:
         print(f"phasewatch: warning: {terminal_safe(warning)}", file=sys.stderr)
     records = clamped = TimeClamp(records)
-    if not args.config and not args.unit:
+    if not config_file and not args.unit:
         named = unit_named(records)
         config = Config(unit=named) if named else config
     if args.engine:
         config = replace(config, engine=args.engine, profile=None)
-    elif not args.config:
+    elif not config_file:
         config = replace(config, engine=detect_engine(_messages(records)))  # the log's own lines say
     # A saved log is complete: no line naming a crash's cause is still to come.
     config = replace(config, crash_cause_wait=0.0)
@@ -175,7 +177,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
                          "(phasewatch replay --rules FILE shows what each rule matched)", args.source)
     if unit_records is not None and unit_records.rejected:
         counts = ", ".join(f"{count} {reason}" for reason, count in sorted(unit_records.rejected.items()))
-        print(f"phasewatch: warning: ignored entries that claim {terminal_safe(args.unit)} without journald's "
+        print(f"phasewatch: warning: ignored entries that claim {terminal_safe(config.unit)} without journald's "
               "trusted fields "
               f"({counts}); see the threat model in docs/operations.md", file=sys.stderr)
     clamped.saw(ts for inv in snapshot.invocations for ts in (inv.started_at, inv.last_ts))

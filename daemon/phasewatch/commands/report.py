@@ -16,15 +16,14 @@ from html import escape
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..config import load_config
 from ..durations import format_duration
 from ..errors import EX_OK, HistoryUnreadable, NoHistory, NoPermission, UsageError
-from ..instances import watched_unit
 from ..records import PHASE_NAMES
 from ..render import PHASE_SHORT, terminal_safe
 from ..sinks.history import History, StartupRecord
 from ..stages.s1_read.timestamps import is_dated
 from ..stages.s5_act.verdict_lines import rank_ranges
+from .target import resolve
 
 COLOURS = {
     "launch": "#c7c7c7", "dist_init": "#9467bd", "weight_load": "#1f77b4", "kv_cache_alloc": "#17becf",
@@ -126,16 +125,46 @@ def _legend(names: Sequence[str]) -> list[str]:
     return [*lines, line.rstrip(",")] if pairs else []
 
 
+def stuck_in(record: StartupRecord) -> tuple[str, str, float] | None:
+    """The phase that was the reason for the row: (phase, rank, seconds) of a verdict's rank that was
+    still in the verdict's phase when the start-up ended, timed to that end (the ranks that finished
+    the phase do not say how long it lasted)."""
+    for _, rank, phase, _ in record.verdicts:
+        for name, start, end in record.spans.get(rank or "", []):
+            if rank and name == phase and start is not None and end is None:
+                return phase, rank, max(record.ended_at - start, 0.0)
+    return None
+
+
+def _phase_cell(record: StartupRecord, name: str, stuck: tuple[str, str, float] | None) -> str:
+    if stuck is not None and stuck[0] == name:
+        return format_duration(stuck[2]) + "+"
+    return format_duration(p.duration) if (p := record.phase(name)) else "-"
+
+
+def _slowest(record: StartupRecord, stuck: tuple[str, str, float] | None) -> str:
+    return stuck[1] if stuck is not None else slowest_rank(record) or "-"
+
+
+def _longest(record: StartupRecord, stuck: tuple[str, str, float] | None) -> str:
+    if stuck is not None:
+        return f"{stuck[0]} {format_duration(stuck[2])}+ ({stuck[1]})"
+    p = max(record.phases, key=lambda p: p.duration, default=None)
+    return f"{p.phase} {format_duration(p.duration)}" if p else "-"
+
+
 def to_table(records: Sequence[StartupRecord], wide: bool = False) -> str:
     """One row per start-up with each phase's wall time. Default: short phase names and a legend,
     within 100 columns; when even that is wider, one line per start-up with its slowest phase.
     `wide`: every phase under its full name, however wide."""
     if not records:
         return "no start-ups recorded yet\n"
-    phases = [p for p in PHASE_NAMES if any(r.phase(p) for r in records) and p not in ("ready", "serving")]
+    stuck = {r.invocation_id: stuck_in(r) for r in records}
+    phases = [p for p in PHASE_NAMES if any(r.phase(p) or (stuck[r.invocation_id] or ("",))[0] == p for r in records)
+              and p not in ("ready", "serving")]
     head = ["STARTED (UTC)", "TOOK", "OUTCOME", "SLOWEST"]
-    rows = [[_when(r.started_at), format_duration(r.duration), _outcome(r), slowest_rank(r) or "-",
-             *(format_duration(p.duration) if (p := r.phase(name)) else "-" for name in phases)] for r in records]
+    rows = [[_when(r.started_at), format_duration(r.duration), _outcome(r), _slowest(r, stuck[r.invocation_id]),
+             *(_phase_cell(r, name, stuck[r.invocation_id]) for name in phases)] for r in records]
     if wide:
         return "".join(line.rstrip() + "\n" for line in _grid([[*head, *phases], *rows]))
     short = [[_when(r.started_at)[5:16], *row[1:]] for r, row in zip(records, rows, strict=True)]
@@ -144,11 +173,12 @@ def to_table(records: Sequence[StartupRecord], wide: bool = False) -> str:
         _grid([[SHORT.get(p, p) for p in phases], *(row[4:] for row in short)], gap=" "), strict=True)]
     if max(len(line) for line in compact) <= FITS:
         return "\n".join([*compact, "", "SLOW: the rank that finished last; " + "durations: each phase's wall time",
+                          *(["'+': the verdict's rank (SLOW) was still in that phase when the start-up ended"]
+                            if any(stuck.values()) else []),
                           *_legend(phases)]) + "\n"
-    longest = [max(r.phases, key=lambda p: p.duration, default=None) for r in records]
+    longest = [_longest(r, stuck[r.invocation_id]) for r in records]
     lines = [line.rstrip() for line in _grid([[*head, "LONGEST PHASE"], *(
-        [*row[:4], f"{p.phase} {format_duration(p.duration)}" if p else "-"] for row, p in zip(rows, longest,
-                                                                                               strict=True))])]
+        [*row[:4], text] for row, text in zip(rows, longest, strict=True))])]
     return "\n".join([*lines, "", "every phase: phasewatch report --wide"]) + "\n"
 
 
@@ -264,10 +294,9 @@ def to_svg(records: Sequence[StartupRecord], title: str) -> str:
 # -- the command ------------------------------------------------------------------------------------
 
 def cmd_report(args: argparse.Namespace) -> int:
-    config = load_config(args.config) if args.config else None
-    unit = watched_unit(args.unit) if args.unit else (config.unit if config is not None else None)
-    if unit is None:
-        raise UsageError("report needs a UNIT (or --config naming one)")
+    if args.last < 1:
+        raise UsageError(f"--last: expected 1 or more start-ups, got {args.last}")
+    unit = resolve(args.unit, args.config, known=None).unit  # (a typo: no history, the units with one)
     state_dir = Path(args.state_dir or os.environ.get("STATE_DIRECTORY", "").split(":")[0] or "/var/lib/phasewatch")
     path = state_dir / f"{unit}.history.sqlite3"
     if state_dir.is_dir() and not os.access(state_dir, os.R_OK | os.X_OK):

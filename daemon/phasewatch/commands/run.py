@@ -8,21 +8,11 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ..config import Config, load_config
 from ..errors import EX_OK, ConfigError
-from ..instances import other_spelling
-
-
-def instance_config(path: str, exists: Callable[[str], bool] = os.path.exists) -> str:
-    """The unit file passes /etc/phasewatch/%i.yaml: `sglang-kimi.yaml` for the instance
-    phasewatch@sglang-kimi.service, `sglang-kimi.service.yaml` for the older long form. Whichever
-    spelling is missing, the other one is read (an install of either kind keeps working)."""
-    if exists(path):
-        return path
-    other = other_spelling(path)
-    return other if other is not None and exists(other) else path
+from ..instances import instance_config
 
 
 def cmd_run(args: argparse.Namespace) -> int:

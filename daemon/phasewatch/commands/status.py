@@ -40,12 +40,14 @@ from ..instances import watcher_names, watcher_of
 from ..records import FAILING, MAIN
 from ..render import clock_text, json_text, status_document, terminal_safe
 from ..sources.access import preflight
-from ..sources.current import CurrentStartup, StartPoint, find_start, resolve_config, unit_name, unit_timers, warn
+from ..sources.current import CurrentStartup, StartPoint, find_start, unit_timers
 from ..sources.follow import JournalFollower
+from ..stages.s4_judge.remedies import naming_evidence
 from ..stages.s4_judge.timerlint import UnitTimers, lint
 from ..stages.s5_act.verdict_lines import VerdictLine, grouped
 from .daemon_answer import TOTAL_DEADLINE, check_owner, get
 from .status_line import oneline
+from .target import resolve
 
 EXIT_FAILING, EXIT_UNKNOWN = EXIT_WILL_NOT_BE_READY, EXIT_UNKNOWN_UNIT
 FAILING_VERDICTS = FAILING
@@ -59,8 +61,6 @@ def status_url(listen: str) -> str:
     host, _, port = listen.rpartition(":")
     host = {"0.0.0.0": "127.0.0.1", "[::]": "[::1]", "": "127.0.0.1"}.get(host, host)
     return f"http://{host}:{port}/status"
-
-
 
 
 def daemon_invocation(unit: str) -> str | None:
@@ -309,7 +309,8 @@ def render_table(document: dict[str, Any], listen: str | None = None) -> str:
             VerdictLine(str(v.get("kind")), v.get("rank") if isinstance(v.get("rank"), str) else None,
                         str(v.get("message"))) for v in verdicts))
         remedies = [r.get("text") for v in verdicts if isinstance(r := v.get("remedy"), dict)]
-        out.extend(f"  remedy: {text}" for text in dict.fromkeys(t for t in remedies if isinstance(t, str)))
+        texts = dict.fromkeys(t for t in remedies if isinstance(t, str))
+        out.extend(f"  remedy: {naming_evidence(t, document.get('evidence'))}" for t in texts)
     warnings = document.get("timer_warnings")
     if isinstance(warnings, list) and warnings:
         out.append("timer warnings (an engine or systemd timer ends a phase before phasewatch's limit):")
@@ -402,8 +403,7 @@ def _terminate(signum: int, frame: object) -> None:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    unit = unit_name(args.unit) if args.unit else None
-    config = resolve_config(unit, args.config, warn)
+    config = resolve(args.unit, args.config, directory=args.directory).config
     if sum((args.json, args.watch, args.oneline)) > 1:
         raise UsageError("--json, --oneline and --watch do not go together")
     source = StatusSource(config, args.directory)

@@ -35,7 +35,6 @@ from ..errors import (
     EXIT_INTERRUPTED,
     EXIT_READY,
     EXIT_STARTING,
-    EXIT_UNKNOWN_UNIT,
     EXIT_WILL_NOT_BE_READY,
     NoSuchUnit,
     UsageError,
@@ -43,10 +42,12 @@ from ..errors import (
 from ..ranks import rank_sort_key
 from ..records import FAILED_STARTUP, MAIN, UNIT_PHASES, Phase
 from ..render import current_phase, json_text
-from ..sources.current import CurrentStartup, find_start, resolve_config, unit_name, warn
+from ..sources.access import unknown_unit
+from ..sources.current import CurrentStartup, find_start
 from ..sources.follow import JournalFollower
 from ..stages.s3_track.snapshot import UP_STATES, InvocationView, Transition, UnitState
 from ..stages.s4_judge import policy
+from .target import resolve
 
 ENDING_VERDICTS = FAILED_STARTUP
 SETTLE = 2.0  # ranks that enter a phase within this long of the first one are reported together
@@ -176,11 +177,11 @@ class ReadyWaiter:
             self.say(line)
         judgement = self.startup.judgement(now)
         verdicts = list(judgement.verdicts) if judgement is not None else []
+        ready_at = next((s.start for r in inv.ranks for s in r.spans if s.phase is Phase.READY), None)
+        after = f", {format_duration(ready_at - inv.started_at)} after its start" \
+            if ready_at is not None and inv.started_at is not None else ""
         if inv.state in UP_STATES:
             self._flush(inv, now)
-            ready_at = next((s.start for r in inv.ranks for s in r.spans if s.phase is Phase.READY), None)
-            after = f", {format_duration(ready_at - inv.started_at)} after its start" \
-                if ready_at is not None and inv.started_at is not None else ""
             self.say(f"phasewatch: {unit} is ready{after}")
             return EXIT_READY
         ending = [v for v in verdicts if v.kind in ENDING_VERDICTS]
@@ -193,6 +194,12 @@ class ReadyWaiter:
             self._flush(inv, now)
             how = {UnitState.FAILED: f"failed ({inv.unit_result or 'failed'})"}.get(
                 inv.state, f"was stopped ({inv.stop_job or 'stop'} job)")
+            if ready_at is not None:  # what happened: it was ready, and is no longer
+                end = inv.ended_at
+                later = f" {format_duration(end - ready_at)} later" if end is not None else ""
+                self.say(f"phasewatch: {unit} was ready{after}, then {how.removeprefix('was ')}{later}: "
+                         "not serving now")
+                return EXIT_WILL_NOT_BE_READY
             self.say(f"phasewatch: {unit} {how} in {current_phase(inv) or 'launch'} before it was ready")
             return EXIT_WILL_NOT_BE_READY
         if not self.warned_lost and any(v.kind == "lines_lost" for v in verdicts):
@@ -212,7 +219,7 @@ class ReadyWaiter:
         phase = current_phase(inv) or "launch"
         in_phase = [r for r in inv.ranks if r.phase.value == phase]
         starts = [r.phase_start for r in in_phase if r.phase_start is not None]
-        spent = f" for {format_duration(now - min(starts))}" if starts else ""
+        spent = f" for {format_duration(inv.as_of(now) - min(starts))}" if starts else ""
         return f"{rank_list([r.rank for r in in_phase])} in {phase}{spent}"
 
 
@@ -227,8 +234,8 @@ def answer_document(waiter: ReadyWaiter, code: int) -> dict[str, Any]:
 
 
 def cmd_wait_ready(args: argparse.Namespace) -> int:
-    unit = unit_name(args.unit)
-    config = resolve_config(unit, args.config, warn)
+    config = resolve(args.unit, args.config, directory=args.directory).config
+    unit = config.unit
     try:
         timeout = parse_duration(args.timeout) if args.timeout else None
     except ValueError as exc:
@@ -236,9 +243,7 @@ def cmd_wait_ready(args: argparse.Namespace) -> int:
     try:
         start = find_start(unit, args.directory)
     except NoSuchUnit:
-        print(f"phasewatch: {unit}: no such unit (systemd does not know it, and the journal has nothing of it)",
-              file=sys.stderr)
-        return EXIT_UNKNOWN_UNIT
+        raise unknown_unit(unit) from None
     follower = JournalFollower(unit, args.directory)
     try:
         # Inside the unit (ExecStartPost=), this process's own output is in the unit's journal too.

@@ -27,6 +27,7 @@ from typing import Callable, Protocol
 
 from ..errors import UnitError
 from ..stages.s3_track.snapshot import InvocationView
+from ..stages.s4_judge.remedies import naming_evidence
 from ..stages.s5_act.respond import Action
 from ..systemd_unit import UnitFacts
 from .actions import stderr_is_journal
@@ -104,6 +105,8 @@ class ActionRunner:
             action = original
             if path is not None and job.inv is not None and action.invocation_id == job.inv.invocation_id:
                 action = replace(action, evidence=path)
+            action = replace(action, message=naming_evidence(action.message, action.evidence),
+                             remedy=naming_evidence(action.remedy, action.evidence) if action.remedy else None)
             if action.kind == "hook":
                 once = (action.hook, action.invocation_id, action.verdict_kind)
                 run_hook = self.run_hook

@@ -52,6 +52,7 @@ class SystemdStatus:
         self.last_status: dict[str, object] = {}
         self.last_sent = ""  # the last STATUS= line: sent again only when it changed or with a ping
         self.status_unwritable = False
+        self.refused_reload: str | None = None  # the error of the last reload refused, until one succeeds
 
     def next_deadline(self) -> float | None:
         return None if self.watchdog_interval is None else self.last_watchdog + self.watchdog_interval / 2
@@ -64,6 +65,8 @@ class SystemdStatus:
         behind = journal.get("behind_seconds") if isinstance(journal, Mapping) else None
         if isinstance(behind, (int, float)) and behind > BEHIND_SHOWN:
             parts[0] += f" (reading {format_duration(behind)} behind the journal)"
+        if self.refused_reload is not None:
+            parts[0] += f" (reload refused, the old config stays in force: {self.refused_reload})"
         self._write_status(result)
         deadline = self.next_deadline()
         ping = deadline is not None and monotonic >= deadline

@@ -102,9 +102,11 @@ def _text(value: object) -> str:
 
 def unknown_unit(unit: str) -> NoSuchUnit:
     names = known_units(unit)
-    hint = (f"units it knows like it: {', '.join(names)}" if names
+    hint = (f"units it knows like it: {', '.join(names[:3])}" if names
             else "`systemctl list-units --type=service` lists the units")
-    return NoSuchUnit(f"{unit}: no such unit: systemd does not know it and the journal has nothing of it; {hint}")
+    error = NoSuchUnit(f"{unit}: no such unit (not known to systemd, nothing of it in the journal)")
+    error.hint = hint  # (on a line of its own: each within 100 columns)
+    return error
 
 
 def _load_state(unit: str) -> str | None:

@@ -167,6 +167,19 @@ class InvocationView:
     def rank(self, label: str) -> RankView | None:
         return self._by_label.get(label)
 
+    @property
+    def ended_at(self) -> float | None:
+        """When this start-up ended (systemd began stopping it, or it failed); None while it lives.
+        Its durations are frozen there: a phase a rank was stuck in did not go on after the stop."""
+        if self.state not in ENDED_STATES:
+            return None
+        return self.stopped_at if self.stopped_at is not None else self.last_ts
+
+    def as_of(self, now: float) -> float:
+        """The time its durations are measured at: `now`, or its end when it ended before."""
+        end = self.ended_at
+        return now if end is None else min(now, end)
+
     @cached_property
     def _by_label(self) -> dict[str, RankView]:
         by_label: dict[str, RankView] = {}

@@ -289,6 +289,9 @@ def render_config(command: UnitCommand, facts: EngineFacts) -> str:
     lines += _lint_lines(command, facts, "\n".join(lines), {phase.value for phase in limits})
     lines += ["# What to do about each verdict, and how often phasewatch may restart the unit.",
               "restart_budget: {max: 3, window: 6h, backoff: 5m}",
+              "# evidence: the stuck rank's stacks (py-spy) and state, written before the restart; the alert",
+              "# and every remedy name the file.",
+              "actions: {stalled: [evidence, alert, restart], straggler: [evidence, alert, restart]}",
               "dry_run: false              # true: log what would be done, do nothing",
               'metrics: {listen: "127.0.0.1:9877"}', ""]
     return "\n".join(one_line(line) for line in lines)
@@ -300,7 +303,7 @@ def intended_keys(facts: EngineFacts, command: UnitCommand) -> dict[str, object]
     phases = sorted({phase.value for phase in limits_for(facts, command.last_startup, command.environment)}
                     | {"ready", "serving"})
     keys: dict[str, object] = {"unit": command.unit, "engine": facts.engine, "phases": phases,
-                               "restart_budget": None, "dry_run": None, "metrics": None}
+                               "restart_budget": None, "actions": None, "dry_run": None, "metrics": None}
     if facts.ranks > 1:
         keys["rank_skew"] = None
     return keys

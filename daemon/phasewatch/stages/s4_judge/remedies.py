@@ -154,6 +154,19 @@ def choose(table: Sequence[RemedyRule], kind: str, cause: str | None, phase: str
     return Remedy(rule.id, text, {name: facts[f"arg.{name}"] for name in rule.arguments})
 
 
+EVIDENCE_FILE = "the evidence file"  # what the profiles' remedies call the stacks evidence captures
+
+
+def naming_evidence(text: str, path: str | None) -> str:
+    """A remedy or alert text with "the evidence file" named: its path when one was written; else
+    what to run for the same facts (the rank's stack, by py-spy, as evidence takes it)."""
+    if EVIDENCE_FILE not in text:
+        return text
+    if path is not None:
+        return text.replace(EVIDENCE_FILE, path)
+    return text.replace(EVIDENCE_FILE, "`py-spy dump --pid <the rank's PID>`")
+
+
 def remedy_for(kind: str, cause: str | None, phase: str | None, rank: str | None, inv: InvocationView,
                table: Sequence[RemedyRule], unit: UnitSettings = NO_UNIT) -> Remedy | None:
     """The remedy for a verdict (its kind, cause, phase, rank) of `inv`, or None."""

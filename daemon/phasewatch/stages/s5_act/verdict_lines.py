@@ -38,8 +38,16 @@ def _template(line: VerdictLine) -> tuple[str, list[float]] | None:
     marked, found = re.subn(rf"(?<!\w){re.escape(line.rank)}(?!\w)", RANK_SLOT, line.message, count=1)
     if not found:
         return None
-    durations = [parse_duration(m.group()) or 0.0 for m in _DURATION_RE.finditer(marked)]
+    durations = [_seconds(m.group()) for m in _DURATION_RE.finditer(marked)]
     return _DURATION_RE.sub("\x01", marked), durations
+
+
+def _seconds(text: str) -> float:
+    """A duration in a message; "0s" (a rank silent for under a second) is none, not a bad limit."""
+    try:
+        return parse_duration(text) or 0.0
+    except ValueError:
+        return 0.0
 
 
 def rank_ranges(labels: list[str]) -> str:
