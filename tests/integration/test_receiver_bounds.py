@@ -79,7 +79,8 @@ def post(address: tuple[str, int], body: bytes, token: str | None = TOKEN) -> in
         with urllib.request.urlopen(request, timeout=10) as answer:
             return int(answer.status)
     except urllib.error.HTTPError as exc:
-        return int(exc.code)
+        with exc:  # (its response holds the socket: closed now, not when the collector finds it)
+            return int(exc.code)
 
 
 def spec(tmp_path: Path, listen: str = "127.0.0.1:0") -> GroupReceiver:
