@@ -44,6 +44,9 @@ class GpuThresholds:
     # A rank using this much of a core while its GPU shows at most this SM util: host work (vitals.host_work).
     host_cpu_share: float = 0.9
     idle_sm_util: float = 2.0
+    # ... and only while it touched the system (a fault, a read, a read/write call) within this many
+    # seconds: an in-process compile was seen quiet 5 s at most, a spinning loop is quiet for good.
+    host_quiet: float = 6.0
 
 
 DEFAULT_THRESHOLDS = GpuThresholds()
