@@ -10,8 +10,7 @@ import pytest
 
 from phasewatch.stages.s4_judge import vitals_trace
 from phasewatch.stages.s4_judge.gpu_vitals import GpuBaseline, GpuInfo, GpuReading, judge
-from phasewatch.stages.s4_judge.vitals import (ProcessSample, RankVitals, Sample, Vitals, compare, host_work,
-                                               with_gpus)
+from phasewatch.stages.s4_judge.vitals import ProcessSample, RankVitals, Sample, Vitals, compare, host_work, with_gpus
 
 TRACES = Path(__file__).resolve().parents[1] / "golden" / "gpu-traces"
 H200 = GpuInfo(0, "H200", 700_000)

@@ -16,8 +16,8 @@ HANG_SECONDS = 35
 NAMES = {"weight-load": "weight-load-safetensors", "capture-small": "cuda-graph-capture-small",
          "decode-small": "warmup-decode-batch1", "jit-nvrtc": "jit-cupy-nvrtc", "torch-compile": "torch-compile-inductor",
          "wait-kernel": "hang-wait-kernel-after-work", "python-hang": "hang-python-lock",
-         "host-poll-wait": "hang-poll-host-memory", "python-spin": "hang-python-spin", "launch-bound": "launch-bound-capture",
-         "slow-load": "weight-load-slow-storage", "host-warmup": "warmup-host-heavy"}
+         "host-poll-wait": "hang-poll-host-memory", "python-spin": "hang-python-spin",
+         "launch-bound": "launch-bound-capture", "slow-load": "weight-load-slow-storage", "host-warmup": "warmup-host-heavy"}
 SECONDS = {m: float(os.environ.get("WORKLOAD_SECONDS_" + m.replace("-", "_").upper(), 35)) for m in NAMES}
 
 
@@ -27,7 +27,8 @@ def run(mode: str, out: str) -> None:
         os.unlink(marks)
     trace = os.path.join(out, NAMES[mode] + ".jsonl")
     work = subprocess.Popen([sys.executable, os.path.join(HERE, "workloads.py"), mode, "--marks", marks,
-                             "--dir", "/tmp", "--seconds", str(SECONDS[mode])], stdout=subprocess.DEVNULL, stderr=open(f"/tmp/{mode}.err", "w"))
+                             "--dir", "/tmp", "--seconds", str(SECONDS[mode])],
+                            stdout=subprocess.DEVNULL, stderr=open(f"/tmp/{mode}.err", "w"))
     rec = subprocess.Popen([sys.executable, "-m", "phasewatch", "vitals", "record", "--pid", str(work.pid),
                             "--rank", f"TP0={work.pid}", "--out", trace, "--note", f"workloads.py {mode}"],
                            stderr=open(f"/tmp/rec-{mode}.err", "w"))

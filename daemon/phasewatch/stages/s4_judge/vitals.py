@@ -342,7 +342,9 @@ def _status_text(rank: RankVitals, since: float | None, now: float) -> str:
     if gpu is None or gpu.state != "waiting" or rank.alive or since is None:
         return rank.text()
     power = f"{gpu.power_w:.0f} W" if gpu.power_w is not None else "power"
-    return f"GPU waiting {format_duration(max(now - since, 0.0))}, {power} flat: a kernel waits, likely a collective"
+    polls = ", polling host memory" if gpu.polling else ""
+    return (f"GPU waiting {format_duration(max(now - since, 0.0))}, {power} flat{polls}: a kernel waits, "
+            "likely a collective")
 
 
 def gpu_document(gpu: GpuPeriod | None) -> dict[str, Any] | None:
@@ -351,7 +353,7 @@ def gpu_document(gpu: GpuPeriod | None) -> dict[str, Any] | None:
     return {"index": gpu.index, "state": gpu.state, "text": gpu.text(), "power_watts": _round(gpu.power_w),
             "power_swing_watts": _round(gpu.power_swing_w), "power_limit_watts": _round(gpu.limit_w),
             "floor_watts": _round(gpu.floor_w), "pcie_mb_per_second": _round(gpu.pcie_mbps),
-            "sm_util": _round(gpu.sm_util), "memory_bytes": gpu.memory_bytes}
+            "sm_util": _round(gpu.sm_util), "memory_bytes": gpu.memory_bytes, "polling": gpu.polling}
 
 
 def _round(value: float | None) -> float | None:
