@@ -17,7 +17,8 @@ NAMES = {"weight-load": "weight-load-safetensors", "capture-small": "cuda-graph-
          "decode-small": "warmup-decode-batch1", "jit-nvrtc": "jit-cupy-nvrtc", "torch-compile": "torch-compile-inductor",
          "wait-kernel": "hang-wait-kernel-after-work", "python-hang": "hang-python-lock",
          "host-poll-wait": "hang-poll-host-memory", "python-spin": "hang-python-spin",
-         "launch-bound": "launch-bound-capture", "slow-load": "weight-load-slow-storage", "host-warmup": "warmup-host-heavy"}
+         "launch-bound": "launch-bound-capture", "slow-load": "weight-load-slow-storage",
+         "host-warmup": "warmup-host-heavy"}
 SECONDS = {m: float(os.environ.get("WORKLOAD_SECONDS_" + m.replace("-", "_").upper(), 35)) for m in NAMES}
 
 
@@ -94,7 +95,8 @@ def summarise(lines: list[str], windows: list[dict], header: dict) -> None:
         power = [x["power_mw"] / 1000 for x in g if x.get("power_mw") is not None]
         pid = header["ranks"].get("TP0")
         rows = [[p for p in x["procs"] if p["pid"] == pid] for x in inside]
-        pairs = [(a[0], b[0], y["t"] - x["t"]) for a, b, x, y in zip(rows, rows[1:], inside, inside[1:]) if a and b]
+        pairs = [(a[0], b[0], y["t"] - x["t"]) for a, b, x, y in zip(rows, rows[1:], inside, inside[1:], strict=False)
+                 if a and b]
 
         def rate(key):
             vals = [((b.get(key) or 0) - (a.get(key) or 0)) / dt for a, b, dt in pairs if dt > 0]
