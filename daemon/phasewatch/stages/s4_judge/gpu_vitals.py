@@ -16,6 +16,9 @@ Every rule is relative to the GPU's own numbers, so an A100 or an MI300 is judge
 Not alive and a kernel resident (SM util >= 80 %) with power flat (within 3 % of the limit): the
 waiting signature; flat, resident and less than 30 % of the limit above the floor is waiting even
 where the level alone would say computing (a spinning kernel draws more on some GPUs than others).
+A waiting kernel that polls a flag in host memory (NCCL's network transport) moves PCIe traffic:
+reads of a few bytes, RX about twice TX, 73-104 MB/s measured; with the waiting signature, balanced
+traffic below 500 MB/s is its polls, not a transfer (`_polls`, docs/phases.md).
 """
 
 from __future__ import annotations
