@@ -6,6 +6,8 @@ GPU. Every rank goes silent early in capture and only sleeps (/proc shows nothin
 capture's compute signature the ranks are alive for 10x the short GPU stall window and the start-up
 reaches ready unjudged; with the waiting signature (a kernel spinning on a flag) they are judged
 stalled within the GPU stall window + a sampling period + 2 s, and the alert names the signature.
+So are ranks whose GPUs run a kernel polling a flag in host memory (as NCCL's network transport
+waits for a peer on another node: steady PCIe traffic both ways, issue 35), after an idle GPU.
 """
 
 from __future__ import annotations
@@ -31,9 +33,10 @@ def at(entry: dict[str, Any]) -> float:
     return int(entry["__REALTIME_TIMESTAMP"]) / 1e6
 
 
-def _fake_nvml(scenario: Scenario, trace: str, window: str) -> None:
+def _fake_nvml(scenario: Scenario, trace: str, window: str, lead: int = 0) -> None:
     scenario.box.write(DROPIN, f"[Service]\nEnvironment=PYTHONPATH={REPO / 'tests' / 'e2e' / 'fake_nvml'}\n"
-                               f"Environment=PHASEWATCH_FAKE_NVML={TRACES / trace}:{window}\n")
+                               f"Environment=PHASEWATCH_FAKE_NVML={TRACES / trace}:{window}\n"
+                               f"Environment=PHASEWATCH_FAKE_NVML_LEAD={lead}\n")
     scenario.box.systemctl("daemon-reload")
 
 
@@ -61,7 +64,19 @@ def test_silent_ranks_whose_gpus_compute_reach_ready_unjudged(scenario: Scenario
 
 
 def test_silent_ranks_whose_gpus_wait_are_stalled_within_the_gpu_stall_window(scenario: Scenario) -> None:
-    _fake_nvml(scenario, "hang-wait-kernel.jsonl", "hang")
+    _assert_stalled_within_the_gpu_window(scenario, "hang-wait-kernel.jsonl", "hang", "no transfers")
+
+
+def test_silent_ranks_whose_gpus_poll_host_memory_are_stalled_within_the_gpu_stall_window(
+        scenario: Scenario) -> None:
+    """The recording's idle GPU first (its quiet PCIe: 1 MB/s), then 75 MB/s of polls, steady, both ways."""
+    _assert_stalled_within_the_gpu_window(scenario, "hang-poll-host-memory.jsonl", "hang_poll_host_few",
+                                          "of polls: a kernel polls host memory", lead=2)
+
+
+def _assert_stalled_within_the_gpu_window(scenario: Scenario, trace: str, window: str, named: str,
+                                          lead: int = 0) -> None:
+    _fake_nvml(scenario, trace, window, lead)
     try:
         scenario.configure(f"--scale 0.01 --silent-capture {SILENT:g}", **CONFIG)
         scenario.start()
@@ -74,6 +89,7 @@ def test_silent_ranks_whose_gpus_wait_are_stalled_within_the_gpu_stall_window(sc
         assert at(first) - began >= GPU_STALL - 0.5
         message = first["MESSAGE"]
         assert "GPU waiting" in message and "flat" in message and "likely a collective" in message, message
+        assert named in message, message
         assert UNIT in message
     finally:
         scenario.box.run("rm", "-f", DROPIN)

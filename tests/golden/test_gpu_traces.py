@@ -49,6 +49,8 @@ def test_the_repo_holds_the_shared_and_the_device_recordings() -> None:
     names = {t.name for t in TRACES}
     assert {"cuda-graph-capture.jsonl", "hang-wait-kernel.jsonl", "torch-compile-autotune.jsonl",
             "weight-load-cold.jsonl", "hang-gloo-allreduce.jsonl", "idle-blocked-recv.jsonl"} <= names
+    assert {"hang-poll-host-memory.jsonl", "hang-python-spin.jsonl", "launch-bound-capture.jsonl",
+            "weight-load-slow-storage.jsonl", "warmup-host-heavy.jsonl"} <= names  # issue 35
 
 
 @pytest.mark.parametrize("period", ["5s", "2s", "10s"])

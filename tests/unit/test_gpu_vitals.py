@@ -10,7 +10,7 @@ import pytest
 
 from phasewatch.stages.s4_judge import vitals_trace
 from phasewatch.stages.s4_judge.gpu_vitals import GpuBaseline, GpuInfo, GpuReading, judge
-from phasewatch.stages.s4_judge.vitals import ProcessSample, RankVitals, Sample, Vitals, host_work, with_gpus
+from phasewatch.stages.s4_judge.vitals import ProcessSample, RankVitals, Sample, Vitals, compare, host_work, with_gpus
 
 TRACES = Path(__file__).resolve().parents[1] / "golden" / "gpu-traces"
 H200 = GpuInfo(0, "H200", 700_000)
@@ -18,8 +18,8 @@ IDLE = GpuBaseline(80_000, 450)
 
 
 def readings(power_w: list[float], sm: float = 0.0, pcie_kbps: float = 500.0, gpu: int = 0,
-             processes: dict[int, int] | None = None) -> list[GpuReading]:
-    return [GpuReading(100.0 + i, gpu, sm, 0.0, w * 1000, pcie_kbps, 0.0, processes or {10: 1 << 30})
+             processes: dict[int, int] | None = None, tx_kbps: float = 0.0) -> list[GpuReading]:
+    return [GpuReading(100.0 + i, gpu, sm, 0.0, w * 1000, pcie_kbps, tx_kbps, processes or {10: 1 << 30})
             for i, w in enumerate(power_w)]
 
 
@@ -121,3 +121,65 @@ def test_a_bad_trace_line_is_named() -> None:
         vitals_trace.parse(['{"format": "phasewatch-vitals-trace/1"}', "{not json"])
     with pytest.raises(vitals_trace.TraceError, match="line 1: not a phasewatch-vitals-trace/1"):
         vitals_trace.parse(['{"format": "other"}'])
+
+
+def test_a_kernel_polling_host_memory_waits_on_the_real_recording() -> None:
+    """Three pollers (8, 132 warps, and one backing off with __nanosleep): 73-104 MB/s of PCIe, RX about
+    twice TX, 126 W flat, SM util 100 %: waiting, the traffic named as polls (issue 35)."""
+    trace = vitals_trace.parse((TRACES / "hang-poll-host-memory.jsonl").read_text().splitlines())
+    periods = vitals_trace.replay(trace, 5.0)
+    for window in (w for w in trace.windows if w.expect == "no_progress"):
+        ranks = [r for p in periods if p.begin >= window.begin + 5 and p.end <= window.end for r in p.vitals.ranks]
+        assert ranks and all(not r.alive and r.gpu is not None and r.gpu.state == "waiting" and r.gpu.polling
+                             for r in ranks), window.name
+        assert all(r.gpu is not None and r.gpu.pcie_mbps is not None and r.gpu.pcie_mbps > 50 for r in ranks)
+    assert "of polls: a kernel polls host memory" in ranks[0].text()
+
+
+@pytest.mark.parametrize("limit_w, idle_w", [(700, 80), (400, 55), (300, 30)])
+def test_balanced_pcie_of_a_spinning_kernel_is_polling_and_payload_is_a_transfer(limit_w: int, idle_w: int) -> None:
+    info = GpuInfo(0, "any", limit_w * 1000)
+    base = GpuBaseline(idle_w * 1000, 1000)
+    flat = [idle_w + 0.06 * limit_w] * 5
+    poll = judge(info, readings(flat, sm=100, pcie_kbps=50_000, tx_kbps=25_000), base, [10])
+    assert (poll.alive, poll.state, poll.polling) == (False, "waiting", True)
+    # a kernel reading host data gets payload back (RX 6x TX), one writing to the host sends it out
+    for rx, tx in ((150_000, 25_000), (5_000, 60_000)):
+        assert judge(info, readings(flat, sm=100, pcie_kbps=rx, tx_kbps=tx), base, [10]).reasons == ("transferring",)
+    # balanced but GB/s: a socket-transport collective moving data both ways
+    bulk = judge(info, readings(flat, sm=100, pcie_kbps=900_000, tx_kbps=800_000), base, [10])
+    assert bulk.reasons == ("transferring",)
+    # the same balanced traffic with no kernel resident (a launch-bound stream, a copy): a transfer
+    assert judge(info, readings(flat, sm=20, pcie_kbps=50_000, tx_kbps=25_000), base, [10]).reasons == ("transferring",)
+    # no TX reading (an older binding or recording): never called polling
+    assert judge(info, readings(flat, sm=100, pcie_kbps=75_000), base, [10]).reasons == ("transferring",)
+
+
+def test_a_python_spin_after_gpu_work_is_not_host_work_past_its_first_seconds() -> None:
+    """A counting loop and a loop polling an empty queue: a whole core, no fault, read or write call, the
+    GPU idle with its memory held: host work only while the last touch is within 6 s (issue 35)."""
+    trace = vitals_trace.parse((TRACES / "hang-python-spin.jsonl").read_text().splitlines())
+    periods = vitals_trace.replay(trace, 5.0)
+    for window in (w for w in trace.windows if w.expect == "no_progress"):
+        ranks = [r for p in periods if p.begin >= window.begin + 10 and p.end <= window.end for r in p.vitals.ranks]
+        assert ranks and all(not r.alive and r.cpu_share > 0.9 and r.quiet_seconds > 6 for r in ranks), window.name
+        assert all(r.gpu is not None and r.gpu.state == "idle" for r in ranks)
+
+
+def test_host_work_ends_when_the_rank_stops_touching_the_system() -> None:
+    idle = judge(H200, readings([120] * 5, sm=0), IDLE, [10])
+    busy = RankVitals("TP0", 10, 5.0, 0, 0, 0.0, 0.0, 0.0, 1.0, (), ())
+    assert host_work(replace(busy, quiet_seconds=5.0), idle)
+    assert not host_work(replace(busy, quiet_seconds=10.0), idle)
+
+
+def test_quiet_seconds_add_up_until_a_fault_a_read_or_a_call() -> None:
+    def sample(at: float, faults: int = 0, rchar: int = 0, calls: int = 0, cpu: int = 0) -> Sample:
+        return Sample(at, (ProcessSample(10, 1, "python3", "TP0", faults, 0, cpu, rchar, 0, calls),))
+
+    first = compare(sample(0.0), sample(5.0, cpu=500))
+    second = compare(sample(5.0, cpu=500), sample(10.0, cpu=1000), before=first)
+    assert [first.ranks[0].quiet_seconds, second.ranks[0].quiet_seconds] == [5.0, 10.0]
+    for touched in (sample(15.0, faults=1, cpu=1500), sample(15.0, rchar=40, cpu=1500),
+                    sample(15.0, calls=1, cpu=1500)):
+        assert compare(sample(10.0, cpu=1000), touched, before=second).ranks[0].quiet_seconds == 0.0

@@ -15,7 +15,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 HANG_SECONDS = 35
 NAMES = {"weight-load": "weight-load-safetensors", "capture-small": "cuda-graph-capture-small",
          "decode-small": "warmup-decode-batch1", "jit-nvrtc": "jit-cupy-nvrtc", "torch-compile": "torch-compile-inductor",
-         "wait-kernel": "hang-wait-kernel-after-work", "python-hang": "hang-python-lock"}
+         "wait-kernel": "hang-wait-kernel-after-work", "python-hang": "hang-python-lock",
+         "host-poll-wait": "hang-poll-host-memory", "python-spin": "hang-python-spin",
+         "launch-bound": "launch-bound-capture", "slow-load": "weight-load-slow-storage",
+         "host-warmup": "warmup-host-heavy"}
+SECONDS = {m: float(os.environ.get("WORKLOAD_SECONDS_" + m.replace("-", "_").upper(), 35)) for m in NAMES}
 
 
 def run(mode: str, out: str) -> None:
@@ -24,13 +28,14 @@ def run(mode: str, out: str) -> None:
         os.unlink(marks)
     trace = os.path.join(out, NAMES[mode] + ".jsonl")
     work = subprocess.Popen([sys.executable, os.path.join(HERE, "workloads.py"), mode, "--marks", marks,
-                             "--dir", "/tmp"], stdout=subprocess.DEVNULL, stderr=open(f"/tmp/{mode}.err", "w"))
+                             "--dir", "/tmp", "--seconds", str(SECONDS[mode])],
+                            stdout=subprocess.DEVNULL, stderr=open(f"/tmp/{mode}.err", "w"))
     rec = subprocess.Popen([sys.executable, "-m", "phasewatch", "vitals", "record", "--pid", str(work.pid),
                             "--rank", f"TP0={work.pid}", "--out", trace, "--note", f"workloads.py {mode}"],
                            stderr=open(f"/tmp/rec-{mode}.err", "w"))
     began = time.time()
     hang_begin = None
-    while work.poll() is None and time.time() - began < 240:
+    while work.poll() is None and time.time() - began < 400:
         time.sleep(0.5)
         if hang_begin is None and os.path.exists(marks):
             rows = [json.loads(line) for line in open(marks)]
@@ -88,6 +93,16 @@ def summarise(lines: list[str], windows: list[dict], header: dict) -> None:
             vals = [x[key] for x in g if x.get(key) is not None]
             return (statistics.median(vals), min(vals), max(vals)) if vals else None
         power = [x["power_mw"] / 1000 for x in g if x.get("power_mw") is not None]
+        pid = header["ranks"].get("TP0")
+        rows = [[p for p in x["procs"] if p["pid"] == pid] for x in inside]
+        pairs = [(a[0], b[0], y["t"] - x["t"]) for a, b, x, y in zip(rows, rows[1:], inside, inside[1:], strict=False)
+                 if a and b]
+
+        def rate(key):
+            vals = [((b.get(key) or 0) - (a.get(key) or 0)) / dt for a, b, dt in pairs if dt > 0]
+            return (round(statistics.median(vals), 1), round(max(vals), 1)) if vals else None
+        print(f"   {w['name']} proc (median, max)/s: cpu_ticks {rate('cpu_ticks')} minflt {rate('minflt')} "
+              f"rchar {rate('rchar')} syscalls {rate('syscalls')}; mem_util {med('mem_util')}")
         print(f"   {w['name']} ({w['expect']}, {w['end'] - w['begin']:.0f} s, {len(g)} readings): "
               f"power median {statistics.median(power):.0f} W p10 {sorted(power)[len(power)//10]:.0f} "
               f"sd {statistics.pstdev(power):.1f}; sm {med('sm_util')}; rx KB/s {med('pcie_rx_kbps')}; "

@@ -103,7 +103,7 @@ class ProcSampler:
         except OSError:
             io = {}  # EACCES: another user's process without CAP_SYS_PTRACE
         return ProcessSample(pid, ppid, comm, rank_from_title(cmdline), minflt, majflt, cpu,
-                             io.get("rchar"), io.get("read_bytes"))
+                             io.get("rchar"), io.get("read_bytes"), _syscalls(io))
 
     def _cgroup(self, control_group: str) -> CgroupSample | None:
         for root in self.table.cgroup_roots:
@@ -127,3 +127,10 @@ class ProcSampler:
 
 
 __all__ = ["CGROUP_ROOTS", "ProcSampler", "parse_io_stat", "parse_keyed", "parse_stat"]
+
+
+def _syscalls(io: dict[str, int]) -> int | None:
+    """Read and write calls so far (/proc/PID/io syscr + syscw), None where not readable."""
+    if "syscr" not in io and "syscw" not in io:
+        return None
+    return io.get("syscr", 0) + io.get("syscw", 0)

@@ -74,7 +74,7 @@ class SignsOfLife:
         except OSError as exc:  # a cgroup or /proc oddity: no sign of life this time, the loop goes on
             logger.warning("[%s] cannot sample the unit's processes: %s", self.config.unit, exc)
             return []
-        vitals = compare(self.sample, sample)
+        vitals = compare(self.sample, sample, before=self.vitals)
         if self.gpu is not None:
             readings, infos = self.gpu.take(), self.gpu.infos()
             if self.sample is not None:  # the first sample has no period yet

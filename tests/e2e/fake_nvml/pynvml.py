@@ -2,7 +2,8 @@
 PYTHONPATH, set by the test's drop-in. It replays one labelled window of a recorded
 phasewatch-vitals-trace/1 (PHASEWATCH_FAKE_NVML=TRACE:WINDOW) on 8 GPUs, GPU n holding the process
 titled `..._TPn` (found in /proc, as NVML's process list gives host PIDs): a sample a second,
-in a loop, the same for every GPU."""
+in a loop, the same for every GPU. PHASEWATCH_FAKE_NVML_LEAD=N plays the recording's first N GPU
+samples once before (an idle GPU before the window: what the GPU's quiet numbers are learnt from)."""
 
 from __future__ import annotations
 
@@ -32,7 +33,8 @@ def nvmlInit() -> None:
     chosen = next(w for w in header["windows"] if w["name"] == window)
     readings = [s["gpus"][0] for s in samples if chosen["begin"] + 2 <= s["t"] <= chosen["end"] and s["gpus"]]
     rank_pid = str(next(iter(header["ranks"].values())))
-    _state.update(gpu=header["gpus"][0], readings=readings, pid=rank_pid)
+    lead = [s["gpus"][0] for s in samples if s["gpus"]][:int(os.environ.get("PHASEWATCH_FAKE_NVML_LEAD") or 0)]
+    _state.update(gpu=header["gpus"][0], readings=readings, pid=rank_pid, lead=lead, began=time.time())
 
 
 def nvmlDeviceGetCount() -> int:
@@ -56,6 +58,9 @@ def nvmlDeviceGetEnforcedPowerLimit(handle: int) -> int:
 
 
 def _now() -> dict[str, Any]:
+    lead, since = _state["lead"], time.time() - _state["began"]
+    if since < len(lead):
+        return lead[int(since)]  # type: ignore[no-any-return]
     readings = _state["readings"]
     return readings[int(time.time()) % len(readings)]  # type: ignore[no-any-return]
 

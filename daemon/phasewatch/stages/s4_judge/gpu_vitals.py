@@ -16,6 +16,9 @@ Every rule is relative to the GPU's own numbers, so an A100 or an MI300 is judge
 Not alive and a kernel resident (SM util >= 80 %) with power flat (within 3 % of the limit): the
 waiting signature; flat, resident and less than 30 % of the limit above the floor is waiting even
 where the level alone would say computing (a spinning kernel draws more on some GPUs than others).
+A waiting kernel that polls a flag in host memory (NCCL's network transport) moves PCIe traffic:
+reads of a few bytes, RX about twice TX, 73-104 MB/s measured; with the waiting signature, balanced
+traffic below 500 MB/s is its polls, not a transfer (`_polls`, docs/phases.md).
 """
 
 from __future__ import annotations
@@ -41,9 +44,16 @@ class GpuThresholds:
     # Flat power with a kernel resident and no transfers, less than this share of the limit above the
     # floor, is waiting whatever its level (a spinning kernel draws more on some GPUs than others).
     waiting_below: float = 0.30
+    # PCIe traffic of a waiting GPU (flat, resident, low) is a kernel polling host memory, not a
+    # transfer, while RX and TX are within this factor of each other and their sum below the cap (_polls).
+    polling_balance: float = 4.0
+    polling_max_kbps: float = 500_000.0  # 500 MB/s
     # A rank using this much of a core while its GPU shows at most this SM util: host work (vitals.host_work).
     host_cpu_share: float = 0.9
     idle_sm_util: float = 2.0
+    # ... and only while it touched the system (a fault, a read, a read/write call) within this many
+    # seconds: an in-process compile was seen quiet 5 s at most, a spinning loop is quiet for good.
+    host_quiet: float = 6.0
 
 
 DEFAULT_THRESHOLDS = GpuThresholds()
@@ -96,6 +106,7 @@ class GpuPeriod:
     memory_growth: int  # over the period
     reasons: tuple[str, ...]  # computing, transferring, allocating
     state: str  # computing | transferring | allocating | waiting | idle | unknown
+    polling: bool = False  # waiting, and its PCIe traffic is a kernel polling host memory (_polls)
 
     @property
     def alive(self) -> bool:
@@ -107,6 +118,10 @@ class GpuPeriod:
         power = f"{self.power_w:.0f} W" if self.power_w is not None else "power unknown"
         limit = f" of {self.limit_w:.0f} W" if self.limit_w is not None else ""
         pcie = f", PCIe {self.pcie_mbps:.1f} MB/s" if self.pcie_mbps is not None else ""
+        if self.state == "waiting" and self.polling:
+            return (f"GPU {self.index} waiting: {power} flat{limit}, SM util {self.sm_util:.0f} %, PCIe "
+                    f"{self.pcie_mbps:.1f} MB/s of polls: a kernel polls host memory, likely a collective waiting "
+                    "for a peer on another node")
         if self.state == "waiting":
             return (f"GPU {self.index} waiting: {power} flat{limit}, SM util {self.sm_util:.0f} %, no transfers: "
                     "a kernel waits, likely a collective")
@@ -152,16 +167,20 @@ def judge(info: GpuInfo, readings: Sequence[GpuReading], baseline: GpuBaseline, 
     reasons = []
     flat = swing is not None and limit is not None and limit > 0 and swing / limit < thresholds.flat
     resident = sm is not None and sm >= thresholds.resident_sm_util
+    spinning = False
     if mean is not None and floor is not None and limit:
         above = (mean - floor) / limit
         spinning = flat and resident and above < thresholds.waiting_below
         if not spinning and (above >= thresholds.computing or (above >= thresholds.swing_above_floor
                                              and swing is not None and swing / limit >= thresholds.swing)):
             reasons.append("computing")
+    polling = False
     if pcie is not None:
         quiet = base.quietest_pcie_kbps or 0.0
         if pcie >= thresholds.pcie_floor_kbps and pcie >= thresholds.pcie_over_quiet * quiet:
-            reasons.append("transferring")
+            polling = spinning and _polls(mine, pcie, thresholds)
+            if not polling:
+                reasons.append("transferring")
     if growth >= thresholds.allocating_bytes:
         reasons.append("allocating")
     if reasons:
@@ -174,7 +193,7 @@ def judge(info: GpuInfo, readings: Sequence[GpuReading], baseline: GpuBaseline, 
         state = "idle"
     return GpuPeriod(info.index, len(mine), _w(mean), _w(swing), _w(limit), _w(floor),
                      None if pcie is None else pcie / 1000.0, sm, memory[-1] if memory else None, growth,
-                     tuple(reasons), state)
+                     tuple(reasons), state, polling)
 
 
 def rank_gpus(readings: Sequence[GpuReading], pids: Iterable[int]) -> tuple[int, ...]:
@@ -208,6 +227,21 @@ def summary(periods: Sequence[GpuPeriod]) -> GpuPeriod | None:
     alive = [p for p in periods if p.alive]
     waiting = [p for p in periods if p.state == "waiting"]
     return (alive or waiting or list(periods))[0]
+
+
+def _polls(readings: Sequence[GpuReading], pcie_kbps: float, thresholds: GpuThresholds) -> bool:
+    """PCIe traffic of a kernel polling host memory, not a transfer: reads of a few bytes, so the
+    GPU's requests (TX) and the completions that answer them (RX) are of one size, within
+    `polling_balance` of each other (measured RX/TX 1.9-2.2; a copy or a kernel reading host data
+    gets payload back: 5-8; one writing to the host sends it: below 0.5), and at most
+    `polling_max_kbps` in all (measured 73-104 MB/s from 8 to 132 polling warps on an H200;
+    bulk data moves GB/s). Without TX (an older recording) nothing is called polling."""
+    rx = [r.pcie_rx_kbps for r in readings if r.pcie_rx_kbps is not None]
+    tx = [r.pcie_tx_kbps for r in readings if r.pcie_tx_kbps is not None]
+    if not rx or not tx or pcie_kbps > thresholds.polling_max_kbps:
+        return False
+    rx_mean, tx_mean = sum(rx) / len(rx), sum(tx) / len(tx)
+    return tx_mean > 0 and rx_mean > 0 and max(rx_mean / tx_mean, tx_mean / rx_mean) <= thresholds.polling_balance
 
 
 def _pcie(reading: GpuReading) -> float | None:

@@ -62,6 +62,7 @@ class ProcessSample:
     cpu_ticks: int  # utime + stime, in clock ticks
     rchar: int | None = None  # /proc/PID/io: None where not permitted (another user's)
     read_bytes: int | None = None
+    syscalls: int | None = None  # /proc/PID/io syscr + syscw: read and write calls, all threads
 
     @property
     def intake(self) -> int | None:
@@ -102,6 +103,9 @@ class RankVitals:
     compilers: tuple[tuple[str, int], ...]  # (comm, how many) running under the rank
     progress: tuple[str, ...]  # why this period counts as progress: reading, faulting, compiling (+ the GPU's)
     gpu: GpuPeriod | None = None  # the rank's GPU over the period (None: not observed)
+    # How long the process has touched nothing outside its own memory: no page fault, no byte read, no
+    # read or write call, no compiler (0: it did in this period). A spin touches nothing (host_work).
+    quiet_seconds: float = 0.0
 
     @property
     def alive(self) -> bool:
@@ -159,19 +163,26 @@ class Vitals:
         return next((r for r in self.ranks if r.rank == label), None)
 
 
-def compare(previous: Sample | None, current: Sample, thresholds: Thresholds = Thresholds()) -> Vitals:
+def compare(previous: Sample | None, current: Sample, thresholds: Thresholds = Thresholds(),
+            before: Vitals | None = None) -> Vitals:
     """The rates between two samples, per rank. A rank process new since `previous` (or with no
-    previous sample) has no period yet: its counters since birth are not this period's."""
-    before = {p.pid: p for p in previous.processes} if previous is not None else {}
+    previous sample) has no period yet: its counters since birth are not this period's. `before`
+    (the previous period's vitals) carries how long each rank has been quiet."""
+    earlier = {p.pid: p for p in previous.processes} if previous is not None else {}
     seconds = current.at - previous.at if previous is not None else 0.0
     children = _children(current.processes)
     ranks = []
     for process in _rank_processes(current.processes):
-        old = before.get(process.pid)
+        old = earlier.get(process.pid)
         if old is not None and (old.comm != process.comm or old.rank != process.rank):
             old = None  # the pid was reused
-        ranks.append(_rank_vitals(process, old, seconds if old is not None else 0.0, children, before,
-                                  current.ticks_per_second, thresholds))
+        rank = _rank_vitals(process, old, seconds if old is not None else 0.0, children, earlier,
+                            current.ticks_per_second, thresholds)
+        if old is not None and not _touched(process, old, rank):
+            was = before.rank(rank.rank) if before is not None else None
+            carried = was.quiet_seconds if was is not None and was.pid == rank.pid else 0.0
+            rank = replace(rank, quiet_seconds=carried + seconds)
+        ranks.append(rank)
     unit = None
     if previous is not None and previous.cgroup is not None and current.cgroup is not None and seconds > 0:
         unit = UnitVitals(seconds, _rate(previous.cgroup.read_bytes, current.cgroup.read_bytes, seconds),
@@ -204,6 +215,14 @@ def _rank_vitals(process: ProcessSample, old: ProcessSample | None, seconds: flo
     return RankVitals(process.rank or "", process.pid, seconds, process.intake, process.minflt + process.majflt,
                       rate, fault_rate, major_rate, cpu_share, tuple(sorted(counts.items(), key=lambda kv: -kv[1])),
                       tuple(reasons))
+
+
+def _touched(process: ProcessSample, old: ProcessSample, rank: RankVitals) -> bool:
+    """Anything outside the process's own memory in the period: a page fault, a byte read, a read or
+    write call, a compiler. A loop spinning on the CPU does none of these."""
+    return (process.minflt + process.majflt > old.minflt + old.majflt
+            or (process.intake or 0) > (old.intake or 0)
+            or (process.syscalls or 0) > (old.syscalls or 0) or "compiling" in rank.progress)
 
 
 def _compiled(compiler: ProcessSample, old: ProcessSample | None) -> bool:
@@ -282,12 +301,16 @@ def with_gpus(vitals: Vitals, sample: Sample, readings: Sequence[GpuReading], in
 
 
 def host_work(rank: RankVitals, gpu: GpuPeriod, thresholds: GpuThresholds = DEFAULT_GPU_THRESHOLDS) -> bool:
-    """The rank busy on the CPU while its GPU has no kernel resident: host work (an in-process
-    compiler such as NVRTC shows nothing else: no children, faults only between kernels). A rank
-    spinning while it waits on the GPU has a kernel resident (the waiting signature); one waiting
-    in gloo or recv() uses no CPU. Only where the GPU is observed: without it CPU is never progress."""
+    """The rank busy on the CPU while its GPU has no kernel resident, and touching the system now and
+    then: host work (an in-process compiler such as NVRTC shows nothing else: no children, faults
+    and reads only between kernels, measured at most 5 s apart). A rank spinning in host code (a
+    Python loop, a livelock) touches nothing: past `host_quiet` seconds its CPU is not progress. A
+    rank spinning while it waits on the GPU has a kernel resident (the waiting signature); one
+    waiting in gloo or recv() uses no CPU. Only where the GPU is observed: without it CPU is never
+    progress."""
     return (not gpu.alive and gpu.state == "idle" and gpu.sm_util is not None
-            and gpu.sm_util <= thresholds.idle_sm_util and rank.cpu_share >= thresholds.host_cpu_share)
+            and gpu.sm_util <= thresholds.idle_sm_util and rank.cpu_share >= thresholds.host_cpu_share
+            and rank.quiet_seconds <= thresholds.host_quiet)
 
 
 def progress_events(vitals: Vitals, invocation_id: str) -> list[Event]:
@@ -319,7 +342,9 @@ def _status_text(rank: RankVitals, since: float | None, now: float) -> str:
     if gpu is None or gpu.state != "waiting" or rank.alive or since is None:
         return rank.text()
     power = f"{gpu.power_w:.0f} W" if gpu.power_w is not None else "power"
-    return f"GPU waiting {format_duration(max(now - since, 0.0))}, {power} flat: a kernel waits, likely a collective"
+    polls = ", polling host memory" if gpu.polling else ""
+    return (f"GPU waiting {format_duration(max(now - since, 0.0))}, {power} flat{polls}: a kernel waits, "
+            "likely a collective")
 
 
 def gpu_document(gpu: GpuPeriod | None) -> dict[str, Any] | None:
@@ -328,7 +353,7 @@ def gpu_document(gpu: GpuPeriod | None) -> dict[str, Any] | None:
     return {"index": gpu.index, "state": gpu.state, "text": gpu.text(), "power_watts": _round(gpu.power_w),
             "power_swing_watts": _round(gpu.power_swing_w), "power_limit_watts": _round(gpu.limit_w),
             "floor_watts": _round(gpu.floor_w), "pcie_mb_per_second": _round(gpu.pcie_mbps),
-            "sm_util": _round(gpu.sm_util), "memory_bytes": gpu.memory_bytes}
+            "sm_util": _round(gpu.sm_util), "memory_bytes": gpu.memory_bytes, "polling": gpu.polling}
 
 
 def _round(value: float | None) -> float | None:

@@ -159,7 +159,8 @@ def _sample(item: Mapping[str, Any], number: int) -> TraceSample:
         processes = tuple(ProcessSample(int(p["pid"]), int(p.get("ppid") or 0), str(p.get("comm") or ""),
                                         rank_from_any_title(p["title"]) if p.get("title") else None,
                                         int(p.get("minflt") or 0), int(p.get("majflt") or 0),
-                                        int(p.get("cpu_ticks") or 0), _int(p.get("rchar")), _int(p.get("read_bytes")))
+                                        int(p.get("cpu_ticks") or 0), _int(p.get("rchar")), _int(p.get("read_bytes")),
+                                        _syscalls(p))
                           for p in item.get("procs") or ())
         gpus = tuple(GpuReading(at, int(g["index"]), _float(g.get("sm_util")), _float(g.get("mem_util")),
                                 _float(g.get("power_mw")), _float(g.get("pcie_rx_kbps")),
@@ -176,6 +177,15 @@ def _sample(item: Mapping[str, Any], number: int) -> TraceSample:
 
 def _int(value: Any) -> int | None:
     return None if value is None else int(value)
+
+
+def _syscalls(row: Mapping[str, Any]) -> int | None:
+    """`syscalls` (syscr + syscw, written since 2026-12-04), else the first recordings' `syscr` + `syscw`."""
+    if row.get("syscalls") is not None:
+        return int(row["syscalls"])
+    if row.get("syscr") is None and row.get("syscw") is None:
+        return None
+    return int(row.get("syscr") or 0) + int(row.get("syscw") or 0)
 
 
 def _float(value: Any) -> float | None:
@@ -201,6 +211,7 @@ def replay(trace: Trace, period: float = 5.0) -> list[Period]:
     baselines: dict[int, GpuBaseline] = {}
     start = 0
     previous = _proc_sample(trace, samples[0])
+    before: Vitals | None = None
     while True:
         end = next((i for i in range(start + 1, len(samples)) if samples[i].at >= samples[start].at + period
                     - PERIOD_SLACK), None)
@@ -208,7 +219,8 @@ def replay(trace: Trace, period: float = 5.0) -> list[Period]:
             break
         current = _proc_sample(trace, samples[end])
         readings = [g for s in samples[start + 1:end + 1] for g in s.gpus]
-        vitals = with_gpus(compare(previous, current), current, readings, trace.gpus, baselines)
+        vitals = with_gpus(compare(previous, current, before=before), current, readings, trace.gpus, baselines)
+        before = vitals
         baselines = baselines_after(trace.gpus, readings, baselines)
         out.append(Period(samples[start].at, samples[end].at, vitals))
         previous, start = current, end
@@ -254,7 +266,8 @@ def sample_line(at: float, processes: Sequence[ProcessSample], titles: Mapping[i
     procs = []
     for p in processes:
         row: dict[str, Any] = {"pid": p.pid, "ppid": p.ppid, "comm": p.comm, "minflt": p.minflt, "majflt": p.majflt,
-                               "cpu_ticks": p.cpu_ticks, "rchar": p.rchar, "read_bytes": p.read_bytes}
+                               "cpu_ticks": p.cpu_ticks, "rchar": p.rchar, "read_bytes": p.read_bytes,
+                               "syscalls": p.syscalls}
         if p.pid in titles:
             row["title"] = titles[p.pid]
         procs.append(row)
