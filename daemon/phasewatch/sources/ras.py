@@ -48,6 +48,7 @@ class RasAdvisor:
         self.last_asked = -math.inf  # monotonic
         self.asked_for: str | None = None  # the start-up asked about last
         self.findings = 0
+        self.thread: threading.Thread | None = None  # the query in flight (tests join it)
 
     def fds(self) -> Sequence[int]:
         return ()
@@ -80,7 +81,8 @@ class RasAdvisor:
         control_group = self.facts.control_group_of(inv)
         if control_group is None:
             return []
-        labels = self.ranks.watch.known_pids()
+        titled = {p.pid: p.rank for p in self.processes.ranks(control_group, self.ranks.host_wide, inv.started_at)}
+        labels = {**titled, **self.ranks.watch.known_pids()}  # (rank_processes: host: the watched ones too)
         unit_pids = set(self.processes.pids(control_group)) | set(labels)
         address, where = address_of([*sorted(labels), *sorted(unit_pids - set(labels))],
                                     self.processes.proc)
@@ -93,9 +95,9 @@ class RasAdvisor:
             self._found(failed_finding(inv.invocation_id, now.wall, str(address), address.problem))
             return []
         self.in_flight_since = now.monotonic
-        thread = threading.Thread(target=self._query, name="phasewatch-ras", daemon=True,
-                                  args=(address, inv.invocation_id, now.wall, labels, frozenset(unit_pids)))
-        thread.start()
+        self.thread = threading.Thread(target=self._query, name="phasewatch-ras", daemon=True,
+                                       args=(address, inv.invocation_id, now.wall, labels, frozenset(unit_pids)))
+        self.thread.start()
         return []
 
     def _query(self, address: RasAddress, invocation_id: str, at: float, labels: dict[int, str],

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 DEFAULT_HOST = "localhost"
@@ -263,6 +263,8 @@ def parse_text(text: str) -> RasReport:
             elif collective is not None and many is not None:
                 _count(comm, rank, collective, many, rest)
     size = sizes[0] if len(sizes) == 1 else None  # one group of communicators: its size is theirs
+    for c in comms.values():  # a missing rank whose process is under DEAD is dead
+        c.missing = [replace(m, dead=m.pid in dead) for m in c.missing]
     return RasReport("text", version, tuple(RasComm(c.hash, size, tuple(c.ranks.values()), tuple(c.missing),
                                                     dict(c.majority)) for c in comms.values()),
                      tuple(dead), tuple(missing_pids), timeouts)
