@@ -28,6 +28,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 VERSION = "2.28.9+cuda13.0"
 COMM = 0x1D5A3E6F7A8B9C0D
@@ -48,7 +49,7 @@ def lagging(pids: dict[int, int], slow: int = 5, op: int = 1234) -> list[Rank]:
     return [Rank(r, pids[r], r, (2, 0, 40, 0, op - 1 if r == slow else op)) for r in sorted(pids)]
 
 
-def json_report(ranks: list[Rank], missing: list[Rank] = (), dead: bool = True, defect: bool = False,  # type: ignore[assignment]
+def json_report(ranks: list[Rank], missing: Sequence[Rank] = (), dead: bool = True, defect: bool = False,
                 size: int | None = None) -> str:
     out = ["{\n", f'  "nccl_version": "{VERSION}",\n', '  "cuda_runtime_version": 13000,\n',
            '  "cuda_driver_version": 13000,\n', '  "timestamp": "2026-12-03 10:00:00",\n',
@@ -64,7 +65,7 @@ def json_report(ranks: list[Rank], missing: list[Rank] = (), dead: bool = True, 
                 '            "finalize_called": false,\n', '            "destroy_flag": false,\n',
                 '            "abort_flag": false\n', "          },\n", '          "collective_counts": {\n']
         out += [f'            "{name}": {count}' + ("," if i < len(COLLECTIVES) - 1 else "") + "\n"
-                for i, (name, count) in enumerate(zip(COLLECTIVES, r.counts))]
+                for i, (name, count) in enumerate(zip(COLLECTIVES, r.counts, strict=True))]
         out += ["          }\n", "        }"]
     out += ["\n      ],\n", '      "missing_ranks": [\n']
     for index, r in enumerate(missing):
@@ -78,7 +79,7 @@ def json_report(ranks: list[Rank], missing: list[Rank] = (), dead: bool = True, 
     return "".join(out)
 
 
-def text_report(ranks: list[Rank], missing: list[Rank] = (), dead: bool = True) -> str:  # type: ignore[assignment]
+def text_report(ranks: list[Rank], missing: Sequence[Rank] = (), dead: bool = True) -> str:
     n = len(ranks) + len(missing)
     out = [f"NCCL version {VERSION} compiled with CUDA 13.0\n", "CUDA runtime version 13000, driver version 13000\n\n",
            "Job summary\n===========\n\n",
@@ -205,7 +206,10 @@ def serve(port: int, mode: str, host: str = "127.0.0.1", ready: threading.Event 
     if ready is not None:
         ready.set()
     while True:
-        conn, _ = listener.accept()
+        try:
+            conn, _ = listener.accept()
+        except OSError:  # closed: the end
+            return
         threading.Thread(target=_client, args=(conn, mode), daemon=True).start()
 
 
