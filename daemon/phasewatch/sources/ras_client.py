@@ -12,13 +12,15 @@ cap on the bytes read. Anything that goes wrong is an answer with `error` set, n
 
 from __future__ import annotations
 
+import re
 import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
 from ..stages.s4_judge.ras_report import RasAddress, ras_address
+from .listeners import port_holders
 
 PROTOCOL = 2
 QUERY_SECONDS = 2.0  # the whole exchange, connect to the report's last byte
@@ -128,6 +130,29 @@ def _reason(exc: BaseException) -> str:
     if isinstance(exc, ConnectionRefusedError):
         return "connection refused (no RAS listening: NCCL older than 2.24, RAS off, or no communicator yet)"
     return str(exc) or type(exc).__name__
+
+
+def ras_port_holder(environment: Mapping[str, str], control_group: str | None,
+                    proc: Path = Path("/proc")) -> str | None:
+    """Who listens on the RAS port the unit's environment names, when not a process of the unit
+    (sources/listeners.py); None: nobody, or the unit's own ranks."""
+    address = ras_address(environment)
+    if not address.enabled or address.problem is not None:
+        return None
+    holder = port_holders([address.port], proc).get(address.port)
+    pid = re.search(r"\(pid (\d+)\)$", holder or "")
+    if holder is None or pid is not None and control_group and _in_group(proc, int(pid.group(1)), control_group):
+        return None
+    return holder
+
+
+def _in_group(proc: Path, pid: int, control_group: str) -> bool:
+    try:
+        lines = (proc / str(pid) / "cgroup").read_text().splitlines()
+    except OSError:
+        return False
+    return any((path := line.rpartition(":")[2]) == control_group or path.startswith(control_group.rstrip("/") + "/")
+               for line in lines)
 
 
 def read_environ(pid: int, proc: Path = Path("/proc"), limit: int = ENVIRON_LIMIT) -> dict[str, str] | None:
