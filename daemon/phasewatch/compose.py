@@ -62,7 +62,8 @@ def compose(config: Config, *, follower: JournalFollower, unit: Unit, alerter: A
     ranks = RankProcesses(facts, processes, current, config.rank_processes == "host")
     signs = SignsOfLife(config, sampler or ProcSampler(processes), facts, current,
                         exporter.saw_vitals if exporter is not None else None, gpu)
-    ras = RasAdvisor(lambda: pipeline.config, facts, processes, ranks, current, _ras_seen(pipeline, exporter))
+    ras = RasAdvisor(lambda: pipeline.config, facts, processes, ranks, current, _ras_seen(pipeline, exporter),
+                     unit_environment=lambda: pipeline.unit_settings.environment)
     sources: Sequence[Source] = (journal, health, ranks, signs, ras, *((receiver,) if receiver is not None else ()))
     acting_unit = action_unit or unit
     make_actors = ActorsFactory(acting_unit, alerter, processes, store, ranks, pipeline.ras_advice.get)

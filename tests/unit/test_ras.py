@@ -5,14 +5,18 @@ culprit named through the unit's PIDs, the blind spots said, a lying answer igno
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from phasewatch.config import Config
 from phasewatch.records import VerdictKind
 from phasewatch.sinks.ras_metrics import ras_families
+from phasewatch.stages.s4_judge.init_config import ras_dropin, ras_port_for
 from phasewatch.stages.s4_judge.ras_culprit import FRESH, RasFinding, find_culprit, with_culprit
 from phasewatch.stages.s4_judge.ras_report import RasAddress, RasFormatError, parse_report, ras_address
+from phasewatch.stages.s4_judge.timerlint import UnitTimers, lint
 from phasewatch.stages.s4_judge.verdict import Verdict
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "ras"
@@ -165,3 +169,24 @@ def test_metrics_give_the_lag_per_rank_and_collective() -> None:
     assert [s.labels["rank"] for s in families["phasewatch_ras_culprit"].samples] == ["TP5"]
     assert [s.value for s in families["phasewatch_ras_ignored_pids"].samples] == [0.0]
     assert all(not f.samples for f in ras_families(None, "u.service"))
+
+
+def test_the_lint_says_when_the_unit_turns_ras_off_or_its_port_is_held_outside_it() -> None:
+    config = Config(unit="u.service")
+    codes = [w.code for w in lint(config, {}, UnitTimers(environment={"NCCL_RAS_ENABLE": "0"}))]
+    assert "ras_off" in codes
+    held = lint(config, {}, UnitTimers(environment={"NCCL_RAS_ADDR": "127.0.0.1:28555"}), None, "sleep (pid 9)")
+    [shared] = [w for w in held if w.code == "ras_port_shared"]
+    assert "127.0.0.1:28555 is held by sleep (pid 9)" in shared.message and "--ras-dropin" in shared.message
+    assert not [w for w in lint(config, {}, UnitTimers()) if w.code.startswith("ras")]
+    off = replace(config, vitals=replace(config.vitals, ras=False))
+    assert not [w for w in lint(off, {}, UnitTimers(environment={"NCCL_RAS_ENABLE": "0"})) if w.code.startswith("ras")]
+
+
+def test_init_gives_each_unit_a_ras_port_of_its_own_the_same_every_time() -> None:
+    ports = {ras_port_for(f"sglang-{n}.service") for n in range(5)}
+    assert len(ports) == 5 and all(28100 <= p < 29000 for p in ports)
+    assert ras_port_for("sglang-kimi.service") == ras_port_for("sglang-kimi.service")
+    text = ras_dropin("sglang-kimi.service", 28555)
+    assert "[Service]\nEnvironment=NCCL_RAS_ADDR=127.0.0.1:28555\n" in text
+    assert ras_address({"NCCL_RAS_ADDR": text.rsplit("=", 1)[1].strip()}) == RasAddress("127.0.0.1", 28555)

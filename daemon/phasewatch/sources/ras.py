@@ -17,7 +17,7 @@ import logging
 import math
 import queue
 import threading
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 from ..config import Config
 from ..records import Event
@@ -35,7 +35,8 @@ Query = Callable[[RasAddress], RasAnswer]
 
 class RasAdvisor:
     def __init__(self, config: Callable[[], Config], facts: UnitFactsReader, processes: ProcessTable,
-                 ranks: RankProcesses, current: Current, saw: Callable[[RasFinding], None], ask: Query = query) -> None:
+                 ranks: RankProcesses, current: Current, saw: Callable[[RasFinding], None], ask: Query = query,
+                 unit_environment: Callable[[], Mapping[str, str]] = dict) -> None:
         self.config = config  # the limits in force (the pipeline's: reloads and learned limits included)
         self.facts = facts
         self.processes = processes
@@ -43,6 +44,7 @@ class RasAdvisor:
         self.current = current
         self.saw = saw
         self.ask = ask
+        self.unit_environment = unit_environment  # the unit's Environment= (D-Bus), when no environ reads
         self.answers: queue.Queue[RasFinding] = queue.Queue()
         self.in_flight_since: float | None = None  # monotonic
         self.last_asked = -math.inf  # monotonic
@@ -85,7 +87,7 @@ class RasAdvisor:
         labels = {**titled, **self.ranks.watch.known_pids()}  # (rank_processes: host: the watched ones too)
         unit_pids = set(self.processes.pids(control_group)) | set(labels)
         address, where = address_of([*sorted(labels), *sorted(unit_pids - set(labels))],
-                                    self.processes.proc)
+                                    self.processes.proc, self.unit_environment())
         self.last_asked, self.asked_for = now.monotonic, inv.invocation_id
         if not address.enabled:
             self._found(failed_finding(inv.invocation_id, now.wall, str(address),

@@ -171,11 +171,16 @@ def read_environ(pid: int, proc: Path = Path("/proc"), limit: int = ENVIRON_LIMI
     return out
 
 
-def address_of(pids: list[int], proc: Path = Path("/proc")) -> tuple[RasAddress, str]:
+def address_of(pids: list[int], proc: Path = Path("/proc"),
+               unit_environment: Mapping[str, str] | None = None) -> tuple[RasAddress, str]:
     """The RAS address the unit's rank processes use (the first whose environment reads), and where
-    that was read; the default when none reads."""
+    that was read. When none reads (another user's processes: the shipped unit runs phasewatch as its
+    own user without CAP_SYS_PTRACE), the unit's Environment= (D-Bus; what `init --ras-dropin` writes;
+    an EnvironmentFile='s are not in it), else NCCL's default."""
     for pid in pids:
         environment = read_environ(pid, proc)
         if environment is not None:
             return ras_address(environment), f"the environment of pid {pid}"
-    return RasAddress(), "the default (no rank process's environment could be read)"
+    if unit_environment:
+        return ras_address(unit_environment), "the unit's Environment= (no rank process's environment is readable)"
+    return RasAddress(), "the default (no rank process's environment is readable)"
