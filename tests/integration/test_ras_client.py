@@ -177,5 +177,5 @@ def test_the_stall_alert_names_the_culprit_and_every_ras_failure_leaves_it_as_it
             [(a["PHASEWATCH_VERDICT"], a["PHASEWATCH_RANK"], a["PHASEWATCH_PHASE"]) for a in alerts], mode
     assert "no culprit from RAS: RAS's answer names no process of the unit (8 PID(s)" in \
         outcomes["lie"][0][0]["MESSAGE"]
-    assert "no culprit from RAS: no answer from RAS at 127.0.0.1:1" in outcomes["absent"][0][0]["MESSAGE"]
-    assert "RAS" not in outcomes["slow"][0][0]["MESSAGE"]  # still asking when the verdict came: nothing said
+    for mode in ("absent", "slow"):  # nobody listening, or still asking when the verdict came: nothing said
+        assert "RAS" not in outcomes[mode][0][0]["MESSAGE"], mode

@@ -91,7 +91,7 @@ class RasAdvisor:
         self.last_asked, self.asked_for = now.monotonic, inv.invocation_id
         if not address.enabled:
             self._found(failed_finding(inv.invocation_id, now.wall, str(address),
-                                       f"RAS is off in the rank processes ({where}: NCCL_RAS_ENABLE=0)"))
+                                       f"RAS is off in the rank processes ({where}: NCCL_RAS_ENABLE=0)", told=False))
             return []
         if address.problem is not None:
             self._found(failed_finding(inv.invocation_id, now.wall, str(address), address.problem))
@@ -108,7 +108,8 @@ class RasAdvisor:
             answer = self.ask(address)
             if answer.error is not None:
                 finding = failed_finding(invocation_id, at, answer.address,
-                                         f"no answer from RAS at {answer.address}: {answer.error}")
+                                         f"no answer from RAS at {answer.address}: {answer.error}",
+                                         told=not answer.error.startswith("cannot connect"))
             else:
                 try:
                     report = parse_report(answer.report)

@@ -72,6 +72,7 @@ class RasFinding:
     format: str | None = None
     nccl_version: str | None = None
     report: str = ""  # the whole answer, for the evidence
+    told: bool = True  # said in the verdicts; not when nobody listens (no NCCL 2.24+, RAS off): status only
 
     def words(self) -> str:
         ignored = (f" ({len(self.ignored_pids)} PID(s) in RAS's answer are not the unit's: ignored)"
@@ -83,7 +84,7 @@ class RasFinding:
         return f"no culprit from RAS: {self.no_culprit}{ignored}"
 
     def document(self) -> dict[str, object]:
-        return {"at": self.at, "address": self.address, "words": self.words(), "format": self.format,
+        return {"at": self.at, "address": self.address, "words": self.words(), "told": self.told, "format": self.format,
                 "nccl_version": self.nccl_version, "no_culprit": self.no_culprit,
                 "culprits": [{"rank": c.label, "nccl_rank": c.nccl_rank, "pid": c.pid, "gpu": c.gpu,
                               "communicator": c.comm, "why": c.why, "collective": c.collective,
@@ -110,8 +111,8 @@ def ask_at(inv: InvocationView | None, now: float, config: Config) -> tuple[floa
     return due
 
 
-def failed_finding(invocation_id: str, at: float, address: str, why: str) -> RasFinding:
-    return RasFinding(invocation_id, at, address, no_culprit=why)
+def failed_finding(invocation_id: str, at: float, address: str, why: str, told: bool = True) -> RasFinding:
+    return RasFinding(invocation_id, at, address, no_culprit=why, told=told)
 
 
 def find_culprit(report: RasReport, invocation_id: str, at: float, address: str, labels: Mapping[int, str],
@@ -175,8 +176,9 @@ def find_culprit(report: RasReport, invocation_id: str, at: float, address: str,
 
 
 def with_culprit(verdicts: list[Verdict], finding: RasFinding | None, now: float) -> list[Verdict]:
-    """Stall verdicts' messages with the finding's words, when it is this start-up's and fresh."""
-    if finding is None or now - finding.at > FRESH:
+    """Stall verdicts' messages with the finding's words, when it is this start-up's, fresh and an
+    answer (nobody listening is said in status and the log only: the verdict's words stay as they were)."""
+    if finding is None or not finding.told or now - finding.at > FRESH:
         return verdicts
     return [replace(v, message=f"{v.message}; {finding.words()}")
             if v.kind is VerdictKind.STALLED and v.invocation_id == finding.invocation_id else v for v in verdicts]
