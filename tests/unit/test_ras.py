@@ -104,20 +104,17 @@ def test_most_ranks_behind_is_no_single_culprit() -> None:
     assert finding.culprits == () and "7 of 8 ranks are behind in AllReduce" in (finding.no_culprit or "")
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in GOLDEN.glob("recorded-*") if p.suffix in (".json", ".txt")))
+@pytest.mark.parametrize("name", ["recorded-h200-status.txt", "recorded-h200-status.json", "recorded-h200-verbose.txt"])
 def test_the_reports_recorded_on_the_h200_read(name: str) -> None:
     report = parse_report((GOLDEN / name).read_text())
-    assert report.nccl_version and report.nccl_version.startswith("2.")
-    assert report.comms == () or report.format == "json" or report.comms[0].hash.startswith("0x")
-    finding = find_culprit(report, INV, 0.0, "x", {}, set())
-    assert finding.culprits == ()
+    assert report.nccl_version == "2.28.9"
+    assert len(report.comms) == (2 if report.format == "json" else 0)  # text lists only communicators in trouble
+    finding = find_culprit(report, INV, 0.0, "x", {493: "TP0"}, {493})
+    assert finding.culprits == () and finding.ignored_pids == ()
 
 
 def test_the_recorded_json_has_the_one_rank_communicators() -> None:
-    recorded = GOLDEN / "recorded-h200-status.json"
-    if not recorded.exists():
-        pytest.skip("no recording")
-    report = parse_report(recorded.read_text())
+    report = parse_report((GOLDEN / "recorded-h200-status.json").read_text())
     assert report.comms and all(c.size == 1 and len(c.ranks) == 1 for c in report.comms)
     rank = report.comms[0].ranks[0]
     assert rank.pid and rank.gpu == 0 and set(rank.counts) >= {"AllReduce", "Broadcast"}
