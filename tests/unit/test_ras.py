@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from phasewatch.commands.status import _why_lines
 from phasewatch.config import Config
 from phasewatch.records import VerdictKind
 from phasewatch.sinks.ras_metrics import ras_families
@@ -187,3 +188,9 @@ def test_init_gives_each_unit_a_ras_port_of_its_own_the_same_every_time() -> Non
     text = ras_dropin("sglang-kimi.service", 28555)
     assert "[Service]\nEnvironment=NCCL_RAS_ADDR=127.0.0.1:28555\n" in text
     assert ras_address({"NCCL_RAS_ADDR": text.rsplit("=", 1)[1].strip()}) == RasAddress("127.0.0.1", 28555)
+
+
+def test_status_shows_the_last_answer() -> None:
+    finding = judged("built-8rank-allreduce-lag.json")
+    assert f"NCCL RAS (localhost:28028): {CULPRIT}" in _why_lines({"ras": finding.document()})
+    assert not [line for line in _why_lines({"ras": None}) if "RAS" in line]
