@@ -179,3 +179,22 @@ def test_the_stall_alert_names_the_culprit_and_every_ras_failure_leaves_it_as_it
         outcomes["lie"][0][0]["MESSAGE"]
     for mode in ("absent", "slow"):  # nobody listening, or still asking when the verdict came: nothing said
         assert "RAS" not in outcomes[mode][0][0]["MESSAGE"], mode
+
+
+def test_an_unknown_cgroup_or_an_overdue_answer_never_spins_the_loop(tmp_path: Path) -> None:
+    clock = FakeClock(wall=T0)
+    journal = ScriptedJournal()
+    unit = RecordingUnit(UnitFacts("activating", "start", INV, control_group=None, started_at=T0))
+    app: Daemon = compose(CONFIG, follower=journal, unit=unit, alerter=RecordingAlerter(UNIT),  # type: ignore[arg-type]
+                          notifier=RecordingNotifier(), store=StateStore(tmp_path, UNIT), clock=clock,
+                          processes=unit_tree(tmp_path, 28555))
+    [advisor] = [s for s in app.sources if isinstance(s, RasAdvisor)]
+    journal.push(*(JournalRecord(f"[2026-11-29 08:00:00 TP{n}] Load weight begin. avail mem=137.95 GB", T0, pid=pid,
+                                 invocation_id=INV) for pid, n in PIDS.items()))
+    app.start()
+    clock.jump(31)  # past half the stall window: RAS is due, but the unit's cgroup is not known
+    app.step(max_wait=0)
+    now = app.now()
+    assert advisor.thread is None and (advisor.next_deadline(now) or 0) >= now.monotonic + 29
+    advisor.in_flight_since = now.monotonic - 10  # an answer overdue (the client's bound makes it impossible)
+    assert (advisor.next_deadline(now) or 0) >= now.monotonic + 1.0

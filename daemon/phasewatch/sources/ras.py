@@ -56,8 +56,9 @@ class RasAdvisor:
         return ()
 
     def next_deadline(self, now: Instant) -> float | None:
-        if self.in_flight_since is not None:
-            return self.in_flight_since + QUERY_SECONDS + 0.2
+        if self.in_flight_since is not None:  # (an answer overdue is looked for once a second, no more)
+            answer_by = self.in_flight_since + QUERY_SECONDS + 0.2
+            return answer_by if answer_by > now.monotonic else now.monotonic + 1.0
         due = self._due(now)
         if due is None:
             return None
@@ -80,6 +81,7 @@ class RasAdvisor:
         if inv is None or due is None or due > now.wall or self.in_flight_since is not None \
                 or now.monotonic - self.last_asked < ASK_SPACING:
             return []
+        self.last_asked, self.asked_for = now.monotonic, inv.invocation_id  # (asked or not: again in ASK_SPACING)
         control_group = self.facts.control_group_of(inv)
         if control_group is None:
             return []
@@ -88,7 +90,6 @@ class RasAdvisor:
         unit_pids = set(self.processes.pids(control_group)) | set(labels)
         address, where = address_of([*sorted(labels), *sorted(unit_pids - set(labels))],
                                     self.processes.proc, self.unit_environment())
-        self.last_asked, self.asked_for = now.monotonic, inv.invocation_id
         if not address.enabled:
             self._found(failed_finding(inv.invocation_id, now.wall, str(address),
                                        f"RAS is off in the rank processes ({where}: NCCL_RAS_ENABLE=0)", told=False))
