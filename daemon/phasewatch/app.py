@@ -38,6 +38,7 @@ from .sources.rebuild import StartTelling
 from .sources.signs_of_life import SignsOfLife
 from .sources.unit_processes import RankProcesses, UnitFactsReader
 from .stages.s4_judge import policy, wakeups
+from .stages.s4_judge.ras_culprit import RasFinding
 from .stages.s4_judge.vitals import Vitals
 from .stages.s5_act.respond import reset_budget
 
@@ -290,7 +291,8 @@ class Daemon:
                             self.journal.entries_by_invocation.get(inv.invocation_id, 0) if inv else 0,
                             dict(self.follower.rejected), tuple(w.message for w in self.responder.timer_warnings),
                             {**self.responder.why(inv.invocation_id if inv else None, self.clock.wall()),
-                             "journal": self.journal.document(self.clock.wall())})
+                             "journal": self.journal.document(self.clock.wall()), "ras": _ras_document(
+                                 self.pipeline.ras_advice.get(inv.invocation_id) if inv else None)})
         if self.exporter is not None:
             self.exporter.set_why(result.why)
         self.systemd.tell(result, self.clock.monotonic())
@@ -333,6 +335,11 @@ def leftovers_seen(guarded: Any, unguarded: Any) -> float | None:
     """When survivors of a stop were last found, by the guarded restart or the unguarded stops' check."""
     times = (guarded.survivors_seen_at if guarded else None, unguarded.survivors_seen_at if unguarded else None)
     return max((t for t in times if t is not None), default=None)
+
+
+def _ras_document(finding: RasFinding | None) -> dict[str, object] | None:
+    """NCCL RAS's last finding for the current start-up, for status (None: not asked)."""
+    return finding.document() if finding is not None else None
 
 
 def _drain(fd: int) -> None:

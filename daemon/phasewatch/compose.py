@@ -35,9 +35,11 @@ from .sources.journal_feed import JournalFeed
 from .sources.probe import BackgroundProbe, ProbeResult
 from .sources.procs import ProcessTable
 from .sources.procstat import ProcSampler
+from .sources.ras import RasAdvisor
 from .sources.rebuild import JudgedClock
 from .sources.signs_of_life import SignsOfLife
 from .sources.unit_processes import RankProcesses, Unit, UnitFactsReader
+from .stages.s4_judge.ras_culprit import RasFinding
 
 
 def compose(config: Config, *, follower: JournalFollower, unit: Unit, alerter: Alerter, notifier: Notify,
@@ -60,9 +62,11 @@ def compose(config: Config, *, follower: JournalFollower, unit: Unit, alerter: A
     ranks = RankProcesses(facts, processes, current, config.rank_processes == "host")
     signs = SignsOfLife(config, sampler or ProcSampler(processes), facts, current,
                         exporter.saw_vitals if exporter is not None else None, gpu)
-    sources: Sequence[Source] = (journal, health, ranks, signs, *((receiver,) if receiver is not None else ()))
+    ras = RasAdvisor(lambda: pipeline.config, facts, processes, ranks, current, _ras_seen(pipeline, exporter),
+                     unit_environment=lambda: pipeline.unit_settings.environment)
+    sources: Sequence[Source] = (journal, health, ranks, signs, ras, *((receiver,) if receiver is not None else ()))
     acting_unit = action_unit or unit
-    make_actors = ActorsFactory(acting_unit, alerter, processes, store, ranks)
+    make_actors = ActorsFactory(acting_unit, alerter, processes, store, ranks, pipeline.ras_advice.get)
     actors = make_actors(config)
     responder = Responder(config, pipeline, unit=unit, read_facts=facts.read, alerter=alerter, store=store,
                           clock=JudgedClock(clock, journal), history=history, exporter=exporter,
@@ -89,10 +93,11 @@ class ActorsFactory:
     processes: ProcessTable
     store: StateStore
     ranks: RankProcesses
+    ras: Callable[[str], RasFinding | None]  # invocation -> NCCL RAS's last finding, for the evidence
 
     def __call__(self, config: Config) -> Actors:
         return build_actors(config, self.unit, self.alerter.alert, self.processes, self.store.path.parent,
-                            rank_pids=self.ranks.watch.known_pids, rank_starts=self._rank_starts)
+                            rank_pids=self.ranks.watch.known_pids, rank_starts=self._rank_starts, ras=self.ras)
 
     def _rank_starts(self) -> dict[int, int]:
         return self.ranks.started
@@ -102,6 +107,20 @@ def _probe_observer(exporter: Exporter) -> Callable[[ProbeResult], None]:
     def observe(result: ProbeResult) -> None:
         exporter.observe_probe(result.seconds, result.ok)
     return observe
+
+
+def _ras_seen(pipeline: Pipeline, exporter: Exporter | None) -> Callable[[RasFinding], None]:
+    """A finding of NCCL RAS: advice for this start-up's stall verdicts (the last few start-ups kept),
+    and the metrics' lags."""
+    def seen(finding: RasFinding) -> None:
+        advice = pipeline.ras_advice
+        advice.pop(finding.invocation_id, None)
+        advice[finding.invocation_id] = finding
+        for old in list(advice)[:-3]:
+            del advice[old]
+        if exporter is not None:
+            exporter.saw_ras(finding)
+    return seen
 
 
 def _cursor_of(follower: JournalFollower) -> Callable[[], str | None]:

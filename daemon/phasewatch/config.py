@@ -432,16 +432,16 @@ def _profile_file(raw: Any, line: int | None, config_path: str | None, fail: Fai
 
 def _vitals(doc: Any, line: int | None, fail: Fail) -> VitalsSampling:
     values: dict[str, Any] = {}
-    for key, raw, at in _entries(doc, "vitals", line, "a mapping with period, enabled, gpu", fail):
+    for key, raw, at in _entries(doc, "vitals", line, "a mapping with period, enabled, gpu, ras", fail):
         if key == "period":
             parsed = _duration(raw, "vitals.period", at, fail)
             if parsed is None or parsed < 0.5:
                 raise fail("vitals.period", f"expected a duration of at least 0.5s, got {shown(raw)}", at)
             values["period"] = parsed
-        elif key in ("enabled", "gpu"):
+        elif key in ("enabled", "gpu", "ras"):
             if not isinstance(raw, bool):
                 raise fail(f"vitals.{key}", f"expected true or false, got {shown(raw)}", at)
             values[key] = raw
         else:
-            raise fail(f"vitals.{key}", "unknown setting (known: period, enabled, gpu)", at)
+            raise fail(f"vitals.{key}", "unknown setting (known: period, enabled, gpu, ras)", at)
     return VitalsSampling(**values)

@@ -79,6 +79,8 @@ class VitalsSampling:
     # Each rank's GPU through NVML (sources/gpu.py) where it is there: a GPU that computes or moves
     # data is a sign of life, and the GPU phases' `gpu_stall` windows are in force while it is observed.
     gpu: bool = True
+    # Ask NCCL's RAS who a collective hang waits for (sources/ras.py): advice in the stall verdict.
+    ras: bool = True
 
 
 @dataclass(frozen=True)

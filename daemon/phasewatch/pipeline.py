@@ -29,6 +29,7 @@ from .stages.s3_track.fastpath import FastPath
 from .stages.s3_track.snapshot import InvocationView, Snapshot, Transition
 from .stages.s3_track.tracker import Tracker
 from .stages.s4_judge import policy
+from .stages.s4_judge.ras_culprit import RasFinding, with_culprit
 from .stages.s4_judge.remedies import NO_UNIT, UnitSettings, remedy_for
 
 logger = logging.getLogger(__name__)
@@ -84,6 +85,7 @@ class Pipeline:
         self._fast_wanted = fast
         self.fast = self._fast_path()
         self.unit_settings: UnitSettings = NO_UNIT  # the unit's ExecStart=, Environment=... (the daemon sets it)
+        self.ras_advice: dict[str, RasFinding] = {}  # invocation -> NCCL RAS's last finding (sources/ras.py)
 
     def _fast_path(self) -> FastPath | None:
         engine = self.profile.engine_module
@@ -271,7 +273,8 @@ class Pipeline:
 
     def judge_one(self, inv: InvocationView, now: float, config: Config | None = None) -> Judgement:
         config = config or self.config
-        live = self.with_remedies(policy.evaluate(inv, now, config, self.profile), inv)
+        live = with_culprit(self.with_remedies(policy.evaluate(inv, now, config, self.profile), inv),
+                            self.ras_advice.get(inv.invocation_id), now)
         verdicts = live
         outcome = policy.outcome(inv, live)
         if inv.before_stop is not None and inv.stopped_at is not None:

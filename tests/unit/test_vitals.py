@@ -257,8 +257,8 @@ def test_daemon_samples_the_cgroup_and_a_loading_rank_is_not_stalled(tmp_path: P
     journal = ScriptedJournal()
     unit = RecordingUnit(UnitFacts("activating", "start", INV, control_group=f"/system.slice/{UNIT}", started_at=T0))
     alerter = RecordingAlerter(UNIT)
-    config = Config(unit=UNIT, phases=STALL_LIMITS, actions={"stalled": ("alert",)},
-                    vitals=VitalsSampling(period=5.0))
+    config = Config(unit=UNIT, phases=STALL_LIMITS, actions={"stalled": ("alert",)},  # (RAS asks on a thread:
+                    vitals=VitalsSampling(period=5.0, ras=False))  # tests/integration/test_ras_client.py)
     app = compose(config, follower=journal, unit=unit, alerter=alerter,  # type: ignore[arg-type]
                   notifier=RecordingNotifier(), store=StateStore(tmp_path, UNIT), clock=clock,
                   processes=ProcessTable(proc=str(tmp_path / "proc"), cgroup_roots=(str(tmp_path / "cg"),)))
@@ -303,7 +303,7 @@ def test_a_failing_sample_is_logged_and_the_loop_goes_on_and_sampling_ends_with_
     journal = ScriptedJournal()
     unit = RecordingUnit(UnitFacts("activating", "start", INV, control_group=f"/system.slice/{UNIT}", started_at=T0))
     alerter = RecordingAlerter(UNIT)
-    config = Config(unit=UNIT, phases=STALL_LIMITS, actions={"stalled": ("alert",)})
+    config = Config(unit=UNIT, phases=STALL_LIMITS, actions={"stalled": ("alert",)}, vitals=VitalsSampling(ras=False))
     app = compose(config, follower=journal, unit=unit, alerter=alerter,  # type: ignore[arg-type]
                   notifier=RecordingNotifier(), store=StateStore(tmp_path, UNIT), clock=clock,
                   sampler=_BrokenSampler(ProcessTable(str(tmp_path / "proc"), (str(tmp_path / "cg"),))))

@@ -32,6 +32,8 @@ from ..stages.s4_judge.init_config import (
     intended_keys,
     one_line,
     phase_durations,
+    ras_dropin,
+    ras_port_for,
     render_config,
     sealed,
     untouched,
@@ -122,6 +124,7 @@ def cmd_init(args: argparse.Namespace) -> int:
         old = existing.read_text(errors="replace")
         if old == text:
             print(f"{existing}: unchanged")
+            _ras(args, command)
             return _next_steps(command, existing)
         if not untouched(old) and not args.force:
             diff = difflib.unified_diff(old.splitlines(True), text.splitlines(True), str(existing), "phasewatch init")
@@ -136,7 +139,23 @@ def cmd_init(args: argparse.Namespace) -> int:
     os.replace(temporary, path)
     print(f"wrote {path} ({facts.engine}, TP={facts.tp}"
           + (f", speculative {facts.speculative}" if facts.speculative else "") + ")")
+    _ras(args, command)
     return _next_steps(command, path)
+
+
+def _ras(args: argparse.Namespace, command: UnitCommand) -> None:
+    """--ras-dropin: the unit's NCCL RAS on a port of its own (a drop-in), unless it names one."""
+    if not args.ras_dropin:
+        return
+    if "NCCL_RAS_ADDR" in command.environment:
+        print(f"{command.unit} sets NCCL_RAS_ADDR={command.environment['NCCL_RAS_ADDR']} already: no drop-in written")
+        return
+    path = Path(args.systemd_dir) / f"{command.unit}.d" / "50-nccl-ras.conf"
+    port = ras_port_for(command.unit)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(ras_dropin(command.unit, port))
+    print(f"wrote {path} (NCCL_RAS_ADDR=127.0.0.1:{port}); it takes effect at the unit's next start, after:")
+    print("    systemctl daemon-reload")
 
 
 def _check_faithful(text: str, path: str, intended: dict[str, object]) -> None:
@@ -179,6 +198,9 @@ def add_parser(sub: Any) -> None:
     init.add_argument("unit", metavar="UNIT", help="the server's unit, e.g. sglang-kimi (or sglang-kimi.service)")
     init.add_argument("--dry-run", action="store_true", help="print the config instead of writing it")
     init.add_argument("--force", action="store_true", help="replace a config that was edited since")
+    init.add_argument("--ras-dropin", action="store_true", help="also write a drop-in giving the unit's NCCL RAS a "
+                      "port of its own (NCCL_RAS_ADDR), so that phasewatch asks its RAS and no other")
+    init.add_argument("--systemd-dir", default="/etc/systemd/system", help=argparse.SUPPRESS)
     init.add_argument("--config-dir", dest="directory_out", default="/etc/phasewatch", help=argparse.SUPPRESS)
     init.add_argument("--directory", help=argparse.SUPPRESS)  # a journal directory (tests)
     init.set_defaults(func=cmd_init)

@@ -340,8 +340,9 @@ def _why_lines(document: dict[str, Any]) -> list[str]:
     if isinstance(hold, dict):
         out.append(f"held until {local_time(_epoch(hold.get('until')))}: {hold.get('reason')} "
                    "(verdicts alerted, nothing restarted)")
-    if document.get("evidence"):
-        out.append(f"evidence: {document['evidence']}")
+    out += [f"evidence: {document['evidence']}"] if document.get("evidence") else []
+    ras = document.get("ras")
+    out += [f"NCCL RAS ({ras.get('address')}): {ras.get('words')}"] if isinstance(ras, dict) else []
     previous = document.get("previous_startup")
     if isinstance(previous, dict):
         out.append(f"started by phasewatch: the previous start-up {previous.get('invocation_id')} was "

@@ -12,6 +12,7 @@ from typing import Callable, Iterable, Mapping
 from ..config import Config
 from ..errors import UnitError
 from ..sources.procs import ProcessTable
+from ..stages.s4_judge.ras_culprit import RasFinding
 from ..stages.s5_act.respond import Action
 from ..systemd_unit import UnitFacts
 from .evidence import EvidenceTaker, EvidenceWriter
@@ -35,7 +36,8 @@ class Actors:
 def build_actors(config: Config, unit: StopStart, alert: Callable[[Action], None], processes: ProcessTable,
                  state_dir: Path, gpu: GpuMemory | None = None,
                  rank_pids: Callable[[], Iterable[int]] = tuple,
-                 rank_starts: Callable[[], Mapping[int, int] | None] = lambda: None) -> Actors:
+                 rank_starts: Callable[[], Mapping[int, int] | None] = lambda: None,
+                 ras: Callable[[str], RasFinding | None] = lambda invocation: None) -> Actors:
     """`rank_pids`: the start-up's rank processes as phasewatch knows them (also those outside the
     unit's cgroup); `rank_starts`: their start times (pid -> ticks), to tell a PID reused."""
     scan = LeftoverScan(processes, gpu or GpuMemory())
@@ -44,7 +46,7 @@ def build_actors(config: Config, unit: StopStart, alert: Callable[[Action], None
     unguarded = UnguardedStops(config.unit, lambda old: scan.unguarded(old, rank_starts()), alert,
                                lambda: scan.gpu_checked) if config.leftovers.after_any_stop else None
     evidence = EvidenceTaker(EvidenceWriter(state_dir, config.unit, config.evidence),
-                             lambda group: [(p.rank, p.pid) for p in processes.ranks(group)])
+                             lambda group: [(p.rank, p.pid) for p in processes.ranks(group)], ras)
     return Actors(HookRunner(config.unit, dict(config.hooks)), evidence, guarded, unguarded)
 
 

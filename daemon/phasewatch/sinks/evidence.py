@@ -21,6 +21,7 @@ from typing import Callable, Sequence
 
 from ..config import EvidenceCapture
 from ..stages.s3_track.snapshot import InvocationView
+from ..stages.s4_judge.ras_culprit import RasFinding
 from ..stages.s5_act.respond import Action
 from ..systemd_unit import UnitFacts
 from .children import Ran, run_child
@@ -197,9 +198,11 @@ def targets(named: Sequence[str], phase: str | None, rank_phases: dict[str, str]
 class EvidenceTaker:
     """The `evidence` action for the responder: which processes, then one file."""
 
-    def __init__(self, writer: EvidenceWriter, processes: Callable[[str], Sequence[tuple[str, int]]]) -> None:
+    def __init__(self, writer: EvidenceWriter, processes: Callable[[str], Sequence[tuple[str, int]]],
+                 ras: Callable[[str], RasFinding | None] = lambda invocation: None) -> None:
         self.writer = writer
         self.processes = processes  # control group -> (rank, pid) of its rank processes
+        self.ras = ras  # invocation -> NCCL RAS's last finding (sources/ras.py)
 
     def take(self, inv: InvocationView, actions: list[Action], facts: UnitFacts) -> str | None:
         first = actions[0]
@@ -213,5 +216,10 @@ class EvidenceTaker:
                 for r in inv.ranks if r.gpu is not None]
         if gpus:  # what each rank's GPU did, as NVML last showed it (sources/gpu.py)
             message += "\n=== GPUs ===\n" + "\n".join(gpus)
+        finding = self.ras(inv.invocation_id)
+        if finding is not None:  # the whole report, as RAS sent it
+            message += (f"\n=== NCCL RAS at {finding.address}, asked at "
+                        f"{time.strftime('%H:%M:%S', time.gmtime(finding.at))} UTC ===\n{finding.words()}\n"
+                        f"{finding.report or '(no report)'}")
         path = self.writer.capture(inv.invocation_id, first.verdict_kind, message, chosen)
         return str(path) if path is not None else None

@@ -32,6 +32,7 @@ from ..pipeline import Pipeline, StepJudgement
 from ..records import MAIN, PHASE_NAMES, Phase
 from ..render import iso, status_document, without_quote
 from ..stages.s3_track.snapshot import InvocationView, Snapshot
+from ..stages.s4_judge.ras_culprit import RasFinding
 from ..stages.s4_judge.timerlint import TimerWarning
 from ..stages.s4_judge.verdict import Verdict
 from ..stages.s4_judge.vitals import Vitals
@@ -50,6 +51,7 @@ from .metric_families import (
     families,
     vitals_families,
 )
+from .ras_metrics import ras_families
 
 logger = logging.getLogger(__name__)
 REOPEN_REASONS = ("changed", "read_error", "retry", "catch_up_error")  # sources/journal_feed.py
@@ -87,6 +89,7 @@ class Exporter:
         self._probe_lock = threading.Lock()
         self._vitals: Vitals | None = None  # replaced whole by the daemon, read by the server threads
         self._timer_warnings: list[str] = []  # replaced whole, like _vitals
+        self._ras: RasFinding | None = None  # NCCL RAS's last finding, replaced whole, like _vitals
         # the group's counts (webhook refusals by reason, decisions by act): read from their owner
         self.group_counts: Callable[[], Mapping[str, Mapping[str, int]]] = lambda: {}
         self._group_ended: tuple[tuple[str, str, str], ...] = ()  # group_metrics.ended_failures
@@ -114,6 +117,10 @@ class Exporter:
     def saw_vitals(self, vitals: Vitals | None) -> None:
         """The latest signs of life of the ranks (None: not sampling, the start-up is over)."""
         self._vitals = vitals
+
+    def saw_ras(self, finding: RasFinding) -> None:
+        """NCCL RAS's last answer, judged (sources/ras.py): the lag per rank and collective."""
+        self._ras = finding
 
     def restarted(self, reason: str) -> None:
         """phasewatch restarted the unit (the D-Bus call succeeded) because of a `reason` verdict."""
@@ -235,6 +242,7 @@ class Exporter:
             probes = self._probes
         yield from families(self._published, probes, self.clock.wall(), self._published.judged_with or self.config)
         yield from vitals_families(self._vitals, self.config.unit)
+        yield from ras_families(self._ras, self.config.unit)
         yield from group_families(self._published, self.config, self.group_counts(), self._group_ended)
         hold = self._why.get("hold")
         held = GaugeMetricFamily("phasewatch_hold_until_seconds", "When the operator's hold ends (Unix time; "

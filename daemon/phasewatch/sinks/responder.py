@@ -19,6 +19,7 @@ from ..pipeline import Judgement, Pipeline, StepJudgement
 from ..records import MAIN, NEWS_AFTER_THE_END, Phase, VerdictKind
 from ..render import iso
 from ..sources.listeners import port_holders
+from ..sources.ras_client import ras_port_holder
 from ..stages.s3_track.snapshot import ENDED_STATES, UP_STATES, InvocationView, UnitState
 from ..stages.s4_judge import policy
 from ..stages.s4_judge.learn import LimitInForce, adapted, eta_seconds, limits_in_force, typical_durations
@@ -174,7 +175,9 @@ class Responder(ActingOnResponses):
         port = inv.server.port or 0  # who holds the server's port now (a leftover server, another service)
         self.pipeline.unit_settings = UnitSettings(timers.exec_start, timers.environment, timers.devices,
                                                    port_holders([port]) if port else {})
-        self.timer_warnings = lint(learned.config, inv.server.timer_args, timers, learned.typical)
+        facts = self.read_facts()  # (the RAS port's holder is told from the unit's own ranks by its cgroup)
+        holder = ras_port_holder(timers.environment, facts.control_group if facts is not None else None)
+        self.timer_warnings = lint(learned.config, inv.server.timer_args, timers, learned.typical, holder)
         if self.exporter is not None:
             self.exporter.saw_timer_warnings(self.timer_warnings)
         if self.timer_warnings:

@@ -368,3 +368,23 @@ def _lint_lines(command: UnitCommand, facts: EngineFacts, limits_text: str, writ
         return ["# timer lint: no engine or systemd timer ends a start-up before these limits", ""]
     return ["# timer lint (check-config shows it too): a timer that fires before a limit above", *(
         f"#   {warning.message}" for warning in warnings), ""]
+
+
+# `phasewatch init --ras-dropin`: NCCL RAS of each unit on a port of its own, so that two servers on one
+# host never answer for each other (NCCL binds its RAS port with SO_REUSEPORT: the answers would mix).
+RAS_PORT_FIRST = 28100
+RAS_PORT_COUNT = 900
+
+
+def ras_port_for(unit: str) -> int:
+    """A port for the unit's RAS, the same every time for the same unit (two units may still meet on
+    one: the timer lint says so, `ras_port_shared`)."""
+    digest = hashlib.sha256(unit.encode()).hexdigest()
+    return RAS_PORT_FIRST + int(digest[:8], 16) % RAS_PORT_COUNT
+
+
+def ras_dropin(unit: str, port: int) -> str:
+    return ("# Written by `phasewatch init --ras-dropin`: NCCL RAS of this unit on a port of its own, on\n"
+            "# loopback (phasewatch asks it who a collective hang waits for). Any local user can bind a\n"
+            "# free port first: phasewatch believes only answers that name the unit's own processes.\n"
+            f"[Service]\nEnvironment=NCCL_RAS_ADDR=127.0.0.1:{port}\n")

@@ -24,6 +24,7 @@ from typing import Mapping, Sequence
 from ...config import Config
 from ...durations import format_duration
 from ...records import FINAL_PHASES, UNIT_PHASES, Phase
+from .ras_report import ras_address
 
 POST_LOAD_BARRIER = 480.0
 NCCL_DEFAULT = 600.0
@@ -91,9 +92,10 @@ def engine_timers(server_args: Mapping[str, str], environment: Mapping[str, str]
 
 
 def lint(config: Config, server_args: Mapping[str, str], unit: UnitTimers,
-         learned_healthy: Mapping[Phase, float] | None = None) -> list[TimerWarning]:
+         learned_healthy: Mapping[Phase, float] | None = None, ras_holder: str | None = None) -> list[TimerWarning]:
     """Every limit of `config` that an engine or systemd timer pre-empts, or that is below the
-    healthy duration learned from history (`learned_healthy`: the longest healthy duration per phase)."""
+    healthy duration learned from history (`learned_healthy`: the longest healthy duration per phase);
+    and NCCL RAS turned off, or its port held by a process outside the unit (`ras_holder`)."""
     timers = engine_timers(server_args, unit.environment)
     out: list[TimerWarning] = []
 
@@ -131,7 +133,28 @@ def lint(config: Config, server_args: Mapping[str, str], unit: UnitTimers,
              warmup_stall, "the scheduler watchdog (--watchdog-timeout): a hung warm-up batch is killed first")
     out.extend(_systemd(config, unit))
     out.extend(_learned(config, learned_healthy or {}))
+    if config.vitals.enabled and config.vitals.ras:
+        out.extend(ras_warnings(unit.environment, ras_holder))
     return out
+
+
+def ras_warnings(environment: Mapping[str, str], holder: str | None) -> list[TimerWarning]:
+    """NCCL RAS names a collective hang's culprit (sources/ras.py) unless the unit turns it off, or
+    another process answers on its port: another unit's NCCL job on the same port (NCCL binds it with
+    SO_REUSEPORT, so the answers mix), or any local user who bound it first."""
+    address = ras_address(environment)
+    if not address.enabled:
+        return [TimerWarning("ras_off", None, "nccl_ras", 0.0, "vitals.ras", 0.0,
+                             "the unit sets NCCL_RAS_ENABLE=0: NCCL RAS cannot name a collective hang's culprit")]
+    if address.problem is not None:
+        return [TimerWarning("ras_address", None, "nccl_ras", 0.0, "vitals.ras", 0.0,
+                             f"{address.problem}: NCCL's RAS cannot listen, and phasewatch cannot ask it")]
+    if holder is not None:
+        return [TimerWarning("ras_port_shared", None, "nccl_ras", 0.0, "vitals.ras", 0.0,
+                             f"NCCL RAS's port {address} is held by {holder}, outside the unit: another job's RAS "
+                             "(or another user) answers there; give the unit a port of its own "
+                             "(phasewatch init --ras-dropin writes NCCL_RAS_ADDR)")]
+    return []
 
 
 def stall_in_force(config: Config, phase: Phase) -> float | None:
