@@ -88,7 +88,13 @@ SHAPES = [
     "Authorization: Bearer {s}", "Authorization: Basic {s}", "HF_TOKEN={s}", "client_secret={s}",
     "refresh_token={s};", "key={s}",
 ]
-NOISE = st.text(st.characters(codec="utf-8", exclude_characters="\n"), max_size=40)
+def encodable(chars: st.SearchStrategy[str], without: str = "") -> st.SearchStrategy[str]:
+    """Characters UTF-8 can encode (no lone surrogate), but `without`: by filter, as Debian 12's
+    hypothesis (6.67) has no `codec=` nor `exclude_characters=`."""
+    return chars.filter(lambda c: not 0xD800 <= ord(c) <= 0xDFFF and c not in without)
+
+
+NOISE = st.text(encodable(st.characters(), "\n"), max_size=40)
 
 
 @settings(max_examples=300, deadline=None)
@@ -109,14 +115,14 @@ def test_a_hugging_face_token_standing_alone_is_not_shown(secret: str, before: s
 
 
 @settings(max_examples=500, deadline=None)
-@given(st.text(st.characters(codec="utf-8"), max_size=300))
+@given(st.text(encodable(st.characters()), max_size=300))
 def test_masking_twice_masks_nothing_more(text: str) -> None:
     once = redact(text)
     assert redact(once) == once
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.text(st.characters(codec="utf-8", exclude_characters=":=@"), max_size=300))
+@given(st.text(encodable(st.characters(), ":=@"), max_size=300))
 def test_text_without_a_separator_or_a_token_is_left_as_it_is(text: str) -> None:
     if "hf_" not in text and "bearer" not in text.lower():
         assert redact(text) == text
