@@ -97,11 +97,11 @@ class Scenario:
 
     def lines(self, text: str) -> list[dict[str, Any]]:
         return [e for e in self.box.journal(f"_SYSTEMD_UNIT={UNIT}")
-                if int(e["__REALTIME_TIMESTAMP"]) / 1e6 >= self.started_at and text in _message(e)]
+                if int(e["__REALTIME_TIMESTAMP"]) / 1e6 >= self.started_at and text in message_of(e)]
 
     def watcher_log(self) -> str:
         entries = self.box.journal(f"_SYSTEMD_UNIT={WATCHER}")
-        return "\n".join(_message(e) for e in entries if int(e["__REALTIME_TIMESTAMP"]) / 1e6 >= self.started_at)
+        return "\n".join(message_of(e) for e in entries if int(e["__REALTIME_TIMESTAMP"]) / 1e6 >= self.started_at)
 
     def wait_state(self, state: str, timeout: float) -> dict[str, Any]:
         result: dict[str, Any] = self.box.wait_for(
@@ -109,7 +109,9 @@ class Scenario:
         return result
 
 
-def _message(entry: dict[str, Any]) -> str:
+def message_of(entry: dict[str, Any]) -> str:
+    """MESSAGE as text: journalctl -o json gives it as a byte array when it holds a control character
+    (a tqdm frame's \\r written into the same line)."""
     message = entry.get("MESSAGE")
     if isinstance(message, list):
         return bytes(message).decode("utf-8", "replace")
