@@ -30,6 +30,7 @@ from .sources.alert_receiver import AlertReceiver
 from .sources.base import Source
 from .sources.follow import JournalFollower
 from .sources.gpu import NvmlSource
+from .sources.gpu_health import GpuHealthSource, KernelXids, gpu_ranks
 from .sources.health import HealthProbes
 from .sources.journal_feed import JournalFeed
 from .sources.probe import BackgroundProbe, ProbeResult
@@ -46,7 +47,8 @@ def compose(config: Config, *, follower: JournalFollower, unit: Unit, alerter: A
             exporter: Exporter | None = None, history: History | None = None,
             sampler: ProcSampler | None = None, reload: Callable[[], Config] | None = None,
             actions_off_the_loop: bool = False, action_unit: ActionUnit | None = None,
-            gpu: NvmlSource | None = None, receiver: AlertReceiver | None = None) -> Daemon:
+            gpu: NvmlSource | None = None, receiver: AlertReceiver | None = None,
+            kernel: KernelXids | None = None) -> Daemon:
     """A daemon watching `config.unit`. `unit` is read (its facts, timers); `action_unit`, when given,
     is the one restarted (the guarded restart's); `reload` reads the config again on SIGHUP;
     `actions_off_the_loop` runs the responder's actions on a worker thread (the daemon's way)."""
@@ -60,7 +62,9 @@ def compose(config: Config, *, follower: JournalFollower, unit: Unit, alerter: A
     ranks = RankProcesses(facts, processes, current, config.rank_processes == "host")
     signs = SignsOfLife(config, sampler or ProcSampler(processes), facts, current,
                         exporter.saw_vitals if exporter is not None else None, gpu)
-    sources: Sequence[Source] = (journal, health, ranks, signs, *((receiver,) if receiver is not None else ()))
+    faults = GpuHealthSource(pipeline, current, gpu_ranks(signs), signs.gpu, kernel)
+    sources: Sequence[Source] = (journal, health, ranks, signs, faults,
+                                 *((receiver,) if receiver is not None else ()))
     acting_unit = action_unit or unit
     make_actors = ActorsFactory(acting_unit, alerter, processes, store, ranks)
     actors = make_actors(config)

@@ -339,8 +339,8 @@ def _why_lines(document: dict[str, Any]) -> list[str]:
     if isinstance(hold, dict):
         out.append(f"held until {local_time(_epoch(hold.get('until')))}: {hold.get('reason')} "
                    "(verdicts alerted, nothing restarted)")
-    if document.get("evidence"):
-        out.append(f"evidence: {document['evidence']}")
+    out.extend(f"{key.replace('_', ' ')}: {document[key]}" for key in ("restart_refused", "evidence")
+               if document.get(key))
     previous = document.get("previous_startup")
     if isinstance(previous, dict):
         out.append(f"started by phasewatch: the previous start-up {previous.get('invocation_id')} was "

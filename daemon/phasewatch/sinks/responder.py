@@ -106,6 +106,7 @@ class Responder(ActingOnResponses):
         self.linted: set[str] = set()  # start-ups whose timers were checked (once each)
         self.timer_warnings: list[TimerWarning] = []
         self.ended_by: dict[str, str] = {}  # invocation -> what ended it from outside (the group's decision)
+        self.refused: dict[str, str] = {}  # invocation -> why its restart is refused (restart_gate.py), for status
 
     @property
     def guarded(self) -> GuardedRestart | None:
@@ -158,6 +159,10 @@ class Responder(ActingOnResponses):
             return  # only a restart is left to do, after the backoff
         status = self.read_facts() or UnitFacts("unknown", "unknown", None)
         response = respond(verdicts, self.memory, status, now, self.config, hold)
+        for refused in (a for a in response.actions if a.verdict_kind == "restart_refused"):
+            self.refused[inv.invocation_id] = refused.message
+            if self.exporter is not None:
+                self.exporter.restart_not_made(refused.cause or "refused")
         self._execute(response, inv, status)
 
     def _lint_timers(self, inv: InvocationView, learned: Learned) -> None:
@@ -252,6 +257,7 @@ class Responder(ActingOnResponses):
         last = self.last_restart
         started_by_us = last is not None and current is not None and current != last["invocation_id"]
         document["previous_startup"] = dict(last, outcome="restarted by phasewatch") if started_by_us and last else None
+        document["restart_refused"] = self.refused.get(current) if current is not None else None
         if current is not None and current in self.evidence_paths:
             document["evidence"] = self.evidence_paths[current]
         return document

@@ -22,6 +22,8 @@ class Verdict:
     facts: CrashFacts | None = None  # crashed: healthy, waiting and culprit ranks named in the lines
     remedy: Remedy | None = None  # what to do about it (remedies.py), when the facts say
     quote: str | None = None  # crashed: the log line the message quotes (credentials masked, redact.py)
+    gpu_action: str | None = None  # gpu_fault: what the GPU needs (xid_table.ACTIONS); the restart gate reads it
+    gpu_blocks: bool = False  # gpu_fault: no restart onto that GPU (reset_gpu, reboot, drain; not the app's fault)
 
     @property
     def key(self) -> tuple[str, str, str | None, str | None]:
