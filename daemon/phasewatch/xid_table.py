@@ -2,8 +2,9 @@
 Xid catalog it names) and the driver's kernel line read: `NVRM: Xid (PCI:0000:3b:00): 79, pid=1234,
 name=python3, GPU has fallen off the bus.` -> XidLine(pci="0000:3b:00", code=79, ...).
 
-Actions: none, restart_app, reset_gpu, reboot, drain; `unknown` for a code the table lacks. A GPU
-whose action is reset_gpu, reboot or drain must not be restarted onto (BLOCKING)."""
+Actions: none, restart_app, reset_gpu, reboot, drain; `unknown` for a code the table lacks or one
+whose catalog action phasewatch cannot decide (a workflow). A GPU whose action is reset_gpu, reboot
+or drain must not be restarted onto (BLOCKING); `unknown` never blocks."""
 
 from __future__ import annotations
 
@@ -119,8 +120,8 @@ def parse_table(document: object) -> XidTable:
             raise ValueError(f"xids: {code!r} is not an XID code (a positive integer)")
         if not isinstance(row, dict) or set(row) != {"name", "meaning", "action", "application"}:
             raise ValueError(f"xids.{code}: expected the keys name, meaning, action, application")
-        if row["action"] not in ACTIONS:
-            raise ValueError(f"xids.{code}.action: {row['action']!r} is not one of {', '.join(ACTIONS)}")
+        if row["action"] not in (*ACTIONS, UNKNOWN):
+            raise ValueError(f"xids.{code}.action: {row['action']!r} is not one of {', '.join((*ACTIONS, UNKNOWN))}")
         if not isinstance(row["application"], bool):
             raise ValueError(f"xids.{code}.application: expected true or false")
         entries[code] = XidEntry(code, str(row["name"]), str(row["meaning"]), row["action"], row["application"])

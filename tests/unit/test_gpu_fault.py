@@ -101,6 +101,14 @@ def test_an_application_xid_does_not_hold_the_restart() -> None:
     assert not any(a.verdict_kind == "restart_refused" for a in response.actions)
 
 
+def test_a_fault_whose_action_is_unknown_is_alerted_but_does_not_hold_the_restart() -> None:
+    verdicts = with_gpu_faults([crash()], startup(), [fault(74), fault(9999)], UNIT)  # a workflow; not listed
+    assert [v.gpu_action for v in verdicts if v.kind is VerdictKind.GPU_FAULT] == ["unknown"]
+    response = respond(verdicts, Memory(), UnitStatus("failed", "failed", INV), T0 + 60, CONFIG)
+    assert [a.kind for a in response.actions if a.kind == "restart"] == ["restart"]
+    assert not any(a.verdict_kind == "restart_refused" for a in response.actions)
+
+
 def test_fingerprints_are_equal_for_the_same_failure_and_differ_otherwise() -> None:
     assert fingerprint(crash()) == fingerprint(crash(invocation="other")) == \
         "crashed in weight_load (python_exception) on TP3 RuntimeError"
