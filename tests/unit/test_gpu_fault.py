@@ -3,6 +3,8 @@ on that GPU, and the restart gate (a broken GPU, the same failure again). Pure: 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from phasewatch.config import Config, RestartBudget
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import JournalRecord, VerdictKind
@@ -92,6 +94,18 @@ def test_the_restart_onto_a_broken_gpu_is_refused_and_alerted_at_a_paging_priori
     assert refused.remedy is not None and "reboot the node" in refused.remedy
     again = respond(verdicts, response.memory, UnitStatus("failed", "failed", INV), T0 + 70, CONFIG)
     assert not any(a.verdict_kind == "restart_refused" or a.kind == "restart" for a in again.actions)
+
+
+def test_a_fault_is_alerted_once_as_its_rank_moves_on_and_a_worse_one_later_again() -> None:
+    [early] = with_gpu_faults([], startup(), [fault(13)], UNIT)
+    moved = replace(early, phase="cuda_graph_capture")
+    [worse] = with_gpu_faults([], startup(), [fault(13), fault(79, at=T0 + 50)], UNIT)
+    first = respond([early], Memory(), UnitStatus("activating", "start", INV), T0 + 31, CONFIG)
+    again = respond([moved], first.memory, UnitStatus("activating", "start", INV), T0 + 40, CONFIG)
+    later = respond([worse], again.memory, UnitStatus("activating", "start", INV), T0 + 51, CONFIG)
+    assert [a.cause for a in first.actions if a.kind == "alert"] == ["xid_13"]
+    assert [a for a in again.actions if a.kind == "alert"] == []
+    assert [a.cause for a in later.actions if a.kind == "alert" and a.verdict_kind == "gpu_fault"] == ["xid_79"]
 
 
 def test_an_application_xid_does_not_hold_the_restart() -> None:

@@ -28,9 +28,12 @@ class Verdict:
     @property
     def key(self) -> tuple[str, str, str | None, str | None]:
         """Same key, same verdict: a loop acts on a key once. A start-up crashes once, whichever
-        rank later lines show to be the culprit."""
+        rank later lines show to be the culprit. A GPU's fault once per cause, whatever phase its rank
+        moves to; a worse fault of that GPU later is a new one."""
         if self.kind in (VerdictKind.CRASHED, VerdictKind.LINES_LOST):
             return (self.invocation_id, self.kind, None, None)
         if self.kind == VerdictKind.UNHEALTHY:
             return (self.invocation_id, self.kind, None, f"episode {self.episode}")
+        if self.kind == VerdictKind.GPU_FAULT:
+            return (self.invocation_id, self.kind, self.rank, self.cause)
         return (self.invocation_id, self.kind, self.rank, self.phase)
