@@ -66,7 +66,7 @@ def compose(config: Config, *, follower: JournalFollower, unit: Unit, alerter: A
     sources: Sequence[Source] = (journal, health, ranks, signs, faults,
                                  *((receiver,) if receiver is not None else ()))
     acting_unit = action_unit or unit
-    make_actors = ActorsFactory(acting_unit, alerter, processes, store, ranks)
+    make_actors = ActorsFactory(acting_unit, alerter, processes, store, ranks, faults)
     actors = make_actors(config)
     responder = Responder(config, pipeline, unit=unit, read_facts=facts.read, alerter=alerter, store=store,
                           clock=JudgedClock(clock, journal), history=history, exporter=exporter,
@@ -93,10 +93,12 @@ class ActorsFactory:
     processes: ProcessTable
     store: StateStore
     ranks: RankProcesses
+    faults: GpuHealthSource  # the kernel's XIDs and the ranks' GPUs, for the evidence
 
     def __call__(self, config: Config) -> Actors:
         return build_actors(config, self.unit, self.alerter.alert, self.processes, self.store.path.parent,
-                            rank_pids=self.ranks.watch.known_pids, rank_starts=self._rank_starts)
+                            rank_pids=self.ranks.watch.known_pids, rank_starts=self._rank_starts,
+                            xids=self.faults.xids_between, gpu_of=self.faults.gpu_of)
 
     def _rank_starts(self) -> dict[int, int]:
         return self.ranks.started

@@ -164,6 +164,12 @@ class GpuHealthSource:
             out.extend(nvml_faults(health, now, pci.get(index), self.ranks.get(index)))
         return out
 
+    def gpu_of(self, rank: str) -> int | None:
+        """The NVML index of the GPU `rank` holds in this start-up (a gpu_fault's `GPU 3` is GPU 3)."""
+        if rank.startswith("GPU ") and rank[4:].isdigit():
+            return int(rank[4:])
+        return next((index for index, holder in self.ranks.items() if holder == rank), None)
+
     def xids_between(self, began: float | None, end: float | None) -> list[tuple[float, XidLine]]:
         """The XIDs logged within a start-up (the evidence's)."""
         if self.kernel is None:
