@@ -71,7 +71,9 @@ def test_a_kernel_xid_79_on_tp3s_gpu_refuses_the_restart_an_xid_13_or_the_units_
         box.wait_for(lambda: len(scenario.invocations()) == 2, 90, "phasewatch's restart after the crash")
         first, second = (e["INVOCATION_ID"] for e in scenario.invocations())
         assert verdicts(scenario, "restart_refused") == []
-        [app_fault] = [a for a in verdicts(scenario, "gpu_fault") if a["PHASEWATCH_INVOCATION"] == first]
+        faults = [a for a in verdicts(scenario, "gpu_fault") if a["PHASEWATCH_INVOCATION"] == first]
+        assert len(faults) == 1, [a["MESSAGE"] for a in faults]  # once, though TP3 was mapped to GPU 3 later
+        app_fault = faults[0]
         assert (app_fault["PHASEWATCH_RANK"], app_fault["PHASEWATCH_CAUSE"]) == ("TP3", "xid_13")
         assert "recommended action: restart_app" in app_fault["MESSAGE"]
         assert [e for e in box.journal(f"_SYSTEMD_UNIT={UNIT}") if XID_79 in str(e.get("MESSAGE"))]  # (written)
@@ -83,7 +85,11 @@ def test_a_kernel_xid_79_on_tp3s_gpu_refuses_the_restart_an_xid_13_or_the_units_
             second, "gpu_fault", "2")
         assert "not restarting onto a faulted GPU: TP3 needs reboot (xid_79)" in refused["MESSAGE"]
         assert "reboot the node" in refused["PHASEWATCH_REMEDY"]
-        [fault] = [a for a in verdicts(scenario, "gpu_fault") if a["PHASEWATCH_INVOCATION"] == second]
+        faults = [a for a in verdicts(scenario, "gpu_fault") if a["PHASEWATCH_INVOCATION"] == second]
+        # (the XID 13 of start-up 1 falls in the minute before start-up 2 too: alerted for it first)
+        fallen = [a for a in faults if a["PHASEWATCH_CAUSE"] == "xid_79"]
+        assert len(fallen) == 1, [a["MESSAGE"] for a in faults]
+        fault = fallen[0]
         assert (fault["PHASEWATCH_RANK"], fault["PHASEWATCH_CAUSE"]) == ("TP3", "xid_79")
         assert "GPU 3 (PCI 0000:3b:00) (TP3's GPU) reported XID 79 (GPU has fallen off the bus)" in fault["MESSAGE"]
         [crash] = [a for a in verdicts(scenario, "crashed") if a["PHASEWATCH_INVOCATION"] == second]
@@ -105,7 +111,7 @@ def test_the_same_stall_twice_is_restarted_once_then_refused_and_a_different_one
     scenario.start()
     [refused] = box.wait_for(lambda: verdicts(scenario, "restart_refused"), 120, "the second stall refused")
     assert refused["PHASEWATCH_CAUSE"] == "same_failure" and refused["PRIORITY"] == "2"
-    assert ("not restarting: the same failure twice: stalled in draft_cuda_graph_capture (no_progress) on TP3"
+    assert ("not restarting: the same failure twice: stalled in draft_cuda_graph_capture (deadline) on TP3"
             in refused["MESSAGE"]), refused["MESSAGE"]
     assert len(restarts_by_phasewatch(scenario)) == 1 and len(scenario.invocations()) == 2
     # The operator starts it again (stop, start: no restart job); it stalls on another rank.

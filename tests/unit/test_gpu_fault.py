@@ -97,11 +97,17 @@ def test_the_restart_onto_a_broken_gpu_is_refused_and_alerted_at_a_paging_priori
 
 
 def test_a_fault_is_alerted_once_as_its_rank_moves_on_and_a_worse_one_later_again() -> None:
+    line = parse_xid("NVRM: Xid (PCI:0000:3b:00): 13, pid=4242, name=python3, the driver's words")
+    assert line is not None
+    [unmapped] = with_gpu_faults([], startup(), [xid_fault(line, T0 + 30, xid_table(), GPUS, {})], UNIT)
     [early] = with_gpu_faults([], startup(), [fault(13)], UNIT)
+    assert (unmapped.rank, early.rank) == ("GPU 3", "TP3")  # the vitals saw TP3 on GPU 3 a moment later
     moved = replace(early, phase="cuda_graph_capture")
     [worse] = with_gpu_faults([], startup(), [fault(13), fault(79, at=T0 + 50)], UNIT)
-    first = respond([early], Memory(), UnitStatus("activating", "start", INV), T0 + 31, CONFIG)
-    again = respond([moved], first.memory, UnitStatus("activating", "start", INV), T0 + 40, CONFIG)
+    first = respond([unmapped], Memory(), UnitStatus("activating", "start", INV), T0 + 31, CONFIG)
+    mapped = respond([early], first.memory, UnitStatus("activating", "start", INV), T0 + 32, CONFIG)
+    assert [a for a in mapped.actions if a.kind == "alert"] == []
+    again = respond([moved], mapped.memory, UnitStatus("activating", "start", INV), T0 + 40, CONFIG)
     later = respond([worse], again.memory, UnitStatus("activating", "start", INV), T0 + 51, CONFIG)
     assert [a.cause for a in first.actions if a.kind == "alert"] == ["xid_13"]
     assert [a for a in again.actions if a.kind == "alert"] == []

@@ -131,7 +131,7 @@ def fault_verdicts(inv: InvocationView, faults: Sequence[GpuFault], unit: str) -
         out.append(Verdict(VerdictKind.GPU_FAULT, inv.invocation_id, rank.phase.value if rank else None, verdict_rank,
                            fault.cause, f"{unit}: {fault.where}{on} reported {fault.evidence}; recommended action: "
                            f"{fault.action}{blocks}", fault.at, remedy=remedy(fault), gpu_action=fault.action,
-                           gpu_blocks=fault.blocks))
+                           gpu_blocks=fault.blocks, gpu=fault.where))
     return out
 
 
