@@ -51,6 +51,13 @@ def kernel_line(scenario: Scenario, message: str, name: str) -> None:
     box.run("mv", f"{STAGING}/remote-{name}.journal", f"/var/log/journal/{machine}/remote-{name}.journal")
 
 
+def on_its_gpu(scenario: Scenario, invocation: str) -> None:
+    """Waits until the vitals show TP3 holding its GPU in this start-up (NVML's process list): the
+    rank a GPU's XID is mapped to."""
+    scenario.box.wait_for(lambda: (s := scenario.status()) and s.get("invocation_id") == invocation
+                          and "GPU" in ((s.get("vitals") or {}).get("TP3") or ""), 30, "TP3 seen on its GPU")
+
+
 def verdicts(scenario: Scenario, kind: str) -> list[dict[str, Any]]:
     return [a for a in scenario.alerts() if a.get("PHASEWATCH_VERDICT") == kind]
 
@@ -65,20 +72,22 @@ def test_a_kernel_xid_79_on_tp3s_gpu_refuses_the_restart_an_xid_13_or_the_units_
         scenario.configure(CRASH, **CONFIG, restart_budget={"max": 3, "window": "6h", "backoff": "1s",
                                                              "same_failure": 5})
         scenario.start()
-        box.wait_for(lambda: scenario.invocations(), 30, "start-up 1")
+        [started] = box.wait_for(lambda: scenario.invocations(), 30, "start-up 1")
+        on_its_gpu(scenario, started["INVOCATION_ID"])
         kernel_line(scenario, XID_13, "xid13")
         box.wait_for(lambda: "XID 13 in the kernel's lines" in scenario.watcher_log(), 30, "the XID 13 read")
         box.wait_for(lambda: len(scenario.invocations()) == 2, 90, "phasewatch's restart after the crash")
         first, second = (e["INVOCATION_ID"] for e in scenario.invocations())
         assert verdicts(scenario, "restart_refused") == []
         faults = [a for a in verdicts(scenario, "gpu_fault") if a["PHASEWATCH_INVOCATION"] == first]
-        assert len(faults) == 1, [a["MESSAGE"] for a in faults]  # once, though TP3 was mapped to GPU 3 later
+        assert len(faults) == 1, [a["MESSAGE"] for a in faults]
         app_fault = faults[0]
         assert (app_fault["PHASEWATCH_RANK"], app_fault["PHASEWATCH_CAUSE"]) == ("TP3", "xid_13")
         assert "recommended action: restart_app" in app_fault["MESSAGE"]
         assert [e for e in box.journal(f"_SYSTEMD_UNIT={UNIT}") if XID_79 in str(e.get("MESSAGE"))]  # (written)
         assert "XID 79" not in scenario.watcher_log()  # the unit's own line is no kernel line
 
+        on_its_gpu(scenario, second)
         kernel_line(scenario, XID_79, "xid79")
         [refused] = box.wait_for(lambda: verdicts(scenario, "restart_refused"), 90, "the refused restart")
         assert (refused["PHASEWATCH_INVOCATION"], refused["PHASEWATCH_CAUSE"], refused["PRIORITY"]) == (

@@ -16,7 +16,7 @@ from ..durations import format_duration
 from ..engines import ServerInfo
 from ..errors import UnitError
 from ..pipeline import Judgement, Pipeline, StepJudgement
-from ..records import MAIN, NEWS_AFTER_THE_END, Phase, VerdictKind
+from ..records import FAILED_STARTUP, MAIN, NEWS_AFTER_THE_END, Phase, VerdictKind
 from ..render import iso
 from ..sources.listeners import port_holders
 from ..stages.s3_track.snapshot import ENDED_STATES, UP_STATES, InvocationView, UnitState
@@ -36,6 +36,7 @@ from ..stages.s5_act.respond import (
     respond,
     settled,
 )
+from ..stages.s5_act.restart_gate import fingerprint as failure_print
 from ..systemd_unit import UnitFacts
 from .acting import ActionRunner, Evidence, Inline, Worker
 from .acting import Unit as ActingUnit
@@ -226,7 +227,9 @@ class Responder(ActingOnResponses):
         if record is None:
             return
         record = replace(record, ended_by=self.ended_by.get(inv.invocation_id),
-                         remedy=next((v.remedy.text for v in judgement.verdicts if v.remedy is not None), None))
+                         remedy=next((v.remedy.text for v in judgement.verdicts if v.remedy is not None), None),
+                         failure=None if ready else next((failure_print(v) for v in judgement.verdicts
+                                                          if v.kind in FAILED_STARTUP), None))
         try:
             if self.history.add(record):
                 logger.info("[%s] start-up %s recorded: %s in %s", self.config.unit, inv.invocation_id,
