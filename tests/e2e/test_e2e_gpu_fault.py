@@ -105,11 +105,13 @@ def test_a_kernel_xid_79_on_tp3s_gpu_refuses_the_restart_an_xid_13_or_the_units_
         assert "on a faulted GPU: GPU 3 (PCI 0000:3b:00) reported XID 79" in crash["MESSAGE"]
         status = scenario.status() or {}
         assert "not restarting onto a faulted GPU" in (status.get("restart_refused") or ""), status
-        time.sleep(3)  # (a restart made anyway follows the refusal at once)
-        assert len(restarts_by_phasewatch(scenario)) == 1 and len(scenario.invocations()) == 2
+        time.sleep(3)  # (a start made anyway follows the refusal at once; a crashed unit is started, not restarted)
+        assert len(scenario.invocations()) == 2
     finally:
         box.run("rm", "-f", DROPIN, FORGED)
         box.systemctl("daemon-reload")
+        # The kernel's XIDs must not reach the next test's start-up (a daemon reads an hour back).
+        box.run("sh", "-c", "rm -f /var/log/journal/*/remote-xid*.journal", check=False)
 
 
 def test_the_same_stall_twice_is_restarted_once_then_refused_and_a_different_one_is_restarted(
