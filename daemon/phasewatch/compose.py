@@ -30,6 +30,7 @@ from .sources.alert_receiver import AlertReceiver
 from .sources.base import Source
 from .sources.follow import JournalFollower
 from .sources.gpu import NvmlSource
+from .sources.gpu_health import GpuHealthSource, KernelXids, gpu_ranks
 from .sources.health import HealthProbes
 from .sources.journal_feed import JournalFeed
 from .sources.probe import BackgroundProbe, ProbeResult
@@ -48,7 +49,8 @@ def compose(config: Config, *, follower: JournalFollower, unit: Unit, alerter: A
             exporter: Exporter | None = None, history: History | None = None,
             sampler: ProcSampler | None = None, reload: Callable[[], Config] | None = None,
             actions_off_the_loop: bool = False, action_unit: ActionUnit | None = None,
-            gpu: NvmlSource | None = None, receiver: AlertReceiver | None = None) -> Daemon:
+            gpu: NvmlSource | None = None, receiver: AlertReceiver | None = None,
+            kernel: KernelXids | None = None) -> Daemon:
     """A daemon watching `config.unit`. `unit` is read (its facts, timers); `action_unit`, when given,
     is the one restarted (the guarded restart's); `reload` reads the config again on SIGHUP;
     `actions_off_the_loop` runs the responder's actions on a worker thread (the daemon's way)."""
@@ -64,9 +66,11 @@ def compose(config: Config, *, follower: JournalFollower, unit: Unit, alerter: A
                         exporter.saw_vitals if exporter is not None else None, gpu)
     ras = RasAdvisor(lambda: pipeline.config, facts, processes, ranks, current, _ras_seen(pipeline, exporter),
                      unit_environment=lambda: pipeline.unit_settings.environment)
-    sources: Sequence[Source] = (journal, health, ranks, signs, ras, *((receiver,) if receiver is not None else ()))
+    faults = GpuHealthSource(pipeline, current, gpu_ranks(signs), signs.gpu, kernel)
+    sources: Sequence[Source] = (journal, health, ranks, signs, ras, faults,
+                                 *((receiver,) if receiver is not None else ()))
     acting_unit = action_unit or unit
-    make_actors = ActorsFactory(acting_unit, alerter, processes, store, ranks, pipeline.ras_advice.get)
+    make_actors = ActorsFactory(acting_unit, alerter, processes, store, ranks, pipeline.ras_advice.get, faults)
     actors = make_actors(config)
     responder = Responder(config, pipeline, unit=unit, read_facts=facts.read, alerter=alerter, store=store,
                           clock=JudgedClock(clock, journal), history=history, exporter=exporter,
@@ -94,10 +98,12 @@ class ActorsFactory:
     store: StateStore
     ranks: RankProcesses
     ras: Callable[[str], RasFinding | None]  # invocation -> NCCL RAS's last finding, for the evidence
+    faults: GpuHealthSource  # the kernel's XIDs and the ranks' GPUs, for the evidence
 
     def __call__(self, config: Config) -> Actors:
         return build_actors(config, self.unit, self.alerter.alert, self.processes, self.store.path.parent,
-                            rank_pids=self.ranks.watch.known_pids, rank_starts=self._rank_starts, ras=self.ras)
+                            rank_pids=self.ranks.watch.known_pids, rank_starts=self._rank_starts, ras=self.ras,
+                            xids=self.faults.xids_between, gpu_of=self.faults.gpu_of)
 
     def _rank_starts(self) -> dict[int, int]:
         return self.ranks.started

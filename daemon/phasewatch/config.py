@@ -84,6 +84,7 @@ DEFAULT_ACTIONS: Mapping[str, tuple[str, ...]] = {
     "unhealthy": ("alert",),
     "lines_lost": ("alert",),
     "waiting_for_node": ("alert",),  # a node of a group: the group decides its restart
+    "gpu_fault": ("alert",),  # a GPU's XID or NVML health; its action holds restarts back (restart_gate.py)
 }
 
 
@@ -223,12 +224,12 @@ def parse_document(document: Any, path: str | None = None) -> Config:
 
     budget = RestartBudget()
     settings: dict[str, Any] = {"max": budget.max, "window": budget.window, "backoff": budget.backoff,
-                                "stable": budget.stable}
+                                "stable": budget.stable, "same_failure": budget.same_failure}
     for key, raw, at in _entries(document.get("restart_budget", {}) or {}, "restart_budget",
                                  lines.get("restart_budget"), "a mapping with max, window, backoff, stable", fail):
-        if key == "max":
-            settings["max"] = _whole(raw, 0, "restart_budget.max", at, fail)
-            if settings["max"] > MAX_RESTARTS:
+        if key in ("max", "same_failure"):  # same_failure: refused after that many alike in a row (restart_gate.py)
+            settings[key] = _whole(raw, 0 if key == "max" else 1, f"restart_budget.{key}", at, fail)
+            if key == "max" and settings["max"] > MAX_RESTARTS:
                 raise fail("restart_budget.max", f"at most {MAX_RESTARTS}, got {raw} (more would remove the restart "
                            "limit, as window: none would)", at)
         elif key == "window":  # `none` would mean no limit on restarts at all
@@ -240,8 +241,9 @@ def parse_document(document: Any, path: str | None = None) -> Config:
         elif key in ("backoff", "stable"):
             settings[key] = _duration(raw, f"restart_budget.{key}", at, fail) or 0.0
         else:
-            raise fail(f"restart_budget.{key}", "unknown setting (known: max, window, backoff, stable)", at)
-    budget = RestartBudget(settings["max"], settings["window"], settings["backoff"], settings["stable"])
+            raise fail(f"restart_budget.{key}", "unknown setting (known: max, window, backoff, stable, "
+                       "same_failure)", at)
+    budget = RestartBudget(**settings)
 
     dry_run = document.get("dry_run", False)
     if not isinstance(dry_run, bool):

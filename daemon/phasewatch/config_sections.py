@@ -16,6 +16,7 @@ class RestartBudget:
     window: float = 6 * 3600.0
     backoff: float = 300.0
     stable: float = 600.0
+    same_failure: int = 2  # a restart after this many start-ups in a row failed alike is refused (restart_gate.py)
 
 
 # The most `restart_budget.max` may be. The budget exists to end a restart loop (`window: none` is

@@ -29,6 +29,7 @@ from .stages.s3_track.fastpath import FastPath
 from .stages.s3_track.snapshot import InvocationView, Snapshot, Transition
 from .stages.s3_track.tracker import Tracker
 from .stages.s4_judge import policy
+from .stages.s4_judge.gpu_fault import GpuFault, with_gpu_faults
 from .stages.s4_judge.ras_culprit import RasFinding, with_culprit
 from .stages.s4_judge.remedies import NO_UNIT, UnitSettings, remedy_for
 
@@ -86,6 +87,7 @@ class Pipeline:
         self.fast = self._fast_path()
         self.unit_settings: UnitSettings = NO_UNIT  # the unit's ExecStart=, Environment=... (the daemon sets it)
         self.ras_advice: dict[str, RasFinding] = {}  # invocation -> NCCL RAS's last finding (sources/ras.py)
+        self.gpu_faults: tuple[GpuFault, ...] = ()  # the GPUs' reports (sources/gpu_health.py sets them)
 
     def _fast_path(self) -> FastPath | None:
         engine = self.profile.engine_module
@@ -273,8 +275,10 @@ class Pipeline:
 
     def judge_one(self, inv: InvocationView, now: float, config: Config | None = None) -> Judgement:
         config = config or self.config
-        live = with_culprit(self.with_remedies(policy.evaluate(inv, now, config, self.profile), inv),
-                            self.ras_advice.get(inv.invocation_id), now)
+        live = self.with_remedies(policy.evaluate(inv, now, config, self.profile), inv)
+        if self.gpu_faults:
+            live = with_gpu_faults(live, inv, self.gpu_faults, config.unit)
+        live = with_culprit(live, self.ras_advice.get(inv.invocation_id), now)
         verdicts = live
         outcome = policy.outcome(inv, live)
         if inv.before_stop is not None and inv.stopped_at is not None:

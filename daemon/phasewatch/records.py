@@ -67,6 +67,8 @@ class VerdictKind(enum.StrEnum):
     # One node of a group (config `group:`): every local rank waits in lock-step while none is the
     # culprit; another node holds them up (stages/s4_judge/group_wait.py). Never restarts the node alone.
     WAITING_FOR_NODE = "waiting_for_node"
+    # A GPU of the unit reported a fault: a kernel XID line or NVML's health (stages/s4_judge/gpu_fault.py).
+    GPU_FAULT = "gpu_fault"
 
 
 # Named groups of verdict kinds.
@@ -74,7 +76,8 @@ STUCK = frozenset({VerdictKind.STALLED, VerdictKind.STRAGGLER})  # a rank held u
 FAILED_STARTUP = STUCK | {VerdictKind.RANK_DIED, VerdictKind.CRASHED}  # counted in the restart budget
 WRONG_WHEN_STOPPED = STUCK | {VerdictKind.RANK_DIED}  # what a stop (a restart) was about
 NEWS_AFTER_THE_END = frozenset({VerdictKind.CRASHED, VerdictKind.RANK_DIED, VerdictKind.LINES_LOST})
-FAILING = FAILED_STARTUP | {VerdictKind.UNHEALTHY}  # `phasewatch status` exits non-zero for these
+# `phasewatch status` exits non-zero for these
+FAILING = FAILED_STARTUP | {VerdictKind.UNHEALTHY, VerdictKind.GPU_FAULT}
 
 
 class Outcome(enum.StrEnum):
@@ -102,6 +105,7 @@ class AlertKind(enum.StrEnum):
     METRICS_UNBOUND = "metrics_unbound"  # metrics.listen cannot be bound: no /metrics, /status (sinks/http.py)
     RECEIVER_UNBOUND = "receiver_unbound"  # group.receiver cannot be bound: no group restart (alert_receiver.py)
     GROUP_RESTART = "group_restart"  # the group decided a restart (PhasewatchGroupRestart), done or not here
+    RESTART_REFUSED = "restart_refused"  # a restart refused: a broken GPU, or the same failure again (restart_gate.py)
 
 
 class MessageId(enum.StrEnum):
@@ -122,6 +126,8 @@ class MessageId(enum.StrEnum):
     WAITING_FOR_NODE = "8d4c3f6b2a1e4e0f9b7d5c3a1f2e4d90"
     GROUP_RESTART = "8d4c3f6b2a1e4e0f9b7d5c3a1f2e4d91"
     RECEIVER_UNBOUND = "8d4c3f6b2a1e4e0f9b7d5c3a1f2e4d92"  # not a verdict: group.receiver is taken
+    GPU_FAULT = "8d4c3f6b2a1e4e0f9b7d5c3a1f2e4d93"
+    RESTART_REFUSED = "8d4c3f6b2a1e4e0f9b7d5c3a1f2e4d94"  # not a verdict: the restart gate said no
 
 
 @dataclass(frozen=True)

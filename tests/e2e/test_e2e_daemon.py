@@ -192,7 +192,8 @@ def test_operator_stop_is_never_undone(scenario: Scenario) -> None:
 def test_spent_budget_gives_up_with_one_critical_alert(scenario: Scenario) -> None:
     scenario.configure("--scale 0.01 --hang TP3:draft_cuda_graph_capture",
                        phases={"draft_cuda_graph_capture": {"deadline": "6s"}},
-                       restart_budget={"max": 1, "window": "1h", "backoff": "1s"})
+                       # (same_failure above max: the budget, not the same hang twice, stops it here)
+                       restart_budget={"max": 1, "window": "1h", "backoff": "1s", "same_failure": 3})
     scenario.start()
     gave_up = scenario.box.wait_for(lambda: [a for a in scenario.alerts() if a["PHASEWATCH_VERDICT"] == "gave_up"],
                                     90, "giving up")

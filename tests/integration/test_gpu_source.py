@@ -197,3 +197,20 @@ def test_the_rows_that_held_still_hold() -> None:
     assert len(readings) >= 6 and readings[-1].power_mw is None and source.state() == "ok"
     source.want(False)
     hanging.want(False)
+
+
+def test_pci_addresses_and_health_are_read_where_nvml_answers() -> None:
+    """Issue 38: the PCI address maps a kernel XID line to its GPU; the health calls that answer are
+    read, those that do not (NOT_SUPPORTED) are None."""
+    nvml = _nvml_with(nvmlDeviceGetPciInfo=lambda h: types.SimpleNamespace(busId=b"00000000:3B:00.0"),
+                      nvmlDeviceGetRetiredPagesPendingStatus=lambda h: 1,
+                      nvmlDeviceGetRemappedRows=lambda h: (0, 2, 1, 0),
+                      nvmlDeviceGetFieldValues=lambda h, ids: (_ for _ in ()).throw(RuntimeError("Not Supported")))
+    source = NvmlSource(lambda: nvml, interval=0.05)
+    source.want(True)
+    _wait(lambda: bool(source.health()))
+    assert source.pci_addresses() == {0: "0000:3b:00"}
+    health = source.health()[0]
+    assert (health.retired_pages_pending, health.remap_pending, health.remap_failed, health.recovery_action) == \
+        (True, True, False, None)
+    source.want(False)

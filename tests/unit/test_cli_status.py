@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from phasewatch.cli import main
-from phasewatch.commands.status import exit_status, render_table, status_url, watch
+from phasewatch.commands.daemon_answer import status_url
+from phasewatch.commands.status import exit_status, render_table, watch
 from phasewatch.commands.status_line import oneline
 from phasewatch.config import Config
 from status_documents import STALLED, UNIT, document

@@ -8,10 +8,14 @@ from pathlib import Path
 from typing import Sequence
 
 from phasewatch.config import DEFAULT_ACTIONS, Config, EvidenceCapture
+from phasewatch.pipeline import Pipeline
+from phasewatch.records import JournalRecord
 from phasewatch.sinks.actions import alert_fields
-from phasewatch.sinks.evidence import EvidenceWriter, Ran, Target, targets
+from phasewatch.sinks.evidence import EvidenceTaker, EvidenceWriter, Ran, Target, targets
 from phasewatch.stages.s4_judge.verdict import Verdict
-from phasewatch.stages.s5_act.respond import Memory, UnitStatus, respond
+from phasewatch.stages.s5_act.respond import Action, Memory, UnitStatus, respond
+from phasewatch.systemd_unit import UnitFacts
+from phasewatch.xid_table import parse_xid
 
 UNIT = "sglang-kimi.service"
 T0 = 1_800_000_000.0
@@ -125,3 +129,39 @@ def test_the_alert_carries_the_evidence_path() -> None:
     alert = respond([stall], Memory(), UnitStatus("activating", "start", "inv-1"), T0, config).actions[1]
     fields = alert_fields(replace(alert, evidence="/var/lib/phasewatch/evidence/x.txt"), UNIT)
     assert fields["PHASEWATCH_EVIDENCE"] == "/var/lib/phasewatch/evidence/x.txt"
+
+
+def test_the_start_ups_xids_and_nvidia_smi_q_of_the_culprits_gpu_go_in(tmp_path: Path) -> None:
+    pipeline = Pipeline(Config(unit=UNIT))
+    pipeline.feed(JournalRecord("[2026-11-29 08:00:00 TP3] Load weight begin. avail mem=137.95 GB", T0, pid=103,
+                                invocation_id="inv-1"), T0)
+    inv = pipeline.snapshot().current
+    assert inv is not None
+    tools = FakeTools({"nvidia-smi": Ran(0, "the summary"), "plain": Ran(0, "Pending Page Blacklist : Yes")})
+    smi = EvidenceWriter(tmp_path / "state", UNIT, EvidenceCapture(timeout=10.0), run=tools.run, py_spy=lambda: None,
+                         nvidia_smi=lambda: "/usr/bin/nvidia-smi", proc=proc_tree(tmp_path, 4242),
+                         monotonic=tools.monotonic)
+    xid = parse_xid("NVRM: Xid (PCI:0000:3b:00): 79, pid=4242, name=python3, GPU has fallen off the bus.")
+    assert xid is not None
+    asked: list[tuple[float | None, float | None]] = []
+    taker = EvidenceTaker(smi, lambda group: [], lambda began, end: asked.append((began, end)) or [(T0 + 5, xid)],
+                          {"TP3": 3}.get)
+    stall = Action("evidence", "TP3 stalled", "stalled", 4, "inv-1", "weight_load", "TP3", "deadline")
+    text = Path(taker.take(inv, [stall], UnitFacts("activating", "start", "inv-1")) or "").read_text()
+    assert asked == [(inv.started_at, inv.stopped_at)]
+    assert "=== XIDs of this start-up (the kernel's lines) ===" in text
+    assert "PCI 0000:3b:00: XID 79, pid=4242, name=python3, GPU has fallen off the bus." in text
+    assert "=== nvidia-smi ===\nthe summary" in text
+    assert "=== nvidia-smi -q -i 3 (the culprit's GPU) ===\nPending Page Blacklist : Yes" in text
+    assert [argv for argv, _ in tools.calls] == [["/usr/bin/nvidia-smi"], ["/usr/bin/nvidia-smi", "-q", "-i", "3"]]
+
+
+def test_nvidia_smi_q_shares_the_deadline(tmp_path: Path) -> None:
+    tools = FakeTools({}, cost=4.0)  # nvidia-smi hangs past what is left
+    smi = EvidenceWriter(tmp_path / "state", UNIT, EvidenceCapture(timeout=6.0), run=tools.run, py_spy=lambda: None,
+                         nvidia_smi=lambda: "/usr/bin/nvidia-smi", proc=proc_tree(tmp_path, 4242),
+                         monotonic=tools.monotonic)
+    path = smi.capture("inv-1", "stalled", "m", [], gpu=3)
+    assert path is not None and tools.now <= 6.0
+    assert [timeout for _, timeout in tools.calls] == [6.0, 2.0]
+    assert "nvidia-smi -q -i 3 (the culprit's GPU): did not finish in time" in path.read_text()

@@ -96,7 +96,7 @@ def test_the_evidence_file_says_what_each_ranks_gpu_did() -> None:
         settings = types.SimpleNamespace(peers=True)
         message = ""
 
-        def capture(self, invocation: Any, verdict: Any, message: str, targets: Any) -> None:
+        def capture(self, invocation: Any, verdict: Any, message: str, targets: Any, gpu: Any = None) -> None:
             Writer.message = message
 
     pipeline = Pipeline(Config(unit=UNIT))

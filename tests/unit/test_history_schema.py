@@ -150,7 +150,7 @@ def test_a_version_1_file_gains_ended_by_and_keeps_its_rows(tmp_path: Path) -> N
     assert history.add(replace(old, invocation_id="inv-new", started_at=T0 + 700, ended_at=T0 + 800,
                                ended_by="restarted by the group: node 1 TP12 stalled in cuda_graph_capture"))
     history.close()
-    assert version_of(path) == SCHEMA_VERSION == 3
+    assert version_of(path) == SCHEMA_VERSION == 4
     assert [r.ended_by for r in History(path, read_only=True).startups(UNIT)] == [
         None, "restarted by the group: node 1 TP12 stalled in cuda_graph_capture"]
 
@@ -169,8 +169,28 @@ def test_a_version_2_file_gains_the_remedy_column_and_keeps_its_rows(tmp_path: P
     remedy = "lower --cuda-graph-max-bs (512 now) or --mem-fraction-static (0.85 now)"
     assert history.add(replace(old, invocation_id="inv-new", started_at=T0 + 700, ended_at=T0 + 800, remedy=remedy))
     history.close()
-    assert version_of(path) == SCHEMA_VERSION == 3
+    assert version_of(path) == SCHEMA_VERSION == 4
     assert [r.remedy for r in History(path, read_only=True).startups(UNIT)] == [None, remedy]
+
+
+def test_a_version_3_file_gains_the_failure_column_and_keeps_its_rows(tmp_path: Path) -> None:
+    path = unversioned_file(tmp_path / f"{UNIT}.history.sqlite3")
+    db = sqlite3.connect(path)
+    db.execute("ALTER TABLE startups ADD COLUMN ended_by TEXT")
+    db.execute("ALTER TABLE startups ADD COLUMN remedy TEXT")
+    db.execute("PRAGMA user_version = 3")  # a file phasewatch wrote before failures had fingerprints
+    db.commit()
+    db.close()
+    assert [r.failure for r in History(path, read_only=True).startups(UNIT)] == [None]  # read as it is
+    assert version_of(path) == 3
+    history = History(path)
+    [old] = history.startups(UNIT)
+    failure = "stalled in draft_cuda_graph_capture (deadline) on TP3"
+    assert history.add(replace(old, invocation_id="inv-new", started_at=T0 + 700, ended_at=T0 + 800,
+                               outcome="stalled", failure=failure))
+    history.close()
+    assert version_of(path) == SCHEMA_VERSION == 4
+    assert [r.failure for r in History(path, read_only=True).startups(UNIT)] == [None, failure]
 
 
 def _stamped(path: Path, version: int) -> Path:
@@ -185,7 +205,7 @@ def _view_named_startups(path: Path) -> Path:
     """The probe's: a current file whose `startups` is a view with every column (over a table of them)."""
     db = sqlite3.connect(path)
     db.executescript(UNVERSIONED.replace("TABLE startups", "TABLE kept").replace("ON startups", "ON kept")
-                     + "CREATE VIEW startups AS SELECT *, NULL AS ended_by, NULL AS remedy FROM kept;")
+                     + "CREATE VIEW startups AS SELECT *, NULL AS ended_by, NULL AS remedy, NULL AS failure FROM kept;")
     db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
     db.commit()
     db.close()

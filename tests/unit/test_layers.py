@@ -21,7 +21,7 @@ IO_MODULES = {"systemd", "pystemd", "httpx", "sqlite3", "socket", "threading", "
 # layers of their own, in the order data flows through them.
 LAYERS: tuple[tuple[str, frozenset[str]], ...] = tuple((name, frozenset(members.split())) for name, members in (
     ("base", " __init__ records errors durations clock fit instances trust prefixes ranks config_sections "
-             "config_trust families remedy_table redact"),
+             "config_trust families remedy_table redact xid_table"),
     ("engines", "engines engines."),
     ("config", "profile config config_file config_group config_errors config_host"),
     ("stages", "stages"),

@@ -87,3 +87,19 @@ def test_remedies_are_listed_below_the_table_and_in_json_terminal_safe() -> None
                                             "set \\x1b[2Jthis\n")
     assert report.remedy_lines(RECORDS) == ""
     assert [s["remedy"] for s in report.to_json(records)["startups"]] == [None, remedy, "set \x1b[2Jthis"]
+
+
+def test_failures_are_listed_with_how_many_in_a_row_and_in_json() -> None:
+    from dataclasses import replace
+
+    stall = "stalled in draft_cuda_graph_capture (deadline) on TP3"
+    records = [RECORDS[0], replace(RECORDS[1], failure=stall), replace(RECORDS[1], invocation_id="b" * 32,
+                                                                       started_at=T0 + 4 * 7200, failure=stall),
+               replace(RECORDS[2], failure="crashed in cuda_graph_capture (oom) on TP3 torch.OutOfMemoryError")]
+    assert report.failure_lines(records) == (
+        f"\nfailures:\n  2026-11-30 10:00:00  {RECORDS[1].invocation_id[:12]}  {stall}\n"
+        f"  2026-11-30 16:00:00  bbbbbbbbbbbb  {stall}  (2 in a row)\n"
+        f"  2026-11-30 12:00:00  {RECORDS[2].invocation_id[:12]}  crashed in cuda_graph_capture (oom) on TP3 "
+        "torch.OutOfMemoryError\n")
+    assert report.failure_lines(RECORDS) == ""
+    assert [s["failure"] for s in report.to_json(records)["startups"]][:2] == [None, stall]

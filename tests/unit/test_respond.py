@@ -20,7 +20,8 @@ from phasewatch.stages.s5_act.respond import (
 )
 
 UNIT = "sglang-kimi.service"
-CONFIG = Config(unit=UNIT, restart_budget=RestartBudget(max=3, window=6 * 3600, backoff=300))
+# (same_failure: these stalls are alike on purpose; the refusal of alike ones is test_gpu_fault.py's)
+CONFIG = Config(unit=UNIT, restart_budget=RestartBudget(max=3, window=6 * 3600, backoff=300, same_failure=99))
 T0 = 1_800_000_000.0
 
 
@@ -100,7 +101,7 @@ def test_armed_waits_for_backoff_then_restarts() -> None:
 
 
 def test_armed_to_gave_up_when_the_budget_is_spent() -> None:
-    config = replace(CONFIG, restart_budget=RestartBudget(max=1, window=3600, backoff=0))
+    config = replace(CONFIG, restart_budget=RestartBudget(max=1, window=3600, backoff=0, same_failure=99))
     first = respond([stall("inv-1")], Memory(), running("inv-1"), T0, config)
     assert kinds(first) == [("alert", "stalled"), ("restart", "stalled")]
     second = respond([stall("inv-2")], first.memory, running("inv-2"), T0 + 60, config)
@@ -115,7 +116,7 @@ def test_armed_to_gave_up_when_the_budget_is_spent() -> None:
 
 
 def test_failures_older_than_the_window_do_not_count() -> None:
-    config = replace(CONFIG, restart_budget=RestartBudget(max=1, window=3600, backoff=0))
+    config = replace(CONFIG, restart_budget=RestartBudget(max=1, window=3600, backoff=0, same_failure=99))
     first = respond([stall("inv-1")], Memory(), running("inv-1"), T0, config)
     later = respond([stall("inv-2", at=T0 + 4000)], first.memory, running("inv-2"), T0 + 4000, config)
     assert kinds(later) == [("alert", "stalled"), ("restart", "stalled")]

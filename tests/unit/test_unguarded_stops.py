@@ -129,3 +129,12 @@ def test_an_oom_without_leftovers_is_the_models(tmp_path: Path) -> None:
     app.start()
     record = history.startups(UNIT)[0]
     assert (record.invocation_id, record.outcome, record.cause) == (f"{1:032x}", "crashed", "oom")
+
+
+def test_a_failed_start_up_is_recorded_with_its_failures_fingerprint_a_ready_one_without(tmp_path: Path) -> None:
+    app, _, history = daemon_with_history(tmp_path)
+    app.responder.leftovers_seen = lambda: BASE - 3600
+    app.start()
+    failed, *later = history.startups(UNIT)
+    assert failed.failure is not None and failed.failure.startswith("crashed in ") and "(oom)" in failed.failure
+    assert all(r.failure is None for r in later if r.outcome == "ready")

@@ -19,7 +19,7 @@ from phasewatch.stages.s4_judge import policy
 
 def test_kinds_and_outcomes_are_the_strings_they_always_were() -> None:
     assert VERDICT_KINDS == ("stalled", "straggler", "rank_died", "crashed", "unhealthy", "lines_lost",
-                            "waiting_for_node")
+                            "waiting_for_node", "gpu_fault")
     assert policy.OUTCOMES == ("starting", "ready", "serving", "stalled", "crashed", "stopped")
     assert f"{VerdictKind.RANK_DIED}" == "rank_died" and Outcome.CRASHED == "crashed"
     assert STUCK < FAILED_STARTUP and VerdictKind.UNHEALTHY not in FAILED_STARTUP

@@ -10,15 +10,22 @@ instead).
 
 from __future__ import annotations
 
+import json
 import socket
 import time
+from typing import Any, Callable
 from urllib.parse import urlsplit
 
+from ..config import Config
 from ..config_trust import trusted_owners
+from ..durations import shown
 from ..errors import ForeignDaemon
+from ..instances import watcher_names, watcher_of
 from ..sinks.peers import listener_owner
 
 TOTAL_DEADLINE = 3.0  # seconds for connect, request and the whole answer
+DAEMON_TIMEOUT = 1.0
+LIVE_STATES = frozenset({"activating", "active", "reloading"})
 MAX_ANSWER_BYTES = 16 * 1024 * 1024  # a /status of 16384 ranks is a few MB
 
 def check_owner(url: str, owners: set[int] | None = None) -> None:
@@ -66,3 +73,56 @@ def get(url: str, deadline: float = TOTAL_DEADLINE, cap: int = MAX_ANSWER_BYTES)
     status_line = head.split(b"\r\n", 1)[0].split()
     status = int(status_line[1]) if len(status_line) > 1 and status_line[1].isdigit() else 0
     return status, body
+
+
+def status_url(listen: str) -> str:
+    """`http://HOST:PORT/status`; a wildcard listen address is asked on loopback."""
+    host, _, port = listen.rpartition(":")
+    host = {"0.0.0.0": "127.0.0.1", "[::]": "[::1]", "": "127.0.0.1"}.get(host, host)
+    return f"http://{host}:{port}/status"
+
+
+def daemon_invocation(unit: str) -> str | None:
+    """The InvocationID of systemd's phasewatch@NAME.service while it runs (NAME: the unit's name
+    without `.service`, or with it in the older form); None when it does not, or
+    when systemd cannot be asked (a daemon started by hand is then checked by its document only)."""
+    from ..errors import UnitError
+    from ..systemd_unit import SystemdUnit
+
+    for watcher in watcher_names(unit):  # phasewatch@sglang-kimi.service, or the older long form
+        try:
+            facts = SystemdUnit(watcher).facts()
+        except UnitError:
+            return None
+        if facts.active_state in LIVE_STATES:
+            return facts.invocation_id
+    return None
+
+
+def ask_daemon(config: Config, timeout: float = DAEMON_TIMEOUT,
+               expected_invocation: Callable[[str], str | None] = daemon_invocation) -> dict[str, Any] | None:
+    """The daemon's `/status` document; None when nothing answers on metrics.listen. ForeignDaemon
+    when something answers that is not this unit's daemon (another unit's, another user's process
+    that took the port first, one too slow or too big: commands/daemon_answer.py): its document is
+    never shown as this unit's state."""
+    url = status_url(config.metrics_listen)
+    answer = get(url, deadline=max(timeout, TOTAL_DEADLINE))
+    if answer is None:
+        return None
+    status_code, body = answer
+    try:
+        document = json.loads(body) if status_code == 200 else None
+    except ValueError:
+        document = None
+    if not isinstance(document, dict) or not isinstance(document.get("daemon"), dict):
+        raise ForeignDaemon(f"{url} answers (HTTP {status_code}), but not with a phasewatch /status")
+    if document.get("unit") != config.unit:
+        raise ForeignDaemon(f"{url} is the phasewatch daemon of {shown(document.get('unit'))}, not of {config.unit}")
+    claimed = document["daemon"].get("invocation_id")
+    expected = expected_invocation(config.unit)
+    if expected is not None and claimed != expected:
+        raise ForeignDaemon(f"{url} names daemon invocation {shown(claimed)}, but "
+                            f"{watcher_of(config.unit)} runs as invocation {expected}")
+    check_owner(url)  # last: an answer that copies both the unit and the invocation passes the above
+    document.setdefault("source", "daemon")
+    return document

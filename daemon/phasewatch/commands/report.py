@@ -83,6 +83,19 @@ def remedy_lines(records: Sequence[StartupRecord]) -> str:
     return "\nremedies:\n" + "\n".join(lines) + "\n" if lines else ""
 
 
+def failure_lines(records: Sequence[StartupRecord]) -> str:
+    """Below the table: each failed start-up's fingerprint, and how many in a row failed alike (what
+    `restart_budget.same_failure` counts)."""
+    lines, alike = [], 0
+    for before, record in zip((None, *records[:-1]), records, strict=True):
+        alike = alike + 1 if before is not None and record.failure and before.failure == record.failure else 1
+        if record.failure:
+            again = f"  ({alike} in a row)" if alike > 1 else ""
+            lines.append(f"  {_when(record.started_at)}  {record.invocation_id[:12]}  "
+                         f"{terminal_safe(record.failure)}{again}")
+    return "\nfailures:\n" + "\n".join(lines) + "\n" if lines else ""
+
+
 def to_json(records: Sequence[StartupRecord], evidence: dict[str, list[str]] | None = None) -> dict[str, Any]:
     return {"startups": [{
         "invocation_id": r.invocation_id, "started_at": _when(r.started_at) + "Z", "duration_seconds": r.duration,
@@ -96,6 +109,7 @@ def to_json(records: Sequence[StartupRecord], evidence: dict[str, list[str]] | N
         "evidence": (evidence or {}).get(r.invocation_id, []),
         "ended_by": r.ended_by,
         "remedy": r.remedy,
+        "failure": r.failure,
     } for r in records]}
 
 
@@ -319,7 +333,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         sys.stdout.write(to_table(records, wide=args.wide or args.plain) + evidence_lines(records, evidence)
-                         + ended_by_lines(records) + remedy_lines(records))
+                         + ended_by_lines(records) + failure_lines(records) + remedy_lines(records))
     return EX_OK
 
 

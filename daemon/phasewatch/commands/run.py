@@ -56,6 +56,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         config.metrics_listen, exporter,
         lambda why: alerter.alert(Action("alert", why, "metrics_unbound", PRIORITY["metrics_unbound"], cause="listen")))
     from ..sources.gpu import NvmlSource
+    from ..sources.gpu_health import STARTUP_LOOKBACK, KernelXids
 
     # Unbindable: alerted once, tried again; never bound within GIVE_UP_AFTER: the loop raises (exit 69).
     receiver = start_receiver(config, lambda why: alerter.alert(Action(
@@ -65,7 +66,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                      clock=SystemClock(), watchdog_interval=watchdog_interval_from_env(), exporter=exporter,
                      history=History(Path(state_dir) / f"{config.unit}.history.sqlite3"), reload=read_config,
                      actions_off_the_loop=True, action_unit=SystemdUnit(config.unit),  # (its own D-Bus connection)
-                     gpu=NvmlSource(), receiver=receiver)
+                     gpu=NvmlSource(), receiver=receiver,
+                     kernel=KernelXids(args.directory, since=SystemClock().wall() - STARTUP_LOOKBACK))
 
     def stop(signum: int, frame: object) -> None:
         raise SystemExit(0)

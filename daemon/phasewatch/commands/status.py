@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import signal
 import sys
 import time
 from typing import Any, Callable, TextIO
 
 from ..config import Config
-from ..durations import format_duration, shown
+from ..durations import format_duration
 from ..errors import (
     EXIT_FOREIGN,
     EXIT_READY,
@@ -36,7 +35,6 @@ from ..errors import (
     UsageError,
 )
 from ..fit import fitted, output_width
-from ..instances import watcher_names, watcher_of
 from ..records import FAILING, MAIN
 from ..render import clock_text, json_text, status_document, terminal_safe
 from ..sources.access import preflight
@@ -45,68 +43,13 @@ from ..sources.follow import JournalFollower
 from ..stages.s4_judge.remedies import naming_evidence
 from ..stages.s4_judge.timerlint import UnitTimers, lint
 from ..stages.s5_act.verdict_lines import VerdictLine, grouped
-from .daemon_answer import TOTAL_DEADLINE, check_owner, get
+from .daemon_answer import LIVE_STATES, ask_daemon
 from .status_line import oneline
 from .target import resolve
 
 EXIT_FAILING, EXIT_UNKNOWN = EXIT_WILL_NOT_BE_READY, EXIT_UNKNOWN_UNIT
 FAILING_VERDICTS = FAILING
-LIVE_STATES = frozenset({"activating", "active", "reloading"})
-DAEMON_TIMEOUT = 1.0
 CLEAR = "\x1b[H\x1b[2J"
-
-
-def status_url(listen: str) -> str:
-    """`http://HOST:PORT/status`; a wildcard listen address is asked on loopback."""
-    host, _, port = listen.rpartition(":")
-    host = {"0.0.0.0": "127.0.0.1", "[::]": "[::1]", "": "127.0.0.1"}.get(host, host)
-    return f"http://{host}:{port}/status"
-
-
-def daemon_invocation(unit: str) -> str | None:
-    """The InvocationID of systemd's phasewatch@NAME.service while it runs (NAME: the unit's name
-    without `.service`, or with it in the older form); None when it does not, or
-    when systemd cannot be asked (a daemon started by hand is then checked by its document only)."""
-    from ..errors import UnitError
-    from ..systemd_unit import SystemdUnit
-
-    for watcher in watcher_names(unit):  # phasewatch@sglang-kimi.service, or the older long form
-        try:
-            facts = SystemdUnit(watcher).facts()
-        except UnitError:
-            return None
-        if facts.active_state in LIVE_STATES:
-            return facts.invocation_id
-    return None
-
-
-def ask_daemon(config: Config, timeout: float = DAEMON_TIMEOUT,
-               expected_invocation: Callable[[str], str | None] = daemon_invocation) -> dict[str, Any] | None:
-    """The daemon's `/status` document; None when nothing answers on metrics.listen. ForeignDaemon
-    when something answers that is not this unit's daemon (another unit's, another user's process
-    that took the port first, one too slow or too big: commands/daemon_answer.py): its document is
-    never shown as this unit's state."""
-    url = status_url(config.metrics_listen)
-    answer = get(url, deadline=max(timeout, TOTAL_DEADLINE))
-    if answer is None:
-        return None
-    status_code, body = answer
-    try:
-        document = json.loads(body) if status_code == 200 else None
-    except ValueError:
-        document = None
-    if not isinstance(document, dict) or not isinstance(document.get("daemon"), dict):
-        raise ForeignDaemon(f"{url} answers (HTTP {status_code}), but not with a phasewatch /status")
-    if document.get("unit") != config.unit:
-        raise ForeignDaemon(f"{url} is the phasewatch daemon of {shown(document.get('unit'))}, not of {config.unit}")
-    claimed = document["daemon"].get("invocation_id")
-    expected = expected_invocation(config.unit)
-    if expected is not None and claimed != expected:
-        raise ForeignDaemon(f"{url} names daemon invocation {shown(claimed)}, but "
-                            f"{watcher_of(config.unit)} runs as invocation {expected}")
-    check_owner(url)  # last: an answer that copies both the unit and the invocation passes the above
-    document.setdefault("source", "daemon")
-    return document
 
 
 class StatusSource:
@@ -340,7 +283,8 @@ def _why_lines(document: dict[str, Any]) -> list[str]:
     if isinstance(hold, dict):
         out.append(f"held until {local_time(_epoch(hold.get('until')))}: {hold.get('reason')} "
                    "(verdicts alerted, nothing restarted)")
-    out += [f"evidence: {document['evidence']}"] if document.get("evidence") else []
+    out.extend(f"{key.replace('_', ' ')}: {document[key]}" for key in ("restart_refused", "evidence")
+               if document.get(key))
     ras = document.get("ras")
     out += [f"NCCL RAS ({ras.get('address')}): {ras.get('words')}"] if isinstance(ras, dict) else []
     previous = document.get("previous_startup")

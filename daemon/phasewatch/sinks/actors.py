@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Mapping
+from typing import Callable, Iterable, Mapping, Sequence
 
 from ..config import Config
 from ..errors import UnitError
@@ -15,6 +15,7 @@ from ..sources.procs import ProcessTable
 from ..stages.s4_judge.ras_culprit import RasFinding
 from ..stages.s5_act.respond import Action
 from ..systemd_unit import UnitFacts
+from ..xid_table import XidLine
 from .evidence import EvidenceTaker, EvidenceWriter
 from .gpu_memory import GpuMemory
 from .hooks import HookRunner
@@ -37,16 +38,19 @@ def build_actors(config: Config, unit: StopStart, alert: Callable[[Action], None
                  state_dir: Path, gpu: GpuMemory | None = None,
                  rank_pids: Callable[[], Iterable[int]] = tuple,
                  rank_starts: Callable[[], Mapping[int, int] | None] = lambda: None,
-                 ras: Callable[[str], RasFinding | None] = lambda invocation: None) -> Actors:
+                 ras: Callable[[str], RasFinding | None] = lambda invocation: None,
+                 xids: Callable[[float | None, float | None], Sequence[tuple[float, XidLine]]] = lambda b, e: (),
+                 gpu_of: Callable[[str], int | None] = lambda rank: None) -> Actors:
     """`rank_pids`: the start-up's rank processes as phasewatch knows them (also those outside the
-    unit's cgroup); `rank_starts`: their start times (pid -> ticks), to tell a PID reused."""
+    unit's cgroup); `rank_starts`: their start times (pid -> ticks), to tell a PID reused; `xids`
+    and `gpu_of`: the kernel's XIDs of a start-up and a rank's GPU, for the evidence."""
     scan = LeftoverScan(processes, gpu or GpuMemory())
     guarded = GuardedRestart(unit, scan, alert, config.leftovers.wait,
                              lambda group: scan.before_stop(group, rank_pids())) if config.leftovers.check else None
     unguarded = UnguardedStops(config.unit, lambda old: scan.unguarded(old, rank_starts()), alert,
                                lambda: scan.gpu_checked) if config.leftovers.after_any_stop else None
     evidence = EvidenceTaker(EvidenceWriter(state_dir, config.unit, config.evidence),
-                             lambda group: [(p.rank, p.pid) for p in processes.ranks(group)], ras)
+                             lambda group: [(p.rank, p.pid) for p in processes.ranks(group)], ras, xids, gpu_of)
     return Actors(HookRunner(config.unit, dict(config.hooks)), evidence, guarded, unguarded)
 
 

@@ -2,6 +2,10 @@
 the ranks the verdict names (and, bounded, their peers in the same phase) go into one text file
 under the state directory: `evidence/<unit>-<invocation>-<verdict>.txt`.
 
+The file also has the start-up's XIDs (the driver's kernel lines, sources/gpu_health.py) and, where
+nvidia-smi exists, its summary and `nvidia-smi -q -i <gpu>` of the culprit's GPU (the GPU its rank
+holds, as the vitals saw it).
+
 Everything is bounded by one deadline (`evidence.timeout`): each tool gets what is left of it, and
 what could not be captured (no py-spy, no ptrace permission, out of time) is said in the file.
 Files are rotated (at most `keep`) and each is capped at `max_bytes`.
@@ -24,6 +28,7 @@ from ..stages.s3_track.snapshot import InvocationView
 from ..stages.s4_judge.ras_culprit import RasFinding
 from ..stages.s5_act.respond import Action
 from ..systemd_unit import UnitFacts
+from ..xid_table import XidLine
 from .children import Ran, run_child
 
 logger = logging.getLogger(__name__)
@@ -89,8 +94,10 @@ class EvidenceWriter:
     def path_for(self, invocation: str | None, verdict: str) -> Path:
         return self.directory / f"{self.unit}-{invocation or 'unknown'}-{verdict}.txt"
 
-    def capture(self, invocation: str | None, verdict: str, message: str, targets: Sequence[Target]) -> Path | None:
-        """Writes the file; returns its path (None if the state directory refused it)."""
+    def capture(self, invocation: str | None, verdict: str, message: str, targets: Sequence[Target],
+                gpu: int | None = None) -> Path | None:
+        """Writes the file; returns its path (None if the state directory refused it). `gpu`: the
+        culprit's GPU (NVML index), whose `nvidia-smi -q -i` goes in too."""
         deadline = self.monotonic() + self.settings.timeout
         sections = [f"phasewatch evidence for {self.unit}, start-up {invocation}, verdict {verdict}",
                     f"captured at {time.strftime('%Y-%m-%dT%H:%M:%S%z')}", message, ""]
@@ -111,13 +118,17 @@ class EvidenceWriter:
         if smi is None:
             sections.append("nvidia-smi: not found; GPU state not captured")
         else:
-            left = deadline - self.monotonic()
-            if left <= 0:
-                sections.append("nvidia-smi: skipped, evidence.timeout reached")
-            else:
-                ran = self.run([smi], left)
-                sections.append("=== nvidia-smi ===\n" + (ran.output if ran.returncode is not None
-                                                         else "nvidia-smi: did not finish in time"))
+            runs = [([smi], "nvidia-smi")]
+            if gpu is not None:
+                runs.append(([smi, "-q", "-i", str(gpu)], f"nvidia-smi -q -i {gpu} (the culprit's GPU)"))
+            for argv, title in runs:
+                left = deadline - self.monotonic()
+                if left <= 0:
+                    sections.append(f"{title}: skipped, evidence.timeout reached")
+                    continue
+                ran = self.run(argv, left)
+                sections.append(f"=== {title} ===\n" + (ran.output if ran.returncode is not None
+                                                        else f"{title}: did not finish in time"))
         return self._write(self.path_for(invocation, verdict), "\n".join(sections) + "\n")
 
     def _stacks(self, py_spy: str, pid: int, deadline: float) -> str:
@@ -199,10 +210,14 @@ class EvidenceTaker:
     """The `evidence` action for the responder: which processes, then one file."""
 
     def __init__(self, writer: EvidenceWriter, processes: Callable[[str], Sequence[tuple[str, int]]],
-                 ras: Callable[[str], RasFinding | None] = lambda invocation: None) -> None:
+                 ras: Callable[[str], RasFinding | None] = lambda invocation: None,
+                 xids: Callable[[float | None, float | None], Sequence[tuple[float, XidLine]]] = lambda b, e: (),
+                 gpu_of: Callable[[str], int | None] = lambda rank: None) -> None:
         self.writer = writer
         self.processes = processes  # control group -> (rank, pid) of its rank processes
         self.ras = ras  # invocation -> NCCL RAS's last finding (sources/ras.py)
+        self.xids = xids  # the kernel's XID lines within a start-up (began, end)
+        self.gpu_of = gpu_of  # rank -> the NVML index of the GPU it holds
 
     def take(self, inv: InvocationView, actions: list[Action], facts: UnitFacts) -> str | None:
         first = actions[0]
@@ -221,5 +236,11 @@ class EvidenceTaker:
             message += (f"\n=== NCCL RAS at {finding.address}, asked at "
                         f"{time.strftime('%H:%M:%S', time.gmtime(finding.at))} UTC ===\n{finding.words()}\n"
                         f"{finding.report or '(no report)'}")
-        path = self.writer.capture(inv.invocation_id, first.verdict_kind, message, chosen)
+        xids = self.xids(inv.started_at, inv.stopped_at)
+        if xids:
+            message += "\n=== XIDs of this start-up (the kernel's lines) ===\n" + "\n".join(
+                f"{time.strftime('%H:%M:%S', time.gmtime(at))} UTC PCI {x.pci}: XID {x.code}, {x.text}"
+                for at, x in xids)
+        culprit = next((gpu for rank in named if (gpu := self.gpu_of(rank)) is not None), None)
+        path = self.writer.capture(inv.invocation_id, first.verdict_kind, message, chosen, culprit)
         return str(path) if path is not None else None

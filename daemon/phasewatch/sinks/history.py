@@ -68,6 +68,7 @@ class StartupRecord:
     verdicts: tuple[tuple[str, str | None, str | None, float], ...] = ()  # kind, rank, phase, at
     ended_by: str | None = None  # "restarted by the group: node 1 TP12 stalled in cuda_graph_capture"
     remedy: str | None = None  # what to do about its first verdict that has one (stages/s4_judge/remedies.py)
+    failure: str | None = None  # a failed start-up's fingerprint (stages/s5_act/restart_gate.py)
 
     def phase(self, name: str) -> PhaseRecord | None:
         return next((p for p in self.phases if p.phase == name), None)
@@ -281,10 +282,10 @@ class History:
         try:
             cursor = db.execute(
                 "INSERT OR IGNORE INTO startups (unit, invocation, fingerprint, started_at, ended_at, outcome, cause,"
-                " spans, verdicts, ended_by, remedy) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " spans, verdicts, ended_by, remedy, failure) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (record.unit, record.invocation_id, record.fingerprint, record.started_at, record.ended_at,
                  record.outcome, record.cause, json.dumps(record.spans), json.dumps(record.verdicts),
-                 record.ended_by, record.remedy))
+                 record.ended_by, record.remedy, record.failure))
             if cursor.rowcount == 0:
                 db.execute("ROLLBACK")
                 return False
@@ -304,7 +305,8 @@ class History:
     def startups(self, unit: str, fingerprint: str | None = None, last: int | None = None) -> list[StartupRecord]:
         """Past start-ups, oldest first; a row or value that is not what this version writes is dropped
         with a warning."""
-        added = ", ".join(column if has_column(self._db, column) else "NULL" for column in ("ended_by", "remedy"))
+        added = ", ".join(column if has_column(self._db, column) else "NULL" for column in ("ended_by", "remedy",
+                                                                                      "failure"))
         query = "SELECT id, unit, invocation, fingerprint, started_at, ended_at, outcome, cause, spans, verdicts, " \
                 f"{added} FROM startups WHERE unit = ?"
         args: list[Any] = [unit]
@@ -427,7 +429,7 @@ def _verdicts(text: object) -> tuple[tuple[str, str | None, str | None, float], 
 def _startup_from_row(row: Sequence[Any], phase_rows: Sequence[Sequence[Any]]) -> StartupRecord | None:
     """A stored start-up, every value checked: None when a field it cannot do without is invalid; an
     invalid phase, span list or verdict list is left out."""
-    _, unit, invocation, key, started, ended, outcome, cause, spans_text, verdicts_text, ended_by, remedy = row
+    _, unit, invocation, key, started, ended, outcome, cause, spans_text, verdicts_text, ended_by, remedy, failure = row
     started_at, ended_at = _timestamp(started), _timestamp(ended)
     if not all(isinstance(v, str) for v in (unit, invocation, key, outcome)) or not _optional_text(cause) \
             or not _optional_text(ended_by) or started_at is None or ended_at is None:
@@ -438,4 +440,5 @@ def _startup_from_row(row: Sequence[Any], phase_rows: Sequence[Sequence[Any]]) -
     if len(phases) < len(phase_rows) or spans is None or verdicts is None:
         logger.warning("history: start-up %s has invalid phases, spans or verdicts: those left out", invocation)
     return StartupRecord(unit, invocation, key, started_at, ended_at, outcome, cause, phases, spans or {},
-                         verdicts or (), ended_by, remedy if _optional_text(remedy) else None)
+                         verdicts or (), ended_by, remedy if _optional_text(remedy) else None,
+                         failure if _optional_text(failure) else None)

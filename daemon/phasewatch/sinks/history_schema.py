@@ -29,6 +29,7 @@ CREATE TABLE IF NOT EXISTS startups (
     verdicts TEXT NOT NULL,
     ended_by TEXT,
     remedy TEXT,
+    failure TEXT,
     UNIQUE (unit, invocation)
 );
 CREATE TABLE IF NOT EXISTS phases (
@@ -46,7 +47,7 @@ CREATE INDEX IF NOT EXISTS startups_by_unit ON startups(unit, fingerprint, start
 # The schema's version, in the file's `PRAGMA user_version`. 0: a file of a phasewatch from before
 # versioning (the tables above, unstamped). Each migration takes a file from version n-1 to n inside
 # one transaction; a file newer than SCHEMA_VERSION is never written, moved or migrated back.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 COLUMNS = {"startups": {"id", "unit", "invocation", "fingerprint", "started_at", "ended_at", "outcome", "cause",
                         "spans", "verdicts"},
            "phases": {"startup", "phase", "duration", "spread", "progress_total", "max_silence", "slowest_rank"}}
@@ -74,12 +75,21 @@ def _add_remedy(db: sqlite3.Connection) -> None:
         db.execute("ALTER TABLE startups ADD COLUMN remedy TEXT")
 
 
+def _add_failure(db: sqlite3.Connection) -> None:
+    """3 -> 4: `failure`, the failed start-up's fingerprint (phase, cause, culprit, exception class:
+    stages/s5_act/restart_gate.py), which the restart gate counts in a row."""
+    have = {row[1] for row in db.execute("PRAGMA table_info(startups)")}
+    if have and "failure" not in have:
+        db.execute("ALTER TABLE startups ADD COLUMN failure TEXT")
+
+
 def has_column(db: sqlite3.Connection, column: str) -> bool:
-    """A file of an older version opened read only lacks the columns added since (ended_by: 2, remedy: 3)."""
+    """A file of an older version opened read only lacks the columns added since (ended_by: 2, remedy: 3,
+    failure: 4)."""
     return column in {row[1] for row in db.execute("PRAGMA table_info(startups)")}
 
 
-MIGRATIONS = {1: _migrate_unversioned, 2: _add_ended_by, 3: _add_remedy}  # version reached -> step
+MIGRATIONS = {1: _migrate_unversioned, 2: _add_ended_by, 3: _add_remedy, 4: _add_failure}  # version reached -> step
 
 
 class HistoryTooNew(Exception):

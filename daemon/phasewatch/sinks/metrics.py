@@ -69,7 +69,7 @@ class Exporter:
         self._verdict_keys: dict[tuple[Any, ...], str] = {}  # key -> invocation: each counted once
         self._verdicts_seen: dict[tuple[str, str, str], float] = {}  # (kind, rank, phase) -> last seen
         self._restarts: dict[str, int] = dict.fromkeys(VERDICT_KINDS, 0)
-        self._restarts_not_made: dict[str, int] = {"started_again": 0}
+        self._restarts_not_made: dict[str, int] = {"started_again": 0, "gpu_fault": 0, "same_failure": 0}
         self._phase_durations = {p.value: Histogram(PHASE_BUCKETS) for p in TIMED_PHASES}
         self._startup_durations = Histogram(STARTUP_BUCKETS)
         self._observed: dict[tuple[str, str, str], None] = {}  # (invocation, rank, phase), in order

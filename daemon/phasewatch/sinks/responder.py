@@ -16,7 +16,7 @@ from ..durations import format_duration
 from ..engines import ServerInfo
 from ..errors import UnitError
 from ..pipeline import Judgement, Pipeline, StepJudgement
-from ..records import MAIN, NEWS_AFTER_THE_END, Phase, VerdictKind
+from ..records import FAILED_STARTUP, MAIN, NEWS_AFTER_THE_END, Phase, VerdictKind
 from ..render import iso
 from ..sources.listeners import port_holders
 from ..sources.ras_client import ras_port_holder
@@ -37,6 +37,7 @@ from ..stages.s5_act.respond import (
     respond,
     settled,
 )
+from ..stages.s5_act.restart_gate import fingerprint as failure_print
 from ..systemd_unit import UnitFacts
 from .acting import ActionRunner, Evidence, Inline, Worker
 from .acting import Unit as ActingUnit
@@ -107,6 +108,7 @@ class Responder(ActingOnResponses):
         self.linted: set[str] = set()  # start-ups whose timers were checked (once each)
         self.timer_warnings: list[TimerWarning] = []
         self.ended_by: dict[str, str] = {}  # invocation -> what ended it from outside (the group's decision)
+        self.refused: dict[str, str] = {}  # invocation -> why its restart is refused (restart_gate.py), for status
 
     @property
     def guarded(self) -> GuardedRestart | None:
@@ -159,6 +161,10 @@ class Responder(ActingOnResponses):
             return  # only a restart is left to do, after the backoff
         status = self.read_facts() or UnitFacts("unknown", "unknown", None)
         response = respond(verdicts, self.memory, status, now, self.config, hold)
+        for refused in (a for a in response.actions if a.verdict_kind == "restart_refused"):
+            self.refused[inv.invocation_id] = refused.message
+            if self.exporter is not None:
+                self.exporter.restart_not_made(refused.cause or "refused")
         self._execute(response, inv, status)
 
     def _lint_timers(self, inv: InvocationView, learned: Learned) -> None:
@@ -224,7 +230,9 @@ class Responder(ActingOnResponses):
         if record is None:
             return
         record = replace(record, ended_by=self.ended_by.get(inv.invocation_id),
-                         remedy=next((v.remedy.text for v in judgement.verdicts if v.remedy is not None), None))
+                         remedy=next((v.remedy.text for v in judgement.verdicts if v.remedy is not None), None),
+                         failure=None if ready else next((failure_print(v) for v in judgement.verdicts
+                                                          if v.kind in FAILED_STARTUP), None))
         try:
             if self.history.add(record):
                 logger.info("[%s] start-up %s recorded: %s in %s", self.config.unit, inv.invocation_id,
@@ -255,6 +263,7 @@ class Responder(ActingOnResponses):
         last = self.last_restart
         started_by_us = last is not None and current is not None and current != last["invocation_id"]
         document["previous_startup"] = dict(last, outcome="restarted by phasewatch") if started_by_us and last else None
+        document["restart_refused"] = self.refused.get(current) if current is not None else None
         if current is not None and current in self.evidence_paths:
             document["evidence"] = self.evidence_paths[current]
         return document

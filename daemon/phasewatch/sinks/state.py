@@ -119,7 +119,8 @@ def _encode(saved: Saved) -> dict[str, Any]:
         "alerted": sorted([list(k) for k in memory.alerted if k[0] in recent], key=str),
         "restarted": sorted(i for i in memory.restarted if i in recent),
         "budget": {"state": budget.state.value, "failures": [list(f) for f in budget.failures],
-                   "last_restart": budget.last_restart, "restarts": budget.restarts},
+                   "last_restart": budget.last_restart, "restarts": budget.restarts,
+                   "prints": [list(p) for p in budget.prints]},
         "last_restart": saved.last_restart,
         "pending": [asdict(a) for a in saved.pending],
         "guarded": saved.guarded,
@@ -252,4 +253,6 @@ def _budget(document: object, dropped: _Dropped) -> Budget:
     if isinstance(restarts, bool) or not isinstance(restarts, int) or not 0 <= restarts < 1 << 32:
         dropped("budget.restarts")
         restarts = 0
-    return Budget(state, tuple(failures), last_restart, restarts)
+    prints = [(p[0], p[1]) for p in _list(document.get("prints"), "budget.prints", dropped)
+              if isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p)]
+    return Budget(state, tuple(failures), last_restart, restarts, tuple(prints))

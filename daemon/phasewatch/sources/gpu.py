@@ -9,7 +9,10 @@ Per GPU and reading: power (nvmlDeviceGetPowerUsage, mW), SM and memory utilisat
 (nvmlDeviceGetUtilizationRates), PCIe RX/TX (nvmlDeviceGetPcieThroughput, KB/s), the processes
 with a context and their memory (nvmlDeviceGetComputeRunningProcesses: host PIDs) and their SM
 utilisation (nvmlDeviceGetProcessUtilization); once: the power limit (nvmlDeviceGetEnforcedPowerLimit),
-name and memory size. A value NVML refuses (NOT_SUPPORTED, NO_PERMISSION) is None; one it gives in
+name, memory size and PCI address (nvmlDeviceGetPciInfo, for the driver's XID lines); every
+HEALTH_EVERY readings its health (gpu_nvml_health.py: retired pages and remapped rows pending or
+failed, the recovery action field, GPU_IS_LOST). A value NVML refuses (NOT_SUPPORTED,
+NO_PERMISSION) is None; one it gives in
 a shape phasewatch cannot read (a pid of None, a text for a number, a constant an older binding lacks)
 is skipped, said once.
 
@@ -34,7 +37,10 @@ import time
 from types import ModuleType
 from typing import Any, Callable, Iterator
 
+from ..stages.s4_judge.gpu_fault import GpuHealth
 from ..stages.s4_judge.gpu_vitals import GpuInfo, GpuReading
+from ..xid_table import pci_key
+from .gpu_nvml_health import read_health
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +49,7 @@ DEADLINE = 5.0  # a call not back after this long: the driver is wedged
 MAX_READINGS = 4096  # queued readings kept (16 GPUs x 256 s) when nobody takes them
 RESTART_BACKOFF = 5.0  # seconds before a failed worker is started again (doubled each time in the hour)
 MAX_RESTARTS = 5  # per hour; then the source stays `failed`
+HEALTH_EVERY = 10  # readings between two reads of each GPU's health
 
 
 class NvmlSource:
@@ -58,6 +65,8 @@ class NvmlSource:
         self._wanted = threading.Event()
         self._readings: collections.deque[GpuReading] = collections.deque(maxlen=MAX_READINGS)
         self._infos: dict[int, GpuInfo] = {}
+        self._pci: dict[int, str] = {}  # NVML index -> PCI address (`0000:3b:00`)
+        self._health: dict[int, GpuHealth] = {}
         self._problem: str | None = None
         self._said: str | None = None
         self._busy_since: float | None = None  # monotonic: the worker is inside an NVML call
@@ -99,6 +108,15 @@ class NvmlSource:
     def infos(self) -> dict[int, GpuInfo]:
         with self._lock:
             return dict(self._infos)
+
+    def pci_addresses(self) -> dict[int, str]:
+        with self._lock:
+            return dict(self._pci)
+
+    def health(self) -> dict[int, GpuHealth]:
+        """The last health read of each GPU (none until the worker read it)."""
+        with self._lock:
+            return dict(self._health)
 
     def problem(self) -> str | None:
         """Why there are no readings (None: there are, or nothing was asked yet)."""
@@ -170,11 +188,17 @@ class NvmlSource:
             self._unavailable("NVML sees no GPU")
             return
         last_seen: dict[int, int] = {}
+        rounds = 0
         while True:
             self._wanted.wait()
             began = self._clock()
             at = self._wall()
             readings = [r for index, handle in handles if (r := self._reading(nvml, index, handle, at, last_seen))]
+            if rounds % HEALTH_EVERY == 0:
+                health = {index: read_health(nvml, index, handle, self._call) for index, handle in handles}
+                with self._lock:
+                    self._health = health
+            rounds += 1
             with self._lock:
                 self._readings.extend(readings)
                 if readings:
@@ -193,6 +217,12 @@ class NvmlSource:
             name = self._optional(nvml.nvmlDeviceGetName, handle)
             memory = self._optional(nvml.nvmlDeviceGetMemoryInfo, handle)
             limit = self._optional(nvml.nvmlDeviceGetEnforcedPowerLimit, handle)
+            pci = self._optional(nvml.nvmlDeviceGetPciInfo, handle) if hasattr(nvml, "nvmlDeviceGetPciInfo") else None
+            bus_id = getattr(pci, "busId", None)
+            address = pci_key(bus_id.decode() if isinstance(bus_id, bytes) else str(bus_id or ""))
+            if address is not None:
+                with self._lock:
+                    self._pci[index] = address
             with self._skipping("GPU description"):
                 info = GpuInfo(index, name.decode() if isinstance(name, bytes) else str(name or ""),
                                int(limit) if limit is not None else None,

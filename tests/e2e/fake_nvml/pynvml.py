@@ -3,7 +3,9 @@ PYTHONPATH, set by the test's drop-in. It replays one labelled window of a recor
 phasewatch-vitals-trace/1 (PHASEWATCH_FAKE_NVML=TRACE:WINDOW) on 8 GPUs, GPU n holding the process
 titled `..._TPn` (found in /proc, as NVML's process list gives host PIDs): a sample a second,
 in a loop, the same for every GPU. PHASEWATCH_FAKE_NVML_LEAD=N plays the recording's first N GPU
-samples once before (an idle GPU before the window: what the GPU's quiet numbers are learnt from)."""
+samples once before (an idle GPU before the window: what the GPU's quiet numbers are learnt from).
+GPU n sits at PCI bus BUSES[n] (GPU 3, TP3's, at 0000:3b:00, the address of the driver's XID lines in
+test_e2e_gpu_fault.py)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from typing import Any
 NVML_PCIE_UTIL_TX_BYTES = 0
 NVML_PCIE_UTIL_RX_BYTES = 1
 GPUS = 8
+BUSES = (0x18, 0x2a, 0x3a, 0x3b, 0x9a, 0xab, 0xba, 0xdb)
 
 
 class NVMLError(Exception):
@@ -63,6 +66,10 @@ def _now() -> dict[str, Any]:
         return lead[int(since)]  # type: ignore[no-any-return]
     readings = _state["readings"]
     return readings[int(time.time()) % len(readings)]  # type: ignore[no-any-return]
+
+
+def nvmlDeviceGetPciInfo(handle: int) -> Any:
+    return SimpleNamespace(busId=f"00000000:{BUSES[handle]:02X}:00.0".encode())
 
 
 def nvmlDeviceGetUtilizationRates(handle: int) -> Any:

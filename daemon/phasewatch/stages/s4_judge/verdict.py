@@ -22,13 +22,19 @@ class Verdict:
     facts: CrashFacts | None = None  # crashed: healthy, waiting and culprit ranks named in the lines
     remedy: Remedy | None = None  # what to do about it (remedies.py), when the facts say
     quote: str | None = None  # crashed: the log line the message quotes (credentials masked, redact.py)
+    gpu_action: str | None = None  # gpu_fault: what the GPU needs (xid_table.ACTIONS); the restart gate reads it
+    gpu_blocks: bool = False  # gpu_fault: no restart onto that GPU (reset_gpu, reboot, drain; not the app's fault)
+    gpu: str | None = None  # gpu_fault: the GPU (`GPU 3 (PCI 0000:3b:00)`), known before its rank may be
 
     @property
     def key(self) -> tuple[str, str, str | None, str | None]:
         """Same key, same verdict: a loop acts on a key once. A start-up crashes once, whichever
-        rank later lines show to be the culprit."""
+        rank later lines show to be the culprit. A GPU's fault once per GPU and cause, whether or not
+        its rank is known yet and whatever phase the rank moves to; a worse fault later is a new one."""
         if self.kind in (VerdictKind.CRASHED, VerdictKind.LINES_LOST):
             return (self.invocation_id, self.kind, None, None)
         if self.kind == VerdictKind.UNHEALTHY:
             return (self.invocation_id, self.kind, None, f"episode {self.episode}")
+        if self.kind == VerdictKind.GPU_FAULT:
+            return (self.invocation_id, self.kind, self.gpu or self.rank, self.cause)
         return (self.invocation_id, self.kind, self.rank, self.phase)

@@ -17,6 +17,7 @@ from ...config import Config
 from ...durations import format_duration
 from ...records import FAILED_STARTUP, STUCK, AlertKind, MessageId, VerdictKind
 from ..s4_judge.verdict import Verdict
+from .restart_gate import Refusal, fingerprint, refusal, with_print
 
 FAILURE_KINDS = FAILED_STARTUP
 CRASH_SETTLE = 5.0  # seconds between a crash verdict and a restart decision about it
@@ -24,7 +25,7 @@ CRASH_SETTLE = 5.0  # seconds between a crash verdict and a restart decision abo
 PRIORITY = {"stalled": 4, "straggler": 4, "lines_lost": 4, "unhealthy": 4, "rank_died": 3, "crashed": 3,
             "gave_up": 2, "restart_failed": 3, "state_degraded": 3, "timer_lint": 4,
             "restart_blocked": 2, "metrics_unbound": 3, "waiting_for_node": 5, "group_restart": 4,
-            "receiver_unbound": 2}
+            "receiver_unbound": 2, "gpu_fault": 3, "restart_refused": 2}
 # journal MESSAGE_IDs, one per kind of alert (records.MessageId; docs: units/phasewatch.catalog)
 MESSAGE_IDS = {kind.value: MessageId[kind.name] for kind in (*VerdictKind, *AlertKind)}
 
@@ -40,6 +41,7 @@ class Budget:
     failures: tuple[tuple[str, float], ...] = ()  # (invocation, when) of failed start-ups
     last_restart: float | None = None
     restarts: int = 0
+    prints: tuple[tuple[str, str], ...] = ()  # (invocation, fingerprint) of failed start-ups (restart_gate.py)
 
     def within(self, now: float, window: float) -> tuple[tuple[str, float], ...]:
         return tuple(f for f in self.failures if now - f[1] <= window)
@@ -144,6 +146,12 @@ def respond(verdicts: list[Verdict], memory: Memory, status: UnitStatus, now: fl
     for invocation in dict.fromkeys(v.invocation_id for v in failing):
         if invocation not in {f[0] for f in budget.failures}:
             budget = replace(budget, failures=budget.failures + ((invocation, now),))
+        first = next((v for v in failing if v.invocation_id == invocation and v.kind in FAILURE_KINDS), None)
+        if first is not None:  # a failed start-up (not a server unhealthy after ready): its fingerprint
+            within = {i for i, _ in budget.within(now, config.restart_budget.window)}
+            prints = tuple(p for p in budget.prints if p[0] in within)
+            budget = replace(budget, prints=with_print(prints, invocation, fingerprint(first)))
+    refusals: dict[str, Refusal | None] = {}
 
     for verdict in verdicts:
         wanted = config.actions.get(verdict.kind, ("alert",))
@@ -165,6 +173,17 @@ def respond(verdicts: list[Verdict], memory: Memory, status: UnitStatus, now: fl
                                       config.dry_run, hook=hook, remedy=remedy))
         if "restart" in wanted and held and hold is not None:
             note = f"not restarting: held by the operator for {format_duration(hold.until - now)} ({hold.reason})"
+        elif "restart" in wanted and verdict.invocation_id not in restarted and (refused := refusals.setdefault(
+                verdict.invocation_id, refusal(verdicts, budget.prints, verdict.invocation_id,
+                                               config.restart_budget.same_failure))) is not None:
+            note = refused.words
+            refused_key = (verdict.invocation_id, "restart_refused", None, None)
+            if refused_key not in alerted:
+                alerted.add(refused_key)
+                actions.append(Action("alert", f"{config.unit}: {refused.words} ({verdict.message})"
+                                      + (f"; remedy: {refused.remedy}" if refused.remedy else ""), "restart_refused",
+                                      PRIORITY["restart_refused"], verdict.invocation_id, verdict.phase, verdict.rank,
+                                      refused.why, config.dry_run, remedy=refused.remedy))
         elif "restart" in wanted and config.group is not None and config.group.receiver is not None:
             note = f"not restarting alone: a node of group {config.group.name}, whose restarts the group decides"
         elif "restart" in wanted and verdict.invocation_id not in restarted:
