@@ -144,8 +144,8 @@ def test_the_start_ups_xids_and_nvidia_smi_q_of_the_culprits_gpu_go_in(tmp_path:
     xid = parse_xid("NVRM: Xid (PCI:0000:3b:00): 79, pid=4242, name=python3, GPU has fallen off the bus.")
     assert xid is not None
     asked: list[tuple[float | None, float | None]] = []
-    taker = EvidenceTaker(smi, lambda group: [], lambda began, end: asked.append((began, end)) or [(T0 + 5, xid)],
-                          {"TP3": 3}.get)
+    taker = EvidenceTaker(smi, lambda group: [], xids=lambda began, end: asked.append((began, end)) or [(T0 + 5, xid)],
+                          gpu_of={"TP3": 3}.get)
     stall = Action("evidence", "TP3 stalled", "stalled", 4, "inv-1", "weight_load", "TP3", "deadline")
     text = Path(taker.take(inv, [stall], UnitFacts("activating", "start", "inv-1")) or "").read_text()
     assert asked == [(inv.started_at, inv.stopped_at)]
