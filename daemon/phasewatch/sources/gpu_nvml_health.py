@@ -12,7 +12,9 @@ from typing import Any, Callable
 
 from ..stages.s4_judge.gpu_fault import GpuHealth
 
-RECOVERY_ACTION_FIELD = 180  # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (nvml.h, R550+), when the binding lacks it
+# NVML_FI_DEV_GET_GPU_RECOVERY_ACTION when the binding lacks it: 230, as nvidia-ml-py gives it beside driver
+# 580.159.04 on an H200 (tests/golden/nvml-health/)
+RECOVERY_ACTION_FIELD = 230
 
 
 def read_health(nvml: Any, index: int, handle: Any, call: Callable[..., Any]) -> GpuHealth:
