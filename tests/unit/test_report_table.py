@@ -82,8 +82,10 @@ def test_remedies_are_listed_below_the_table_and_in_json_terminal_safe() -> None
 
     remedy = "lower --cuda-graph-max-bs (48 now) or --mem-fraction-static (0.88 now)"
     records = [RECORDS[0], replace(RECORDS[2], remedy=remedy), replace(RECORDS[1], remedy="set \x1b[2Jthis")]
-    assert report.remedy_lines(records) == (f"\nremedies:\n  2026-11-30 12:00:00  {RECORDS[2].invocation_id[:12]}  "
-                                            f"{remedy}\n  2026-11-30 10:00:00  {RECORDS[1].invocation_id[:12]}  "
+    # A row wider than 100 columns has its text on a line of its own (where it wraps as prose).
+    assert report.remedy_lines(records) == (f"\nremedies:\n  2026-11-30 12:00:00  {RECORDS[2].invocation_id[:12]}\n"
+                                            f"    {remedy}\n  2026-11-30 10:00:00  {RECORDS[1].invocation_id[:12]}  "
                                             "set \\x1b[2Jthis\n")
+    assert f"{RECORDS[2].invocation_id[:12]}  {remedy}" in report.remedy_lines(records, wide=True)
     assert report.remedy_lines(RECORDS) == ""
     assert [s["remedy"] for s in report.to_json(records)["startups"]] == [None, remedy, "set \x1b[2Jthis"]
