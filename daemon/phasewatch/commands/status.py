@@ -44,7 +44,7 @@ from ..sources.follow import JournalFollower
 from ..stages.s4_judge.timerlint import UnitTimers, lint
 from .daemon_answer import TOTAL_DEADLINE, check_owner, get
 from .status_line import oneline
-from .status_render import LIVE_STATES, _progress, local_time, render_table
+from .status_render import LIVE_STATES, _progress, changed_lines, local_time, render_table
 from .target import resolve
 
 EXIT_FAILING, EXIT_UNKNOWN = EXIT_WILL_NOT_BE_READY, EXIT_UNKNOWN_UNIT
@@ -193,9 +193,11 @@ def watch(fetch: Callable[[], dict[str, Any]], out: TextIO, tty: bool, listen: s
           interval: float = 1.0, sleep: Callable[[float], None] = time.sleep,
           clock: Callable[[], float] = time.time, width: int | None = None) -> int:
     """Redraw every `interval` on a terminal; elsewhere (a log) print a block when a phase, the
-    outcome or a verdict changes, and one line when only a progress bar moved. Ends on ^C/SIGTERM
-    with the exit status of the last document."""
+    outcome or a verdict changes (the whole table first, then only what changed since the last
+    block), and one line when only a progress bar moved. Ends on ^C/SIGTERM with the exit status
+    of the last document."""
     last_block: object = None
+    last_text, last_startup = "", None  # a new start-up gets the whole table again
     last_progress: dict[str, str] = {}
     code = EXIT_UNKNOWN
     try:
@@ -208,7 +210,11 @@ def watch(fetch: Callable[[], dict[str, Any]], out: TextIO, tty: bool, listen: s
             else:
                 block, progress = _signatures(document)
                 if block != last_block:
-                    out.write(f"--- {local_time(clock())}\n" + fitted(render_table(document, listen), width) + "\n")
+                    text = render_table(document, listen)
+                    startup = (document.get("unit"), (document.get("invocation") or {}).get("invocation_id"))
+                    shown = changed_lines(last_text, text) if startup == last_startup else text
+                    out.write(f"--- {local_time(clock())}\n" + fitted(shown, width) + "\n")
+                    last_text, last_startup = text, startup
                 else:
                     phases = {label: r.get("phase") for label, r in
                               ((document.get("invocation") or {}).get("ranks") or {}).items()}

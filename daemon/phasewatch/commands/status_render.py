@@ -5,6 +5,7 @@ from the `/status` document (render.status_document) whether the daemon or the j
 from __future__ import annotations
 
 import datetime as dt
+import re
 from typing import Any
 
 from ..durations import format_duration
@@ -187,3 +188,27 @@ def _why_lines(document: dict[str, Any]) -> list[str]:
         if previous.get("evidence"):
             out.append(f"  evidence: {previous['evidence']}")
     return out
+
+
+# A duration (`4s`, `1m12s`, `3m12s/20m`), a clock time or a date: what changes every second.
+_TIMES = re.compile(r"\d+(?:\.\d+)?(?:d|h|ms|m|s)(?:\d+(?:h|m|s))*|\d\d:\d\d(?::\d\d)?|\d{4}-\d\d-\d\d")
+
+
+def _unchanged_key(line: str) -> str:
+    return " ".join(_TIMES.sub("T", line).split())
+
+
+def changed_lines(previous: str, current: str) -> str:
+    """`status --watch` in a log: `current`'s text less the lines `previous` said already (times
+    aside): the outcome line, then the rows and lines that changed, under the table's head."""
+    said = {_unchanged_key(line) for line in previous.splitlines()}
+    lines = current.splitlines()
+    out = lines[:1]
+    for line in lines[1:]:
+        if line.startswith("RANK "):
+            out.append(line)  # the head of the rows below it (dropped again if none changed)
+        elif line.strip() and _unchanged_key(line) not in said:
+            out.append(line)
+    while out and out[-1].startswith("RANK "):
+        out.pop()
+    return "\n".join(out) + "\n"
