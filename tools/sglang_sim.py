@@ -28,6 +28,7 @@ Two ways to play it:
            `/generate`) on `--port` once the ranks are ready.
 
     python3 tools/sglang_sim.py json --hang TP3:draft_cuda_graph_capture > startup.json
+    python3 tools/sglang_sim.py --scenario healthy > examples/sglang-kimi-healthy.json   (SCENARIOS)
     python3 tools/sglang_sim.py run --scale 0.02 --port 30000
 """
 
@@ -595,6 +596,11 @@ def _faults_from(args: argparse.Namespace) -> Faults:
                   args.silent_capture)
 
 
+# The bundled examples (examples/sglang-kimi-NAME.json): `--scenario NAME` is `json` with these faults.
+SCENARIOS = {"healthy": [], "stall-draft-capture": ["--hang", "TP3:draft_cuda_graph_capture"],
+             "crash-oom-capture": ["--oom", "TP5:cuda_graph_capture"]}
+
+
 def _die_with_parent() -> None:
     """SGLang's schedulers ask the kernel for SIGKILL when their parent dies (PR_SET_PDEATHSIG): a stop
     that ends the main process ends the ranks even where systemd cannot kill the cgroup (the e2e
@@ -622,7 +628,8 @@ def main(argv: list[str] | None = None) -> int:
         _play(plan, rank, start, start, port, faults.decode_every)
         return 0
     parser = argparse.ArgumentParser(prog="sglang_sim.py", description=__doc__.splitlines()[0])
-    parser.add_argument("mode", choices=("json", "run"))
+    parser.add_argument("mode", nargs="?", choices=("json", "run"), help="json (with --scenario, the default) or run")
+    parser.add_argument("--scenario", choices=tuple(SCENARIOS), help="a bundled example's start-up, as json")
     parser.add_argument("--scale", type=float, default=1.0, help="duration factor (1.0 = real minutes)")
     parser.add_argument("--port", type=int, default=30000)
     parser.add_argument("--unit", default="sglang-kimi.service")
@@ -637,6 +644,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--silent-load", metavar="SECONDS:MODE")
     parser.add_argument("--silent-capture", type=float, metavar="SECONDS")
     args = parser.parse_args(argv)
+    if args.scenario is not None:
+        if args.mode == "run":
+            parser.error("--scenario prints a bundled example's journal (json mode)")
+        args = parser.parse_args(["json", *SCENARIOS[args.scenario], *argv])
+    elif args.mode is None:
+        parser.error("expected json, run or --scenario NAME")
     faults = _faults_from(args)
     plan = build(args.scale, faults)
     if args.mode == "json":

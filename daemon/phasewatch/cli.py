@@ -1,14 +1,19 @@
 """Command line: the parser, made of each command's `add_parser` (commands/<name>.py), the preflight
 of the commands that read a unit, and the dispatch to the command's function. Exit statuses:
 errors.EXIT_STATUSES (sysexits.h for errors), printed by `--help`.
+
+Every line a command prints fits the terminal, or 100 columns when not one (fit.FittedStream over
+stdout and stderr), unless `--wide` (every command has it); also left whole: JSON, `--plain`, the
+daemon's own log (`run`), log records (`logs`) and a config file printed (`init --dry-run`).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
-from typing import NoReturn, Sequence
+from typing import Iterator, NoReturn, Sequence, TextIO, cast
 
 from . import __version__
 from .commands import replay, run
@@ -20,6 +25,7 @@ from .errors import (
     PhasewatchError,
     exit_table,
 )
+from .fit import FittedStream, output_width
 from .instances import watched_unit
 from .render import terminal_safe
 from .sources import journal_source
@@ -54,7 +60,49 @@ def build_parser() -> argparse.ArgumentParser:
     for command in sub.choices.values():
         command.epilog = exit_table()
         command.formatter_class = argparse.RawDescriptionHelpFormatter
+    add_wide(parser)
     return parser
+
+
+WIDE_HELP = "print every line whole (default: lines wrapped within the terminal, or 100 columns when not one)"
+
+
+def add_wide(parser: argparse.ArgumentParser) -> None:
+    """`--wide` on every command (and every command of a command) that has none of its own."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for command in action.choices.values():
+                add_wide(command)
+            return
+    if "--wide" not in parser._option_string_actions:
+        parser.add_argument("--wide", action="store_true", help=WIDE_HELP)
+
+
+# Commands whose standard output is never wrapped: the daemon (its stderr is the journal's) and
+# log records, which stay one line each, as journalctl prints them.
+WHOLE_LINES = ("run", "logs")
+
+
+@contextlib.contextmanager
+def fitted_output(args: argparse.Namespace) -> Iterator[None]:
+    """stdout and stderr fitted (fit.FittedStream) while a command runs, unless it prints whole lines."""
+    if getattr(args, "wide", False) or args.command == "run":
+        yield
+        return
+    saved = sys.stdout, sys.stderr
+    whole = args.command in WHOLE_LINES or any(getattr(args, flag, False) for flag in ("json", "plain", "dry_run"))
+    if not whole:
+        sys.stdout = cast(TextIO, FittedStream(saved[0], output_width(saved[0])))
+    sys.stderr = cast(TextIO, FittedStream(saved[1], output_width(saved[1])))
+    try:
+        yield
+    finally:
+        try:
+            for stream in (sys.stdout, sys.stderr):
+                if isinstance(stream, FittedStream):
+                    stream.flush()
+        finally:
+            sys.stdout, sys.stderr = saved
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -66,6 +114,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     check_args = getattr(args, "check_args", None)  # what the parser alone cannot check (replay's)
     if check_args is not None:
         check_args(parser, args)
+    try:
+        with fitted_output(args):
+            return _dispatch(args)
+    except BrokenPipeError:
+        return closed_pipe()
+
+
+def _dispatch(args: argparse.Namespace) -> int:
     try:
         _preflight(args)
         code: int = args.func(args)

@@ -28,6 +28,13 @@ def every_error(text: str, path: str | None) -> list[ConfigError]:
             parse_document(document, path)
             return errors
         except ConfigError as exc:
+            if any(exc.key == seen.key for seen in errors):
+                # Left out, the setting is missing (`group.nodes` is required): its section goes.
+                document = _without(document, ".".join(exc.key.split(".")[:2 if exc.key.startswith("phases.")
+                                                                            else 1]))
+                if document is None or any(str(exc) == str(seen) for seen in errors):
+                    return errors
+                continue
             errors.append(exc)
             document = _without(document, exc.key)
             if document is None:
@@ -36,21 +43,29 @@ def every_error(text: str, path: str | None) -> list[ConfigError]:
 
 
 def _without(document: Any, key: str) -> Any:
-    """The document without the setting `key` names (`phases.weight_load.stall`: that phase only);
-    None when nothing can be left out (the top level itself, or a key not in it)."""
+    """The document without the setting `key` names, and only it (`restart_budget.max`: not the
+    whole budget, whose `window` may be wrong too); when `key` is no path of the document, the
+    deepest mapping of its path that is. None when nothing can be left out (the top level itself)."""
     if not isinstance(document, dict):
         return None
-    top, _, rest = key.partition(".")
-    if top not in document or top == "__lines__":
+    parts = key.split(".")
+    depth = 0
+    node: Any = document
+    while depth < len(parts) and isinstance(node, dict) and parts[depth] in node and parts[depth] != "__lines__":
+        node = node[parts[depth]]
+        depth += 1
+    if depth == 0:
         return None
-    trimmed = dict(document)
-    if top == "phases" and rest and isinstance(document[top], dict):
-        phase = rest.split(".", 1)[0]
-        phases = {k: v for k, v in document[top].items() if k != phase}
-        if len(phases) < len(document[top]):
-            trimmed[top] = phases
-            return trimmed
-    del trimmed[top]
+    return _drop(document, parts[:depth])
+
+
+def _drop(mapping: dict[Any, Any], path: list[str]) -> dict[Any, Any]:
+    """A copy of `mapping` without `path` (copied along the path only)."""
+    trimmed = dict(mapping)
+    if len(path) == 1:
+        del trimmed[path[0]]
+    else:
+        trimmed[path[0]] = _drop(mapping[path[0]], path[1:])
     return trimmed
 
 

@@ -45,7 +45,7 @@ EXIT_STATUSES: tuple[tuple[int, str], ...] = (
     (EXIT_FOREIGN, "status: something other than this unit's daemon answers on metrics.listen"),
     (EX_USAGE, "bad usage (an unknown option, a malformed duration or time)"),
     (EX_DATAERR, "input that is not a log, or a history that is not one"),
-    (EX_NOINPUT, "a missing file, or no history recorded yet (report)"),
+    (EX_NOINPUT, "a missing file, no history recorded yet (report), or no line to show (logs: says why)"),
     (EX_UNAVAILABLE, "the journal, systemd or polkit (D-Bus) cannot be reached or refused to answer"),
     (EX_SOFTWARE, "an internal error"),
     (EX_CANTCREAT, "init: a config someone edited is in the way (the diff is shown; --force replaces it)"),

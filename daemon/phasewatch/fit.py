@@ -4,10 +4,14 @@ A terminal's own width (COLUMNS first, as systemctl reads it); 100 columns when 
 terminal (a pipe, a file, a log), so what a script or a ticket gets does not depend on who ran it.
 Table rows are never wrapped here (a wrapped row is no longer a row): a table fits by its own
 means (render.fit_columns: short names, then fewer columns). `--plain` output is never fitted.
+
+`FittedStream` is how every command's output fits (cli.main puts it over stdout and stderr, unless
+`--wide`): each complete line written through it is wrapped as `fit_text` wraps it.
 """
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import shutil
@@ -41,7 +45,7 @@ def wrap_line(line: str, width: int) -> list[str]:
     if len(line) <= width or is_table_row(line):
         return [line]
     indent = line[: len(line) - len(line.lstrip(" "))]
-    return textwrap.wrap(line, width, initial_indent="", subsequent_indent=indent + "    ",
+    return textwrap.wrap(line.lstrip(" "), width, initial_indent=indent, subsequent_indent=indent + "    ",
                          break_long_words=False, break_on_hyphens=False, drop_whitespace=True) or [line]
 
 
@@ -58,3 +62,35 @@ def widest(lines: Sequence[str]) -> int:
 def fitted(text: str, width: int | None) -> str:
     """`text` fitted to `width` columns (None: as it is)."""
     return text if width is None else fit_text(text, width)
+
+
+class FittedStream(io.TextIOBase):
+    """A text stream whose every complete line reaches `stream` fitted within `width`; a line not
+    yet ended waits for its end, or for a flush (a prompt), which writes it as it is."""
+
+    def __init__(self, stream: TextIO, width: int) -> None:
+        super().__init__()
+        self.stream, self.width, self.pending = stream, width, ""
+
+    def write(self, text: str) -> int:
+        self.pending += text
+        if "\n" in self.pending:
+            done, _, self.pending = self.pending.rpartition("\n")
+            self.stream.write(fit_text(done, self.width) + "\n")
+        return len(text)
+
+    def flush(self) -> None:
+        if self.pending:
+            self.stream.write(self.pending)
+            self.pending = ""
+        self.stream.flush()
+
+    def isatty(self) -> bool:
+        return self.stream.isatty()
+
+    def fileno(self) -> int:
+        return self.stream.fileno()
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return self.stream.encoding

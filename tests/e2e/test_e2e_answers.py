@@ -58,8 +58,8 @@ MATRIX: dict[str, dict[str, tuple[tuple[str, ...], tuple[str, ...], int, str] | 
         "no_permission": (NOBODY, ("report", UNIT, "--state-dir", STATE), 77, "run as root"),
         "no_system_bus": None,
         "unknown_unit": ((), ("report", TYPO, "--state-dir", STATE), 66,
-                         f"no history for {TYPO}.service in {STATE} (phasewatch run records start-ups there); "
-                         f"units with a history: {UNIT}"),
+                         f"no history for {TYPO}.service in {STATE} (phasewatch run records start-ups there) "
+                         f"units with a history like it: {UNIT}"),
         "not_a_log": ((), ("report", UNIT, "--state-dir", STATE), 65,
                       "not a readable history (file is not a database)"),
     },

@@ -69,7 +69,7 @@ def test_status_refuses_foreign_daemon(scenario: Scenario) -> None:
         foreign = scenario.box.run(f"{VENV}/bin/phasewatch", "status", UNIT, check=False)
         assert (foreign.returncode, foreign.stdout) == (4, ""), foreign.stderr
         assert (f"names daemon invocation '{'0' * 32}', but {WATCHER} runs as invocation "
-                f"{invocation}") in foreign.stderr
+                f"{invocation}") in " ".join(foreign.stderr.split())  # (wrapped within 100 columns)
     finally:
         scenario.box.systemctl("stop", "squatter", check=False)
     scenario.box.systemctl("restart", WATCHER)  # now it gets the port
@@ -86,8 +86,9 @@ def test_status_refuses_foreign_daemon(scenario: Scenario) -> None:
 def test_one_unit_one_config_for_every_command(scenario: Scenario) -> None:
     """Issue 36, as an operator meets it: while the daemon of sglang-kimi answers on the default port,
     a typo is an unknown unit (3, the names it knows), not "another process on metrics.listen" (4);
-    `replay --unit` takes the short name and judges with the unit's config, as `status` does. Every
-    answer within 100 columns."""
+    `replay --unit` takes the short name and judges with the unit's config, as `status` does;
+    `wait-ready` says the stall, `logs` with nothing to show says why (66), `check-config` counts every
+    wrong setting. Every answer within 100 columns."""
     scenario.configure("--scale 0.01 --hang TP3:weight_load", phases={"weight_load": {"deadline": "2s"}},
                        dry_run=True)
     scenario.start()
@@ -104,5 +105,22 @@ def test_one_unit_one_config_for_every_command(scenario: Scenario) -> None:
     assert "stalled" in last.splitlines()[0] and "TP3" in last  # the 2s deadline of its config
     status = scenario.box.run(phasewatch, "status", "sglang-kimi", check=False)
     assert status.returncode == 2, status.stderr
-    for answer in (typo.stderr, replay.stdout, status.stdout):
+    # The stalled start-up as wait-ready says it (its lines were up to 140 columns).
+    wait = scenario.box.run(phasewatch, "wait-ready", "sglang-kimi", "--timeout", "30s", check=False, timeout=90)
+    assert wait.returncode == 2, wait.stdout + wait.stderr
+    assert "phasewatch: stalled: sglang-kimi.service: " in wait.stdout and "stalled in weight_load" in wait.stdout
+    # An empty answer says why (it was nothing, exit 0); a typo in logs as in status.
+    no_rank = scenario.box.run(phasewatch, "logs", "sglang-kimi", "--rank", "TP9", check=False)
+    assert (no_rank.returncode, no_rank.stdout) == (66, ""), no_rank.stderr
+    assert "no rank TP9 in this start-up" in no_rank.stderr and "TP0–TP7" in no_rank.stderr
+    logs_typo = scenario.box.run(phasewatch, "logs", "sglang-kimmi", check=False)
+    assert logs_typo.returncode == 3 and f"units it knows like it: {UNIT}" in logs_typo.stderr
+    # check-config: every wrong setting counted, each said within 100 columns.
+    scenario.box.write("/run/bad-config.yaml", "unit: sglang-kimi.service\nrank_skw: 5m\n"
+                       "restart_budget: {max: x, window: 6q}\n")
+    bad = scenario.box.run(phasewatch, "check-config", "/run/bad-config.yaml", check=False)
+    assert bad.returncode == 78 and bad.stderr.splitlines()[-1] == "phasewatch: 3 errors in /run/bad-config.yaml"
+    assert "did you mean rank_skew?" in bad.stderr
+    for answer in (typo.stderr, replay.stdout, status.stdout, wait.stdout, no_rank.stderr, logs_typo.stderr,
+                   bad.stderr):
         assert max(len(line) for line in answer.splitlines()) <= 100, answer

@@ -116,7 +116,8 @@ def test_status_refuses_foreign_daemon(daemon: StubDaemon, tmp_path: Path,
     daemon.body = json.dumps(document("ready", unit="other.service")).encode()
     code, out, err = run(["status", "--config", config], capsys)
     assert (code, out) == (4, "")
-    assert f"http://127.0.0.1:{port}/status is the phasewatch daemon of 'other.service', not of {UNIT}" in err
+    said = " ".join(err.split())  # (wrapped within 100 columns)
+    assert f"http://127.0.0.1:{port}/status is the phasewatch daemon of 'other.service', not of {UNIT}" in said
     # a process that took the port first and serves something else (here: a lookalike without `daemon`)
     impostor = document("ready")
     del impostor["daemon"]
@@ -165,8 +166,9 @@ def test_nothing_listening_falls_back_to_the_journal(tmp_path: Path, capsys: pyt
     monkeypatch.setenv("DBUS_SYSTEM_BUS_ADDRESS", f"unix:path={tmp_path}/no-bus")
     code, out, err = run(["status", "--config", config_for(tmp_path, port)], capsys)
     assert (code, out) == (69, "")
-    assert "the journal has nothing of it and systemd cannot be asked (no system bus" in err
-    assert f"(no phasewatch daemon answered on 127.0.0.1:{port})" in err
+    said = " ".join(err.split())  # (wrapped within 100 columns)
+    assert "the journal has nothing of it and systemd cannot be asked (no system bus" in said
+    assert f"(no phasewatch daemon answered on 127.0.0.1:{port})" in said
 
 
 @pytest.fixture(scope="module")

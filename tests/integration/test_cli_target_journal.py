@@ -85,3 +85,41 @@ def test_hold_on_a_typo_is_an_unknown_unit_with_the_names(etc: Path, tmp_path: P
                          capsys)
     assert (code, out) == (3, "")
     assert f"units phasewatch watches: {UNIT}" in err
+
+
+def test_a_typo_in_a_copied_journal_is_unknown_with_the_names_it_holds(hang: Path, etc: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """`--directory` too: a unit the copied journal has nothing of is exit 3 with the names it holds,
+    for every command that reads it (replay said "no invocations found", exit 0)."""
+    for argv in (["status", "sglang-kimmi"], ["logs", "sglang-kimmi"], ["wait-ready", "sglang-kimmi"],
+                 ["replay", "--unit", "sglang-kimmi"]):
+        code, out, err = run([*argv, "--directory", str(hang)], capsys)
+        assert (code, out) == (3, ""), (argv, err)
+        assert f"units it knows like it: {UNIT}" in err, (argv, err)
+        assert max(len(line) for line in err.splitlines()) <= 100, err
+
+
+def test_empty_logs_say_why_and_exit_66(hang: Path, etc: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`logs --rank TP9` on a TP=8 unit printed nothing and exited 0."""
+    code, out, err = run(["logs", "sglang-kimi", "--rank", "TP9", "--directory", str(hang)], capsys)
+    assert (code, out) == (66, "")
+    assert err == f"phasewatch: {UNIT}: no rank TP9 in this start-up\n  its ranks: main, TP0–TP7\n"
+    code, out, err = run(["logs", "sglang-kimi", "--rank", "TP3", "--phase", "warmup", "--directory", str(hang)],
+                         capsys)
+    assert (code, out) == (66, "")
+    said = " ".join(err.split())
+    assert f"{UNIT}: no line of this start-up matches --rank TP3 --phase warmup" in said
+    assert "TP3 reached: launch, dist_init," in said and "draft_cuda_graph_capture" in said and "warmup" not in \
+        said.split("reached:")[1]
+
+
+def test_wait_ready_fits_100_columns(hang: Path, etc: Path, capsys: pytest.CaptureFixture[str],
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its lines were 113 to 140 columns; --wide keeps them whole."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    code, out, _ = run(["wait-ready", "sglang-kimi", "--directory", str(hang)], capsys)
+    assert code == 2
+    assert max(len(line) for line in out.splitlines()) <= 100, out
+    assert "TP3 stalled in draft_cuda_graph_capture" in " ".join(out.split())
+    code, out, _ = run(["wait-ready", "sglang-kimi", "--directory", str(hang), "--wide"], capsys)
+    assert code == 2 and max(len(line) for line in out.splitlines()) > 100

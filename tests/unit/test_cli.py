@@ -28,13 +28,13 @@ def test_garbage_file_gives_a_clear_message_and_status_65(seed: int, tmp_path: P
     garbage = tmp_path / "garbage.bin"
     noise = random.Random(seed).randbytes(4096)
     garbage.write_bytes(b"\x89" + noise + b"\x00")
-    code, out, err = run(["replay", str(garbage)], capsys)
+    code, out, err = run(["replay", str(garbage), "--wide"], capsys)
     assert code == EX_DATAERR == 65
     assert out == ""
     assert err.startswith(f"phasewatch: {garbage}: input is not a journal export, journalctl JSON/text, or a text log")
     # Noise that happens to open with a brace is taken for JSON, and says so (1 in 256 of os.urandom's).
     garbage.write_bytes(b"{" + noise + b"\x00")
-    code, out, err = run(["replay", str(garbage)], capsys)
+    code, out, err = run(["replay", str(garbage), "--wide"], capsys)
     assert code == EX_DATAERR and out == ""
     assert err.startswith(f"phasewatch: {garbage}: input looks like journalctl JSON but no line parses as JSON")
 
@@ -47,7 +47,7 @@ def test_empty_file_reports_no_invocations(tmp_path: Path, capsys: pytest.Captur
 
 
 def test_missing_file_gives_status_66(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err = run(["replay", str(tmp_path / "nope.log")], capsys)
+    code, _, err = run(["replay", str(tmp_path / "nope.log"), "--wide"], capsys)
     assert code == EX_NOINPUT
     assert "No such file or directory" in err
 
@@ -170,6 +170,6 @@ def test_a_file_of_prose_is_not_a_log(tmp_path: Path, capsys: pytest.CaptureFixt
     prose = tmp_path / "prose.txt"
     prose.write_text("Hello there, this is prose.\nAnother line of text.\n")
     for form in (["replay"], ["replay", "--json"]):
-        code, out, err = run([*form, str(prose)], capsys)
+        code, out, err = run([*form, str(prose), "--wide"], capsys)
         assert (code, out) == (EX_DATAERR, "")
         assert f"{prose}: no line of a start-up phasewatch knows (SGLang, vLLM) in it" in err and "None" not in err

@@ -185,7 +185,7 @@ def test_check_config_reports_every_error_and_warns_on_a_stall_window_above_its_
     bad = tmp_path / "bad.yaml"
     bad.write_text(f"unit: {UNIT}\nrank_skew: soon\nbogus: 1\nphases:\n  weight_load: {{deadline: 20x}}\n"
                    "  warmup: {stall: 1h, deadline: 10m}\n  nosuch: {deadline: 1m}\n")
-    code, out, err = run(["check-config", str(bad)], capsys)
+    code, out, err = run(["check-config", str(bad), "--wide"], capsys)  # (one line each)
     assert (code, out) == (EX_CONFIG, "")
     lines = err.splitlines()
     assert [line.split(": ")[2] for line in lines[:4]] == ["rank_skew", "bogus", "phases.weight_load.deadline",

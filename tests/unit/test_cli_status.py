@@ -123,3 +123,35 @@ def test_oneline_from_a_fixed_document() -> None:
         "sglang-kimi: draft_cuda_graph_capture 8/8 3m12s/20m ETA 4m")
     assert oneline(document("stalled", STALLED)) == (
         "sglang-kimi: stalled draft_cuda_graph_capture 8/8 3m12s/20m [stalled: TP3]")
+
+
+def test_watch_in_a_log_shows_only_what_changed_since_the_last_block() -> None:
+    """Issue 36: each block after the first says what changed (the ranks that moved, a new verdict),
+    not the eight rows and every line again."""
+    first = document("starting")
+    moved = document("starting")
+    moved["invocation"]["ranks"]["TP5"]["phase_ended"] = True
+    for r in moved["invocation"]["ranks"].values():
+        r["elapsed_seconds"], r["quiet_seconds"] = 193.0, 3.0  # a second later: every duration moved
+    stalled = document("stalled", STALLED)
+    docs = iter([first, moved, stalled])
+
+    def fetch() -> dict[str, Any]:
+        try:
+            return next(docs)
+        except StopIteration:
+            raise KeyboardInterrupt from None
+
+    out = io.StringIO()
+    assert watch(fetch, out, tty=False, listen="127.0.0.1:9877", sleep=lambda _: None, clock=lambda: HOUR_AGO) == 2
+    blocks = [block.splitlines()[1:] for block in out.getvalue().split("--- ")[1:]]
+    assert len(blocks) == 3 and any(line.startswith("TP7 ") for line in blocks[0])  # the whole table first
+    second = [line for line in blocks[1] if line]
+    assert second[0].startswith(f"{UNIT}: starting, phase draft_cuda_graph_capture")
+    assert [line.split()[0] for line in second[1:]] == ["RANK", "TP5"], second
+    assert "(done)" in second[2]
+    third = [line for line in blocks[2] if line]
+    assert third[0].startswith(f"{UNIT}: stalled")
+    assert [line.split()[0] for line in third if line.startswith(("RANK", "TP"))] == ["RANK", "TP3", "TP5"], third
+    assert "verdicts:" in third and any("TP3 stalled in draft_cuda_graph_capture" in line for line in third)
+    assert not any(line.startswith("restart budget") for line in third)  # unchanged: not said again

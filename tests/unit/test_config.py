@@ -385,7 +385,7 @@ def test_cli_replay_with_bad_config_exits_78_naming_key_and_line(tmp_path: Path,
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("unit: sglang-kimi.service\nphases:\n  weight_load:\n    deadline: 5x\n", "utf-8")
-    assert main(["replay", "--config", str(bad), str(_log(tmp_path))]) == EX_CONFIG == 78
+    assert main(["replay", "--config", str(bad), str(_log(tmp_path)), "--wide"]) == EX_CONFIG == 78
     out, err = capsys.readouterr()
     assert out == ""
     assert err == (f"phasewatch: config error: phases.weight_load.deadline: {DURATION_ERROR}, got '5x' "
@@ -400,7 +400,7 @@ def test_cli_replay_with_missing_config_exits_78(tmp_path: Path, capsys: pytest.
 def test_cli_check_config_good(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     good = tmp_path / "good.yaml"
     good.write_text(FULL, "utf-8")
-    assert main(["check-config", str(good)]) == EX_OK == 0
+    assert main(["check-config", str(good), "--wide"]) == EX_OK == 0
     rules = len(Config().engine_profile().rules) + 1
     assert capsys.readouterr().out == f"{good}: OK (unit sglang-kimi.service, engine sglang, {rules} rules)\n"
 
@@ -408,7 +408,7 @@ def test_cli_check_config_good(tmp_path: Path, capsys: pytest.CaptureFixture[str
 def test_cli_check_config_bad(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("patterns:\n  - id: x\n    event: fatal\n    match: '(unclosed'\n", "utf-8")
-    assert main(["check-config", str(bad)]) == EX_CONFIG
+    assert main(["check-config", str(bad), "--wide"]) == EX_CONFIG
     err = capsys.readouterr().err
     assert err.startswith("phasewatch: config error: patterns[0].match: invalid regular expression")
     assert err.endswith(f"(file: {bad}, line 4)\n")

@@ -73,7 +73,7 @@ def expected(key: str, message: str, path: Path, line: int) -> str:
 
 def check_config(path: Path, capsys: pytest.CaptureFixture[str]) -> str:
     """check-config's stderr, once it has exited 78."""
-    assert main(["check-config", str(path)]) == EX_CONFIG == 78
+    assert main(["check-config", str(path), "--wide"]) == EX_CONFIG == 78  # (the error on one line)
     out, err = capsys.readouterr()
     assert out == ""
     prefix = "phasewatch: config error: "

@@ -183,3 +183,14 @@ def test_quiet_seconds_add_up_until_a_fault_a_read_or_a_call() -> None:
     for touched in (sample(15.0, faults=1, cpu=1500), sample(15.0, rchar=40, cpu=1500),
                     sample(15.0, calls=1, cpu=1500)):
         assert compare(sample(10.0, cpu=1000), touched, before=second).ranks[0].quiet_seconds == 0.0
+
+
+def test_the_nvml_hint_names_what_installs_it_where_phasewatch_is() -> None:
+    """Issue 36: a .deb install was told to `pip install 'phasewatch[gpu]'`."""
+    from phasewatch.sources.gpu import nvml_install_hint
+
+    deb = nvml_install_hint("/usr/lib/python3/dist-packages/phasewatch/sources/gpu.py")
+    assert "apt install python3-pynvml" in deb and "pip" not in deb
+    venv = nvml_install_hint("/opt/phasewatch/.venv/lib/python3.11/site-packages/phasewatch/sources/gpu.py")
+    assert venv.startswith("pip install 'phasewatch[gpu]'")
+    assert nvml_install_hint("/usr/local/lib/python3.11/dist-packages/phasewatch/sources/gpu.py") == venv

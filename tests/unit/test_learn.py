@@ -236,7 +236,8 @@ def test_report_points_to_each_startups_evidence(tmp_path: Path, records: list[S
     assert main(["report", UNIT, "--state-dir", str(tmp_path)]) == 0
     table = capsys.readouterr().out
     assert "evidence captured before phasewatch acted:" in table
-    assert f"{records[1].invocation_id[:12]}  {hung}" in table and "other.service" not in table
+    # (a row wider than 100 columns: the path on a line of its own, under the start-up)
+    assert f"{records[1].invocation_id[:12]}\n    {hung}" in table and "other.service" not in table
 
 
 def test_limits_in_force_and_eta_are_exported(history: History, records: list[StartupRecord]) -> None:

@@ -74,3 +74,58 @@ def test_every_help_line_fits(columns: str, monkeypatch: pytest.MonkeyPatch) -> 
     for sub in [parser, *(sub for _, _, sub in _subcommands(parser))]:
         text = sub.format_help()
         assert max(len(line) for line in text.splitlines()) <= int(columns), (sub.prog, text)
+
+
+# -- issue 36: every line of every command within 100 columns unless --wide -----------------------
+
+def test_every_command_takes_wide() -> None:
+    from phasewatch.manpages import _commands
+
+    leaves = [(name, sub) for name, _, sub in _commands(build_parser()) if not _subcommands(sub)]
+    assert len(leaves) >= 10
+    for name, sub in leaves:
+        assert "--wide" in sub._option_string_actions, name
+
+
+def test_reports_remedies_fit_and_wide_keeps_them_whole(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The `remedies:` line was 276 columns."""
+    from dataclasses import replace
+
+    from tests.unit.test_report_table import RECORDS
+
+    from phasewatch.sinks.history import History
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    remedy = ("no progress in draft_cuda_graph_capture on TP3: its stack in `py-spy dump --pid <the rank's PID>` "
+              "shows the kernel or collective it waits in; --disable-custom-all-reduce when that is an "
+              "all-reduce; capture runs batch sizes up to --cuda-graph-max-bs (512 now)")
+    history = History(tmp_path / "sglang-kimi.service.history.sqlite3")
+    for record in (RECORDS[0], replace(RECORDS[1], remedy=remedy)):
+        history.add(record)
+    assert main(["report", "sglang-kimi", "--state-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= NOT_A_TERMINAL, out
+    assert remedy in " ".join(out[out.index("remedies:"):].split())
+    assert main(["report", "sglang-kimi", "--state-dir", str(tmp_path), "--wide"]) == 0
+    assert f"{RECORDS[1].invocation_id[:12]}  {remedy}" in capsys.readouterr().out
+
+
+def test_check_config_counts_each_setting_and_fits(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two wrong settings of one section are two errors (it said 3 errors where there were 5), each
+    said within 100 columns (142 to 295 before)."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("unit: sglang-kimi.service\nrank_skw: 5m\nrestart_budget: {max: x, window: 6q}\nphases:\n"
+                   "  weight_load: {deadline: 20x, stall: 3y}\ngroup: {name: g, nodes: 1}\n")
+    assert main(["check-config", str(bad)]) == 78
+    err = capsys.readouterr().err
+    assert max(len(line) for line in err.splitlines()) <= NOT_A_TERMINAL or str(bad) in err, err
+    assert all(len(line) <= NOT_A_TERMINAL for line in err.splitlines() if str(bad) not in line), err
+    said = " ".join(err.split())
+    for key in ("rank_skw", "restart_budget.max", "restart_budget.window", "phases.weight_load.deadline",
+                "phases.weight_load.stall", "group.nodes"):
+        assert f"config error: {key}: " in said, key
+    assert said.count("config error: group.nodes") == 1  # left out, it is missing: not a second error
+    assert err.splitlines()[-1] == f"phasewatch: 6 errors in {bad}"

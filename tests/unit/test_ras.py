@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from phasewatch.commands.status import _why_lines
+from phasewatch.commands.status_render import _why_lines
 from phasewatch.config import Config
 from phasewatch.records import VerdictKind
 from phasewatch.sinks.ras_metrics import ras_families

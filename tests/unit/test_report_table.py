@@ -82,9 +82,11 @@ def test_remedies_are_listed_below_the_table_and_in_json_terminal_safe() -> None
 
     remedy = "lower --cuda-graph-max-bs (48 now) or --mem-fraction-static (0.88 now)"
     records = [RECORDS[0], replace(RECORDS[2], remedy=remedy), replace(RECORDS[1], remedy="set \x1b[2Jthis")]
-    assert report.remedy_lines(records) == (f"\nremedies:\n  2026-11-30 12:00:00  {RECORDS[2].invocation_id[:12]}  "
-                                            f"{remedy}\n  2026-11-30 10:00:00  {RECORDS[1].invocation_id[:12]}  "
+    # A row wider than 100 columns has its text on a line of its own (where it wraps as prose).
+    assert report.remedy_lines(records) == (f"\nremedies:\n  2026-11-30 12:00:00  {RECORDS[2].invocation_id[:12]}\n"
+                                            f"    {remedy}\n  2026-11-30 10:00:00  {RECORDS[1].invocation_id[:12]}  "
                                             "set \\x1b[2Jthis\n")
+    assert f"{RECORDS[2].invocation_id[:12]}  {remedy}" in report.remedy_lines(records, wide=True)
     assert report.remedy_lines(RECORDS) == ""
     assert [s["remedy"] for s in report.to_json(records)["startups"]] == [None, remedy, "set \x1b[2Jthis"]
 
@@ -96,10 +98,11 @@ def test_failures_are_listed_with_how_many_in_a_row_and_in_json() -> None:
     records = [RECORDS[0], replace(RECORDS[1], failure=stall), replace(RECORDS[1], invocation_id="b" * 32,
                                                                        started_at=T0 + 4 * 7200, failure=stall),
                replace(RECORDS[2], failure="crashed in cuda_graph_capture (oom) on TP3 torch.OutOfMemoryError")]
-    assert report.failure_lines(records) == (
+    assert report.failure_lines(records, wide=True) == (
         f"\nfailures:\n  2026-11-30 10:00:00  {RECORDS[1].invocation_id[:12]}  {stall}\n"
         f"  2026-11-30 16:00:00  bbbbbbbbbbbb  {stall}  (2 in a row)\n"
         f"  2026-11-30 12:00:00  {RECORDS[2].invocation_id[:12]}  crashed in cuda_graph_capture (oom) on TP3 "
         "torch.OutOfMemoryError\n")
+    assert all(len(line) <= 100 for line in report.failure_lines(records).splitlines())
     assert report.failure_lines(RECORDS) == ""
     assert [s["failure"] for s in report.to_json(records)["startups"]][:2] == [None, stall]

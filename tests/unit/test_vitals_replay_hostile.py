@@ -47,7 +47,7 @@ GOOD = [sample(n) for n in range(12)]
 def replay(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str) -> tuple[int, str, str]:
     path = tmp_path / "trace.jsonl"
     path.write_text(text)
-    status = main(["vitals", "replay", str(path)])
+    status = main(["vitals", "replay", str(path), "--wide"])  # (each message on one line)
     out, err = capsys.readouterr()
     return status, out, err
 

@@ -187,7 +187,8 @@ def _next_steps(command: UnitCommand, path: Path) -> int:
         print(f"{unit} has LogRateLimitBurst={command.log_rate_burst}: journald may drop start-up lines;")
         print("keep them all from its next start with:")
         dropin = next((p for p in LOG_RATE_DROPINS if os.path.exists(p)), LOG_RATE_DROPINS[0])
-        print(f"    install -D -m 0644 {dropin} /etc/systemd/system/{unit}.d/50-log-rate.conf")
+        print(f"    install -D -m 0644 {dropin} \\")  # (two lines of one command: each fits 100 columns)
+        print(f"        /etc/systemd/system/{unit}.d/50-log-rate.conf")
         print("    systemctl daemon-reload")
     return 0
 

@@ -28,8 +28,9 @@ from typing import Any, Callable, Iterable, TextIO
 
 from ..config import Config
 from ..durations import parse_duration
-from ..errors import NoSuchUnit, UsageError
+from ..errors import NoInputError, NoSuchUnit, UsageError
 from ..pipeline import Pipeline
+from ..ranks import rank_sort_key
 from ..records import MAIN, PHASE_NAMES, EventKind, JournalRecord, Line, LineKind
 from ..render import clock_text, current_phase, terminal_safe
 from ..sources.access import unknown_unit
@@ -38,6 +39,7 @@ from ..sources.follow import JournalFollower
 from ..stages.s1_read.lines import decode, strip_ansi
 from ..stages.s2_interpret.events import is_lifecycle_record
 from ..stages.s3_track.snapshot import InvocationView
+from ..stages.s5_act.verdict_lines import rank_ranges
 from .target import resolve
 
 RANK_WIDTH = 7  # "systemd", "DP0 TP3"
@@ -141,7 +143,7 @@ class LogTagger:
             self._last_frame.pop(key, None)
         self._last_seen[key] = frame
 
-    def _view(self, invocation_id: str | None) -> InvocationView | None:
+    def view(self, invocation_id: str | None) -> InvocationView | None:
         if self._dirty:
             snapshot = self.pipeline.snapshot()
             self._views = {inv.invocation_id: inv for inv in snapshot.invocations}
@@ -151,7 +153,7 @@ class LogTagger:
         return self._views.get(invocation_id) or self._views.get(None)
 
     def _rank_phase(self, invocation_id: str | None, rank: str) -> str:
-        view = self._view(invocation_id)
+        view = self.view(invocation_id)
         if view is None:
             return "-"
         found = view.rank(rank)
@@ -160,12 +162,12 @@ class LogTagger:
         return (current_phase(view) or "launch") if rank in ("-", MAIN) else "launch"
 
     def _unit_phase(self, invocation_id: str | None) -> str:
-        view = self._view(invocation_id)
+        view = self.view(invocation_id)
         return (current_phase(view) or "launch") if view is not None else "-"
 
     def _bar_owner(self, line: Line) -> str | None:
         self._dirty = True
-        view = self._view(line.invocation_id)
+        view = self.view(line.invocation_id)
         if view is None or line.progress is None:
             return None
         owner = next((r for r in view.ranks if r.progress is line.progress), None)
@@ -228,11 +230,11 @@ class LineFilter:
     phase: str | None = None
 
     def __call__(self, line: TaggedLine) -> bool:
-        if self.rank is not None:
-            wanted = set(self.rank.split())
-            if line.rank != self.rank and not wanted <= set(line.rank.split()):
-                return False
-        return self.phase is None or line.phase == self.phase
+        return self.takes_rank(line.rank) and (self.phase is None or line.phase == self.phase)
+
+    def takes_rank(self, rank: str) -> bool:
+        """`TP3` takes `DP0 TP3` too."""
+        return self.rank is None or rank == self.rank or set(self.rank.split()) <= set(rank.split())
 
 
 def normal_rank(text: str) -> str:
@@ -262,10 +264,35 @@ def parse_since(text: str, now: float) -> float:
     return when.timestamp()  # naive: local time
 
 
-def print_lines(lines: Iterable[TaggedLine], keep: LineFilter, out: TextIO, utc: bool, as_json: bool = False) -> None:
+def print_lines(lines: Iterable[TaggedLine], keep: LineFilter, out: TextIO, utc: bool, as_json: bool = False) -> int:
+    """Print the lines `keep` keeps; how many it printed."""
+    printed = 0
     for line in lines:
         if keep(line):
             out.write((line.to_json() if as_json else line.format(utc)) + "\n")
+            printed += 1
+    return printed
+
+
+def nothing_to_show(unit: str, keep: LineFilter, view: InvocationView | None) -> NoInputError:
+    """Why `logs` printed no line (exit 66): a rank the start-up does not have, a phase its rank
+    never reached, or a start-up with no line yet."""
+    if view is None:
+        return NoInputError(f"{unit}: no line of its start-up in the journal yet")
+    ranks = sorted((r.rank for r in view.ranks), key=rank_sort_key)
+    if not any(keep.takes_rank(r.rank) for r in view.ranks):
+        error = NoInputError(f"{unit}: no rank {keep.rank} in this start-up")
+        error.hint = f"its ranks: {rank_ranges(ranks)}"
+        return error
+    asked = " ".join(part for part in (f"--rank {keep.rank}" if keep.rank else "",
+                                       f"--phase {keep.phase}" if keep.phase else "") if part)
+    error = NoInputError(f"{unit}: no line of this start-up matches {asked}" if asked
+                         else f"{unit}: no line of this start-up to show")
+    if keep.phase is not None:
+        reached = sorted({s.phase.value for r in view.ranks if keep.takes_rank(r.rank) for s in r.spans},
+                         key=PHASE_NAMES.index)
+        error.hint = f"{keep.rank or 'its ranks'} reached: {', '.join(reached) or 'no phase'}"
+    return error
 
 
 def show_logs(config: Config, follower: JournalFollower, start: StartPoint, keep: LineFilter, out: TextIO, *,
@@ -281,9 +308,12 @@ def show_logs(config: Config, follower: JournalFollower, start: StartPoint, keep
         follower.seek_head()
     pause = wait or (lambda seconds: wait_for_journal(follower, seconds))
 
+    printed = 0
+
     def emit(lines: list[TaggedLine]) -> None:
-        print_lines((line for line in lines if since is None or line.ts is None or line.ts >= since), keep, out, utc,
-                    as_json)
+        nonlocal printed
+        printed += print_lines((line for line in lines if since is None or line.ts is None or line.ts >= since),
+                               keep, out, utc, as_json)
 
     try:
         while True:
@@ -299,6 +329,8 @@ def show_logs(config: Config, follower: JournalFollower, start: StartPoint, keep
             if not follow:
                 emit(regroup.add(tagger.flush(clock())))
                 emit(regroup.flush())
+                if not printed:
+                    raise nothing_to_show(config.unit, keep, tagger.view(start.invocation_id))
                 return 0
             emit(regroup.flush())  # caught up: nothing is waiting for a continuation any more
             out.flush()

@@ -187,7 +187,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(json_text(to_json(judgements, now)) + "\n")
     else:
-        sys.stdout.write(to_table(judgements, now, timeless=last_line is None, width=output_width(sys.stdout),
+        width = None if args.wide else output_width(sys.stdout)
+        sys.stdout.write(to_table(judgements, now, timeless=last_line is None, width=width,
                                   plain=args.plain))
     return EX_OK
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import difflib
 import json
 import math
 import os
@@ -64,36 +65,42 @@ def evidence_for(records: Sequence[StartupRecord], unit: str, files: Sequence[st
     return out
 
 
-def evidence_lines(records: Sequence[StartupRecord], evidence: dict[str, list[str]]) -> str:
+def startup_lines(title: str, rows: Sequence[tuple[StartupRecord, str]], wide: bool = False) -> str:
+    """Below the table, under `title`: each start-up's time and id, then what is said of it; on a
+    line of its own, indented, where the row would be wider than FITS (it then wraps as prose)."""
+    lines = []
+    for record, text in rows:
+        head = f"  {_when(record.started_at)}  {record.invocation_id[:12]}"
+        row = f"{head}  {terminal_safe(text)}"
+        lines.extend([row] if wide or len(row) <= FITS else [head, f"    {terminal_safe(text)}"])
+    return f"\n{title}\n" + "\n".join(lines) + "\n" if lines else ""
+
+
+def evidence_lines(records: Sequence[StartupRecord], evidence: dict[str, list[str]], wide: bool = False) -> str:
     """Below the table: where each start-up's evidence is (nothing when none has any)."""
-    lines = [f"  {_when(r.started_at)}  {r.invocation_id[:12]}  {path}" for r in records
-             for path in evidence.get(r.invocation_id, ())]
-    return "\nevidence captured before phasewatch acted:\n" + "\n".join(lines) + "\n" if lines else ""
+    return startup_lines("evidence captured before phasewatch acted:",
+                         [(r, path) for r in records for path in evidence.get(r.invocation_id, ())], wide)
 
 
-def ended_by_lines(records: Sequence[StartupRecord]) -> str:
+def ended_by_lines(records: Sequence[StartupRecord], wide: bool = False) -> str:
     """Below the table: the start-ups ended from outside (the group's restart decision)."""
-    lines = [f"  {_when(r.started_at)}  {r.invocation_id[:12]}  {r.ended_by}" for r in records if r.ended_by]
-    return "\nended from outside:\n" + "\n".join(lines) + "\n" if lines else ""
+    return startup_lines("ended from outside:", [(r, r.ended_by) for r in records if r.ended_by], wide)
 
 
-def remedy_lines(records: Sequence[StartupRecord]) -> str:
+def remedy_lines(records: Sequence[StartupRecord], wide: bool = False) -> str:
     """Below the table: what to do about each start-up that failed with a known remedy."""
-    lines = [f"  {_when(r.started_at)}  {r.invocation_id[:12]}  {terminal_safe(r.remedy)}" for r in records if r.remedy]
-    return "\nremedies:\n" + "\n".join(lines) + "\n" if lines else ""
+    return startup_lines("remedies:", [(r, r.remedy) for r in records if r.remedy], wide)
 
 
-def failure_lines(records: Sequence[StartupRecord]) -> str:
+def failure_lines(records: Sequence[StartupRecord], wide: bool = False) -> str:
     """Below the table: each failed start-up's fingerprint, and how many in a row failed alike (what
     `restart_budget.same_failure` counts)."""
-    lines, alike = [], 0
+    rows, alike = [], 0
     for before, record in zip((None, *records[:-1]), records, strict=True):
         alike = alike + 1 if before is not None and record.failure and before.failure == record.failure else 1
         if record.failure:
-            again = f"  ({alike} in a row)" if alike > 1 else ""
-            lines.append(f"  {_when(record.started_at)}  {record.invocation_id[:12]}  "
-                         f"{terminal_safe(record.failure)}{again}")
-    return "\nfailures:\n" + "\n".join(lines) + "\n" if lines else ""
+            rows.append((record, record.failure + (f"  ({alike} in a row)" if alike > 1 else "")))
+    return startup_lines("failures:", rows, wide)
 
 
 def to_json(records: Sequence[StartupRecord], evidence: dict[str, list[str]] | None = None) -> dict[str, Any]:
@@ -318,8 +325,12 @@ def cmd_report(args: argparse.Namespace) -> int:
                            f"as root (sudo phasewatch report {unit})")
     if not path.exists():
         others = sorted(p.name.removesuffix(".history.sqlite3") for p in state_dir.glob("*.history.sqlite3"))
-        raise NoHistory(f"no history for {unit} in {state_dir} (phasewatch run records start-ups there)"
-                        + (f"; units with a history: {', '.join(others)}" if others else ""))
+        close = difflib.get_close_matches(unit, others, n=3, cutoff=0.5)
+        error = NoHistory(f"no history for {unit} in {state_dir} (phasewatch run records start-ups there)")
+        error.hint = (f"units with a history like it: {', '.join(close)}" if close
+                      else f"units with a history: {', '.join(others[:3])}{', ...' if len(others) > 3 else ''}"
+                      if others else None)
+        raise error
     history = History(path, read_only=True)  # report changes nothing on disk, even a broken file
     try:
         records = history.startups(unit, last=args.last)
@@ -332,8 +343,9 @@ def cmd_report(args: argparse.Namespace) -> int:
         json.dump(to_json(records, evidence), sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        sys.stdout.write(to_table(records, wide=args.wide or args.plain) + evidence_lines(records, evidence)
-                         + ended_by_lines(records) + failure_lines(records) + remedy_lines(records))
+        wide = args.wide or args.plain
+        sys.stdout.write(to_table(records, wide=wide) + evidence_lines(records, evidence, wide)
+                         + ended_by_lines(records, wide) + failure_lines(records, wide) + remedy_lines(records, wide))
     return EX_OK
 
 

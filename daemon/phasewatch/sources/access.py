@@ -70,18 +70,21 @@ def journal_permission_problem(dirs: Iterable[str] = JOURNAL_DIRS,
             f"(usermod -aG {group} {user}, then log in again) or run as root")
 
 
-def known_units(unit: str, config_dir: str = CONFIG_DIR) -> list[str]:
-    """Service names close to `unit` that the journal, systemd or phasewatch's configs know."""
+def known_units(unit: str, config_dir: str = CONFIG_DIR, directory: str | None = None) -> list[str]:
+    """Service names close to `unit` that the journal (`directory`'s, when given), systemd or
+    phasewatch's configs know."""
     names: set[str] = set()
     try:
-        reader = _open_reader(None)
+        reader = _open_reader(directory)
         try:
-            names.update(str(value) for value in reader.query_unique("_SYSTEMD_UNIT"))
+            names.update(_text(value) for field in ("_SYSTEMD_UNIT", "UNIT") for value in reader.query_unique(field))
         finally:
             reader.close()
     except Exception:  # no journal: the other sources still answer
         pass
     try:
+        if directory is not None:
+            raise LookupError("a copied journal: this host's systemd does not run its units")
         from pystemd.systemd1 import Manager  # pragma: systemd no cover
 
         manager = Manager(_autoload=True)
@@ -100,11 +103,13 @@ def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def unknown_unit(unit: str) -> NoSuchUnit:
-    names = known_units(unit)
+def unknown_unit(unit: str, directory: str | None = None) -> NoSuchUnit:
+    names = known_units(unit, directory=directory)
     hint = (f"units it knows like it: {', '.join(names[:3])}" if names
-            else "`systemctl list-units --type=service` lists the units")
-    error = NoSuchUnit(f"{unit}: no such unit (not known to systemd, nothing of it in the journal)")
+            else "`systemctl list-units --type=service` lists the units" if directory is None
+            else f"the journal in {directory} has none like it")
+    error = NoSuchUnit(f"{unit}: no such unit (nothing of it in the journal in {directory})" if directory else
+                       f"{unit}: no such unit (not known to systemd, nothing of it in the journal)")
     error.hint = hint  # (on a line of its own: each within 100 columns)
     return error
 
@@ -138,6 +143,8 @@ def preflight(unit: str, directory: str | None, needs_systemd: bool = False) -> 
     `needs_systemd`: the command asks systemd whatever the journal holds (init)."""
     if directory is not None:
         check_directory(directory)
+        if not journal_knows(unit, directory):
+            raise unknown_unit(unit, directory)
         return
     problem = journal_permission_problem()
     if problem is not None and not needs_systemd:

@@ -288,9 +288,17 @@ def _num(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
+def nvml_install_hint(installed_at: str = __file__) -> str:
+    """How to get NVML's bindings where this phasewatch is installed: Debian's package where the .deb
+    put it (/usr/lib/python3/dist-packages; `Suggests: python3-pynvml`, in contrib), else the pip extra."""
+    if installed_at.startswith("/usr/lib/python3/dist-packages/"):
+        return "apt install python3-pynvml, from Debian's contrib (the package suggests it)"
+    return "pip install 'phasewatch[gpu]' in phasewatch's environment"
+
+
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, ImportError):
-        return "nvidia-ml-py is not installed (pip install 'phasewatch[gpu]', or python3-pynvml)"
+        return f"nvidia-ml-py is not installed ({nvml_install_hint()})"
     text = str(exc) or type(exc).__name__
     if "Insufficient Permissions" in text or "No Permission" in text:
         return f"NVML: {text} (phasewatch needs read access to /dev/nvidiactl and /dev/nvidia*)"
