@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from e2e_env import UNIT, VENV, WATCHER, Scenario
+from e2e_env import STATE_DIR, UNIT, VENV, WATCHER, Scenario
 
 
 def test_logs_prints_whole_decoded_lines_where_journalctl_shows_blobs(scenario: Scenario) -> None:
@@ -123,4 +123,29 @@ def test_one_unit_one_config_for_every_command(scenario: Scenario) -> None:
     assert "did you mean rank_skew?" in bad.stderr
     for answer in (typo.stderr, replay.stdout, status.stdout, wait.stdout, no_rank.stderr, logs_typo.stderr,
                    bad.stderr):
+        assert max(len(line) for line in answer.splitlines()) <= 100, answer
+
+
+def test_a_start_up_ended_after_ready_as_every_command_says_it(scenario: Scenario) -> None:
+    """Issue 36, the rest of the first hour: bare `status` with the one configured unit answers for it
+    (it was 64); `wait-ready` on a start-up stopped after ready says it was ready, then stopped (it
+    said "stopped in ready before it was ready"), 2; `report --last 0` is a usage error (64), not
+    "no start-ups recorded yet"; every answer within 100 columns."""
+    scenario.configure("--scale 0.01")
+    scenario.start()
+    scenario.wait_state("ready", 90)
+    phasewatch = f"{VENV}/bin/phasewatch"
+    bare = scenario.box.run(phasewatch, "status", check=False)
+    assert bare.returncode == 0 and f"{UNIT}" in bare.stdout, bare.stdout + bare.stderr
+    scenario.box.systemctl("stop", UNIT)
+    wait = scenario.box.run(phasewatch, "wait-ready", "sglang-kimi", "--timeout", "20s", check=False, timeout=90)
+    assert wait.returncode == 2, wait.stdout + wait.stderr
+    said = " ".join(wait.stdout.split())
+    assert f"{UNIT} was ready," in said and "then stopped" in said and "before it was ready" not in said, said
+    none = scenario.box.run(phasewatch, "report", "sglang-kimi", "--last", "0", "--state-dir", STATE_DIR, check=False)
+    assert (none.returncode, none.stdout) == (64, ""), none.stderr
+    assert "--last" in none.stderr and "no start-ups recorded" not in none.stderr
+    report = scenario.box.run(phasewatch, "report", "sglang-kimi", "--state-dir", STATE_DIR, check=False)
+    assert report.returncode == 0 and "ready" in report.stdout, report.stderr
+    for answer in (bare.stdout, wait.stdout, none.stderr, report.stdout):
         assert max(len(line) for line in answer.splitlines()) <= 100, answer
