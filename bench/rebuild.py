@@ -22,7 +22,7 @@ sys.path[:0] = [os.path.join(os.path.dirname(HERE), "daemon")]
 
 from phasewatch.clock import FakeClock  # noqa: E402
 from phasewatch.compose import compose  # noqa: E402
-from phasewatch.config import Config  # noqa: E402
+from phasewatch.config.load import Config  # noqa: E402
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier  # noqa: E402
 from phasewatch.sinks.state import StateStore  # noqa: E402
 from phasewatch.sources.follow import JournalFollower  # noqa: E402

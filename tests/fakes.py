@@ -9,7 +9,7 @@ import time
 from prometheus_client import CollectorRegistry
 
 from phasewatch.clock import FakeClock
-from phasewatch.config import Config
+from phasewatch.config.load import Config
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import MAIN, MID_STARTED, JournalRecord
 from phasewatch.sinks.metrics import Exporter

@@ -9,7 +9,7 @@ from typing import Any, Iterable, NoReturn
 
 import pytest
 
-from phasewatch.config import Config
+from phasewatch.config.load import Config
 from phasewatch.engines.sglang import TIME_DIGITS
 from phasewatch.pipeline import Pipeline
 from phasewatch.profile import Profile

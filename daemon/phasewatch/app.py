@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from .clock import Clock
-from .config import Config
+from .config.load import Config
 from .durations import format_duration
 from .errors import ConfigError, UnitError
 from .pipeline import Pipeline, StepJudgement

@@ -17,6 +17,7 @@ from typing import Iterator, NoReturn, Sequence, TextIO, cast
 
 from . import __version__
 from .commands import replay, run
+from .config.instances import watched_unit
 from .errors import (
     EX_NOINPUT,
     EX_USAGE,
@@ -26,7 +27,6 @@ from .errors import (
     exit_table,
 )
 from .fit import FittedStream, output_width
-from .instances import watched_unit
 from .render import terminal_safe
 from .sources import journal_source
 

@@ -15,7 +15,7 @@ from typing import Callable, Sequence
 
 from .app import Daemon, Parts
 from .clock import Clock
-from .config import Config
+from .config.load import Config
 from .pipeline import Pipeline
 from .sinks.acting import ActionUnit, Worker
 from .sinks.actors import Actors, build_actors

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Sequence
 
 from . import __version__
-from .config import DEFAULT_LIMITS, TOP_KEYS
+from .config.load import DEFAULT_LIMITS, TOP_KEYS
 from .durations import format_duration
 from .errors import EXIT_STATUSES
 

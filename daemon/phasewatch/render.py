@@ -15,7 +15,7 @@ import re
 import time
 from typing import Any
 
-from .config import Config
+from .config.load import Config
 from .durations import format_duration
 from .fit import fit_text
 from .pipeline import Judgement

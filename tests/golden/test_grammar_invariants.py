@@ -9,7 +9,7 @@ import pytest
 
 from corpus_paths import corpus_dir
 from phasewatch.cli import main
-from phasewatch.config import Config
+from phasewatch.config.load import Config
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import UNIT_PHASES, Phase
 from phasewatch.sources.formats import parse_source

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from phasewatch.config import Config
+from phasewatch.config.load import Config
 from phasewatch.pipeline import Pipeline
 from phasewatch.profile import Profile, load_builtin_profile
 from phasewatch.sources.formats import parse_source

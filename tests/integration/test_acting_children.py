@@ -12,7 +12,7 @@ from pathlib import Path
 from fakes import ScriptedJournal
 from phasewatch.clock import FakeClock
 from phasewatch.compose import compose
-from phasewatch.config import DEFAULT_ACTIONS, DEFAULT_LIMITS, Config, EvidenceCapture, Hook, PhaseLimits
+from phasewatch.config.load import DEFAULT_ACTIONS, DEFAULT_LIMITS, Config, EvidenceCapture, Hook, PhaseLimits
 from phasewatch.records import JournalRecord, Phase
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
 from phasewatch.sinks.children import run_child

@@ -26,7 +26,7 @@ from fakes import ScriptedJournal
 from phasewatch.cli import main
 from phasewatch.clock import FakeClock
 from phasewatch.compose import compose
-from phasewatch.config import Config
+from phasewatch.config.load import Config
 from phasewatch.engines import MAX_EXPECTED_RANKS, ServerInfo
 from phasewatch.errors import EX_CONFIG
 from phasewatch.pipeline import Pipeline

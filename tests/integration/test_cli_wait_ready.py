@@ -16,7 +16,7 @@ from journal_dirs import write_journal
 from phasewatch.cli import main
 from phasewatch.clock import FakeClock
 from phasewatch.commands.waitready import ReadyWaiter, rank_list
-from phasewatch.config import Config, parse_config
+from phasewatch.config.load import Config, parse_config
 from phasewatch.errors import NoSuchUnit
 from phasewatch.records import MID_STARTED, MID_STOPPED, MID_STOPPING
 from phasewatch.sources.current import (

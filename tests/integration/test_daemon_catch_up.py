@@ -16,7 +16,7 @@ from journal_dirs import write_journal
 from phasewatch.app import Daemon
 from phasewatch.clock import FakeClock
 from phasewatch.compose import compose
-from phasewatch.config import Config
+from phasewatch.config.load import Config
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
 from phasewatch.sinks.state import StateStore
 from phasewatch.sources import journal_source

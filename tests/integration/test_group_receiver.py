@@ -17,8 +17,8 @@ import pytest
 from phasewatch.app import Daemon
 from phasewatch.clock import FakeClock
 from phasewatch.compose import compose
-from phasewatch.config import DEFAULT_LIMITS, Config, Group, PhaseLimits
-from phasewatch.config_sections import GroupReceiver
+from phasewatch.config.load import DEFAULT_LIMITS, Config, Group, PhaseLimits
+from phasewatch.config.sections import GroupReceiver
 from phasewatch.errors import ConfigError
 from phasewatch.records import JournalRecord, Phase
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier

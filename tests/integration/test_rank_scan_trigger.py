@@ -11,7 +11,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from phasewatch.config import Config
+from phasewatch.config.load import Config
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import EventKind, JournalRecord
 from phasewatch.sources.base import Instant

@@ -18,7 +18,7 @@ from journal_dirs import write_journal
 from phasewatch.app import Daemon
 from phasewatch.clock import FakeClock
 from phasewatch.compose import compose
-from phasewatch.config import Config
+from phasewatch.config.load import Config
 from phasewatch.records import VerdictKind
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
 from phasewatch.sinks.state import StateStore

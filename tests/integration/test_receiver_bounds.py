@@ -25,8 +25,8 @@ from pathlib import Path
 import pytest
 
 from phasewatch.clock import SystemClock
-from phasewatch.config import Config
-from phasewatch.config_sections import Group, GroupReceiver
+from phasewatch.config.load import Config
+from phasewatch.config.sections import Group, GroupReceiver
 from phasewatch.errors import UnavailableError
 from phasewatch.sinks.peers import peer_key
 from phasewatch.sources.alert_receiver import AlertReceiver, read_token, start_receiver
@@ -219,8 +219,8 @@ def test_a_socket_passed_by_systemd_is_used_instead_of_binding(tmp_path: Path) -
         port = free.getsockname()[1]  # (a free port, closed again)
     listen = f"127.0.0.1:{port}"
     script = f"""import sys, time
-from phasewatch.config import Config
-from phasewatch.config_sections import Group, GroupReceiver
+from phasewatch.config.load import Config
+from phasewatch.config.sections import Group, GroupReceiver
 from phasewatch.sources.alert_receiver import start_receiver
 receiver = GroupReceiver("127.0.0.1:1", {str(tmp_path / "token")!r})
 config = Config(unit={UNIT!r}, group=Group({GROUP.name!r}, 2, receiver=receiver))

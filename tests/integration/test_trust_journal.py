@@ -31,7 +31,7 @@ from journal_dirs import write_journal
 from phasewatch.cli import main
 from phasewatch.clock import FakeClock
 from phasewatch.commands.waitready import ReadyWaiter
-from phasewatch.config import parse_config
+from phasewatch.config.load import parse_config
 from phasewatch.sources.current import CurrentStartup, find_start
 from phasewatch.sources.follow import JournalFollower
 from phasewatch.trust import (

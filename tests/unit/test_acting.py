@@ -16,7 +16,7 @@ from fakes import ScriptedJournal
 from phasewatch.app import Daemon
 from phasewatch.clock import FakeClock
 from phasewatch.compose import compose
-from phasewatch.config import DEFAULT_ACTIONS, DEFAULT_LIMITS, Config, Hook, Leftovers, PhaseLimits, load_config
+from phasewatch.config.load import DEFAULT_ACTIONS, DEFAULT_LIMITS, Config, Hook, Leftovers, PhaseLimits, load_config
 from phasewatch.errors import ConfigError, UnitError
 from phasewatch.records import JournalRecord, Phase
 from phasewatch.sinks.acting import ActionRunner, Done, Job

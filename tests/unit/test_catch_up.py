@@ -11,7 +11,7 @@ import pytest
 
 from fastpath_compare import fields_by_name_only
 from phasewatch.clock import FakeClock
-from phasewatch.config import Config
+from phasewatch.config.load import Config
 from phasewatch.errors import JournalUnavailable
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import JournalRecord, UnitLine, UnitRun

@@ -15,7 +15,7 @@ import pytest
 from phasewatch.cli import build_parser, main
 from phasewatch.commands import checkconfig
 from phasewatch.commands.checkconfig import PolkitAnswer, check_authorization_call, check_instance, parse_answer
-from phasewatch.config import load_config
+from phasewatch.config.load import load_config
 from phasewatch.errors import (
     EX_CONFIG,
     EX_NOINPUT,

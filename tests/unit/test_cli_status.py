@@ -13,7 +13,7 @@ from phasewatch.cli import main
 from phasewatch.commands.daemon_answer import status_url
 from phasewatch.commands.status import exit_status, render_table, watch
 from phasewatch.commands.status_line import oneline
-from phasewatch.config import Config
+from phasewatch.config.load import Config
 from status_documents import STALLED, UNIT, document
 
 HOUR_AGO = time.time() - 3600

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from phasewatch.cli import main
-from phasewatch.config import DEFAULT_LIMITS, DEFAULT_RANK_SKEW, Config, PhaseLimits, load_config, parse_config
+from phasewatch.config.load import DEFAULT_LIMITS, DEFAULT_RANK_SKEW, Config, PhaseLimits, load_config, parse_config
 from phasewatch.durations import format_duration, parse_duration
 from phasewatch.errors import EX_CONFIG, EX_OK, ConfigError
 from phasewatch.pipeline import Pipeline

@@ -10,8 +10,8 @@ import pytest
 
 from hostile_configs import BILLION_LAUGHS, CANNOT_WORK, FILE, UNITS_TAKEN, where
 from phasewatch.cli import main
-from phasewatch.config import load_config, parse_config
-from phasewatch.config_file import MAX_DEPTH
+from phasewatch.config.load import load_config, parse_config
+from phasewatch.config.yaml_file import MAX_DEPTH
 from phasewatch.durations import SHOWN_CHARS, parse_duration
 from phasewatch.errors import EX_CONFIG, ConfigError
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from phasewatch.config import Config
+from phasewatch.config.load import Config
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import Phase
 from phasewatch.sources.formats import parse_source

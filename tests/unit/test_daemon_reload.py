@@ -13,7 +13,7 @@ from fakes import ScriptedJournal
 from phasewatch.app import Daemon
 from phasewatch.clock import FakeClock
 from phasewatch.compose import compose
-from phasewatch.config import load_config
+from phasewatch.config.load import load_config
 from phasewatch.records import JournalRecord, Phase
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
 from phasewatch.sinks.state import StateStore

@@ -12,7 +12,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from phasewatch.cli import main
-from phasewatch.config import Config
+from phasewatch.config.load import Config
 from phasewatch.engines import ServerInfo, detect_engine, engine_module
 from phasewatch.engines import vllm as vllm_engine
 from phasewatch.pipeline import Pipeline

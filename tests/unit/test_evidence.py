@@ -7,7 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
-from phasewatch.config import DEFAULT_ACTIONS, Config, EvidenceCapture
+from phasewatch.config.load import DEFAULT_ACTIONS, Config, EvidenceCapture
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import JournalRecord
 from phasewatch.sinks.actions import alert_fields

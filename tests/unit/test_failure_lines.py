@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from phasewatch.config import Config
+from phasewatch.config.load import Config
 from phasewatch.pipeline import Pipeline
 from phasewatch.profile import load_builtin_profile
 from phasewatch.records import JournalRecord, VerdictKind

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from phasewatch.config import Config, RestartBudget
+from phasewatch.config.load import Config, RestartBudget
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import JournalRecord, VerdictKind
 from phasewatch.stages.s4_judge.gpu_fault import GpuHealth, nvml_faults, with_gpu_faults, xid_fault

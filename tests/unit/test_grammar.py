@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from phasewatch.cli import main
-from phasewatch.config import Config
+from phasewatch.config.load import Config
 from phasewatch.errors import ProfileError
 from phasewatch.pipeline import Pipeline
 from phasewatch.prefixes import canonical_rank

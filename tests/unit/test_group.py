@@ -14,8 +14,8 @@ from prometheus_client import CollectorRegistry
 
 from fakes import INV as FIRST
 from fakes import MAIN_PID, TP8, Journal, up_to_capture
-from phasewatch.config import Config, Group, parse_config
-from phasewatch.config_sections import GroupReceiver
+from phasewatch.config.load import Config, Group, parse_config
+from phasewatch.config.sections import GroupReceiver
 from phasewatch.errors import ConfigError
 from phasewatch.records import MID_FAILED, MID_STARTED, GroupRestartRequest, JournalRecord, VerdictKind
 from phasewatch.sinks.group_metrics import HOLD_OVER, ended_failures

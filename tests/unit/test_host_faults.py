@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry
 from fakes import ScriptedJournal
 from phasewatch.clock import FakeClock
 from phasewatch.compose import compose
-from phasewatch.config import DEFAULT_LIMITS, Adaptive, Config, PhaseLimits
+from phasewatch.config.load import DEFAULT_LIMITS, Adaptive, Config, PhaseLimits
 from phasewatch.records import JournalRecord, Phase
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
 from phasewatch.sinks.history import History, PhaseRecord, StartupRecord

@@ -14,7 +14,7 @@ from phasewatch.app import Daemon
 from phasewatch.cli import main
 from phasewatch.clock import FakeClock
 from phasewatch.compose import compose
-from phasewatch.config import DEFAULT_LIMITS, Config, PhaseLimits
+from phasewatch.config.load import DEFAULT_LIMITS, Config, PhaseLimits
 from phasewatch.pipeline import Pipeline
 from phasewatch.prefixes import bounded_int
 from phasewatch.records import JournalRecord, Phase

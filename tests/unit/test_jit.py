@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from phasewatch.config import DEFAULT_LIMITS, Config, PhaseLimits, load_config
+from phasewatch.config.load import DEFAULT_LIMITS, Config, PhaseLimits, load_config
 from phasewatch.pipeline import Judgement, Pipeline
 from phasewatch.records import Phase
 from phasewatch.render import invocation_json, to_table

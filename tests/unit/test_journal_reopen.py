@@ -15,7 +15,7 @@ from test_daemon import STALL_CONFIG, daemon, line, load_begins
 from test_daemon import T0 as DT0
 
 from phasewatch.clock import FakeClock
-from phasewatch.config import Config
+from phasewatch.config.load import Config
 from phasewatch.errors import JournalError
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import JournalRecord, VerdictKind

@@ -11,7 +11,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from phasewatch.config import Config
+from phasewatch.config.load import Config
 from phasewatch.engines._json_logs import text_of_json_line
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import JournalRecord, record_from_fields

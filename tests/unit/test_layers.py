@@ -20,10 +20,10 @@ IO_MODULES = {"systemd", "pystemd", "httpx", "sqlite3", "socket", "threading", "
 # set of module names; a name ending in "." is every module of that package. The stages' groups are
 # layers of their own, in the order data flows through them.
 LAYERS: tuple[tuple[str, frozenset[str]], ...] = tuple((name, frozenset(members.split())) for name, members in (
-    ("base", " __init__ records errors durations clock fit instances trust prefixes ranks config_sections "
-             "config_trust families remedy_table redact xid_table"),
+    ("base", " __init__ records errors durations clock fit trust prefixes ranks families remedy_table redact "
+             "xid_table"),
     ("engines", "engines engines."),
-    ("config", "profile config config_file config_group config_errors config_host"),
+    ("config", "profile config config."),
     ("stages", "stages"),
     ("stages.s1_read", "stages.s1_read stages.s1_read."),
     ("stages.s2_interpret", "stages.s2_interpret stages.s2_interpret."),

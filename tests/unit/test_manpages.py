@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from phasewatch.cli import build_parser
-from phasewatch.config import TOP_KEYS
+from phasewatch.config.load import TOP_KEYS
 from phasewatch.errors import EXIT_STATUSES
 from phasewatch.manpages import KEY_DOCS, PAGES, _commands, _esc, render_all
 

@@ -35,7 +35,7 @@ from fakes import (
 from phasewatch import __version__
 from phasewatch.clock import FakeClock
 from phasewatch.compose import compose
-from phasewatch.config import DEFAULT_LIMITS, VERDICT_KINDS, Config, PhaseLimits, RestartBudget
+from phasewatch.config.load import DEFAULT_LIMITS, VERDICT_KINDS, Config, PhaseLimits, RestartBudget
 from phasewatch.pipeline import Judgement, Pipeline, StepJudgement
 from phasewatch.records import MAIN, MID_STARTED, MID_SUPPRESSED, PHASE_NAMES, JournalRecord, Phase
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier

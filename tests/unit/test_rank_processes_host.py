@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from phasewatch.config import load_config
+from phasewatch.config.load import load_config
 from phasewatch.sources.procs import ProcessTable, RankProcess
 
 CGROUP = "/system.slice/sglang-kimi.service"

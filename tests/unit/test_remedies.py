@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from phasewatch.config import Config
+from phasewatch.config.load import Config
 from phasewatch.errors import ProfileError
 from phasewatch.pipeline import Pipeline
 from phasewatch.profile import load_builtin_profile

@@ -16,7 +16,7 @@ from phasewatch.cli import main
 from phasewatch.commands.logs import TaggedLine
 from phasewatch.commands.replay import TimeClamp
 from phasewatch.commands.status import render_table
-from phasewatch.config import Config
+from phasewatch.config.load import Config
 from phasewatch.errors import EX_OK
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import Entry, JournalRecord, UnitLine, UnitRun

@@ -12,7 +12,7 @@ from fakes import ScriptedJournal
 from phasewatch.clock import FakeClock
 from phasewatch.commands.status import render_table
 from phasewatch.compose import compose
-from phasewatch.config import DEFAULT_LIMITS, Config, PhaseLimits
+from phasewatch.config.load import DEFAULT_LIMITS, Config, PhaseLimits
 from phasewatch.records import JournalRecord, Phase
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
 from phasewatch.sinks.state import StateStore

@@ -28,7 +28,7 @@ from forged_entries import (
 )
 from phasewatch.clock import FakeClock
 from phasewatch.compose import compose
-from phasewatch.config import Config
+from phasewatch.config.load import Config
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import (
     MID_STARTED,

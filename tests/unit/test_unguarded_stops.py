@@ -13,7 +13,7 @@ from learn_startups import BASE, UNIT, run
 from phasewatch.app import Daemon
 from phasewatch.clock import FakeClock
 from phasewatch.compose import compose
-from phasewatch.config import Config
+from phasewatch.config.load import Config
 from phasewatch.records import record_from_fields
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
 from phasewatch.sinks.history import History

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from phasewatch.config import load_config
+from phasewatch.config.load import load_config
 from phasewatch.errors import EX_CONFIG
 from phasewatch.records import AlertKind, MessageId, VerdictKind
 from phasewatch.stages.s5_act.respond import MESSAGE_IDS, PRIORITY

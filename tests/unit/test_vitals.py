@@ -10,7 +10,7 @@ from pathlib import Path
 from fakes import ScriptedJournal
 from phasewatch.clock import FakeClock
 from phasewatch.compose import compose
-from phasewatch.config import DEFAULT_LIMITS, Config, PhaseLimits, VitalsSampling, parse_config
+from phasewatch.config.load import DEFAULT_LIMITS, Config, PhaseLimits, VitalsSampling, parse_config
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import Event, EventKind, JournalRecord, Phase
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier

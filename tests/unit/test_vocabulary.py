@@ -8,7 +8,7 @@ from importlib import resources
 import pytest
 import yaml
 
-from phasewatch.config import VERDICT_KINDS
+from phasewatch.config.load import VERDICT_KINDS
 from phasewatch.errors import ProfileError
 from phasewatch.profile import builtin_engines, load_builtin_profile, parse_profile, parse_rule
 from phasewatch.records import FAILED_STARTUP, STUCK, EventKind, JournalRecord, Outcome, VerdictKind

@@ -15,7 +15,7 @@ from fakes import ScriptedJournal
 from phasewatch.app import Daemon
 from phasewatch.clock import FakeClock
 from phasewatch.compose import compose
-from phasewatch.config import Config
+from phasewatch.config.load import Config
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import JournalRecord
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier

@@ -23,10 +23,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from ..config import Config, load_config
-from ..config_errors import every_error, limit_warnings
-from ..config_file import load_yaml, read_config_text
-from ..config_host import check_on_host
+from ..config.all_errors import every_error, limit_warnings
+from ..config.host import check_on_host
+from ..config.instances import instance_config, watched_unit
+from ..config.load import Config, load_config
+from ..config.yaml_file import load_yaml, read_config_text
 from ..errors import (
     EX_NOPERM,
     EX_OK,
@@ -38,7 +39,6 @@ from ..errors import (
     UnitError,
     UsageError,
 )
-from ..instances import instance_config, watched_unit
 from ..records import Phase
 from ..render import json_text, terminal_safe
 from ..sources.alert_receiver import read_token

@@ -26,7 +26,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable, TextIO
 
-from ..config import Config
+from ..config.load import Config
 from ..durations import parse_duration
 from ..errors import NoInputError, NoSuchUnit, UsageError
 from ..pipeline import Pipeline

@@ -12,7 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from ..config import Config, load_config
+from ..config.load import Config, load_config
 from ..durations import parse_duration
 from ..engines import detect_engine
 from ..errors import EX_OK, InputError, UsageError

@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..config import Config, load_config
+from ..config.instances import instance_config
+from ..config.load import Config, load_config
 from ..errors import EX_OK, ConfigError
-from ..instances import instance_config
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -22,7 +22,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from ..app import watchdog_interval_from_env
     from ..clock import SystemClock
     from ..compose import compose
-    from ..config_host import check_on_host
+    from ..config.host import check_on_host
     from ..sinks.actions import JournalAlerter, Notifier
     from ..sinks.history import History
     from ..sinks.http import Rebinder, start_metrics

@@ -18,7 +18,7 @@ import sys
 import time
 from typing import Any, Callable, TextIO
 
-from ..config import Config
+from ..config.load import Config
 from ..errors import (
     EXIT_FOREIGN,
     EXIT_READY,

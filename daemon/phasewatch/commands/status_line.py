@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..config.instances import instance_of
 from ..durations import format_duration
-from ..instances import instance_of
 from ..records import MAIN, PHASE_NAMES
 from ..render import terminal_safe
 

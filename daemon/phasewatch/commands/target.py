@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from ..config import Config
+from ..config.instances import config_names, watched_unit
+from ..config.load import Config
 from ..errors import NoPermission, NoSuchUnit, UnavailableError, UsageError
-from ..instances import config_names, watched_unit
 from ..sources.current import CONFIG_DIRS, resolve_config, warn
 
 

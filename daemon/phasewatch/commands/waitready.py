@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, TextIO
 
 from ..clock import Clock, SystemClock
-from ..config import Config
+from ..config.load import Config
 from ..durations import format_duration, parse_duration
 from ..errors import (
     EXIT_INTERRUPTED,

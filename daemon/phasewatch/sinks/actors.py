@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
-from ..config import Config
+from ..config.load import Config
 from ..errors import UnitError
 from ..sources.procs import ProcessTable
 from ..stages.s4_judge.ras_culprit import RasFinding

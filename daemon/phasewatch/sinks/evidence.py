@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from ..config import EvidenceCapture
+from ..config.load import EvidenceCapture
 from ..stages.s3_track.snapshot import InvocationView
 from ..stages.s4_judge.ras_culprit import RasFinding
 from ..stages.s5_act.respond import Action

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from ..config import Config
+from ..config.load import Config
 from ..records import GroupRestartRequest
 from ..sources.alert_receiver import AlertReceiver
 from ..stages.s5_act.group_decision import LocalStart, decide

@@ -26,7 +26,7 @@ from prometheus_client.metrics_core import (
 
 from .. import trust
 from ..clock import Clock, SystemClock
-from ..config import VERDICT_KINDS, Config
+from ..config.load import VERDICT_KINDS, Config
 from ..engines import ServerInfo
 from ..pipeline import Pipeline, StepJudgement
 from ..records import MAIN, PHASE_NAMES, Phase

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Callable, Protocol
 
 from ..clock import Clock
-from ..config import Config
+from ..config.load import Config
 from ..durations import format_duration
 from ..engines import ServerInfo
 from ..errors import UnitError

@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Mapping, Protocol
 
-from ..config import Config
+from ..config.load import Config
 from ..durations import format_duration
 from ..records import Phase
 from ..render import current_phase

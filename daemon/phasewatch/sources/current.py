@@ -20,9 +20,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from ..config import Config, load_config
+from ..config.instances import config_names, watched_unit
+from ..config.load import Config, load_config
 from ..errors import JournalError, NoSuchUnit, UnitError, UsageError
-from ..instances import config_names, watched_unit
 from ..pipeline import Judgement, Pipeline
 from ..records import (
     MID_DEACTIVATED,

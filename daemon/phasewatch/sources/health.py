@@ -9,7 +9,7 @@ import math
 from typing import Callable, Sequence
 
 from ..clock import Clock
-from ..config import Config
+from ..config.load import Config
 from ..records import MAIN, Event, EventKind, Phase
 from ..stages.s3_track.snapshot import UP_STATES, InvocationView
 from .base import Current, Instant

@@ -19,7 +19,7 @@ import queue
 import threading
 from typing import Callable, Mapping, Sequence
 
-from ..config import Config
+from ..config.load import Config
 from ..records import Event
 from ..stages.s4_judge.ras_culprit import ASK_SPACING, RasFinding, ask_at, failed_finding, find_culprit
 from ..stages.s4_judge.ras_report import RasAddress, RasFormatError, parse_report

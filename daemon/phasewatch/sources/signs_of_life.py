@@ -10,7 +10,7 @@ import math
 from dataclasses import replace
 from typing import Callable, Sequence
 
-from ..config import Config
+from ..config.load import Config
 from ..records import Event, EventKind
 from ..stages.s3_track.snapshot import InvocationView, UnitState
 from ..stages.s4_judge.gpu_vitals import GpuBaseline, baselines_after

@@ -10,7 +10,7 @@ import math
 import re
 from dataclasses import dataclass, replace
 
-from ...config import Config, PhaseLimits
+from ...config.load import Config, PhaseLimits
 from ...durations import format_duration
 from ...profile import Profile
 from ...records import MAIN, PHASE_NAMES, STUCK, UNIT_PHASES, WRONG_WHEN_STOPPED, Outcome, Phase, VerdictKind

@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-from ...config import Config
+from ...config.load import Config
 from ...durations import format_duration
 from ...records import FINAL_PHASES, UNIT_PHASES, Phase
 from .ras_report import ras_address

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from ...config import Config
+from ...config.load import Config
 from ...durations import format_duration
 from ...records import GroupRestartRequest
 from .respond import Budget, BudgetState, Hold, Memory

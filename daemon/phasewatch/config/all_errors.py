@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .config import Config, parse_document
-from .config_file import load_yaml
-from .durations import format_duration
-from .errors import ConfigError
+from ..durations import format_duration
+from ..errors import ConfigError
+from .load import Config, parse_document
+from .yaml_file import load_yaml
 
 MAX_ERRORS = 50
 

@@ -20,7 +20,7 @@ import pwd
 import stat
 from pathlib import Path
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 SERVICE_USER = "phasewatch"
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import yaml
 
-from .durations import shown
-from .errors import ConfigError
+from ..durations import shown
+from ..errors import ConfigError
 
 # What a config file may be: small, plain, shallow. Beyond these the loader refuses (exit 78) before
 # any value is built, so no file can cost more than reading its own bytes.

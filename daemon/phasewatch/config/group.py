@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
-from .config_sections import Group, GroupReceiver
-from .durations import shown
-from .errors import ConfigError
+from ..durations import shown
+from ..errors import ConfigError
+from .sections import Group, GroupReceiver
 
 GROUP_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
 MAX_NODES = 1024

@@ -13,23 +13,23 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from .config_file import load_yaml, read_config_text, strip_lines
-from .config_group import parse_group
+from ..durations import parse_duration, shown
+from ..errors import ConfigError, ProfileError
+from ..profile import Profile, load_builtin_profile, parse_profile
+from ..records import PHASE_NAMES, Phase, VerdictKind
+from .group import parse_group
 
 # Re-exported: the section records are part of what a Config is.
-from .config_sections import CHAIN_LIMIT, MAX_RESTARTS, chain_bound
-from .config_sections import Adaptive as Adaptive
-from .config_sections import EvidenceCapture as EvidenceCapture
-from .config_sections import Group as Group
-from .config_sections import HealthCheck as HealthCheck
-from .config_sections import Hook as Hook
-from .config_sections import Leftovers as Leftovers
-from .config_sections import RestartBudget as RestartBudget
-from .config_sections import VitalsSampling as VitalsSampling
-from .durations import parse_duration, shown
-from .errors import ConfigError, ProfileError
-from .profile import Profile, load_builtin_profile, parse_profile
-from .records import PHASE_NAMES, Phase, VerdictKind
+from .sections import CHAIN_LIMIT, MAX_RESTARTS, chain_bound
+from .sections import Adaptive as Adaptive
+from .sections import EvidenceCapture as EvidenceCapture
+from .sections import Group as Group
+from .sections import HealthCheck as HealthCheck
+from .sections import Hook as Hook
+from .sections import Leftovers as Leftovers
+from .sections import RestartBudget as RestartBudget
+from .sections import VitalsSampling as VitalsSampling
+from .yaml_file import load_yaml, read_config_text, strip_lines
 
 PROFILE_NAME_RE = re.compile(r"[a-z][a-z0-9_-]{0,31}")
 # systemd's unit names (unit_name_is_valid): ASCII letters, digits and :-_.\ with an instance after

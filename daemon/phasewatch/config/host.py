@@ -23,9 +23,9 @@ import ssl
 import stat
 from pathlib import Path
 
-from .config import Config
-from .config_trust import check_token_file, check_trusted, trusted_owners
-from .errors import ConfigError
+from ..errors import ConfigError
+from .file_trust import check_token_file, check_trusted, trusted_owners
+from .load import Config
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
