@@ -12,7 +12,7 @@ import pytest
 from phasewatch.config.load import Config
 from phasewatch.engines.sglang import TIME_DIGITS
 from phasewatch.pipeline import Pipeline
-from phasewatch.profile import Profile
+from phasewatch.profile.load import Profile
 from phasewatch.records import JournalRecord, UnitLine, UnitRun
 from phasewatch.render import json_text, to_json
 

@@ -12,7 +12,7 @@ import pytest
 
 from phasewatch.config.load import Config
 from phasewatch.pipeline import Pipeline
-from phasewatch.profile import Profile, load_builtin_profile
+from phasewatch.profile.load import Profile, load_builtin_profile
 from phasewatch.sources.formats import parse_source
 from phasewatch.stages.s2_interpret.ruletally import RuleTally
 from phasewatch.stages.s4_judge.remedies import UnitSettings

@@ -31,7 +31,7 @@ from phasewatch.engines import MAX_EXPECTED_RANKS, ServerInfo
 from phasewatch.errors import EX_CONFIG
 from phasewatch.pipeline import Pipeline
 from phasewatch.prefixes import _RANK_MEMO, RANK_MEMO_KEY_CHARS, canonical_rank
-from phasewatch.profile import MAX_PATTERN_REPEAT, load_builtin_profile
+from phasewatch.profile.load import MAX_PATTERN_REPEAT, load_builtin_profile
 from phasewatch.records import JournalRecord
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
 from phasewatch.sinks.state import StateStore

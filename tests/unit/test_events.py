@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from phasewatch.profile import load_builtin_profile
+from phasewatch.profile.load import load_builtin_profile
 from phasewatch.records import (
     MAIN,
     MID_DEACTIVATED,

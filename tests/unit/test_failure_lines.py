@@ -9,7 +9,7 @@ import pytest
 
 from phasewatch.config.load import Config
 from phasewatch.pipeline import Pipeline
-from phasewatch.profile import load_builtin_profile
+from phasewatch.profile.load import load_builtin_profile
 from phasewatch.records import JournalRecord, VerdictKind
 from phasewatch.sources.formats import parse_source
 

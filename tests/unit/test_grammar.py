@@ -15,7 +15,7 @@ from phasewatch.config.load import Config
 from phasewatch.errors import ProfileError
 from phasewatch.pipeline import Pipeline
 from phasewatch.prefixes import canonical_rank
-from phasewatch.profile import load_builtin_profile, parse_profile
+from phasewatch.profile.load import load_builtin_profile, parse_profile
 from phasewatch.records import JournalRecord, Phase
 from phasewatch.render import iso, to_json, to_table
 from phasewatch.sources.formats import parse_source

@@ -20,10 +20,9 @@ IO_MODULES = {"systemd", "pystemd", "httpx", "sqlite3", "socket", "threading", "
 # set of module names; a name ending in "." is every module of that package. The stages' groups are
 # layers of their own, in the order data flows through them.
 LAYERS: tuple[tuple[str, frozenset[str]], ...] = tuple((name, frozenset(members.split())) for name, members in (
-    ("base", " __init__ records errors durations clock fit trust prefixes ranks families remedy_table redact "
-             "xid_table"),
+    ("base", " __init__ records errors durations clock fit trust redact prefixes ranks"),
     ("engines", "engines engines."),
-    ("config", "profile config config."),
+    ("config", "profile profile. config config."),
     ("stages", "stages"),
     ("stages.s1_read", "stages.s1_read stages.s1_read."),
     ("stages.s2_interpret", "stages.s2_interpret stages.s2_interpret."),
@@ -212,8 +211,8 @@ def plant(module: Path, line: str) -> None:
      "stages.s1_read.lines (stages.s1_read) imports commands.status (commands)"),
     ("stages/s3_track/snapshot.py", "from ..s4_judge.policy import judge",
      "stages.s3_track.snapshot (stages.s3_track) imports stages.s4_judge.policy (stages.s4_judge)"),
-    ("profile.py", "from .stages.s1_read import lines",
-     "profile (config) imports stages.s1_read.lines (stages.s1_read)"),
+    ("profile/load.py", "from ..stages.s1_read import lines",
+     "profile.load (config) imports stages.s1_read.lines (stages.s1_read)"),
 ])
 def test_an_upward_import_is_caught(copy: Path, where: str, line: str, expected: str) -> None:
     assert upward_imports(copy) == []

@@ -257,7 +257,7 @@ def test_the_load_barriers_line_pasted_alone_names_its_writer_and_gets_a_remedy(
 
 
 def test_vllms_rank_assignment_line_without_a_prefix_is_that_ranks() -> None:
-    from phasewatch.profile import load_builtin_profile
+    from phasewatch.profile.load import load_builtin_profile
     from phasewatch.records import Line, LineKind
     from phasewatch.stages.s2_interpret.events import EventMapper
 

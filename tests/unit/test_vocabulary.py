@@ -10,7 +10,7 @@ import yaml
 
 from phasewatch.config.load import VERDICT_KINDS
 from phasewatch.errors import ProfileError
-from phasewatch.profile import builtin_engines, load_builtin_profile, parse_profile, parse_rule
+from phasewatch.profile.load import builtin_engines, load_builtin_profile, parse_profile, parse_rule
 from phasewatch.records import FAILED_STARTUP, STUCK, EventKind, JournalRecord, Outcome, VerdictKind
 from phasewatch.stages.s1_read.lines import LineSplitter
 from phasewatch.stages.s2_interpret.events import EventMapper

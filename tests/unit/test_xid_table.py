@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from phasewatch.xid_table import ACTIONS, BLOCKING, UNKNOWN, parse_table, parse_xid, pci_key, xid_table
+from phasewatch.profile.xid_table import ACTIONS, BLOCKING, UNKNOWN, parse_table, parse_xid, pci_key, xid_table
 
 
 def test_every_code_parses_with_a_known_action_and_the_table_names_its_source() -> None:

@@ -18,7 +18,7 @@ from ..engines import detect_engine
 from ..errors import EX_OK, InputError, UsageError
 from ..fit import output_width
 from ..pipeline import Pipeline
-from ..profile import builtin_engines
+from ..profile.load import builtin_engines
 from ..records import Entry, JournalRecord, UnitLine, UnitRun
 from ..render import MAX_TS, clamp_ts, json_text, terminal_safe, to_json, to_table, ts_in_range
 from ..sources import journal_source

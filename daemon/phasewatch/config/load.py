@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping
 
 from ..durations import parse_duration, shown
 from ..errors import ConfigError, ProfileError
-from ..profile import Profile, load_builtin_profile, parse_profile
+from ..profile.load import Profile, load_builtin_profile, parse_profile
 from ..records import PHASE_NAMES, Phase, VerdictKind
 from .group import parse_group
 

@@ -11,11 +11,11 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 from ..config.load import Config
 from ..errors import UnitError
+from ..profile.xid_table import XidLine
 from ..sources.procs import ProcessTable
 from ..stages.s4_judge.ras_culprit import RasFinding
 from ..stages.s5_act.respond import Action
 from ..systemd_unit import UnitFacts
-from ..xid_table import XidLine
 from .evidence import EvidenceTaker, EvidenceWriter
 from .gpu_memory import GpuMemory
 from .hooks import HookRunner

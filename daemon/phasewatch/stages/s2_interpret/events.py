@@ -9,9 +9,9 @@ import re
 from typing import Any
 
 from ...engines import engine_module
-from ...families import FamilyMatch
 from ...prefixes import rank_number
-from ...profile import Profile, Rule
+from ...profile.families import FamilyMatch
+from ...profile.load import Profile, Rule
 from ...records import (
     MAIN,
     MID_DEACTIVATED,

@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Iterable, Mapping, Sequence
 
+from ...profile.xid_table import ACTION_WORDS, BLOCKING, RECOVERY_ACTIONS, UNKNOWN, XidLine, XidTable
 from ...records import STUCK, VerdictKind
-from ...xid_table import ACTION_WORDS, BLOCKING, RECOVERY_ACTIONS, UNKNOWN, XidLine, XidTable
 from ..s3_track.snapshot import InvocationView
 from .remedies import Remedy
 from .verdict import Verdict

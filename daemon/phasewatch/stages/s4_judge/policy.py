@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 from ...config.load import Config, PhaseLimits
 from ...durations import format_duration
-from ...profile import Profile
+from ...profile.load import Profile
 from ...records import MAIN, PHASE_NAMES, STUCK, UNIT_PHASES, WRONG_WHEN_STOPPED, Outcome, Phase, VerdictKind
 from ...redact import redact
 from ..s2_interpret.crashfacts import (

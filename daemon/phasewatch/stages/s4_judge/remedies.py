@@ -13,8 +13,8 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
+from ...profile.remedy_table import FACT_RE, RemedyRule
 from ...records import MAIN
-from ...remedy_table import FACT_RE, RemedyRule
 from ..s3_track.snapshot import InvocationView
 
 MAX_VALUE = 120  # characters of a fact shown in a remedy

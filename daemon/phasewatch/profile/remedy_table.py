@@ -16,8 +16,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from .errors import ProfileError
-from .records import PHASE_NAMES, VerdictKind
+from ..errors import ProfileError
+from ..records import PHASE_NAMES, VerdictKind
 
 FACT_RE = re.compile(r"\{([^{}]*)\}")
 FACT_KINDS = ("arg", "env", "unit", "line", "heartbeat", "host")

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Mapping
 
-from .records import PHASE_NAMES, Phase
+from ..records import PHASE_NAMES, Phase
 
 FAMILY_EVENTS = ("phase_begin", "phase_end", "phase_hint")
 FAMILY_SCOPES = ("rank", "main", "any")

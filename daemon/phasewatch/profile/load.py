@@ -11,11 +11,11 @@ from typing import Any, Iterable, Mapping
 
 import yaml
 
-from .engines import KNOWN as KNOWN_ENGINES
-from .engines import Engine, engine_module
-from .errors import ProfileError
+from ..engines import KNOWN as KNOWN_ENGINES
+from ..engines import Engine, engine_module
+from ..errors import ProfileError
+from ..records import PHASE_NAMES, Phase
 from .families import Families, FamilyError, parse_families
-from .records import PHASE_NAMES, Phase
 from .remedy_table import RemedyRule, parse_remedies
 
 RULE_EVENTS = ("phase_begin", "phase_end", "phase_hint", "progress", "fatal", "activity", "server_args", "heartbeat")
