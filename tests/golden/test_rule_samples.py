@@ -19,7 +19,7 @@ from phasewatch.stages.s4_judge.remedies import UnitSettings
 from phasewatch.stages.s4_judge.verdict import Verdict
 
 SAMPLES = Path(__file__).parent / "rule_samples"
-PROFILES = Path(__file__).resolve().parents[2] / "daemon" / "phasewatch" / "profiles"
+PROFILES = Path(__file__).resolve().parents[2] / "daemon" / "phasewatch" / "profile" / "profiles"
 ENGINES = sorted(p.stem for p in PROFILES.glob("*.yaml"))
 BLOCK_HEADER = re.compile(r"^# (rule|cause|family|remedy): (\S+)")
 META = re.compile(r"^## (judge|unit|env|argv|host): (.*)$")

@@ -60,7 +60,7 @@ def test_fifo_config_refused_without_hanging(tmp_path: Path) -> None:
 
 
 def test_engine_path_refused(tmp_path: Path) -> None:
-    profile = REPO / "daemon" / "phasewatch" / "profiles" / "sglang.yaml"
+    profile = REPO / "daemon" / "phasewatch" / "profile" / "profiles" / "sglang.yaml"
     text = f"unit: sglang-kimi.service\nengine: {profile.with_suffix('')}\n"
     with pytest.raises(ConfigError, match=r"^engine: expected a built-in profile name like sglang, got '/.*'"
                                           r" \(a profile file goes in profile_path:\)" + where(2)):

@@ -61,7 +61,7 @@ def test_an_override_keeps_what_the_rule_meant_unless_it_says() -> None:
 def test_a_builtin_profile_is_what_safe_load_reads(engine: str) -> None:
     """load_builtin_profile reads the package's profiles with libyaml's loader (start-up time): the
     same documents, so the same profiles, as PyYAML's own safe_load."""
-    text = resources.files("phasewatch").joinpath("profiles", f"{engine}.yaml").read_text("utf-8")
+    text = resources.files("phasewatch").joinpath("profile", "profiles", f"{engine}.yaml").read_text("utf-8")
     assert yaml.__with_libyaml__  # (the PyYAML of the venv and of Debian both have it)
     assert yaml.load(text, Loader=yaml.CSafeLoader) == yaml.safe_load(text)
     assert load_builtin_profile(engine) == parse_profile(yaml.safe_load(text), f"{engine}.yaml")

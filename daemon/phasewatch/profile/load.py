@@ -228,13 +228,13 @@ def parse_profile(document: Mapping[str, Any], origin: str) -> Profile:
 
 def builtin_engines() -> list[str]:
     """The engines with a profile shipped in the package (profiles/<engine>.yaml)."""
-    return sorted(f.name[:-5] for f in resources.files("phasewatch").joinpath("profiles").iterdir()
+    return sorted(f.name[:-5] for f in resources.files("phasewatch").joinpath("profile", "profiles").iterdir()
                   if f.name.endswith(".yaml"))
 
 
 def load_builtin_profile(engine: str) -> Profile:
     try:
-        text = resources.files("phasewatch").joinpath("profiles", f"{engine}.yaml").read_text("utf-8")
+        text = resources.files("phasewatch").joinpath("profile", "profiles", f"{engine}.yaml").read_text("utf-8")
     except FileNotFoundError:
         raise ProfileError("engine", f"no built-in profile for engine {engine!r} "
                                      f"(known: {', '.join(builtin_engines())})") from None

@@ -1,4 +1,4 @@
-"""NVIDIA's XID codes as data (data/xid.yaml: meaning and recommended action of each, from the
+"""NVIDIA's XID codes as data (profile/xid.yaml: meaning and recommended action of each, from the
 Xid catalog it names) and the driver's kernel line read: `NVRM: Xid (PCI:0000:3b:00): 79, pid=1234,
 name=python3, GPU has fallen off the bus.` -> XidLine(pci="0000:3b:00", code=79, ...).
 
@@ -111,7 +111,7 @@ def parse_xid(message: str) -> XidLine | None:
 
 
 def parse_table(document: object) -> XidTable:
-    """data/xid.yaml's document checked: ValueError naming the code and key that is wrong."""
+    """profile/xid.yaml's document checked: ValueError naming the code and key that is wrong."""
     if not isinstance(document, dict) or not isinstance(document.get("xids"), dict):
         raise ValueError("expected a mapping with `version` and `xids`")
     entries = {}
@@ -131,5 +131,5 @@ def parse_table(document: object) -> XidTable:
 @functools.cache
 def xid_table() -> XidTable:
     """The packaged table (read once)."""
-    text = resources.files("phasewatch").joinpath("data/xid.yaml").read_text(encoding="utf-8")
+    text = resources.files("phasewatch").joinpath("profile", "xid.yaml").read_text(encoding="utf-8")
     return parse_table(yaml.safe_load(text))
