@@ -129,7 +129,7 @@ def test_sample_goes_into_the_history(corpus: Path, case: str, tmp_path: Path) -
     from phasewatch.engines import detect_engine
     from phasewatch.pipeline import Pipeline
     from phasewatch.sinks.history import History, summarize
-    from phasewatch.sources.formats import parse_source
+    from phasewatch.sources.journal.formats import parse_source
 
     expected = EXPECTATIONS[case]
     # the year a syslog line leaves out, as replay supplies it (else it is no date: nothing to store)

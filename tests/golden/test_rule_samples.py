@@ -13,7 +13,7 @@ import pytest
 from phasewatch.config.load import Config
 from phasewatch.pipeline import Pipeline
 from phasewatch.profile.load import Profile, load_builtin_profile
-from phasewatch.sources.formats import parse_source
+from phasewatch.sources.journal.formats import parse_source
 from phasewatch.stages.s2_interpret.ruletally import RuleTally
 from phasewatch.stages.s4_judge.remedies import UnitSettings
 from phasewatch.stages.s4_judge.verdict import Verdict

@@ -20,7 +20,7 @@ from phasewatch.sinks.evidence import EvidenceWriter
 from phasewatch.sinks.gpu_memory import GpuMemory
 from phasewatch.sinks.hooks import HookRunner
 from phasewatch.sinks.state import StateStore
-from phasewatch.sources.procs import ProcessTable
+from phasewatch.sources.host.procs import ProcessTable
 from phasewatch.stages.s5_act.respond import Action
 from phasewatch.systemd_unit import RecordingUnit, UnitFacts
 

@@ -35,8 +35,8 @@ from phasewatch.profile.load import MAX_PATTERN_REPEAT, load_builtin_profile
 from phasewatch.records import JournalRecord
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
 from phasewatch.sinks.state import StateStore
-from phasewatch.sources.formats import parse_source
-from phasewatch.sources.procs import ProcessTable
+from phasewatch.sources.host.procs import ProcessTable
+from phasewatch.sources.journal.formats import parse_source
 from phasewatch.stages.s1_read.lines import MAX_STREAMS, LineSplitter, parse_progress
 from phasewatch.stages.s2_interpret.events import pattern_view
 from phasewatch.stages.s3_track import tracker, tracker_state

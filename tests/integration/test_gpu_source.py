@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from phasewatch.sources.gpu import NvmlSource
+from phasewatch.sources.host.gpu import NvmlSource
 
 
 def fake_nvml(block: threading.Event | None = None, fail_init: Exception | None = None) -> types.ModuleType:

@@ -23,8 +23,8 @@ from phasewatch.errors import ConfigError
 from phasewatch.records import JournalRecord, Phase
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
 from phasewatch.sinks.state import StateStore
-from phasewatch.sources.alert_receiver import AlertReceiver, read_token
-from phasewatch.sources.procs import ProcessTable
+from phasewatch.sources.host.procs import ProcessTable
+from phasewatch.sources.receiver.alert_receiver import AlertReceiver, read_token
 from phasewatch.systemd_unit import RecordingUnit, UnitFacts
 
 GROUP = Group("kimi-tp16", 2)

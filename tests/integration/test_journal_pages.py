@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from journal_dirs import write_journal
-from phasewatch.sources.follow import JournalFollower
-from phasewatch.sources.journal_pages import journal_mappings
+from phasewatch.sources.journal.follow import JournalFollower
+from phasewatch.sources.journal.journal_pages import journal_mappings
 
 UNIT = "sglang-kimi.service"
 

@@ -7,7 +7,7 @@ import os
 import socket
 from pathlib import Path
 
-from phasewatch.sources.listeners import port_holders
+from phasewatch.sources.host.listeners import port_holders
 
 
 def test_the_process_listening_on_a_port_is_named() -> None:

@@ -15,8 +15,8 @@ from phasewatch.config.load import Config
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import EventKind, JournalRecord
 from phasewatch.sources.base import Instant
-from phasewatch.sources.procs import ProcessTable, RankProcess
-from phasewatch.sources.unit_processes import DEATH_GRACE, SCAN_SPACING, RankProcesses, UnitFactsReader
+from phasewatch.sources.host.procs import ProcessTable, RankProcess
+from phasewatch.sources.host.unit_processes import DEATH_GRACE, SCAN_SPACING, RankProcesses, UnitFactsReader
 from phasewatch.systemd_unit import RecordingUnit, UnitFacts
 
 UNIT = "phasewatch-test.service"

@@ -29,9 +29,9 @@ from phasewatch.config.load import Config
 from phasewatch.config.sections import Group, GroupReceiver
 from phasewatch.errors import UnavailableError
 from phasewatch.sinks.peers import peer_key
-from phasewatch.sources.alert_receiver import AlertReceiver, read_token, start_receiver
 from phasewatch.sources.base import Instant
-from phasewatch.sources.receiver_gate import Gate
+from phasewatch.sources.receiver.alert_receiver import AlertReceiver, read_token, start_receiver
+from phasewatch.sources.receiver.receiver_gate import Gate
 
 UNIT = "sglang-kimi.service"
 GROUP = Group("kimi-tp16", 2)
@@ -221,7 +221,7 @@ def test_a_socket_passed_by_systemd_is_used_instead_of_binding(tmp_path: Path) -
     script = f"""import sys, time
 from phasewatch.config.load import Config
 from phasewatch.config.sections import Group, GroupReceiver
-from phasewatch.sources.alert_receiver import start_receiver
+from phasewatch.sources.receiver.alert_receiver import start_receiver
 receiver = GroupReceiver("127.0.0.1:1", {str(tmp_path / "token")!r})
 config = Config(unit={UNIT!r}, group=Group({GROUP.name!r}, 2, receiver=receiver))
 made = start_receiver(config, lambda why: print("unbound", why, flush=True), lambda a: "peer")

@@ -26,7 +26,7 @@ from phasewatch.sinks.hooks import HookRunner, env_safe, hook_env
 from phasewatch.sinks.metrics import Exporter
 from phasewatch.sinks.state import StateStore
 from phasewatch.sinks.unguarded_stops import UnguardedStops
-from phasewatch.sources.procs import ProcessTable
+from phasewatch.sources.host.procs import ProcessTable
 from phasewatch.stages.s5_act.respond import Action, Hold
 from phasewatch.systemd_unit import EINTR_TRIES, RecordingUnit, SystemdUnit, UnitFacts
 

@@ -15,8 +15,8 @@ from phasewatch.config.load import Config
 from phasewatch.errors import JournalUnavailable
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import JournalRecord, UnitLine, UnitRun
-from phasewatch.sources.journal_feed import JournalFeed
-from phasewatch.sources.journal_reader import ReadEnd
+from phasewatch.sources.journal.journal_feed import JournalFeed
+from phasewatch.sources.journal.journal_reader import ReadEnd
 
 UNIT = "sglang.service"
 T0 = 1_780_000_000.0

@@ -46,7 +46,7 @@ def run(argv: Sequence[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, s
 def test_version(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     """The version, and which journal reader `replay --unit` uses (the C one unless built without it)."""
     from phasewatch import __version__
-    from phasewatch.sources import journal_source
+    from phasewatch.sources.journal import journal_source
 
     built = "C" if journal_source.c_lines is not None else "Python"
     monkeypatch.delenv("PHASEWATCH_PURE_PYTHON", raising=False)

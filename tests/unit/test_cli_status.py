@@ -107,7 +107,7 @@ def test_watch_on_a_terminal_redraws(capsys: pytest.CaptureFixture[str]) -> None
 
 
 def test_default_config_is_the_units() -> None:
-    from phasewatch.sources.current import resolve_config
+    from phasewatch.sources.journal.current import resolve_config
 
     assert resolve_config(UNIT, None) == Config(unit=UNIT)
 

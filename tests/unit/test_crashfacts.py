@@ -8,7 +8,7 @@ import pytest
 from phasewatch.config.load import Config
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import Phase
-from phasewatch.sources.formats import parse_source
+from phasewatch.sources.journal.formats import parse_source
 from phasewatch.stages.s2_interpret.crashfacts import (
     CrashFacts,
     Role,

@@ -11,7 +11,7 @@ from phasewatch.config.load import Config
 from phasewatch.pipeline import Pipeline
 from phasewatch.profile.load import load_builtin_profile
 from phasewatch.records import JournalRecord, VerdictKind
-from phasewatch.sources.formats import parse_source
+from phasewatch.sources.journal.formats import parse_source
 
 VLLM_START = [
     "(Worker_TP0 pid=201) INFO 05-28 20:26:40 [parallel_state.py:1] world_size=2 rank=0 local_rank=0 "

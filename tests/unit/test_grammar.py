@@ -18,7 +18,7 @@ from phasewatch.prefixes import canonical_rank
 from phasewatch.profile.load import load_builtin_profile, parse_profile
 from phasewatch.records import JournalRecord, Phase
 from phasewatch.render import iso, to_json, to_table
-from phasewatch.sources.formats import parse_source
+from phasewatch.sources.journal.formats import parse_source
 from phasewatch.stages.s1_read.lines import LineSplitter
 from phasewatch.stages.s1_read.timestamps import DATED_FROM, foreign_time, is_dated
 from phasewatch.stages.s2_interpret.phaseorder import Anomaly, backwards, before

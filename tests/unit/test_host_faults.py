@@ -22,7 +22,7 @@ from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
 from phasewatch.sinks.history import History, PhaseRecord, StartupRecord
 from phasewatch.sinks.metrics import Exporter
 from phasewatch.sinks.state import Saved, StateStore
-from phasewatch.sources.procs import ProcessTable
+from phasewatch.sources.host.procs import ProcessTable
 from phasewatch.stages.s4_judge.learn import limits_in_force
 from phasewatch.stages.s5_act.respond import MESSAGE_IDS, Budget, BudgetState, Memory
 from phasewatch.systemd_unit import RecordingUnit, UnitFacts

@@ -19,12 +19,12 @@ from phasewatch.config.load import Config
 from phasewatch.errors import JournalError
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import JournalRecord, VerdictKind
-from phasewatch.sources import rebuild
 from phasewatch.sources.base import Instant
-from phasewatch.sources.follow import JournalFollower
-from phasewatch.sources.journal_feed import SAME_CURSOR_ERRORS, JournalFeed
-from phasewatch.sources.journal_reader import ReadEnd
-from phasewatch.sources.rebuild import JudgedClock, StartTelling
+from phasewatch.sources.journal import rebuild
+from phasewatch.sources.journal.follow import JournalFollower
+from phasewatch.sources.journal.journal_feed import SAME_CURSOR_ERRORS, JournalFeed
+from phasewatch.sources.journal.journal_reader import ReadEnd
+from phasewatch.sources.journal.rebuild import JudgedClock, StartTelling
 
 UNIT = "sglang.service"
 T0 = 1_780_000_000.0

@@ -20,7 +20,7 @@ IO_MODULES = {"systemd", "pystemd", "httpx", "sqlite3", "socket", "threading", "
 # set of module names; a name ending in "." is every module of that package. The stages' groups are
 # layers of their own, in the order data flows through them.
 LAYERS: tuple[tuple[str, frozenset[str]], ...] = tuple((name, frozenset(members.split())) for name, members in (
-    ("base", " __init__ records errors durations clock fit trust redact prefixes ranks"),
+    ("base", " __init__ records errors durations clock fit redact prefixes ranks"),
     ("engines", "engines engines."),
     ("config", "profile profile. config config."),
     ("stages", "stages"),
@@ -153,7 +153,7 @@ def import_circles(package: Path = PACKAGE) -> list[list[str]]:
 
 def test_the_layer_rules_see_every_module() -> None:
     found = {dotted(path) for path in modules()}
-    assert {"stages.s3_track.tracker", "sources.follow", "sinks.actions", "commands.status", "app", "cli",
+    assert {"stages.s3_track.tracker", "sources.journal.follow", "sinks.actions", "commands.status", "app", "cli",
             "engines.sglang", "systemd_unit"} <= found
     for module in found:
         layer_of(module)  # every module is in a layer
@@ -204,9 +204,10 @@ def plant(module: Path, line: str) -> None:
 
 
 @pytest.mark.parametrize("where, line, expected", [
-    ("sources/probe.py", "from ..sinks import actions", "sources.probe (sources) imports sinks.actions (sinks)"),
-    ("sources/health.py", "from phasewatch.sinks.state import StateFile",
-     "sources.health (sources) imports sinks.state (sinks)"),
+    ("sources/host/probe.py", "from ...sinks import actions",
+     "sources.host.probe (sources) imports sinks.actions (sinks)"),
+    ("sources/host/health.py", "from phasewatch.sinks.state import StateFile",
+     "sources.host.health (sources) imports sinks.state (sinks)"),
     ("stages/s1_read/lines.py", "from ...commands import status",
      "stages.s1_read.lines (stages.s1_read) imports commands.status (commands)"),
     ("stages/s3_track/snapshot.py", "from ..s4_judge.policy import judge",
@@ -228,9 +229,10 @@ def test_a_circle_is_caught_even_inside_one_layer(copy: Path) -> None:
 
 
 def test_a_circle_through_a_function_level_import_is_caught(copy: Path) -> None:
-    follow = copy / "sources" / "journal_reader.py"
+    follow = copy / "sources" / "journal" / "journal_reader.py"
     follow.write_text(follow.read_text() + "\n\ndef _late() -> None:\n    from . import follow  # noqa: F401\n")
-    assert import_circles(copy) == [["sources.follow", "sources.journal_reader", "sources.journal_source"]]
+    assert import_circles(copy) == [["sources.journal.follow", "sources.journal.journal_reader",
+                                     "sources.journal.journal_source"]]
 
 
 def test_a_module_in_no_layer_is_named(copy: Path) -> None:

@@ -43,7 +43,7 @@ from phasewatch.sinks.http import parse_listen
 from phasewatch.sinks.metrics import PHASE_BUCKETS, Exporter
 from phasewatch.sinks.responder import Responder
 from phasewatch.sinks.state import StateStore
-from phasewatch.sources.procs import ProcessTable
+from phasewatch.sources.host.procs import ProcessTable
 from phasewatch.stages.s3_track.snapshot import InvocationView
 from phasewatch.stages.s5_act.respond import Budget, BudgetState, Memory
 from phasewatch.systemd_unit import RecordingUnit, UnitFacts

@@ -10,7 +10,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from phasewatch.sources.gpu_nvml_health import RECOVERY_ACTION_FIELD, read_health
+from phasewatch.sources.host.gpu_nvml_health import RECOVERY_ACTION_FIELD, read_health
 from phasewatch.stages.s4_judge.gpu_fault import GpuHealth
 
 RECORDED = Path(__file__).parents[1] / "golden" / "nvml-health" / "h200-580.159.04.json"

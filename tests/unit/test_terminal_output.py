@@ -21,7 +21,7 @@ from phasewatch.errors import EX_OK
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import Entry, JournalRecord, UnitLine, UnitRun
 from phasewatch.render import MAX_TS, clock_text, iso, json_text, terminal_safe
-from phasewatch.sources.journal_source import RunShape, UnitRecords
+from phasewatch.sources.journal.journal_source import RunShape, UnitRecords
 
 UNIT = "sglang-kimi.service"
 HOSTILE = "bell\x07 back\x08\x08 title\x1b]0;owned\x07 csi\x1b[2J c1-csi\x9b2J nel\x85 del\x7f cr\rend"

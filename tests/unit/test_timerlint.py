@@ -16,7 +16,7 @@ from phasewatch.config.load import DEFAULT_LIMITS, Config, PhaseLimits
 from phasewatch.records import JournalRecord, Phase
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
 from phasewatch.sinks.state import StateStore
-from phasewatch.sources.procs import ProcessTable
+from phasewatch.sources.host.procs import ProcessTable
 from phasewatch.stages.s4_judge.timerlint import UnitTimers, engine_timers, lint
 from phasewatch.stages.s5_act.respond import MESSAGE_IDS
 from phasewatch.systemd_unit import RecordingUnit, UnitFacts

@@ -20,7 +20,7 @@ from phasewatch.sinks.history import History
 from phasewatch.sinks.leftovers import LeftoverScan, Survivor
 from phasewatch.sinks.state import StateStore
 from phasewatch.sinks.unguarded_stops import GRACE, UnguardedStops
-from phasewatch.sources.procs import ProcessTable
+from phasewatch.sources.host.procs import ProcessTable
 from phasewatch.stages.s5_act.respond import Action
 from phasewatch.systemd_unit import RecordingUnit, UnitFacts
 

@@ -21,7 +21,9 @@ from phasewatch.records import JournalRecord
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
 from phasewatch.sinks.state import StateStore
 from phasewatch.sources.base import Instant
-from phasewatch.sources.journal_feed import (
+from phasewatch.sources.host.procs import ProcessTable, RankProcess
+from phasewatch.sources.host.unit_processes import SCAN_SPACING, RankProcesses, UnitFactsReader
+from phasewatch.sources.journal.journal_feed import (
     QUIET_RELEASE_AFTER,
     READ_BATCH,
     READS_PER_STEP,
@@ -29,8 +31,6 @@ from phasewatch.sources.journal_feed import (
     RELEASE_QUIET,
     JournalFeed,
 )
-from phasewatch.sources.procs import ProcessTable, RankProcess
-from phasewatch.sources.unit_processes import SCAN_SPACING, RankProcesses, UnitFactsReader
 from phasewatch.stages.s4_judge.wakeups import LOOK, TALKING, Wait, plan
 from phasewatch.systemd_unit import RecordingUnit, UnitFacts
 

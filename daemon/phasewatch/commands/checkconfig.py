@@ -41,7 +41,7 @@ from ..errors import (
 )
 from ..records import Phase
 from ..render import json_text, terminal_safe
-from ..sources.alert_receiver import read_token
+from ..sources.receiver.alert_receiver import read_token
 
 RESTART_ACTION = "org.freedesktop.systemd1.manage-units"
 POLKIT_TIMEOUT = 10.0  # seconds; polkitd is D-Bus activated and may have to start first
@@ -188,8 +188,8 @@ def timer_check(config: Config, state_dir: str | None) -> list[str]:
     """`check-config --unit`: the unit's timers (over D-Bus), its last start-up's server_args (from
     the journal) and the learned healthy durations (history), against the config's limits."""
     from ..sinks.history import History, fingerprint
-    from ..sources.current import CurrentStartup, find_start
-    from ..sources.follow import JournalFollower
+    from ..sources.journal.current import CurrentStartup, find_start
+    from ..sources.journal.follow import JournalFollower
     from ..stages.s4_judge.learn import typical_durations
     from ..stages.s4_judge.timerlint import UnitTimers, lint
     from ..systemd_unit import SystemdUnit

@@ -83,7 +83,7 @@ def last_startup(unit: str, directory: str | None) -> dict[Phase, float]:
     from ..config.load import Config
     from ..errors import JournalError
     from ..pipeline import Pipeline
-    from ..sources.journal_source import UnitRecords
+    from ..sources.journal.journal_source import UnitRecords
 
     try:
         pipeline = Pipeline(Config(unit=unit))

@@ -33,9 +33,9 @@ from ..pipeline import Pipeline
 from ..ranks import rank_sort_key
 from ..records import MAIN, PHASE_NAMES, EventKind, JournalRecord, Line, LineKind
 from ..render import clock_text, current_phase, terminal_safe
-from ..sources.access import unknown_unit
-from ..sources.current import StartPoint, find_start, journal_start, wait_for_journal
-from ..sources.follow import JournalFollower
+from ..sources.journal.access import unknown_unit
+from ..sources.journal.current import StartPoint, find_start, journal_start, wait_for_journal
+from ..sources.journal.follow import JournalFollower
 from ..stages.s1_read.lines import decode, strip_ansi
 from ..stages.s2_interpret.events import is_lifecycle_record
 from ..stages.s3_track.snapshot import InvocationView

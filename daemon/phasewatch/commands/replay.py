@@ -21,10 +21,10 @@ from ..pipeline import Pipeline
 from ..profile.load import builtin_engines
 from ..records import Entry, JournalRecord, UnitLine, UnitRun
 from ..render import MAX_TS, clamp_ts, json_text, terminal_safe, to_json, to_table, ts_in_range
-from ..sources import journal_source
-from ..sources.formats import parse_source
-from ..sources.journal_source import UnitRecords
-from ..sources.pastes import unit_named
+from ..sources.journal import journal_source
+from ..sources.journal.formats import parse_source
+from ..sources.journal.journal_source import UnitRecords
+from ..sources.journal.pastes import unit_named
 from ..stages.s2_interpret.ruletally import RuleTally
 from .logs import parse_since
 from .target import resolve

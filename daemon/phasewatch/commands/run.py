@@ -28,8 +28,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from ..sinks.http import Rebinder, start_metrics
     from ..sinks.peers import peer_key
     from ..sinks.state import StateStore
-    from ..sources.alert_receiver import start_receiver
-    from ..sources.follow import JournalFollower
+    from ..sources.journal.follow import JournalFollower
+    from ..sources.receiver.alert_receiver import start_receiver
     from ..stages.s5_act.respond import PRIORITY, Action
     from ..systemd_unit import SystemdUnit
     from .checkconfig import check_instance
@@ -55,8 +55,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     rebinder = None if metrics_server is not None else Rebinder(
         config.metrics_listen, exporter,
         lambda why: alerter.alert(Action("alert", why, "metrics_unbound", PRIORITY["metrics_unbound"], cause="listen")))
-    from ..sources.gpu import NvmlSource
-    from ..sources.gpu_health import STARTUP_LOOKBACK, KernelXids
+    from ..sources.host.gpu import NvmlSource
+    from ..sources.host.gpu_health import STARTUP_LOOKBACK, KernelXids
 
     # Unbindable: alerted once, tried again; never bound within GIVE_UP_AFTER: the loop raises (exit 69).
     receiver = start_receiver(config, lambda why: alerter.alert(Action(

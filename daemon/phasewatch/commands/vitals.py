@@ -26,9 +26,9 @@ from typing import Any, Iterator, TextIO
 
 from ..durations import parse_duration
 from ..errors import EX_OK, InputError, UsageError
-from ..sources.gpu import NvmlSource
-from ..sources.procs import ProcessTable, rank_from_title
-from ..sources.procstat import ProcSampler, parse_stat
+from ..sources.host.gpu import NvmlSource
+from ..sources.host.procs import ProcessTable, rank_from_title
+from ..sources.host.procstat import ProcSampler, parse_stat
 from ..stages.s4_judge import vitals_trace
 from ..stages.s4_judge.gpu_vitals import GpuReading
 from ..stages.s4_judge.vitals_trace import Window

@@ -42,9 +42,9 @@ from ..errors import (
 from ..ranks import rank_sort_key
 from ..records import FAILED_STARTUP, MAIN, UNIT_PHASES, Phase
 from ..render import current_phase, json_text
-from ..sources.access import unknown_unit
-from ..sources.current import CurrentStartup, find_start
-from ..sources.follow import JournalFollower
+from ..sources.journal.access import unknown_unit
+from ..sources.journal.current import CurrentStartup, find_start
+from ..sources.journal.follow import JournalFollower
 from ..stages.s3_track.snapshot import UP_STATES, InvocationView, Transition, UnitState
 from ..stages.s4_judge import policy
 from .target import resolve

@@ -12,7 +12,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 from ..config.load import Config
 from ..errors import UnitError
 from ..profile.xid_table import XidLine
-from ..sources.procs import ProcessTable
+from ..sources.host.procs import ProcessTable
 from ..stages.s4_judge.ras_culprit import RasFinding
 from ..stages.s5_act.respond import Action
 from ..systemd_unit import UnitFacts

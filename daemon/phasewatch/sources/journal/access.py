@@ -20,7 +20,7 @@ import socket
 from pathlib import Path
 from typing import Callable, Iterable
 
-from ..errors import DataError, NoPermission, NoSuchUnit, UnavailableError
+from ...errors import DataError, NoPermission, NoSuchUnit, UnavailableError
 from .current import _open_reader, journal_knows
 
 JOURNAL_DIRS = ("/var/log/journal", "/run/log/journal")

@@ -16,10 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import JournalError
-from ..records import JournalRecord, record_from_fields
-from ..trust import TRUSTED_FIELDS, rejection
+from ...errors import JournalError
+from ...records import JournalRecord, record_from_fields
 from .journal_pages import drop_journal_pages
+from .trust import TRUSTED_FIELDS, rejection
 
 NOP, APPEND, INVALIDATE = 0, 1, 2
 # Entries looked at in one `read`, per entry it may return: a flood of forged entries costs a

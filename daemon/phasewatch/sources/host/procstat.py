@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..stages.s4_judge.vitals import CgroupSample, ProcessSample, Sample
+from ...stages.s4_judge.vitals import CgroupSample, ProcessSample, Sample
 from .procs import CGROUP_ROOTS, ProcessTable, rank_from_title
 
 MAX_PROCESSES = 4096  # a unit with more is sampled in part (pids in order), never for unbounded time

@@ -20,11 +20,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from ..config.instances import config_names, watched_unit
-from ..config.load import Config, load_config
-from ..errors import JournalError, NoSuchUnit, UnitError, UsageError
-from ..pipeline import Judgement, Pipeline
-from ..records import (
+from ...config.instances import config_names, watched_unit
+from ...config.load import Config, load_config
+from ...errors import JournalError, NoSuchUnit, UnitError, UsageError
+from ...pipeline import Judgement, Pipeline
+from ...records import (
     MID_DEACTIVATED,
     MID_FAILED,
     MID_MAIN_EXITED,
@@ -35,9 +35,9 @@ from ..records import (
     MID_STOPPING,
     record_from_fields,
 )
-from ..stages.s3_track.snapshot import InvocationView, Snapshot, Transition
-from ..stages.s4_judge.timerlint import UnitTimers
-from ..systemd_unit import SystemdUnit, UnitFacts
+from ...stages.s3_track.snapshot import InvocationView, Snapshot, Transition
+from ...stages.s4_judge.timerlint import UnitTimers
+from ...systemd_unit import SystemdUnit, UnitFacts
 from .follow import JournalFollower
 from .journal_reader import INVALIDATE
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ..stages.s4_judge.gpu_fault import GpuHealth
+from ...stages.s4_judge.gpu_fault import GpuHealth
 
 # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION when the binding lacks it: 230, as nvidia-ml-py gives it beside driver
 # 580.159.04 on an H200 (tests/golden/nvml-health/)

@@ -19,15 +19,15 @@ import collections
 import logging
 from typing import Any, Callable, Sequence
 
-from ..errors import JournalError
-from ..pipeline import Pipeline
-from ..profile.xid_table import XidLine, parse_xid, xid_table
-from ..records import Event
-from ..stages.s3_track.snapshot import InvocationView
-from ..stages.s4_judge.gpu_fault import GpuFault, nvml_faults, xid_fault
-from .base import Instant
+from ...errors import JournalError
+from ...pipeline import Pipeline
+from ...profile.xid_table import XidLine, parse_xid, xid_table
+from ...records import Event
+from ...stages.s3_track.snapshot import InvocationView
+from ...stages.s4_judge.gpu_fault import GpuFault, nvml_faults, xid_fault
+from ..base import Instant
+from ..journal.journal_reader import INVALIDATE, _open_reader
 from .gpu import NvmlSource
-from .journal_reader import INVALIDATE, _open_reader
 from .signs_of_life import SignsOfLife
 
 logger = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ Pasted logs replayed from a file carry no `_` fields at all and are not screened
 
 from __future__ import annotations
 
-from .records import (
+from ...records import (
     MID_DEACTIVATED,
     MID_FAILED,
     MID_MAIN_EXITED,

@@ -11,9 +11,9 @@ from datetime import datetime, timezone
 from functools import lru_cache
 from itertools import islice
 
-from ..errors import InputError
-from ..prefixes import bounded_int
-from ..records import (
+from ...errors import InputError
+from ...prefixes import bounded_int
+from ...records import (
     MID_DEACTIVATED,
     MID_FAILED,
     MID_MAIN_EXITED,

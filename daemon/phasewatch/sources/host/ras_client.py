@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping
 
-from ..stages.s4_judge.ras_report import RasAddress, ras_address
+from ...stages.s4_judge.ras_report import RasAddress, ras_address
 from .listeners import port_holders
 
 PROTOCOL = 2

@@ -37,9 +37,9 @@ import time
 from types import ModuleType
 from typing import Any, Callable, Iterator
 
-from ..profile.xid_table import pci_key
-from ..stages.s4_judge.gpu_fault import GpuHealth
-from ..stages.s4_judge.gpu_vitals import GpuInfo, GpuReading
+from ...profile.xid_table import pci_key
+from ...stages.s4_judge.gpu_fault import GpuHealth
+from ...stages.s4_judge.gpu_vitals import GpuInfo, GpuReading
 from .gpu_nvml_health import read_health
 
 logger = logging.getLogger(__name__)

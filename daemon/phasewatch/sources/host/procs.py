@@ -29,7 +29,7 @@ START_MARGIN = 2.0  # seconds: /proc/stat's btime is whole seconds, a process's 
 def rank_from_title(cmdline: bytes) -> str | None:
     """The rank a process title (argv[0]) names, as any engine module reads it
     (`sglang::scheduler_DP0_TP3` -> `DP0 TP3`, `VLLM::Worker_TP3` -> `TP3`); None for other processes."""
-    from ..engines import rank_from_any_title
+    from ...engines import rank_from_any_title
 
     return rank_from_any_title(cmdline.split(b"\0", 1)[0].decode("utf-8", "replace"))
 

@@ -21,10 +21,10 @@ from __future__ import annotations
 import logging
 from typing import Callable, Protocol
 
-from ..clock import Clock
-from ..durations import format_duration
-from ..records import Event, EventKind
-from ..stages.s3_track.snapshot import UP_STATES
+from ...clock import Clock
+from ...durations import format_duration
+from ...records import Event, EventKind
+from ...stages.s3_track.snapshot import UP_STATES
 from .journal_feed import JournalFeed
 
 logger = logging.getLogger(__name__)

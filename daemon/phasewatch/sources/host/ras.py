@@ -19,11 +19,11 @@ import queue
 import threading
 from typing import Callable, Mapping, Sequence
 
-from ..config.load import Config
-from ..records import Event
-from ..stages.s4_judge.ras_culprit import ASK_SPACING, RasFinding, ask_at, failed_finding, find_culprit
-from ..stages.s4_judge.ras_report import RasAddress, RasFormatError, parse_report
-from .base import Current, Instant
+from ...config.load import Config
+from ...records import Event
+from ...stages.s4_judge.ras_culprit import ASK_SPACING, RasFinding, ask_at, failed_finding, find_culprit
+from ...stages.s4_judge.ras_report import RasAddress, RasFormatError, parse_report
+from ..base import Current, Instant
 from .procs import ProcessTable
 from .ras_client import QUERY_SECONDS, RasAnswer, address_of, query
 from .unit_processes import RankProcesses, UnitFactsReader

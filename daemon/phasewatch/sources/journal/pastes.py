@@ -9,7 +9,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import replace
 
-from ..records import MID_STARTED, JournalRecord
+from ...records import MID_STARTED, JournalRecord
 
 # PID 1's job lines ("Starting sglang-kimi.service - SGLang...") and a unit's name, as journalctl shows them.
 JOB_RE = re.compile(r"(?P<verb>Started|Stopped|Starting|Stopping) (?P<what>.+?)(?:\.\.\.|\.)?")

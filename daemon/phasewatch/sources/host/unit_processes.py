@@ -16,12 +16,12 @@ import math
 from dataclasses import dataclass
 from typing import Iterable, Protocol, Sequence
 
-from ..errors import UnitError
-from ..records import Event, EventKind
-from ..stages.s3_track.snapshot import InvocationView, UnitState
-from ..stages.s4_judge.timerlint import UnitTimers
-from ..systemd_unit import UnitFacts
-from .base import Current, Instant
+from ...errors import UnitError
+from ...records import Event, EventKind
+from ...stages.s3_track.snapshot import InvocationView, UnitState
+from ...stages.s4_judge.timerlint import UnitTimers
+from ...systemd_unit import UnitFacts
+from ..base import Current, Instant
 from .procs import ProcessTable, RankProcess, RankWatch
 
 logger = logging.getLogger(__name__)

@@ -12,12 +12,12 @@ import logging
 import math
 from typing import Callable, Sequence
 
-from ..clock import Clock
-from ..errors import JournalError, JournalUnavailable
-from ..pipeline import Pipeline
-from ..records import Entry, Event, EventKind, UnitRun
-from ..stages.s4_judge.policy import LOST_UNREAD
-from .base import Instant
+from ...clock import Clock
+from ...errors import JournalError, JournalUnavailable
+from ...pipeline import Pipeline
+from ...records import Entry, Event, EventKind, UnitRun
+from ...stages.s4_judge.policy import LOST_UNREAD
+from ..base import Instant
 from .follow import JournalFollower
 from .journal_reader import INVALIDATE, ReadEnd
 

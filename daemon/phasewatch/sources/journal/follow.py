@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Generator
 
-from ..records import Entry
+from ...records import Entry
 from . import journal_source
 from .journal_reader import ReadEnd, UnitJournalReader
 

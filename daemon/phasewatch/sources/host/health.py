@@ -8,11 +8,11 @@ import logging
 import math
 from typing import Callable, Sequence
 
-from ..clock import Clock
-from ..config.load import Config
-from ..records import MAIN, Event, EventKind, Phase
-from ..stages.s3_track.snapshot import UP_STATES, InvocationView
-from .base import Current, Instant
+from ...clock import Clock
+from ...config.load import Config
+from ...records import MAIN, Event, EventKind, Phase
+from ...stages.s3_track.snapshot import UP_STATES, InvocationView
+from ..base import Current, Instant
 from .probe import BackgroundProbe, ProbeResult, default_url
 
 logger = logging.getLogger(__name__)

@@ -31,13 +31,13 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..clock import Clock, SystemClock
-from ..config.load import Config
-from ..config.sections import Group, GroupReceiver
-from ..errors import ConfigError, UnavailableError
-from ..records import Event, GroupRestartRequest
-from ..stages.s5_act.group_decision import NotificationError, parse_notification
-from .base import Instant
+from ...clock import Clock, SystemClock
+from ...config.load import Config
+from ...config.sections import Group, GroupReceiver
+from ...errors import ConfigError, UnavailableError
+from ...records import Event, GroupRestartRequest
+from ...stages.s5_act.group_decision import NotificationError, parse_notification
+from ..base import Instant
 from .listen_fds import receiver_socket
 from .receiver_gate import Gate, RefusalLog
 from .receiver_http import CONNECTION_DEADLINE, PATH, Server
@@ -52,7 +52,7 @@ PeerOf = Callable[[Any], str]
 def read_token(receiver: GroupReceiver) -> bytes:
     """The bearer token: the file's first line (raises ConfigError: the daemon does not start without it,
     nor with a file others may read: config_trust.check_token_file)."""
-    from ..config.file_trust import check_token_file
+    from ...config.file_trust import check_token_file
 
     check_token_file(receiver.token_file)
     try:

@@ -10,12 +10,12 @@ import math
 from dataclasses import replace
 from typing import Callable, Sequence
 
-from ..config.load import Config
-from ..records import Event, EventKind
-from ..stages.s3_track.snapshot import InvocationView, UnitState
-from ..stages.s4_judge.gpu_vitals import GpuBaseline, baselines_after
-from ..stages.s4_judge.vitals import Sample, Vitals, compare, progress_events, with_gpus
-from .base import Current, Instant
+from ...config.load import Config
+from ...records import Event, EventKind
+from ...stages.s3_track.snapshot import InvocationView, UnitState
+from ...stages.s4_judge.gpu_vitals import GpuBaseline, baselines_after
+from ...stages.s4_judge.vitals import Sample, Vitals, compare, progress_events, with_gpus
+from ..base import Current, Instant
 from .gpu import NvmlSource
 from .procstat import ProcSampler
 from .unit_processes import UnitFactsReader

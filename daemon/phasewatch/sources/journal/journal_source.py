@@ -15,13 +15,13 @@ import queue
 import threading
 from typing import Any, Callable, Generator, Iterator, Union
 
-from ..errors import JournalError, JournalUnavailable
-from ..records import Entry, JournalRecord, UnitLine, UnitRun, record_from_fields
-from ..trust import rejection
+from ...errors import JournalError, JournalUnavailable
+from ...records import Entry, JournalRecord, UnitLine, UnitRun, record_from_fields
 from .journal_reader import LIFECYCLE_FIELDS, ReadEnd, UnitJournalReader
+from .trust import rejection
 
 try:  # the same reader in C (_journal_lines.c), when the package was built with it (setup.py)
-    from .. import _journal_lines as c_lines  # type: ignore[attr-defined]
+    from ... import _journal_lines as c_lines  # type: ignore[attr-defined]
 except ImportError:  # pragma: no cover - a pure-Python build
     c_lines = None
 
