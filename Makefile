@@ -58,7 +58,7 @@ DEB_BUILD_DEPS := dpkg-dev debhelper dh-python pybuild-plugin-pyproject python3-
 # The man pages, from the parser, the config's keys and the unit (phasewatch/manpages.py); committed,
 # and a test checks that they equal what this writes.
 man:
-	PYTHONPATH=daemon $(PYTHON) -m phasewatch.manpages man
+	PYTHONPATH=daemon $(PYTHON) -m phasewatch.output.manpages man
 
 install: install-venv install-files
 	systemd-sysusers $(SYSUSERSDIR)/phasewatch.conf

@@ -26,8 +26,8 @@ from .errors import (
     PhasewatchError,
     exit_table,
 )
-from .fit import FittedStream, output_width
-from .render import terminal_safe
+from .output.fit import FittedStream, output_width
+from .output.render import terminal_safe
 from .sources.journal import journal_source
 
 

@@ -13,11 +13,11 @@ from hypothesis import strategies as st
 from phasewatch.cli import main
 from phasewatch.config.load import Config
 from phasewatch.errors import ProfileError
+from phasewatch.output.render import iso, to_json, to_table
 from phasewatch.pipeline import Pipeline
 from phasewatch.prefixes import canonical_rank
 from phasewatch.profile.load import load_builtin_profile, parse_profile
 from phasewatch.records import JournalRecord, Phase
-from phasewatch.render import iso, to_json, to_table
 from phasewatch.sources.journal.formats import parse_source
 from phasewatch.stages.s1_read.lines import LineSplitter
 from phasewatch.stages.s1_read.timestamps import DATED_FROM, foreign_time, is_dated

@@ -20,7 +20,7 @@ IO_MODULES = {"systemd", "pystemd", "httpx", "sqlite3", "socket", "threading", "
 # set of module names; a name ending in "." is every module of that package. The stages' groups are
 # layers of their own, in the order data flows through them.
 LAYERS: tuple[tuple[str, frozenset[str]], ...] = tuple((name, frozenset(members.split())) for name, members in (
-    ("base", " __init__ records errors durations clock fit redact prefixes ranks"),
+    ("base", " __init__ records errors durations clock prefixes ranks"),
     ("engines", "engines engines."),
     ("config", "profile profile. config config."),
     ("stages", "stages"),
@@ -29,14 +29,15 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = tuple((name, frozenset(members.
     ("stages.s3_track", "stages.s3_track stages.s3_track."),
     ("stages.s4_judge", "stages.s4_judge stages.s4_judge."),
     ("stages.s5_act", "stages.s5_act stages.s5_act."),
-    ("pipeline", "pipeline render"),
+    ("pipeline", "pipeline"),
+    ("output", "output output.render output.fit output.verdict_lines"),
     ("edge", "systemd_unit"),
     ("sources", "sources sources."),
     ("sinks", "sinks sinks."),
     ("app", "app"),
     ("compose", "compose"),
     ("commands", "commands commands."),
-    ("cli", "cli __main__ manpages"),
+    ("cli", "cli __main__ output.manpages"),
 ))
 
 

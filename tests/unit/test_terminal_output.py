@@ -18,9 +18,9 @@ from phasewatch.commands.replay import TimeClamp
 from phasewatch.commands.status import render_table
 from phasewatch.config.load import Config
 from phasewatch.errors import EX_OK
+from phasewatch.output.render import MAX_TS, clock_text, iso, json_text, terminal_safe
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import Entry, JournalRecord, UnitLine, UnitRun
-from phasewatch.render import MAX_TS, clock_text, iso, json_text, terminal_safe
 from phasewatch.sources.journal.journal_source import RunShape, UnitRecords
 
 UNIT = "sglang-kimi.service"

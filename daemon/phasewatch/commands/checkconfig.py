@@ -39,8 +39,8 @@ from ..errors import (
     UnitError,
     UsageError,
 )
+from ..output.render import json_text, terminal_safe
 from ..records import Phase
-from ..render import json_text, terminal_safe
 from ..sources.receiver.alert_receiver import read_token
 
 RESTART_ACTION = "org.freedesktop.systemd1.manage-units"

@@ -22,9 +22,9 @@ from ..config.instances import config_names, watched_unit, watcher_of
 from ..config.load import parse_config
 from ..config.yaml_file import load_yaml
 from ..errors import EX_CANTCREAT, ConfigError, PhasewatchError, UnitError
+from ..output.render import terminal_safe
 from ..profile.load import load_builtin_profile
 from ..records import Phase
-from ..render import terminal_safe
 from ..stages.s4_judge.init_config import (
     LOG_RATE_BURST_NEEDED,
     UnitCommand,

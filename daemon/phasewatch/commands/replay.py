@@ -16,11 +16,11 @@ from ..config.load import Config, load_config
 from ..durations import parse_duration
 from ..engines import detect_engine
 from ..errors import EX_OK, InputError, UsageError
-from ..fit import output_width
+from ..output.fit import output_width
+from ..output.render import MAX_TS, clamp_ts, json_text, terminal_safe, to_json, to_table, ts_in_range
 from ..pipeline import Pipeline
 from ..profile.load import builtin_engines
 from ..records import Entry, JournalRecord, UnitLine, UnitRun
-from ..render import MAX_TS, clamp_ts, json_text, terminal_safe, to_json, to_table, ts_in_range
 from ..sources.journal import journal_source
 from ..sources.journal.formats import parse_source
 from ..sources.journal.journal_source import UnitRecords

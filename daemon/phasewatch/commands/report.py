@@ -19,11 +19,11 @@ from typing import Any, Sequence
 
 from ..durations import format_duration
 from ..errors import EX_OK, HistoryUnreadable, NoHistory, NoPermission, UsageError
+from ..output.render import PHASE_SHORT, terminal_safe
+from ..output.verdict_lines import rank_ranges
 from ..records import PHASE_NAMES
-from ..render import PHASE_SHORT, terminal_safe
 from ..sinks.history import History, StartupRecord
 from ..stages.s1_read.timestamps import is_dated
-from ..stages.s5_act.verdict_lines import rank_ranges
 from .target import resolve
 
 COLOURS = {

@@ -32,9 +32,9 @@ from ..errors import (
     UnavailableError,
     UsageError,
 )
-from ..fit import fitted, output_width
+from ..output.fit import fitted, output_width
+from ..output.render import json_text, status_document, terminal_safe
 from ..records import FAILING
-from ..render import json_text, status_document, terminal_safe
 from ..sources.journal.access import preflight
 from ..sources.journal.current import CurrentStartup, StartPoint, find_start, unit_timers
 from ..sources.journal.follow import JournalFollower

@@ -8,8 +8,8 @@ from typing import Any
 
 from ..config.instances import instance_of
 from ..durations import format_duration
+from ..output.render import terminal_safe
 from ..records import MAIN, PHASE_NAMES
-from ..render import terminal_safe
 
 DONE = ("ready", "serving")
 

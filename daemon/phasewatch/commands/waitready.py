@@ -39,9 +39,9 @@ from ..errors import (
     NoSuchUnit,
     UsageError,
 )
+from ..output.render import current_phase, json_text
 from ..ranks import rank_sort_key
 from ..records import FAILED_STARTUP, MAIN, UNIT_PHASES, Phase
-from ..render import current_phase, json_text
 from ..sources.journal.access import unknown_unit
 from ..sources.journal.current import CurrentStartup, find_start
 from ..sources.journal.follow import JournalFollower

@@ -14,7 +14,6 @@ from ...config.load import Config, PhaseLimits
 from ...durations import format_duration
 from ...profile.load import Profile
 from ...records import MAIN, PHASE_NAMES, STUCK, UNIT_PHASES, WRONG_WHEN_STOPPED, Outcome, Phase, VerdictKind
-from ...redact import redact
 from ..s2_interpret.crashfacts import (
     FRAME_RE,
     CrashFacts,
@@ -28,6 +27,7 @@ from ..s3_track.snapshot import LIVE_STATES, UP_STATES, FatalView, GpuSeen, Invo
 from .gpu_policy import gpu_words as _gpu_words
 from .gpu_policy import stall_window as _stall_window
 from .group_wait import node_done, with_node_waiting
+from .redact import redact
 from .verdict import Verdict
 
 OUTCOMES = tuple(Outcome)

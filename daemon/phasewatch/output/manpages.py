@@ -2,7 +2,7 @@
 (every command and option as `--help` has it, and errors.EXIT_STATUSES), phasewatch.yaml(5) from
 config.TOP_KEYS, DEFAULT_LIMITS and the example config, phasewatch@.service(8) from the unit file.
 
-    python3 -m phasewatch.manpages OUTDIR [--example config/phasewatch.yaml --unit units/phasewatch@.service]
+    python3 -m phasewatch.output.manpages OUTDIR [--example config/phasewatch.yaml --unit units/phasewatch@.service]
 
 writes man/phasewatch.1, man/phasewatch.yaml.5 and man/phasewatch@.service.8 (committed; a test
 checks they equal what this writes from the current parser and config).
@@ -15,10 +15,10 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from . import __version__
-from .config.load import DEFAULT_LIMITS, TOP_KEYS
-from .durations import format_duration
-from .errors import EXIT_STATUSES
+from .. import __version__
+from ..config.load import DEFAULT_LIMITS, TOP_KEYS
+from ..durations import format_duration
+from ..errors import EXIT_STATUSES
 
 DATE = "2026-12-01"  # the pages' own date: fixed, so that a regeneration changes only what changed
 SEE_ALSO = r"""\fBsystemd.service\fR(5), \fBjournalctl\fR(1), \fBsystemd.exec\fR(5), \fBpolkit\fR(8);
@@ -163,14 +163,14 @@ PAGES = ("phasewatch.1", "phasewatch.yaml.5", "phasewatch@.service.8")
 
 
 def render_all(example: str, unit_file: str) -> dict[str, str]:
-    from .cli import build_parser
+    from ..cli import build_parser
 
     return {"phasewatch.1": phasewatch_1(build_parser()), "phasewatch.yaml.5": phasewatch_yaml_5(example),
             "phasewatch@.service.8": phasewatch_service_8(unit_file)}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python3 -m phasewatch.manpages")
+    parser = argparse.ArgumentParser(prog="python3 -m phasewatch.output.manpages")
     parser.add_argument("outdir")
     parser.add_argument("--example", default="config/phasewatch.yaml")
     parser.add_argument("--unit", default="units/phasewatch@.service")

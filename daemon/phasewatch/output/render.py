@@ -15,17 +15,17 @@ import re
 import time
 from typing import Any
 
-from .config.load import Config
-from .durations import format_duration
+from ..config.load import Config
+from ..durations import format_duration
+from ..pipeline import Judgement
+from ..records import FINAL_PHASES, MAIN, UNIT_PHASES, Phase, Progress
+from ..stages.s1_read.timestamps import is_dated
+from ..stages.s3_track.snapshot import InvocationView, RankView
+from ..stages.s4_judge.redact import redact
+from ..stages.s4_judge.remedies import naming_evidence
+from ..stages.s4_judge.verdict import Verdict
 from .fit import fit_text
-from .pipeline import Judgement
-from .records import FINAL_PHASES, MAIN, UNIT_PHASES, Phase, Progress
-from .redact import redact
-from .stages.s1_read.timestamps import is_dated
-from .stages.s3_track.snapshot import InvocationView, RankView
-from .stages.s4_judge.remedies import naming_evidence
-from .stages.s4_judge.verdict import Verdict
-from .stages.s5_act.verdict_lines import VerdictLine, grouped
+from .verdict_lines import VerdictLine, grouped
 
 # C0 controls except tab (ESC, BEL, backspace, CR, ...), DEL and C1 (CSI U+009B, OSC U+009D, ...).
 _CONTROL_RE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")

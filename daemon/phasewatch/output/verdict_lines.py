@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ...durations import format_duration, parse_duration
+from ..durations import format_duration, parse_duration
 
 # What format_duration() writes: 45s, 2m17s, 1h30m, 1h.
 _DURATION_RE = re.compile(r"\b\d+[hms](?:\d+[ms])?\b")
