@@ -1,12 +1,12 @@
-"""The config's `group:` section (docs/multi-node.md): validated into `config_sections.Group`."""
+"""The config's `group:` section (docs/multi-node.md): validated into `sections.Group`."""
 
 from __future__ import annotations
 
 import re
-from typing import Any, Callable
+from typing import Any
 
 from ..durations import shown
-from ..errors import ConfigError
+from .parse_sections import Fail, entries, listen_problem
 from .sections import Group, GroupReceiver
 
 GROUP_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
@@ -14,13 +14,8 @@ MAX_NODES = 1024
 GROUP_KEYS = ("name", "nodes", "node_rank", "receiver")
 RECEIVER_KEYS = ("listen", "token_file", "tls_cert", "tls_key")
 
-Fail = Callable[[str, str, "int | None"], ConfigError]
-Entries = Callable[[Any, str, "int | None", str, Fail], list[tuple[str, Any, "int | None"]]]
-
-
-def parse_group(section: Any, line: int | None, fail: Fail, entries: Entries,
-                listen_ok: Callable[[Any], str | None]) -> Group | None:
-    """None when the section is absent. `listen_ok` says what is wrong with a HOST:PORT (None: nothing)."""
+def parse_group(section: Any, line: int | None, fail: Fail) -> Group | None:
+    """None when the section is absent."""
     if section is None:
         return None
     values: dict[str, Any] = {}
@@ -34,7 +29,7 @@ def parse_group(section: Any, line: int | None, fail: Fail, entries: Entries,
                            at)
             values["name"] = raw
         elif key == "receiver":
-            receiver = _receiver(raw, at, fail, entries, listen_ok)
+            receiver = _receiver(raw, at, fail)
         else:
             low = 2 if key == "nodes" else 0
             if isinstance(raw, bool) or not isinstance(raw, int) or not low <= raw <= MAX_NODES:
@@ -49,15 +44,14 @@ def parse_group(section: Any, line: int | None, fail: Fail, entries: Entries,
     return Group(values["name"], values["nodes"], rank, receiver)
 
 
-def _receiver(section: Any, line: int | None, fail: Fail, entries: Entries,
-              listen_ok: Callable[[Any], str | None]) -> GroupReceiver:
+def _receiver(section: Any, line: int | None, fail: Fail) -> GroupReceiver:
     values: dict[str, str] = {}
     lines: dict[str, int] = {}
     for key, raw, at in entries(section, "group.receiver", line, "a mapping with listen and token_file", fail):
         if key not in RECEIVER_KEYS:
             raise fail(f"group.receiver.{key}", f"unknown setting (known: {', '.join(RECEIVER_KEYS)})", at)
         if key == "listen":
-            problem = listen_ok(raw)
+            problem = listen_problem(raw)
             if problem is not None:
                 raise fail("group.receiver.listen", problem, at)
         elif not isinstance(raw, str) or not raw.startswith("/"):

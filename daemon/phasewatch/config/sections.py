@@ -1,10 +1,45 @@
-"""The frozen records of the config's sections (restart budget, health probe, signs of life, learned
-limits, evidence, hooks, leftovers): what `config.py` validates into, and what the rest reads."""
+"""The frozen records of the config's sections (phase limits, restart budget, health probe, signs of
+life, learned limits, evidence, hooks, leftovers): what `load.py` validates into, and what the rest reads."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Mapping
+
+from ..records import Phase
+
+
+@dataclass(frozen=True)
+class PhaseLimits:
+    """`deadline`: longest a rank may stay in the phase; `stall`: longest it may stay silent in it."""
+
+    deadline: float | None
+    stall: float | None
+    # With a learned deadline: a phase whose progress bar keeps moving may run past it, at its own
+    # pace, up to this cap (the configured ceiling). None: the deadline is firm.
+    cap: float | None = None
+    # The stall window in force while the rank's GPU is observed (NVML: vitals.gpu): a GPU that
+    # computes or moves data is a sign of life, so silence with an observed GPU means much more.
+    # None: the phase has no GPU work to see; `stall` applies.
+    gpu_stall: float | None = None
+
+
+# Sized for Kimi-K2.5 INT4 (547 GB) on 8 GPUs with an EAGLE-3 draft; see config/phasewatch.yaml.
+DEFAULT_LIMITS: Mapping[Phase, PhaseLimits] = {
+    Phase.LAUNCH: PhaseLimits(600, 600),
+    Phase.DIST_INIT: PhaseLimits(600, 300),
+    Phase.WEIGHT_LOAD: PhaseLimits(2700, 900),
+    Phase.KV_CACHE_ALLOC: PhaseLimits(600, 600),
+    Phase.CUDA_GRAPH_CAPTURE: PhaseLimits(1800, 1200, gpu_stall=180),
+    Phase.DRAFT_WEIGHT_LOAD: PhaseLimits(600, 300),
+    Phase.DRAFT_CUDA_GRAPH_CAPTURE: PhaseLimits(1200, 1200, gpu_stall=180),
+    Phase.HTTP_SERVER_START: PhaseLimits(300, 300),
+    Phase.WARMUP: PhaseLimits(600, 540, gpu_stall=180),
+    Phase.READY: PhaseLimits(None, None),
+    Phase.SERVING: PhaseLimits(None, None),
+    # DeepGEMM's pre-compile "typically 10-20 mins"; compiler child processes are signs of life (vitals.py).
+    Phase.JIT_COMPILE: PhaseLimits(2400, 1200),
+}
 
 
 @dataclass(frozen=True)
