@@ -8,16 +8,18 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..config.instances import instance_config
 from ..config.load import Config, load_config
 from ..errors import EX_OK, ConfigError
 
+if TYPE_CHECKING:
+    from ..app import Daemon
+
 
 def cmd_run(args: argparse.Namespace) -> int:
     import logging
-    import signal
 
     from ..app import watchdog_interval_from_env
     from ..clock import SystemClock
@@ -69,6 +71,19 @@ def cmd_run(args: argparse.Namespace) -> int:
                      gpu=NvmlSource(), receiver=receiver,
                      kernel=KernelXids(args.directory, since=SystemClock().wall() - STARTUP_LOOKBACK))
 
+    _serve(daemon, config, metrics_server, rebinder, receiver)
+    return EX_OK
+
+
+class Closable(Protocol):
+    def close(self) -> None: ...
+
+
+def _serve(daemon: Daemon, config: Config, *closing: Closable | None) -> None:
+    """Run the loop until SIGTERM (SIGHUP: reload between two steps); then close what `closing` names."""
+    import logging
+    import signal
+
     def stop(signum: int, frame: object) -> None:
         raise SystemExit(0)
 
@@ -84,13 +99,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         daemon.run()
     finally:
         daemon.notifier.send("STOPPING=1")
-        if metrics_server is not None:
-            metrics_server.close()
-        if rebinder is not None:
-            rebinder.close()
-        if receiver is not None:
-            receiver.close()
-    return EX_OK
+        for part in closing:
+            if part is not None:
+                part.close()
 
 
 def _wakeup_pipe() -> tuple[int, int]:

@@ -310,68 +310,92 @@ def to_table(judgements: list[Judgement], now: float, timeless: bool = False, wi
     left_out = 0
     for judgement in judgements:
         inv = judgement.invocation
-        if timeless:
-            times = "no time stamps in the log (no durations)"
-        else:
-            times = f"started {when_text(inv.started_at)}, last line {when_text(inv.last_ts)}"
-        phase = current_phase(inv) or "none seen yet"
-        header = f"invocation {inv.invocation_id}: {judgement.outcome}, phase {phase}, {times}"
-
-        if inv.lines_lost:
-            header += f", {inv.lines_lost} line(s) lost"
-        if inv.lines_hidden:
-            header += f", {inv.lines_hidden} line(s) journalctl did not print (journalctl -a shows them)"
-        if inv.cold:
-            header += ", cold (JIT compiled)"
-        out.append(header)
+        out.append(_invocation_header(judgement, timeless))
         main_line = main_process_line(inv, inv.as_of(now), timeless)
         if main_line is not None:
             out.append(main_line)
-        shown = [r for r in inv.ranks if main_line is None or r.rank != MAIN]
-        phases = [p.value for p in Phase if p not in FINAL_PHASES  # a final phase has no duration
-                  and any(s.phase is p for r in shown for s in r.spans)]
-        jit = any(r.jit is not None for r in shown)
-        columns = ["RANK", "NOW", "PROGRESS", *phases, *(["jit_compile"] if jit else [])]
-        rows = []
-        for rank in shown:
-            now_text = rank.phase.value + (" (done)" if rank.phase_ended else "") + ("" if rank.seen else " (silent)")
-            if confidence(rank) != "exact":
-                now_text += f" ({confidence(rank)})"
-            if rank.compiling:
-                now_text += " + jit_compile"
-            rows.append([rank.rank, now_text, progress_text(rank.progress),
-                         *(_cell(rank, p, inv.as_of(now), timeless) for p in phases),
-                         *([_jit_cell(rank, inv.as_of(now))] if jit else [])])
+        columns, rows = _rank_rows(inv, now, timeless, main_line is not None)
         lines, shortened, cut = fit_columns(columns, rows, 3, width)
         out.extend(lines)
         short_names += [name for name in shortened if name not in short_names]
         left_out = max(left_out, cut)
-        if judgement.verdicts:
-            out.append("verdicts:")
-            out.extend(f"  {line}" for line in grouped(VerdictLine(v.kind, v.rank, v.message)
-                                                       for v in judgement.verdicts))
-            remedies: dict[str, str] = {}  # one line per remedy, not one per rank stuck alike
-            for v in judgement.verdicts:
-                if v.remedy is not None:
-                    remedies.setdefault(v.remedy.id, v.remedy.text)
-            out.extend(f"  remedy: {naming_evidence(text, None)}" for text in remedies.values())
-        else:
-            out.append("verdicts: none")
-        if inv.anomalies:
-            out.append(f"anomalies: {len(inv.anomalies) + inv.anomalies_dropped} line(s) would have moved a rank "
-                       "backwards (phase kept):")
-            out.extend(f"  {a.rank}: {a.source} -> {a.target} refused (rule {a.rule}, {when_text(a.ts)})"
-                       for a in inv.anomalies[:10])
+        out.extend(_verdicts_and_anomalies(judgement))
         out.append("")
+    if not plain:
+        out.extend(_legend(judgements, short_names, left_out, width))
+    text = "\n".join(terminal_safe(line) for line in out) + "\n"
+    return fit_text(text, width) if width is not None else text
+
+
+def _invocation_header(judgement: Judgement, timeless: bool) -> str:
+    inv = judgement.invocation
+    if timeless:
+        times = "no time stamps in the log (no durations)"
+    else:
+        times = f"started {when_text(inv.started_at)}, last line {when_text(inv.last_ts)}"
+    phase = current_phase(inv) or "none seen yet"
+    header = f"invocation {inv.invocation_id}: {judgement.outcome}, phase {phase}, {times}"
+
+    if inv.lines_lost:
+        header += f", {inv.lines_lost} line(s) lost"
+    if inv.lines_hidden:
+        header += f", {inv.lines_hidden} line(s) journalctl did not print (journalctl -a shows them)"
+    if inv.cold:
+        header += ", cold (JIT compiled)"
+    return header
+
+
+def _rank_rows(inv: InvocationView, now: float, timeless: bool,
+               main_shown: bool) -> tuple[list[str], list[list[str]]]:
+    """The table's columns and a row per rank (the main process has its own line when `main_shown`)."""
+    shown = [r for r in inv.ranks if not main_shown or r.rank != MAIN]
+    phases = [p.value for p in Phase if p not in FINAL_PHASES  # a final phase has no duration
+              and any(s.phase is p for r in shown for s in r.spans)]
+    jit = any(r.jit is not None for r in shown)
+    columns = ["RANK", "NOW", "PROGRESS", *phases, *(["jit_compile"] if jit else [])]
+    rows = []
+    for rank in shown:
+        now_text = rank.phase.value + (" (done)" if rank.phase_ended else "") + ("" if rank.seen else " (silent)")
+        if confidence(rank) != "exact":
+            now_text += f" ({confidence(rank)})"
+        if rank.compiling:
+            now_text += " + jit_compile"
+        rows.append([rank.rank, now_text, progress_text(rank.progress),
+                     *(_cell(rank, p, inv.as_of(now), timeless) for p in phases),
+                     *([_jit_cell(rank, inv.as_of(now))] if jit else [])])
+    return columns, rows
+
+
+def _verdicts_and_anomalies(judgement: Judgement) -> list[str]:
+    out: list[str] = []
+    inv = judgement.invocation
+    if judgement.verdicts:
+        out.append("verdicts:")
+        out.extend(f"  {line}" for line in grouped(VerdictLine(v.kind, v.rank, v.message)
+                                                   for v in judgement.verdicts))
+        remedies: dict[str, str] = {}  # one line per remedy, not one per rank stuck alike
+        for v in judgement.verdicts:
+            if v.remedy is not None:
+                remedies.setdefault(v.remedy.id, v.remedy.text)
+        out.extend(f"  remedy: {naming_evidence(text, None)}" for text in remedies.values())
+    else:
+        out.append("verdicts: none")
+    if inv.anomalies:
+        out.append(f"anomalies: {len(inv.anomalies) + inv.anomalies_dropped} line(s) would have moved a rank "
+                   "backwards (phase kept):")
+        out.extend(f"  {a.rank}: {a.source} -> {a.target} refused (rule {a.rule}, {when_text(a.ts)})"
+                   for a in inv.anomalies[:10])
+    return out
+
+
+def _legend(judgements: list[Judgement], short_names: list[str], left_out: int, width: int | None) -> list[str]:
     legend = "(durations: finished phases; '+' = still running at the judged time, or when the start-up ended"
     if any(s.confidence != "exact" for j in judgements for r in j.invocation.ranks for s in r.spans):
         legend += "; '~' = read by a family rule, not an exact one"
-    if not plain:
-        out.append(legend + ")")
-        if short_names and width is not None:
-            out.extend(legend_lines(short_names, width))
-        if left_out:
-            out.append(f"(the earliest {left_out} phase column(s) left out to fit {width} columns: --plain or --json "
-                       "for all)")
-    text = "\n".join(terminal_safe(line) for line in out) + "\n"
-    return fit_text(text, width) if width is not None else text
+    out = [legend + ")"]
+    if short_names and width is not None:
+        out.extend(legend_lines(short_names, width))
+    if left_out:
+        out.append(f"(the earliest {left_out} phase column(s) left out to fit {width} columns: --plain or --json "
+                   "for all)")
+    return out
