@@ -1,7 +1,7 @@
 """Pure stage: the GPUs' own reports -> `gpu_fault` verdicts, and the crash or stall on a faulted
 GPU said to be its doing.
 
-A fault is an XID the driver logged in the kernel's lines (xid_table.py reads them) or what NVML says
+A fault is an XID the driver logged in the kernel's lines (profile/xid_table.py reads them) or what NVML says
 of a GPU's health: retired pages or remapped rows pending (a reset activates them), a row remap that
 failed, the recovery action current drivers give, a GPU that answers "lost". Each is mapped to its
 GPU (PCI address -> NVML index) and the rank using that GPU (the vitals' GPU contexts). A start-up's
