@@ -180,6 +180,7 @@ def test_stderr_is_the_journal_only_when_journal_stream_names_it() -> None:
     assert not stderr_is_journal({"JOURNAL_STREAM": "garbage"}, stat)
 
 
+# check-config: every error of the file and the limits' warnings (config/all_errors.py)
 def test_check_config_reports_every_error_and_warns_on_a_stall_window_above_its_deadline(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "bad.yaml"

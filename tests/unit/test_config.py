@@ -1,4 +1,5 @@
-"""Configuration: durations, a full valid file, and errors that name key path, file and line."""
+"""Configuration (config/load.py, each section checked by config/parse_sections.py): durations, a full
+valid file, and errors that name key path, file and line."""
 
 from __future__ import annotations
 

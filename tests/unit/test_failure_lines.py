@@ -1,6 +1,7 @@
 """The failure lines of SGLang and vLLM beyond the corpus, written from the engines' log strings
 (and those of uvicorn, huggingface_hub, transformers, torch and Python they run on): each new
-line class gives a crash with the specific cause an operator acts on, and a near-miss line (a
+line class gives a crash with the specific cause an operator acts on (the culprit, its phase and
+the telling line: stages/s4_judge/crash_culprit.py), and a near-miss line (a
 warning or a harmless line that mentions the same words) gives no crash and no such cause."""
 
 from __future__ import annotations

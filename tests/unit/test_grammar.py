@@ -1,5 +1,5 @@
 """The line grammar's generalisations (issue 11 point 1): phase order as a model, families of words
-after the exact rules, times from other loggers, a one-GPU paste as TP0, and never a 1970 date."""
+(profile/families.py) after the exact rules, times from other loggers, a one-GPU paste as TP0, and never a 1970 date."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A node of a multi-node group (config `group:`): its ranks waiting for another node, and the
+"""A node of a multi-node group (config `group:`, config/group.py): its ranks waiting for another node, and the
 group's restart decision from Alertmanager's webhook, parsed and decided (pure; the receiver's
 socket and the daemon acting on it: tests/integration/test_group_receiver.py)."""
 

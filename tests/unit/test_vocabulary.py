@@ -65,3 +65,11 @@ def test_a_builtin_profile_is_what_safe_load_reads(engine: str) -> None:
     assert yaml.__with_libyaml__  # (the PyYAML of the venv and of Debian both have it)
     assert yaml.load(text, Loader=yaml.CSafeLoader) == yaml.safe_load(text)
     assert load_builtin_profile(engine) == parse_profile(yaml.safe_load(text), f"{engine}.yaml")
+
+
+def test_rank_labels_sort_main_first_then_by_their_numbers() -> None:
+    from phasewatch.ranks import rank_sort_key, tp_index
+
+    labels = ["DP1 TP0", "TP10", "main", "TP2", "DP0 TP3", "TP" + "9" * 30]
+    assert sorted(labels, key=rank_sort_key) == ["main", "DP0 TP3", "DP1 TP0", "TP2", "TP10", "TP" + "9" * 30]
+    assert (tp_index("DP1 TP3"), tp_index("TP0"), tp_index("main")) == (3, 0, None)
