@@ -1,4 +1,4 @@
-"""The NVML source (sources/gpu.py) with a fake pynvml module: its own worker thread, a wedged
+"""The NVML source (sources/host/gpu.py) with a fake pynvml module: its own worker thread, a wedged
 driver that never stalls the caller, no NVML said once."""
 
 from __future__ import annotations

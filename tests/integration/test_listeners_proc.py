@@ -1,4 +1,4 @@
-"""sources/listeners.py on this machine's real /proc: the process listening on a port is named (for
+"""sources/host/listeners.py on this machine's real /proc: the process listening on a port is named (for
 the port_in_use remedy), a free port has no holder."""
 
 from __future__ import annotations

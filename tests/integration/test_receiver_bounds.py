@@ -86,7 +86,7 @@ def post(address: tuple[str, int], body: bytes, token: str | None = TOKEN) -> in
 def spec(tmp_path: Path, listen: str = "127.0.0.1:0") -> GroupReceiver:
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN + "\n")
-    token_file.chmod(0o400)  # (others may not read it: config_trust.check_token_file)
+    token_file.chmod(0o400)  # (others may not read it: file_trust.check_token_file)
     return GroupReceiver(listen, str(token_file))
 
 

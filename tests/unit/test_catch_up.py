@@ -1,4 +1,4 @@
-"""The daemon's catch-up at its start (sources/journal_feed.py `JournalFeed.catch_up`) with a follower
+"""The daemon's catch-up at its start (sources/journal/journal_feed.py `JournalFeed.catch_up`) with a follower
 whose catch-up reader hands over scripted batches: the loop is told of every change of start-up (as
 a follower's read ending there would tell it), a reader that cannot open the journal leaves the
 start-up to the follower, and the follower goes on after the last entry's cursor."""

@@ -2,8 +2,8 @@
 ESTALE (a file archived or deleted under the reader) reopens at the cursor and reads that batch again;
 a catch-up whose reader fails midway leaves the rest to the follower after its last whole batch; a
 cursor the reopened journal no longer holds, while entries were unread, is lines lost; and while the
-reading is behind, the start-up is judged at the last entry read, not now (sources/journal_feed.py,
-sources/rebuild.py)."""
+reading is behind, the start-up is judged at the last entry read, not now (sources/journal/journal_feed.py,
+sources/journal/rebuild.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""PROBE-S4 C-3: the line a crash verdict quotes is masked (redact.py) wherever the verdict goes, and
+"""PROBE-S4 C-3: the line a crash verdict quotes is masked (stages/s4_judge/redact.py) wherever the verdict goes, and
 /status holds it only for a reader who may read the unit's journal (sinks/peers.py may_read_journal);
 anyone else gets the verdict with the line withheld, and the document says so."""
 

@@ -1,5 +1,5 @@
-"""The webhook receiver's admission and refusal log (sources/receiver_gate.py), and the sockets
-systemd passes (sources/listen_fds.py): the time passed in, nothing slept."""
+"""The webhook receiver's admission and refusal log (sources/receiver/receiver_gate.py), and the sockets
+systemd passes (sources/receiver/listen_fds.py): the time passed in, nothing slept."""
 
 from __future__ import annotations
 

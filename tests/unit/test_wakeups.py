@@ -1,7 +1,7 @@
 """When the daemon's loop wakes: the pure plan (stages/s4_judge/wakeups.py), the cgroup scan triggered by the
-journal instead of a timer (sources/unit_processes.py), a silent start-up on a fake clock that wakes
+journal instead of a timer (sources/host/unit_processes.py), a silent start-up on a fake clock that wakes
 only for the watchdog, the signs-of-life sampling and the policy's deadlines; and when the memory a
-burst took is given back (sources/journal_feed.py)."""
+burst took is given back (sources/journal/journal_feed.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The XID table (profile/xid.yaml) and the driver's kernel line read (xid_table.py)."""
+"""The XID table (profile/xid.yaml) and the driver's kernel line read (profile/xid_table.py)."""
 
 from __future__ import annotations
 

@@ -176,7 +176,7 @@ def group_line(config: Config) -> str:
 
 
 def _every_error(path: str, first: ConfigError) -> list[ConfigError]:
-    """Every error of the file (config_errors.every_error), the loader's own first."""
+    """Every error of the file (config/all_errors.py: every_error), the loader's own first."""
     try:
         errors = every_error(read_config_text(path), path)
     except ConfigError:  # unreadable, too big: the loader's error is the one

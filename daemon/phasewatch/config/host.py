@@ -4,8 +4,8 @@ One function, `check_on_host`, run wherever a config is read for use: by the dae
 each reload (commands/run.py) and by `check-config`, so that both refuse the same things (ConfigError,
 exit 78, key, file and line named). Each is a config that loads but cannot work here:
 
-- the config or its profile_path writable by someone untrusted (config_trust.check_trusted);
-- a `group.receiver.token_file` others may read or write (config_trust.check_token_file);
+- the config or its profile_path writable by someone untrusted (file_trust.check_trusted);
+- a `group.receiver.token_file` others may read or write (file_trust.check_token_file);
 - `group.receiver.tls_cert`/`tls_key` missing, unreadable or not a pair: they are loaded as the
   receiver loads them (without a passphrase: the daemon has none to give);
 - `metrics.listen` and `group.receiver.listen` on the same port of overlapping addresses (equal, or

@@ -83,12 +83,12 @@ class Config:
     crash_cause_wait: float = DEFAULT_CRASH_CAUSE_WAIT
     profile: Profile | None = None
     source: str | None = None
-    profile_path: str | None = None  # the file `profile` came from (config_trust checks who may write it)
+    profile_path: str | None = None  # the file `profile` came from (file_trust.py checks who may write it)
     actions: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: dict(DEFAULT_ACTIONS))
     restart_budget: RestartBudget = RestartBudget()
     dry_run: bool = False
     metrics_listen: str = "127.0.0.1:9877"
-    metrics_listen_line: int | None = field(default=None, compare=False)  # (config_host.py names it)
+    metrics_listen_line: int | None = field(default=None, compare=False)  # (config/host.py names it)
     health: HealthCheck = HealthCheck()
     adaptive: Adaptive = Adaptive()
     vitals: VitalsSampling = VitalsSampling()
@@ -96,7 +96,7 @@ class Config:
     evidence: EvidenceCapture = EvidenceCapture()
     hooks: Mapping[str, Hook] = field(default_factory=dict)
     leftovers: Leftovers = Leftovers()
-    group: Group | None = None  # one node of a multi-node server (config_group.py)
+    group: Group | None = None  # one node of a multi-node server (config/group.py)
 
     def limits(self, phase: Phase) -> PhaseLimits:
         return self.phases.get(phase, PhaseLimits(None, None))

@@ -112,10 +112,10 @@ class VitalsSampling:
 
     period: float = 5.0
     enabled: bool = True
-    # Each rank's GPU through NVML (sources/gpu.py) where it is there: a GPU that computes or moves
+    # Each rank's GPU through NVML (sources/host/gpu.py) where it is there: a GPU that computes or moves
     # data is a sign of life, and the GPU phases' `gpu_stall` windows are in force while it is observed.
     gpu: bool = True
-    # Ask NCCL's RAS who a collective hang waits for (sources/ras.py): advice in the stall verdict.
+    # Ask NCCL's RAS who a collective hang waits for (sources/host/ras.py): advice in the stall verdict.
     ras: bool = True
 
 
@@ -151,7 +151,7 @@ def chain_bound(actions: tuple[str, ...], evidence_timeout: float, hook_timeouts
 
 @dataclass(frozen=True)
 class GroupReceiver:
-    """`group.receiver`: the Alertmanager webhook listener (sources/alert_receiver.py); off unless
+    """`group.receiver`: the Alertmanager webhook listener (sources/receiver/alert_receiver.py); off unless
     `listen` is set. The bearer token is read from `token_file` at start; TLS when both `tls_cert` and
     `tls_key` are given."""
 
@@ -160,7 +160,7 @@ class GroupReceiver:
     tls_cert: str | None = None
     tls_key: str | None = None
     # Each setting's line in the config (listen, token_file, tls_cert, tls_key): the checks on the host
-    # (config_host.py) name it.
+    # (config/host.py) name it.
     lines: Mapping[str, int] = field(default_factory=dict, compare=False, repr=False)
 
 

@@ -52,11 +52,11 @@ class Profile:
     engine: str
     rules: tuple[Rule, ...]
     causes: tuple[CauseClass, ...]
-    families: Families = field(default_factory=Families)  # the fallback vocabulary (families.py)
+    families: Families = field(default_factory=Families)  # the fallback vocabulary (profile/families.py)
     module: str = "sglang"  # the engine module (engines/) for prefixes, titles and arguments
     lockstep: bool = False  # a rank beginning a phase moves its engine's ranks along (stages/s3_track/lockstep.py)
     draft_phases: bool = True  # a second dist init / weight load is the draft model's
-    remedies: tuple[RemedyRule, ...] = ()  # what to do about a verdict (remedy_table.py)
+    remedies: tuple[RemedyRule, ...] = ()  # what to do about a verdict (profile/remedy_table.py)
 
     @property
     def engine_module(self) -> Engine:

@@ -5,7 +5,7 @@
   /dev/kmsg only; a unit's own line saying the same text has `_TRANSPORT=stdout` or `journal` and is
   never read here), from STARTUP_LOOKBACK before the daemon started, at most READ_LIMIT entries a
   step, the last MAX_XIDS kept.
-- NVML's health of each GPU (the NVML worker's, sources/gpu.py) and its PCI addresses.
+- NVML's health of each GPU (the NVML worker's, sources/host/gpu.py) and its PCI addresses.
 - Which rank uses which GPU: the vitals' GPU contexts of each rank's processes (signs_of_life.py).
 
 Each step the faults seen are handed to the pipeline (`Pipeline.gpu_faults`), which judges them with

@@ -135,7 +135,7 @@ def _reason(exc: BaseException) -> str:
 def ras_port_holder(environment: Mapping[str, str], control_group: str | None,
                     proc: Path = Path("/proc")) -> str | None:
     """Who listens on the RAS port the unit's environment names, when not a process of the unit
-    (sources/listeners.py); None: nobody, or the unit's own ranks."""
+    (sources/host/listeners.py); None: nobody, or the unit's own ranks."""
     address = ras_address(environment)
     if not address.enabled or address.problem is not None:
         return None

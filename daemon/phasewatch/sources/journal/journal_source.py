@@ -267,7 +267,8 @@ def _entry(get: Any, stamp: int, unit: str, unit_bytes: bytes, append: Any, reje
 def read_unit(unit: str, directory: str | None = None, since: float | None = None,
               rejected: dict[str, int] | None = None) -> Iterator[JournalRecord]:
     """Entries the unit's processes wrote, PID 1 wrote about it, and journald's notices about it.
-    Entries that only claim to be (trust.py) are left out and, with `rejected`, counted there by reason."""
+    Entries that only claim to be (sources/journal/trust.py) are left out and, with `rejected`, counted
+    there by reason."""
     follower = _open(unit, directory, since)
     size = 64  # growing to BATCH: a reader that wants the first lines only (engine detection) reads few
     try:

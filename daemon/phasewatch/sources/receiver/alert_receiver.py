@@ -1,7 +1,7 @@
 """Alertmanager's webhook receiver (config `group.receiver`, off unless set): the group's decision
-comes in here. Its own listener, in a thread of its own (sources/receiver_http.py); each connection
+comes in here. Its own listener, in a thread of its own (sources/receiver/receiver_http.py); each connection
 is bounded in time (CONNECTION_DEADLINE for the whole request) and in size, and their number is
-bounded per peer, with slots kept for the peers that presented the token (sources/receiver_gate.py).
+bounded per peer, with slots kept for the peers that presented the token (sources/receiver/receiver_gate.py).
 
 Accepted: `POST /alertmanager` with `Authorization: Bearer <token>` (the token file's content,
 Alertmanager's `http_config.authorization.credentials_file`), a JSON notification (version 4) with
@@ -51,7 +51,7 @@ PeerOf = Callable[[Any], str]
 
 def read_token(receiver: GroupReceiver) -> bytes:
     """The bearer token: the file's first line (raises ConfigError: the daemon does not start without it,
-    nor with a file others may read: config_trust.check_token_file)."""
+    nor with a file others may read: file_trust.check_token_file)."""
     from ...config.file_trust import check_token_file
 
     check_token_file(receiver.token_file)

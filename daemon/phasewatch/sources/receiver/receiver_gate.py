@@ -1,4 +1,4 @@
-"""Who the Alertmanager webhook receiver (sources/alert_receiver.py) serves, and what it says about
+"""Who the Alertmanager webhook receiver (sources/receiver/alert_receiver.py) serves, and what it says about
 those it refuses. No I/O: the time is passed in.
 
 `Gate`: at most MAX_CONNECTIONS connections at once, at most MAX_PER_PEER of them for one peer (a

@@ -1,7 +1,7 @@
-"""The HTTP side of the Alertmanager webhook receiver (sources/alert_receiver.py): one listening
+"""The HTTP side of the Alertmanager webhook receiver (sources/receiver/alert_receiver.py): one listening
 socket, one thread per connection, each connection bounded.
 
-A connection gets a slot from the receiver's gate (sources/receiver_gate.py) or is answered
+A connection gets a slot from the receiver's gate (sources/receiver/receiver_gate.py) or is answered
 `503 Service Unavailable` with `Retry-After` at once (TLS: closed, a handshake would need a thread of
 its own). It then has READ_TIMEOUT for each read and CONNECTION_DEADLINE for the whole request,
 TLS handshake included: at the deadline one thread of the listener (`Deadlines`) cuts it off,
