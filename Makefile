@@ -55,10 +55,10 @@ DEB_BUILD_DEPS := dpkg-dev debhelper dh-python pybuild-plugin-pyproject python3-
 
 .PHONY: install install-venv install-files install-data uninstall deb deb-deps bench man
 
-# The man pages, from the parser, the config's keys and the unit (phasewatch/manpages.py); committed,
+# The man pages, from the parser, the config's keys and the unit (phasewatch/output/manpages.py); committed,
 # and a test checks that they equal what this writes.
 man:
-	PYTHONPATH=daemon $(PYTHON) -m phasewatch.manpages man
+	PYTHONPATH=daemon $(PYTHON) -m phasewatch.output.manpages man
 
 install: install-venv install-files
 	systemd-sysusers $(SYSUSERSDIR)/phasewatch.conf

@@ -192,7 +192,7 @@ def latency(unit: str, seen_path: str, since: float, until: float) -> dict[str, 
     """For each entry of the unit's current start-up journald stamped within [since, until]: the time
     from its journal timestamp to the first status whose `entries` count includes it. The entries are
     counted as the daemon counts them (phasewatch's own follower, per invocation, in journal order)."""
-    from phasewatch.sources.follow import JournalFollower
+    from phasewatch.sources.journal.follow import JournalFollower
 
     seen: list[tuple[float, int, str]] = []
     with open(seen_path, encoding="utf-8") as handle:

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 
-from phasewatch.sources.follow import JournalFollower
+from phasewatch.sources.journal.follow import JournalFollower
 
 UNIT = "bench-pages.service"
 LINE = ("[2026-11-30 08:00:00 TP{rank}] Decode batch, #running-req: {n40}, #token: {n}, token usage: 0.{n90}, "

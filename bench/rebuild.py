@@ -22,12 +22,12 @@ sys.path[:0] = [os.path.join(os.path.dirname(HERE), "daemon")]
 
 from phasewatch.clock import FakeClock  # noqa: E402
 from phasewatch.compose import compose  # noqa: E402
-from phasewatch.config import Config  # noqa: E402
+from phasewatch.config.load import Config  # noqa: E402
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier  # noqa: E402
 from phasewatch.sinks.state import StateStore  # noqa: E402
-from phasewatch.sources.follow import JournalFollower  # noqa: E402
-from phasewatch.sources.journal_source import reader_name  # noqa: E402
-from phasewatch.sources.procs import ProcessTable  # noqa: E402
+from phasewatch.sources.host.procs import ProcessTable  # noqa: E402
+from phasewatch.sources.journal.follow import JournalFollower  # noqa: E402
+from phasewatch.sources.journal.journal_source import reader_name  # noqa: E402
 from phasewatch.systemd_unit import RecordingUnit, UnitFacts  # noqa: E402
 
 

@@ -13,10 +13,10 @@ FRAME_RE = re.compile(r"^(?P<func>.*?) \((?P<file>[^():]+?)(?::\d+)?\)$")
 # The pipeline's stages, as py-spy names their entry points (function, file suffix).
 STAGES = [
     ("read ahead: the C reader's thread (journal_source._ReadAhead)", "_ReadAhead._read",
-     "phasewatch/sources/journal_source.py"),
-    ("read: journal (journal_source.unit_entries)", "unit_entries", "phasewatch/sources/journal_source.py"),
+     "phasewatch/sources/journal/journal_source.py"),
+    ("read: journal (journal_source.unit_entries)", "unit_entries", "phasewatch/sources/journal/journal_source.py"),
     ("read: journal (journal_reader.UnitJournalReader.read)", "UnitJournalReader.read",
-     "phasewatch/sources/journal_reader.py"),
+     "phasewatch/sources/journal/journal_reader.py"),
     ("fast path: whole lines (FastPath.apply)", "FastPath.apply", "phasewatch/stages/s3_track/fastpath.py"),
     ("split: lines (LineSplitter.feed, .flush)", "LineSplitter.feed", "phasewatch/stages/s1_read/lines.py"),
     ("parse: events (EventMapper.map_line)", "EventMapper.map_line", "phasewatch/stages/s2_interpret/events.py"),

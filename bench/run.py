@@ -374,7 +374,7 @@ class Bench:
         watchdog (every WatchdogSec/2), the signs-of-life sampling (every vitals.period, while starting),
         and the policy's deadlines (a phase's deadline or stall window ending in the window; counted if it
         could: the phase began after the unit started, `since_start` before the window)."""
-        from phasewatch.config import Config
+        from phasewatch.config.load import Config
         from phasewatch.records import Phase
 
         usec = self.box.show(WATCHER, "WatchdogUSec")["WatchdogUSec"]

@@ -9,11 +9,11 @@ import time
 from prometheus_client import CollectorRegistry
 
 from phasewatch.clock import FakeClock
-from phasewatch.config import Config
+from phasewatch.config.load import Config
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import MAIN, MID_STARTED, JournalRecord
 from phasewatch.sinks.metrics import Exporter
-from phasewatch.sources.journal_reader import APPEND
+from phasewatch.sources.journal.journal_reader import APPEND
 from phasewatch.stages.s3_track.snapshot import InvocationView
 from phasewatch.stages.s4_judge import policy
 from phasewatch.stages.s5_act.respond import Memory

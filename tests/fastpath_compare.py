@@ -9,12 +9,12 @@ from typing import Any, Iterable, NoReturn
 
 import pytest
 
-from phasewatch.config import Config
+from phasewatch.config.load import Config
 from phasewatch.engines.sglang import TIME_DIGITS
+from phasewatch.output.render import json_text, to_json
 from phasewatch.pipeline import Pipeline
-from phasewatch.profile import Profile
+from phasewatch.profile.load import Profile
 from phasewatch.records import JournalRecord, UnitLine, UnitRun
-from phasewatch.render import json_text, to_json
 
 TAG_RE = re.compile(r"^\[[^\]]*?((?: (?:DP|PP|TP|EP)\d+)+)\]")
 

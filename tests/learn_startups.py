@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from sglang_sim import Faults, build, journal_json
 
-from phasewatch.config import Adaptive, Config
+from phasewatch.config.load import Adaptive, Config
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import record_from_fields
 from phasewatch.sinks.history import StartupRecord, summarize

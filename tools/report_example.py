@@ -17,7 +17,7 @@ sys.path[:0] = [str(REPO / "tools"), str(REPO / "daemon")]
 from sglang_sim import Faults, build, journal_json  # noqa: E402
 
 from phasewatch.commands.report import to_svg  # noqa: E402
-from phasewatch.config import Config  # noqa: E402
+from phasewatch.config.load import Config  # noqa: E402
 from phasewatch.pipeline import Pipeline  # noqa: E402
 from phasewatch.records import record_from_fields  # noqa: E402
 from phasewatch.sinks.history import StartupRecord, summarize  # noqa: E402

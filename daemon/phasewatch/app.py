@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from .clock import Clock
-from .config import Config
+from .config.load import Config
 from .durations import format_duration
 from .errors import ConfigError, UnitError
 from .pipeline import Pipeline, StepJudgement
@@ -28,15 +28,15 @@ from .sinks.metrics import Exporter
 from .sinks.responder import Alerter, Responder
 from .sinks.state import StateStore
 from .sinks.systemd_status import Notify, StepResult, SystemdStatus
-from .sources import rebuild
 from .sources.base import Instant, Source
-from .sources.follow import JournalFollower
-from .sources.health import HealthProbes
-from .sources.journal_feed import JournalFeed
-from .sources.procs import ProcessTable
-from .sources.rebuild import StartTelling
-from .sources.signs_of_life import SignsOfLife
-from .sources.unit_processes import RankProcesses, UnitFactsReader
+from .sources.host.health import HealthProbes
+from .sources.host.procs import ProcessTable
+from .sources.host.signs_of_life import SignsOfLife
+from .sources.host.unit_processes import RankProcesses, UnitFactsReader
+from .sources.journal import rebuild
+from .sources.journal.follow import JournalFollower
+from .sources.journal.journal_feed import JournalFeed
+from .sources.journal.rebuild import StartTelling
 from .stages.s4_judge import policy, wakeups
 from .stages.s4_judge.ras_culprit import RasFinding
 from .stages.s4_judge.vitals import Vitals

@@ -17,6 +17,7 @@ from typing import Iterator, NoReturn, Sequence, TextIO, cast
 
 from . import __version__
 from .commands import replay, run
+from .config.instances import watched_unit
 from .errors import (
     EX_NOINPUT,
     EX_USAGE,
@@ -25,10 +26,9 @@ from .errors import (
     PhasewatchError,
     exit_table,
 )
-from .fit import FittedStream, output_width
-from .instances import watched_unit
-from .render import terminal_safe
-from .sources import journal_source
+from .output.fit import FittedStream, output_width
+from .output.render import terminal_safe
+from .sources.journal import journal_source
 
 
 class Parser(argparse.ArgumentParser):
@@ -132,7 +132,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             print(terminal_safe(f"  {exc.hint}"), file=sys.stderr)
         return exc.exit_status
     except PermissionError as exc:
-        from .sources.access import user_name
+        from .sources.journal.access import user_name
 
         print(terminal_safe(f"phasewatch: {exc.filename}: {exc.strerror} for {user_name()}: run as root, or as a user "
                             "who may"), file=sys.stderr)
@@ -152,7 +152,7 @@ PREFLIGHT = ("logs", "wait-ready", "init")  # status: once no daemon answers (St
 def _preflight(args: argparse.Namespace) -> None:
     unit = getattr(args, "unit", None)
     if unit and (args.command in PREFLIGHT or args.command == "replay"):
-        from .sources.access import preflight
+        from .sources.journal.access import preflight
 
         preflight(watched_unit(unit), getattr(args, "directory", None), needs_systemd=args.command == "init")
 

@@ -15,7 +15,7 @@ from typing import Callable, Sequence
 
 from .app import Daemon, Parts
 from .clock import Clock
-from .config import Config
+from .config.load import Config
 from .pipeline import Pipeline
 from .sinks.acting import ActionUnit, Worker
 from .sinks.actors import Actors, build_actors
@@ -26,20 +26,20 @@ from .sinks.metrics import Exporter
 from .sinks.responder import Alerter, Responder
 from .sinks.state import StateStore
 from .sinks.systemd_status import Notify, SystemdStatus
-from .sources.alert_receiver import AlertReceiver
 from .sources.base import Source
-from .sources.follow import JournalFollower
-from .sources.gpu import NvmlSource
-from .sources.gpu_health import GpuHealthSource, KernelXids, gpu_ranks
-from .sources.health import HealthProbes
-from .sources.journal_feed import JournalFeed
-from .sources.probe import BackgroundProbe, ProbeResult
-from .sources.procs import ProcessTable
-from .sources.procstat import ProcSampler
-from .sources.ras import RasAdvisor
-from .sources.rebuild import JudgedClock
-from .sources.signs_of_life import SignsOfLife
-from .sources.unit_processes import RankProcesses, Unit, UnitFactsReader
+from .sources.host.gpu import NvmlSource
+from .sources.host.gpu_health import GpuHealthSource, KernelXids, gpu_ranks
+from .sources.host.health import HealthProbes
+from .sources.host.probe import BackgroundProbe, ProbeResult
+from .sources.host.procs import ProcessTable
+from .sources.host.procstat import ProcSampler
+from .sources.host.ras import RasAdvisor
+from .sources.host.signs_of_life import SignsOfLife
+from .sources.host.unit_processes import RankProcesses, Unit, UnitFactsReader
+from .sources.journal.follow import JournalFollower
+from .sources.journal.journal_feed import JournalFeed
+from .sources.journal.rebuild import JudgedClock
+from .sources.receiver.alert_receiver import AlertReceiver
 from .stages.s4_judge.ras_culprit import RasFinding
 
 

@@ -9,7 +9,7 @@ import logging
 from dataclasses import dataclass, replace
 from typing import Iterable, Mapping
 
-from .config import Config
+from .config.load import Config
 from .records import (
     WRONG_WHEN_STOPPED,
     Entry,

@@ -347,7 +347,7 @@ class Event:
 
 @dataclass(frozen=True)
 class GroupRestartRequest:
-    """A firing PhasewatchGroupRestart alert from Alertmanager's webhook (sources/alert_receiver.py):
+    """A firing PhasewatchGroupRestart alert from Alertmanager's webhook (sources/receiver/alert_receiver.py):
     the group decided that its nodes restart, because of `culprit_node`'s `reason` (stalled, crashed,
     rank_died, unit_failed, lagging). `starts_at` (Unix time) is when Prometheus began firing it: one
     decision is one (fingerprint, starts_at)."""

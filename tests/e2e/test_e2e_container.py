@@ -19,7 +19,7 @@ import pytest
 from e2e_env import REPO, UNIT, VENV, Scenario, at, message_of, restarts_by_phasewatch
 from sandbox import Sandbox
 
-from phasewatch.sources.procs import CGROUP_ROOTS
+from phasewatch.sources.host.procs import CGROUP_ROOTS
 
 RANKS_UNIT = "sim-ranks.service"
 DROPIN = f"/run/systemd/system/{UNIT}.d/container.conf"

@@ -3,7 +3,7 @@
 The driver's XID lines are kernel entries (`_TRANSPORT=kernel`, which only journald sets, for
 /dev/kmsg): a unit cannot write one. They are made as a journal export and imported with
 systemd-journal-remote into the sandbox's journal directory, where the daemon's kernel reader
-(sources/gpu_health.py) finds the new file. NVML is the fake of tests/e2e/fake_nvml, whose GPU 3 (held
+(sources/host/gpu_health.py) finds the new file. NVML is the fake of tests/e2e/fake_nvml, whose GPU 3 (held
 by TP3's process) sits at PCI 0000:3b:00.
 
 - Start-up 1: a kernel XID 13 (the application's own fault) on TP3's GPU, and the XID 79 text written

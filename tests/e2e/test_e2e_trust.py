@@ -90,7 +90,7 @@ def test_c4_a_line_break_in_execstart_writes_no_key(scenario: Scenario) -> None:
     checked = box.run(f"{VENV}/bin/phasewatch", "check-config", "--json", f"{CONFIG_DIR}/sglang-injected.yaml",
                       check=False)
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    loaded = box.run(f"{VENV}/bin/python", "-c", "import sys; from phasewatch.config import load_config; "
+    loaded = box.run(f"{VENV}/bin/python", "-c", "import sys; from phasewatch.config.load import load_config; "
                      "c = load_config(sys.argv[1]); print(sorted(c.hooks), c.actions.get('stalled'))",
                      f"{CONFIG_DIR}/sglang-injected.yaml").stdout
     assert loaded.startswith("[] ") and "hook:pwn" not in loaded

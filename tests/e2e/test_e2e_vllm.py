@@ -17,7 +17,7 @@ ExecStart=
 ExecStart={VENV}/bin/python {REPO}/tools/vllm_sim.py run --port 8000 $SIM_ARGS
 """
 
-pytestmark = pytest.mark.skipif(not (REPO / "daemon" / "phasewatch" / "profiles" / "vllm.yaml").exists(),
+pytestmark = pytest.mark.skipif(not (REPO / "daemon" / "phasewatch" / "profile" / "profiles" / "vllm.yaml").exists(),
                                 reason="the vllm profile is not in this checkout")
 
 

@@ -125,11 +125,11 @@ def test_expectation_matches_label_or_explains_why(corpus: Path, case: str) -> N
 @pytest.mark.parametrize("case", [c for c in CASES if "unsupported" not in EXPECTATIONS.get(c, {"unsupported": 1})])
 def test_sample_goes_into_the_history(corpus: Path, case: str, tmp_path: Path) -> None:
     """A real (windowed) start-up is summarised and stored like any other, failed or not."""
-    from phasewatch.config import Config
+    from phasewatch.config.load import Config
     from phasewatch.engines import detect_engine
     from phasewatch.pipeline import Pipeline
     from phasewatch.sinks.history import History, summarize
-    from phasewatch.sources.formats import parse_source
+    from phasewatch.sources.journal.formats import parse_source
 
     expected = EXPECTATIONS[case]
     # the year a syslog line leaves out, as replay supplies it (else it is no date: nothing to store)

@@ -11,9 +11,9 @@ import pytest
 
 from corpus_paths import corpus_dir
 from fastpath_compare import as_journal, assert_same
-from phasewatch.config import Config
+from phasewatch.config.load import Config
 from phasewatch.engines import detect_engine
-from phasewatch.sources.formats import parse_source
+from phasewatch.sources.journal.formats import parse_source
 from phasewatch.stages.s1_read.lines import decode
 from phasewatch.stages.s2_interpret.events import needles
 

@@ -9,10 +9,10 @@ import pytest
 
 from corpus_paths import corpus_dir
 from phasewatch.cli import main
-from phasewatch.config import Config
+from phasewatch.config.load import Config
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import UNIT_PHASES, Phase
-from phasewatch.sources.formats import parse_source
+from phasewatch.sources.journal.formats import parse_source
 from phasewatch.stages.s2_interpret.phaseorder import backwards
 
 _found = corpus_dir()

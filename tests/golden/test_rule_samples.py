@@ -10,16 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from phasewatch.config import Config
+from phasewatch.config.load import Config
 from phasewatch.pipeline import Pipeline
-from phasewatch.profile import Profile, load_builtin_profile
-from phasewatch.sources.formats import parse_source
+from phasewatch.profile.load import Profile, load_builtin_profile
+from phasewatch.sources.journal.formats import parse_source
 from phasewatch.stages.s2_interpret.ruletally import RuleTally
 from phasewatch.stages.s4_judge.remedies import UnitSettings
 from phasewatch.stages.s4_judge.verdict import Verdict
 
 SAMPLES = Path(__file__).parent / "rule_samples"
-PROFILES = Path(__file__).resolve().parents[2] / "daemon" / "phasewatch" / "profiles"
+PROFILES = Path(__file__).resolve().parents[2] / "daemon" / "phasewatch" / "profile" / "profiles"
 ENGINES = sorted(p.stem for p in PROFILES.glob("*.yaml"))
 BLOCK_HEADER = re.compile(r"^# (rule|cause|family|remedy): (\S+)")
 META = re.compile(r"^## (judge|unit|env|argv|host): (.*)$")

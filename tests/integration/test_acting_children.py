@@ -12,7 +12,7 @@ from pathlib import Path
 from fakes import ScriptedJournal
 from phasewatch.clock import FakeClock
 from phasewatch.compose import compose
-from phasewatch.config import DEFAULT_ACTIONS, DEFAULT_LIMITS, Config, EvidenceCapture, Hook, PhaseLimits
+from phasewatch.config.load import DEFAULT_ACTIONS, DEFAULT_LIMITS, Config, EvidenceCapture, Hook, PhaseLimits
 from phasewatch.records import JournalRecord, Phase
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
 from phasewatch.sinks.children import run_child
@@ -20,7 +20,7 @@ from phasewatch.sinks.evidence import EvidenceWriter
 from phasewatch.sinks.gpu_memory import GpuMemory
 from phasewatch.sinks.hooks import HookRunner
 from phasewatch.sinks.state import StateStore
-from phasewatch.sources.procs import ProcessTable
+from phasewatch.sources.host.procs import ProcessTable
 from phasewatch.stages.s5_act.respond import Action
 from phasewatch.systemd_unit import RecordingUnit, UnitFacts
 

@@ -26,17 +26,17 @@ from fakes import ScriptedJournal
 from phasewatch.cli import main
 from phasewatch.clock import FakeClock
 from phasewatch.compose import compose
-from phasewatch.config import Config
+from phasewatch.config.load import Config
 from phasewatch.engines import MAX_EXPECTED_RANKS, ServerInfo
 from phasewatch.errors import EX_CONFIG
 from phasewatch.pipeline import Pipeline
 from phasewatch.prefixes import _RANK_MEMO, RANK_MEMO_KEY_CHARS, canonical_rank
-from phasewatch.profile import MAX_PATTERN_REPEAT, load_builtin_profile
+from phasewatch.profile.load import MAX_PATTERN_REPEAT, load_builtin_profile
 from phasewatch.records import JournalRecord
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
 from phasewatch.sinks.state import StateStore
-from phasewatch.sources.formats import parse_source
-from phasewatch.sources.procs import ProcessTable
+from phasewatch.sources.host.procs import ProcessTable
+from phasewatch.sources.journal.formats import parse_source
 from phasewatch.stages.s1_read.lines import MAX_STREAMS, LineSplitter, parse_progress
 from phasewatch.stages.s2_interpret.events import pattern_view
 from phasewatch.stages.s3_track import tracker, tracker_state

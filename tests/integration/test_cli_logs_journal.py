@@ -19,10 +19,10 @@ from sglang_sim import Faults, build, journal_json
 from journal_dirs import write_journal
 from phasewatch.cli import main
 from phasewatch.commands.logs import LineFilter, show_logs
-from phasewatch.config import Config
+from phasewatch.config.load import Config
 from phasewatch.records import PHASE_NAMES
-from phasewatch.sources.current import StartPoint, wait_for_journal
-from phasewatch.sources.follow import JournalFollower
+from phasewatch.sources.journal.current import StartPoint, wait_for_journal
+from phasewatch.sources.journal.follow import JournalFollower
 
 UNIT = "sglang-kimi.service"
 BASE = time.time() - 3600

@@ -18,7 +18,7 @@ from sglang_sim import Faults, build, journal_json
 from journal_dirs import write_journal
 from phasewatch.cli import main
 from phasewatch.commands.status import ForeignDaemon, ask_daemon, local_time
-from phasewatch.config import load_config
+from phasewatch.config.load import load_config
 from status_documents import DAEMON_INVOCATION, STALLED, UNIT, document
 
 HOUR_AGO = time.time() - 3600

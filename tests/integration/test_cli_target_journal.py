@@ -38,7 +38,7 @@ def hang(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def etc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """An /etc/phasewatch of this test's own."""
     monkeypatch.setattr("phasewatch.commands.target.CONFIG_DIRS", (str(tmp_path),))
-    monkeypatch.setattr("phasewatch.sources.current.CONFIG_DIRS", (str(tmp_path),))
+    monkeypatch.setattr("phasewatch.sources.journal.current.CONFIG_DIRS", (str(tmp_path),))
     monkeypatch.setattr("phasewatch.commands.hold.CONFIG_DIRS", (str(tmp_path),))
     return tmp_path
 

@@ -16,10 +16,10 @@ from journal_dirs import write_journal
 from phasewatch.cli import main
 from phasewatch.clock import FakeClock
 from phasewatch.commands.waitready import ReadyWaiter, rank_list
-from phasewatch.config import Config, parse_config
+from phasewatch.config.load import Config, parse_config
 from phasewatch.errors import NoSuchUnit
 from phasewatch.records import MID_STARTED, MID_STOPPED, MID_STOPPING
-from phasewatch.sources.current import (
+from phasewatch.sources.journal.current import (
     MID_STARTING,
     CurrentStartup,
     StartPoint,
@@ -27,7 +27,7 @@ from phasewatch.sources.current import (
     journal_start,
     wait_for_journal,
 )
-from phasewatch.sources.follow import JournalFollower
+from phasewatch.sources.journal.follow import JournalFollower
 
 UNIT = "sglang-kimi.service"
 INVOCATION = "5e1f3c9a0b7d4e21a6c8f00d1e2b3c4d"
@@ -227,7 +227,7 @@ def test_rank_list() -> None:
 
 def test_inside_the_unit_its_own_invocation_id_is_the_target(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """ExecStartPost= without D-Bus: $INVOCATION_ID, when /proc/self/cgroup says we run in the unit."""
-    import phasewatch.sources.current as current
+    import phasewatch.sources.journal.current as current
 
     cgroup = tmp_path / "cgroup"
     cgroup.write_text(f"0::/system.slice/{UNIT}\n")

@@ -15,8 +15,8 @@ import pytest
 
 from hostile_configs import receiver, write_config
 from phasewatch.cli import main
-from phasewatch.config import load_config
-from phasewatch.config_host import check_on_host, tls_problem
+from phasewatch.config.host import check_on_host, tls_problem
+from phasewatch.config.load import load_config
 from phasewatch.errors import EX_CONFIG, ConfigError
 
 REPO = Path(__file__).resolve().parents[2]

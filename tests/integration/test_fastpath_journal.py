@@ -26,8 +26,8 @@ from phasewatch.engines.sglang import TIME_DIGITS
 from phasewatch.errors import JournalUnavailable
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import MID_STOPPED, UnitLine, UnitRun
-from phasewatch.sources import journal_source
-from phasewatch.sources.journal_source import UnitRecords, reader_name, unit_entries
+from phasewatch.sources.journal import journal_source
+from phasewatch.sources.journal.journal_source import UnitRecords, reader_name, unit_entries
 
 UNIT = "sglang-kimi.service"
 STAMP = "2026-11-30 08:10:00"

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from journal_dirs import write_journal
-from phasewatch.sources.follow import JournalFollower
+from phasewatch.sources.journal.follow import JournalFollower
 
 UNIT = "sglang-kimi.service"
 INVOCATION = "5" * 32

@@ -1,4 +1,4 @@
-"""The NVML source (sources/gpu.py) with a fake pynvml module: its own worker thread, a wedged
+"""The NVML source (sources/host/gpu.py) with a fake pynvml module: its own worker thread, a wedged
 driver that never stalls the caller, no NVML said once."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from phasewatch.sources.gpu import NvmlSource
+from phasewatch.sources.host.gpu import NvmlSource
 
 
 def fake_nvml(block: threading.Event | None = None, fail_init: Exception | None = None) -> types.ModuleType:

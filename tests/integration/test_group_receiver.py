@@ -17,14 +17,14 @@ import pytest
 from phasewatch.app import Daemon
 from phasewatch.clock import FakeClock
 from phasewatch.compose import compose
-from phasewatch.config import DEFAULT_LIMITS, Config, Group, PhaseLimits
-from phasewatch.config_sections import GroupReceiver
+from phasewatch.config.load import DEFAULT_LIMITS, Config, Group, PhaseLimits
+from phasewatch.config.sections import GroupReceiver
 from phasewatch.errors import ConfigError
 from phasewatch.records import JournalRecord, Phase
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
 from phasewatch.sinks.state import StateStore
-from phasewatch.sources.alert_receiver import AlertReceiver, read_token
-from phasewatch.sources.procs import ProcessTable
+from phasewatch.sources.host.procs import ProcessTable
+from phasewatch.sources.receiver.alert_receiver import AlertReceiver, read_token
 from phasewatch.systemd_unit import RecordingUnit, UnitFacts
 
 GROUP = Group("kimi-tp16", 2)

@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from phasewatch.config import EvidenceCapture, Hook
+from phasewatch.config.load import EvidenceCapture, Hook
 from phasewatch.sinks.evidence import EvidenceWriter, Target, find_py_spy
 from phasewatch.sinks.hooks import HookRunner
 from phasewatch.stages.s5_act.respond import Action

@@ -17,7 +17,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from phasewatch.clock import FakeClock
-from phasewatch.config import Config
+from phasewatch.config.load import Config
 from phasewatch.sinks import http as metrics
 from phasewatch.sinks.http import MetricsServer, serve
 from phasewatch.sinks.metrics import Exporter

@@ -1,5 +1,5 @@
 """After a burst the daemon gives back the journal pages its reader mapped without closing it
-(sources/journal_pages.py): over real journal files, the reader's mapped pages leave this process's
+(sources/journal/journal_pages.py): over real journal files, the reader's mapped pages leave this process's
 RSS, and it reads on from where it was (nothing lost or read twice)."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from journal_dirs import write_journal
-from phasewatch.sources.follow import JournalFollower
-from phasewatch.sources.journal_pages import journal_mappings
+from phasewatch.sources.journal.follow import JournalFollower
+from phasewatch.sources.journal.journal_pages import journal_mappings
 
 UNIT = "sglang-kimi.service"
 

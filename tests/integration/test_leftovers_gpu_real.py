@@ -14,7 +14,7 @@ import pytest
 
 from phasewatch.sinks.gpu_memory import GpuMemory
 from phasewatch.sinks.leftovers import LeftoverScan
-from phasewatch.sources.procs import ProcessTable
+from phasewatch.sources.host.procs import ProcessTable
 
 GROUP = "/system.slice/sglang-kimi.service"
 

@@ -1,4 +1,4 @@
-"""sources/listeners.py on this machine's real /proc: the process listening on a port is named (for
+"""sources/host/listeners.py on this machine's real /proc: the process listening on a port is named (for
 the port_in_use remedy), a free port has no holder."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import os
 import socket
 from pathlib import Path
 
-from phasewatch.sources.listeners import port_holders
+from phasewatch.sources.host.listeners import port_holders
 
 
 def test_the_process_listening_on_a_port_is_named() -> None:

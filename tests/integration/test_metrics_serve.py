@@ -22,7 +22,7 @@ from fakes import (
     up_to_draft_capture,
     up_to_ready,
 )
-from phasewatch.config import DEFAULT_LIMITS, Config, PhaseLimits
+from phasewatch.config.load import DEFAULT_LIMITS, Config, PhaseLimits
 from phasewatch.records import Phase
 from phasewatch.sinks.http import serve
 from phasewatch.stages.s4_judge import policy

@@ -11,8 +11,8 @@ from sglang_sim import Faults
 
 from learn_startups import run
 from phasewatch.sources.base import Instant
-from phasewatch.sources.procs import ProcessTable
-from phasewatch.sources.unit_processes import DEATH_GRACE, RankProcesses, UnitFactsReader
+from phasewatch.sources.host.procs import ProcessTable
+from phasewatch.sources.host.unit_processes import DEATH_GRACE, RankProcesses, UnitFactsReader
 from phasewatch.stages.s2_interpret.events import EventKind
 from phasewatch.systemd_unit import RecordingUnit, UnitFacts
 

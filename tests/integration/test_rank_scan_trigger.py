@@ -11,12 +11,12 @@ import subprocess
 import time
 from pathlib import Path
 
-from phasewatch.config import Config
+from phasewatch.config.load import Config
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import EventKind, JournalRecord
 from phasewatch.sources.base import Instant
-from phasewatch.sources.procs import ProcessTable, RankProcess
-from phasewatch.sources.unit_processes import DEATH_GRACE, SCAN_SPACING, RankProcesses, UnitFactsReader
+from phasewatch.sources.host.procs import ProcessTable, RankProcess
+from phasewatch.sources.host.unit_processes import DEATH_GRACE, SCAN_SPACING, RankProcesses, UnitFactsReader
 from phasewatch.systemd_unit import RecordingUnit, UnitFacts
 
 UNIT = "phasewatch-test.service"

@@ -16,7 +16,7 @@ from typing import Iterator
 import pytest
 
 from phasewatch.sinks.leftovers import LeftoverScan
-from phasewatch.sources.procs import ProcessTable, RankProcess, RankWatch
+from phasewatch.sources.host.procs import ProcessTable, RankProcess, RankWatch
 
 GROUP = "/system.slice/sglang-kimi.service"
 STRANGER = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]

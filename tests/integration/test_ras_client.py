@@ -18,13 +18,13 @@ from fakes import ScriptedJournal
 from phasewatch.app import Daemon
 from phasewatch.clock import FakeClock
 from phasewatch.compose import compose
-from phasewatch.config import DEFAULT_LIMITS, Config, PhaseLimits
+from phasewatch.config.load import DEFAULT_LIMITS, Config, PhaseLimits
 from phasewatch.records import JournalRecord, Phase
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
 from phasewatch.sinks.state import StateStore
-from phasewatch.sources.procs import ProcessTable
-from phasewatch.sources.ras import RasAdvisor
-from phasewatch.sources.ras_client import RasAnswer, address_of, query
+from phasewatch.sources.host.procs import ProcessTable
+from phasewatch.sources.host.ras import RasAdvisor
+from phasewatch.sources.host.ras_client import RasAnswer, address_of, query
 from phasewatch.stages.s4_judge.ras_report import RasAddress, parse_report
 from phasewatch.systemd_unit import RecordingUnit, UnitFacts
 

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from journal_dirs import write_journal
-from phasewatch.sources import journal_source
-from phasewatch.sources.journal_source import _ReadAhead, reader_name, unit_entries
+from phasewatch.sources.journal import journal_source
+from phasewatch.sources.journal.journal_source import _ReadAhead, reader_name, unit_entries
 
 UNIT = "sglang-kimi.service"
 

@@ -18,14 +18,14 @@ from journal_dirs import write_journal
 from phasewatch.app import Daemon
 from phasewatch.clock import FakeClock
 from phasewatch.compose import compose
-from phasewatch.config import Config
+from phasewatch.config.load import Config
 from phasewatch.records import VerdictKind
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
 from phasewatch.sinks.state import StateStore
-from phasewatch.sources import journal_source, rebuild
-from phasewatch.sources.follow import JournalFollower
-from phasewatch.sources.journal_feed import JournalFeed
-from phasewatch.sources.procs import ProcessTable
+from phasewatch.sources.host.procs import ProcessTable
+from phasewatch.sources.journal import journal_source, rebuild
+from phasewatch.sources.journal.follow import JournalFollower
+from phasewatch.sources.journal.journal_feed import JournalFeed
 from phasewatch.stages.s4_judge import policy
 from phasewatch.systemd_unit import RecordingUnit, UnitFacts
 

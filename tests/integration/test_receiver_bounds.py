@@ -25,13 +25,13 @@ from pathlib import Path
 import pytest
 
 from phasewatch.clock import SystemClock
-from phasewatch.config import Config
-from phasewatch.config_sections import Group, GroupReceiver
+from phasewatch.config.load import Config
+from phasewatch.config.sections import Group, GroupReceiver
 from phasewatch.errors import UnavailableError
 from phasewatch.sinks.peers import peer_key
-from phasewatch.sources.alert_receiver import AlertReceiver, read_token, start_receiver
 from phasewatch.sources.base import Instant
-from phasewatch.sources.receiver_gate import Gate
+from phasewatch.sources.receiver.alert_receiver import AlertReceiver, read_token, start_receiver
+from phasewatch.sources.receiver.receiver_gate import Gate
 
 UNIT = "sglang-kimi.service"
 GROUP = Group("kimi-tp16", 2)
@@ -86,7 +86,7 @@ def post(address: tuple[str, int], body: bytes, token: str | None = TOKEN) -> in
 def spec(tmp_path: Path, listen: str = "127.0.0.1:0") -> GroupReceiver:
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN + "\n")
-    token_file.chmod(0o400)  # (others may not read it: config_trust.check_token_file)
+    token_file.chmod(0o400)  # (others may not read it: file_trust.check_token_file)
     return GroupReceiver(listen, str(token_file))
 
 
@@ -219,9 +219,9 @@ def test_a_socket_passed_by_systemd_is_used_instead_of_binding(tmp_path: Path) -
         port = free.getsockname()[1]  # (a free port, closed again)
     listen = f"127.0.0.1:{port}"
     script = f"""import sys, time
-from phasewatch.config import Config
-from phasewatch.config_sections import Group, GroupReceiver
-from phasewatch.sources.alert_receiver import start_receiver
+from phasewatch.config.load import Config
+from phasewatch.config.sections import Group, GroupReceiver
+from phasewatch.sources.receiver.alert_receiver import start_receiver
 receiver = GroupReceiver("127.0.0.1:1", {str(tmp_path / "token")!r})
 config = Config(unit={UNIT!r}, group=Group({GROUP.name!r}, 2, receiver=receiver))
 made = start_receiver(config, lambda why: print("unbound", why, flush=True), lambda a: "peer")

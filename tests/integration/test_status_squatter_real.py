@@ -18,7 +18,7 @@ import pytest
 
 from phasewatch.commands.daemon_answer import get
 from phasewatch.commands.status import ask_daemon
-from phasewatch.config import Config
+from phasewatch.config.load import Config
 from phasewatch.errors import ForeignDaemon
 
 UNIT = "sglang-kimi.service"

@@ -31,10 +31,10 @@ from journal_dirs import write_journal
 from phasewatch.cli import main
 from phasewatch.clock import FakeClock
 from phasewatch.commands.waitready import ReadyWaiter
-from phasewatch.config import parse_config
-from phasewatch.sources.current import CurrentStartup, find_start
-from phasewatch.sources.follow import JournalFollower
-from phasewatch.trust import (
+from phasewatch.config.load import parse_config
+from phasewatch.sources.journal.current import CurrentStartup, find_start
+from phasewatch.sources.journal.follow import JournalFollower
+from phasewatch.sources.journal.trust import (
     LIFECYCLE_NOT_FROM_PID1,
     LINE_NOT_FROM_UNIT,
     SUPPRESSION_NOT_FROM_JOURNALD,

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from phasewatch.sources.procs import ProcessTable
-from phasewatch.sources.procstat import ProcSampler
+from phasewatch.sources.host.procs import ProcessTable
+from phasewatch.sources.host.procstat import ProcSampler
 from phasewatch.stages.s4_judge.vitals import RankVitals, compare
 
 GROUP = "/phasewatch-test.service"

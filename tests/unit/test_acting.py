@@ -16,7 +16,7 @@ from fakes import ScriptedJournal
 from phasewatch.app import Daemon
 from phasewatch.clock import FakeClock
 from phasewatch.compose import compose
-from phasewatch.config import DEFAULT_ACTIONS, DEFAULT_LIMITS, Config, Hook, Leftovers, PhaseLimits, load_config
+from phasewatch.config.load import DEFAULT_ACTIONS, DEFAULT_LIMITS, Config, Hook, Leftovers, PhaseLimits, load_config
 from phasewatch.errors import ConfigError, UnitError
 from phasewatch.records import JournalRecord, Phase
 from phasewatch.sinks.acting import ActionRunner, Done, Job
@@ -26,7 +26,7 @@ from phasewatch.sinks.hooks import HookRunner, env_safe, hook_env
 from phasewatch.sinks.metrics import Exporter
 from phasewatch.sinks.state import StateStore
 from phasewatch.sinks.unguarded_stops import UnguardedStops
-from phasewatch.sources.procs import ProcessTable
+from phasewatch.sources.host.procs import ProcessTable
 from phasewatch.stages.s5_act.respond import Action, Hold
 from phasewatch.systemd_unit import EINTR_TRIES, RecordingUnit, SystemdUnit, UnitFacts
 

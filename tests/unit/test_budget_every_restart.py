@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from phasewatch.config import DEFAULT_ACTIONS, Config, RestartBudget
+from phasewatch.config.load import DEFAULT_ACTIONS, Config, RestartBudget
 from phasewatch.stages.s4_judge.verdict import Verdict
 from phasewatch.stages.s5_act.respond import BudgetState, Memory, UnitStatus, reset_budget, respond, settled
 

@@ -1,4 +1,4 @@
-"""The daemon's catch-up at its start (sources/journal_feed.py `JournalFeed.catch_up`) with a follower
+"""The daemon's catch-up at its start (sources/journal/journal_feed.py `JournalFeed.catch_up`) with a follower
 whose catch-up reader hands over scripted batches: the loop is told of every change of start-up (as
 a follower's read ending there would tell it), a reader that cannot open the journal leaves the
 start-up to the follower, and the follower goes on after the last entry's cursor."""
@@ -11,12 +11,12 @@ import pytest
 
 from fastpath_compare import fields_by_name_only
 from phasewatch.clock import FakeClock
-from phasewatch.config import Config
+from phasewatch.config.load import Config
 from phasewatch.errors import JournalUnavailable
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import JournalRecord, UnitLine, UnitRun
-from phasewatch.sources.journal_feed import JournalFeed
-from phasewatch.sources.journal_reader import ReadEnd
+from phasewatch.sources.journal.journal_feed import JournalFeed
+from phasewatch.sources.journal.journal_reader import ReadEnd
 
 UNIT = "sglang.service"
 T0 = 1_780_000_000.0

@@ -15,7 +15,7 @@ import pytest
 from phasewatch.cli import build_parser, main
 from phasewatch.commands import checkconfig
 from phasewatch.commands.checkconfig import PolkitAnswer, check_authorization_call, check_instance, parse_answer
-from phasewatch.config import load_config
+from phasewatch.config.load import load_config
 from phasewatch.errors import (
     EX_CONFIG,
     EX_NOINPUT,
@@ -46,7 +46,7 @@ def run(argv: Sequence[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, s
 def test_version(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     """The version, and which journal reader `replay --unit` uses (the C one unless built without it)."""
     from phasewatch import __version__
-    from phasewatch.sources import journal_source
+    from phasewatch.sources.journal import journal_source
 
     built = "C" if journal_source.c_lines is not None else "Python"
     monkeypatch.delenv("PHASEWATCH_PURE_PYTHON", raising=False)
@@ -180,6 +180,7 @@ def test_stderr_is_the_journal_only_when_journal_stream_names_it() -> None:
     assert not stderr_is_journal({"JOURNAL_STREAM": "garbage"}, stat)
 
 
+# check-config: every error of the file and the limits' warnings (config/all_errors.py)
 def test_check_config_reports_every_error_and_warns_on_a_stall_window_above_its_deadline(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "bad.yaml"

@@ -13,7 +13,7 @@ from phasewatch.cli import main
 from phasewatch.commands.daemon_answer import status_url
 from phasewatch.commands.status import exit_status, render_table, watch
 from phasewatch.commands.status_line import oneline
-from phasewatch.config import Config
+from phasewatch.config.load import Config
 from status_documents import STALLED, UNIT, document
 
 HOUR_AGO = time.time() - 3600
@@ -107,7 +107,7 @@ def test_watch_on_a_terminal_redraws(capsys: pytest.CaptureFixture[str]) -> None
 
 
 def test_default_config_is_the_units() -> None:
-    from phasewatch.sources.current import resolve_config
+    from phasewatch.sources.journal.current import resolve_config
 
     assert resolve_config(UNIT, None) == Config(unit=UNIT)
 

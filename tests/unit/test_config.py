@@ -1,4 +1,5 @@
-"""Configuration: durations, a full valid file, and errors that name key path, file and line."""
+"""Configuration (config/load.py, each section checked by config/parse_sections.py): durations, a full
+valid file, and errors that name key path, file and line."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from phasewatch.cli import main
-from phasewatch.config import DEFAULT_LIMITS, DEFAULT_RANK_SKEW, Config, PhaseLimits, load_config, parse_config
+from phasewatch.config.load import DEFAULT_LIMITS, DEFAULT_RANK_SKEW, Config, PhaseLimits, load_config, parse_config
 from phasewatch.durations import format_duration, parse_duration
 from phasewatch.errors import EX_CONFIG, EX_OK, ConfigError
 from phasewatch.pipeline import Pipeline

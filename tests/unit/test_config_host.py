@@ -13,9 +13,9 @@ import pytest
 
 from hostile_configs import receiver, write_config
 from phasewatch.cli import main
-from phasewatch.config import load_config
-from phasewatch.config_host import check_on_host, listeners_overlap
-from phasewatch.config_trust import check_token_file, why_exposed
+from phasewatch.config.file_trust import check_token_file, why_exposed
+from phasewatch.config.host import check_on_host, listeners_overlap
+from phasewatch.config.load import load_config
 from phasewatch.errors import EX_CONFIG, ConfigError
 
 TOKEN = "a-token-long-enough-0123456789\n"

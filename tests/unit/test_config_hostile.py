@@ -10,8 +10,8 @@ import pytest
 
 from hostile_configs import BILLION_LAUGHS, CANNOT_WORK, FILE, UNITS_TAKEN, where
 from phasewatch.cli import main
-from phasewatch.config import load_config, parse_config
-from phasewatch.config_file import MAX_DEPTH
+from phasewatch.config.load import load_config, parse_config
+from phasewatch.config.yaml_file import MAX_DEPTH
 from phasewatch.durations import SHOWN_CHARS, parse_duration
 from phasewatch.errors import EX_CONFIG, ConfigError
 
@@ -60,7 +60,7 @@ def test_fifo_config_refused_without_hanging(tmp_path: Path) -> None:
 
 
 def test_engine_path_refused(tmp_path: Path) -> None:
-    profile = REPO / "daemon" / "phasewatch" / "profiles" / "sglang.yaml"
+    profile = REPO / "daemon" / "phasewatch" / "profile" / "profiles" / "sglang.yaml"
     text = f"unit: sglang-kimi.service\nengine: {profile.with_suffix('')}\n"
     with pytest.raises(ConfigError, match=r"^engine: expected a built-in profile name like sglang, got '/.*'"
                                           r" \(a profile file goes in profile_path:\)" + where(2)):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from phasewatch.cli import main
-from phasewatch.config import TOP_KEYS, ConfigError, load_config
+from phasewatch.config.load import TOP_KEYS, ConfigError, load_config
 from phasewatch.errors import EX_CONFIG
 
 HEAD = "# phasewatch for the Kimi server\nunit: sglang-kimi.service\n"

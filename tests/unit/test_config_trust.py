@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from phasewatch.cli import main
-from phasewatch.config_trust import check_trusted, why_untrusted
+from phasewatch.config.file_trust import check_trusted, why_untrusted
 from phasewatch.errors import ConfigError
 
 TEXT = "unit: sglang-kimi.service\n"

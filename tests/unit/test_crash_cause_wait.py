@@ -10,7 +10,7 @@ import math
 import pytest
 
 from phasewatch.clock import FakeClock
-from phasewatch.config import DEFAULT_CRASH_CAUSE_WAIT, Config, parse_config
+from phasewatch.config.load import DEFAULT_CRASH_CAUSE_WAIT, Config, parse_config
 from phasewatch.errors import ConfigError
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import MID_FAILED, JournalRecord, VerdictKind

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from phasewatch.config import Config
+from phasewatch.config.load import Config
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import Phase
-from phasewatch.sources.formats import parse_source
+from phasewatch.sources.journal.formats import parse_source
 from phasewatch.stages.s2_interpret.crashfacts import (
     CrashFacts,
     Role,

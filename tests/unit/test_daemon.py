@@ -12,12 +12,12 @@ from fakes import ScriptedJournal
 from phasewatch.app import Daemon
 from phasewatch.clock import FakeClock
 from phasewatch.compose import compose
-from phasewatch.config import DEFAULT_LIMITS, Config, PhaseLimits
+from phasewatch.config.load import DEFAULT_LIMITS, Config, PhaseLimits
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import JournalRecord, Phase
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
 from phasewatch.sinks.state import StateStore
-from phasewatch.sources.procs import ProcessTable
+from phasewatch.sources.host.procs import ProcessTable
 from phasewatch.systemd_unit import RecordingUnit, UnitFacts
 
 UNIT = "sglang-kimi.service"

@@ -13,11 +13,11 @@ from fakes import ScriptedJournal
 from phasewatch.app import Daemon
 from phasewatch.clock import FakeClock
 from phasewatch.compose import compose
-from phasewatch.config import load_config
+from phasewatch.config.load import load_config
 from phasewatch.records import JournalRecord, Phase
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
 from phasewatch.sinks.state import StateStore
-from phasewatch.sources.procs import ProcessTable
+from phasewatch.sources.host.procs import ProcessTable
 from phasewatch.systemd_unit import RecordingUnit, UnitFacts
 
 UNIT = "sglang-kimi.service"

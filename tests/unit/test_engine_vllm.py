@@ -12,12 +12,12 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from phasewatch.cli import main
-from phasewatch.config import Config
+from phasewatch.config.load import Config
 from phasewatch.engines import ServerInfo, detect_engine, engine_module
 from phasewatch.engines import vllm as vllm_engine
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import MAIN, JournalRecord, LineKind, Phase
-from phasewatch.sources.procs import rank_from_title
+from phasewatch.sources.host.procs import rank_from_title
 from phasewatch.stages.s1_read.lines import LineSplitter
 from phasewatch.stages.s3_track.snapshot import InvocationView
 

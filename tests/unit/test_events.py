@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from phasewatch.profile import load_builtin_profile
+from phasewatch.profile.load import load_builtin_profile
 from phasewatch.records import (
     MAIN,
     MID_DEACTIVATED,
@@ -31,10 +31,10 @@ from phasewatch.stages.s2_interpret.events import (
     LONG_MEMO_CHARS,
     MEMO_MAX_CHARS,
     EventMapper,
-    digit_blind,
     is_lifecycle_record,
     lifecycle_event,
 )
+from phasewatch.stages.s2_interpret.pattern_needles import digit_blind
 
 PROFILE = load_builtin_profile("sglang")
 INV = "3c2b1a09f8e7d6c5b4a3928170f6e5d4"

@@ -7,15 +7,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
-from phasewatch.config import DEFAULT_ACTIONS, Config, EvidenceCapture
+from phasewatch.config.load import DEFAULT_ACTIONS, Config, EvidenceCapture
 from phasewatch.pipeline import Pipeline
+from phasewatch.profile.xid_table import parse_xid
 from phasewatch.records import JournalRecord
 from phasewatch.sinks.actions import alert_fields
 from phasewatch.sinks.evidence import EvidenceTaker, EvidenceWriter, Ran, Target, targets
 from phasewatch.stages.s4_judge.verdict import Verdict
 from phasewatch.stages.s5_act.respond import Action, Memory, UnitStatus, respond
 from phasewatch.systemd_unit import UnitFacts
-from phasewatch.xid_table import parse_xid
 
 UNIT = "sglang-kimi.service"
 T0 = 1_800_000_000.0

@@ -1,17 +1,18 @@
 """The failure lines of SGLang and vLLM beyond the corpus, written from the engines' log strings
 (and those of uvicorn, huggingface_hub, transformers, torch and Python they run on): each new
-line class gives a crash with the specific cause an operator acts on, and a near-miss line (a
+line class gives a crash with the specific cause an operator acts on (the culprit, its phase and
+the telling line: stages/s4_judge/crash_culprit.py), and a near-miss line (a
 warning or a harmless line that mentions the same words) gives no crash and no such cause."""
 
 from __future__ import annotations
 
 import pytest
 
-from phasewatch.config import Config
+from phasewatch.config.load import Config
 from phasewatch.pipeline import Pipeline
-from phasewatch.profile import load_builtin_profile
+from phasewatch.profile.load import load_builtin_profile
 from phasewatch.records import JournalRecord, VerdictKind
-from phasewatch.sources.formats import parse_source
+from phasewatch.sources.journal.formats import parse_source
 
 VLLM_START = [
     "(Worker_TP0 pid=201) INFO 05-28 20:26:40 [parallel_state.py:1] world_size=2 rank=0 local_rank=0 "

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from fastpath_compare import assert_same, run
 from fastpath_journals import T0, decode, journal, piece, prefixed, steps
-from phasewatch.config import Config
+from phasewatch.config.load import Config
 from phasewatch.engines.sglang import fast_prefix, find_prefixes
 from phasewatch.pipeline import Pipeline
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from fastpath_compare import Run, continues, run, run_in_runs, runs_of
 from fastpath_journals import STAMP, decode, journal, piece, prefixed, stamped_from, steps
 from phasewatch.engines.sglang import TIME_DIGITS, fast_prefix
-from phasewatch.profile import Profile, load_builtin_profile
+from phasewatch.profile.load import Profile, load_builtin_profile
 from phasewatch.records import JournalRecord
 
 

@@ -17,7 +17,7 @@ from phasewatch.records import (
     MID_SUPPRESSED,
     JournalRecord,
 )
-from phasewatch.sources.formats import ParsedSource, parse_source
+from phasewatch.sources.journal.formats import ParsedSource, parse_source
 
 T0 = 1771804502.0  # 2026-02-22T23:55:02Z
 NOT_TEXT = r"^input is not a journal export, journalctl JSON/text, or a text log: "

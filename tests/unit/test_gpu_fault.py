@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from phasewatch.config import Config, RestartBudget
+from phasewatch.config.load import Config, RestartBudget
 from phasewatch.pipeline import Pipeline
+from phasewatch.profile.xid_table import parse_xid, xid_table
 from phasewatch.records import JournalRecord, VerdictKind
 from phasewatch.stages.s4_judge.gpu_fault import GpuHealth, nvml_faults, with_gpu_faults, xid_fault
 from phasewatch.stages.s4_judge.verdict import Verdict
 from phasewatch.stages.s5_act.respond import Memory, UnitStatus, respond
 from phasewatch.stages.s5_act.restart_gate import fingerprint, same_in_a_row
-from phasewatch.xid_table import parse_xid, xid_table
 
 UNIT = "sglang-kimi.service"
 INV = "0123456789abcdef0123456789abcdef"

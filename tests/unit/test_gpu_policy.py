@@ -6,7 +6,7 @@ import time
 import types
 from typing import Any
 
-from phasewatch.config import DEFAULT_LIMITS, Config, VitalsSampling
+from phasewatch.config.load import DEFAULT_LIMITS, Config, VitalsSampling
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import Event, EventKind, JournalRecord, Phase
 from phasewatch.stages.s4_judge import policy
@@ -113,7 +113,7 @@ def test_the_evidence_file_says_what_each_ranks_gpu_did() -> None:
 def test_init_writes_both_windows_and_its_config_lints_clean() -> None:
     from pathlib import Path
 
-    from phasewatch.config import parse_config
+    from phasewatch.config.load import parse_config
     from phasewatch.stages.s4_judge.init_config import UnitCommand, engine_facts, exec_argv, render_config
 
     facts = engine_facts(exec_argv("python3 -m sglang.launch_server --model-path m --tp 8 "

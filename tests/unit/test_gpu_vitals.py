@@ -187,10 +187,10 @@ def test_quiet_seconds_add_up_until_a_fault_a_read_or_a_call() -> None:
 
 def test_the_nvml_hint_names_what_installs_it_where_phasewatch_is() -> None:
     """Issue 36: a .deb install was told to `pip install 'phasewatch[gpu]'`."""
-    from phasewatch.sources.gpu import nvml_install_hint
+    from phasewatch.sources.host.gpu import nvml_install_hint
 
-    deb = nvml_install_hint("/usr/lib/python3/dist-packages/phasewatch/sources/gpu.py")
+    deb = nvml_install_hint("/usr/lib/python3/dist-packages/phasewatch/sources/host/gpu.py")
     assert "apt install python3-pynvml" in deb and "pip" not in deb
-    venv = nvml_install_hint("/opt/phasewatch/.venv/lib/python3.11/site-packages/phasewatch/sources/gpu.py")
+    venv = nvml_install_hint("/opt/phasewatch/.venv/lib/python3.11/site-packages/phasewatch/sources/host/gpu.py")
     assert venv.startswith("pip install 'phasewatch[gpu]'")
-    assert nvml_install_hint("/usr/local/lib/python3.11/dist-packages/phasewatch/sources/gpu.py") == venv
+    assert nvml_install_hint("/usr/local/lib/python3.11/dist-packages/phasewatch/sources/host/gpu.py") == venv

@@ -12,7 +12,7 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from dashboard_queries import load, panels, raw_queries
-from phasewatch.config import Config
+from phasewatch.config.load import Config
 from phasewatch.records import PHASE_NAMES
 from phasewatch.sinks.metrics import Exporter
 

@@ -1,5 +1,5 @@
 """The line grammar's generalisations (issue 11 point 1): phase order as a model, families of words
-after the exact rules, times from other loggers, a one-GPU paste as TP0, and never a 1970 date."""
+(profile/families.py) after the exact rules, times from other loggers, a one-GPU paste as TP0, and never a 1970 date."""
 
 from __future__ import annotations
 
@@ -11,14 +11,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from phasewatch.cli import main
-from phasewatch.config import Config
+from phasewatch.config.load import Config
 from phasewatch.errors import ProfileError
+from phasewatch.output.render import iso, to_json, to_table
 from phasewatch.pipeline import Pipeline
 from phasewatch.prefixes import canonical_rank
-from phasewatch.profile import load_builtin_profile, parse_profile
+from phasewatch.profile.load import load_builtin_profile, parse_profile
 from phasewatch.records import JournalRecord, Phase
-from phasewatch.render import iso, to_json, to_table
-from phasewatch.sources.formats import parse_source
+from phasewatch.sources.journal.formats import parse_source
 from phasewatch.stages.s1_read.lines import LineSplitter
 from phasewatch.stages.s1_read.timestamps import DATED_FROM, foreign_time, is_dated
 from phasewatch.stages.s2_interpret.phaseorder import Anomaly, backwards, before

@@ -1,4 +1,4 @@
-"""A node of a multi-node group (config `group:`): its ranks waiting for another node, and the
+"""A node of a multi-node group (config `group:`, config/group.py): its ranks waiting for another node, and the
 group's restart decision from Alertmanager's webhook, parsed and decided (pure; the receiver's
 socket and the daemon acting on it: tests/integration/test_group_receiver.py)."""
 
@@ -14,8 +14,8 @@ from prometheus_client import CollectorRegistry
 
 from fakes import INV as FIRST
 from fakes import MAIN_PID, TP8, Journal, up_to_capture
-from phasewatch.config import Config, Group, parse_config
-from phasewatch.config_sections import GroupReceiver
+from phasewatch.config.load import Config, Group, parse_config
+from phasewatch.config.sections import GroupReceiver
 from phasewatch.errors import ConfigError
 from phasewatch.records import MID_FAILED, MID_STARTED, GroupRestartRequest, JournalRecord, VerdictKind
 from phasewatch.sinks.group_metrics import HOLD_OVER, ended_failures

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import httpx
 
-from phasewatch.config import Config, HealthCheck, parse_config
+from phasewatch.config.load import Config, HealthCheck, parse_config
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import Event, EventKind, JournalRecord
-from phasewatch.sources.probe import default_url, probe
+from phasewatch.sources.host.probe import default_url, probe
 from phasewatch.stages.s4_judge import policy
 
 UNIT = "sglang-kimi.service"

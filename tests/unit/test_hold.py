@@ -14,12 +14,12 @@ from phasewatch.app import Daemon
 from phasewatch.cli import main
 from phasewatch.clock import FakeClock
 from phasewatch.compose import compose
-from phasewatch.config import DEFAULT_LIMITS, Config, PhaseLimits
+from phasewatch.config.load import DEFAULT_LIMITS, Config, PhaseLimits
 from phasewatch.records import JournalRecord, Phase
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
 from phasewatch.sinks.hold import HoldFile
 from phasewatch.sinks.state import StateStore
-from phasewatch.sources.procs import ProcessTable
+from phasewatch.sources.host.procs import ProcessTable
 from phasewatch.stages.s5_act.respond import Hold
 from phasewatch.systemd_unit import RecordingUnit, UnitFacts
 

@@ -7,7 +7,7 @@ from typing import Sequence
 
 import pytest
 
-from phasewatch.config import DEFAULT_ACTIONS, Config, Hook, load_config
+from phasewatch.config.load import DEFAULT_ACTIONS, Config, Hook, load_config
 from phasewatch.errors import ConfigError
 from phasewatch.sinks.hooks import HookRun, HookRunner
 from phasewatch.stages.s4_judge.verdict import Verdict

@@ -16,13 +16,13 @@ from prometheus_client import CollectorRegistry
 from fakes import ScriptedJournal
 from phasewatch.clock import FakeClock
 from phasewatch.compose import compose
-from phasewatch.config import DEFAULT_LIMITS, Adaptive, Config, PhaseLimits
+from phasewatch.config.load import DEFAULT_LIMITS, Adaptive, Config, PhaseLimits
 from phasewatch.records import JournalRecord, Phase
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
 from phasewatch.sinks.history import History, PhaseRecord, StartupRecord
 from phasewatch.sinks.metrics import Exporter
 from phasewatch.sinks.state import Saved, StateStore
-from phasewatch.sources.procs import ProcessTable
+from phasewatch.sources.host.procs import ProcessTable
 from phasewatch.stages.s4_judge.learn import limits_in_force
 from phasewatch.stages.s5_act.respond import MESSAGE_IDS, Budget, BudgetState, Memory
 from phasewatch.systemd_unit import RecordingUnit, UnitFacts

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from phasewatch.config import parse_config
+from phasewatch.config.load import parse_config
 from phasewatch.records import Phase
 from phasewatch.stages.s4_judge.init_config import (
     UnitCommand,
@@ -179,7 +179,7 @@ def test_probe_l2_absurd_parallelism_is_refused_not_written() -> None:
 
 
 def test_intended_keys_are_what_render_config_writes() -> None:
-    from phasewatch.config_file import load_yaml
+    from phasewatch.config.yaml_file import load_yaml
 
     for argv in (KIMI, (*KIMI, "--speculative-algorithm", "EAGLE3"), ("/usr/bin/vllm", "serve", "m", "-tp", "1")):
         command = UnitCommand(unit="sglang-kimi.service", argv=argv)

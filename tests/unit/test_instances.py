@@ -4,7 +4,14 @@ either config spelling keep working."""
 from __future__ import annotations
 
 from phasewatch.commands.run import instance_config
-from phasewatch.instances import config_names, instance_of, other_spelling, watched_unit, watcher_names, watcher_of
+from phasewatch.config.instances import (
+    config_names,
+    instance_of,
+    other_spelling,
+    watched_unit,
+    watcher_names,
+    watcher_of,
+)
 
 
 def test_the_instance_is_the_unit_without_its_suffix() -> None:

@@ -7,12 +7,12 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from phasewatch.config import DEFAULT_LIMITS, Config, PhaseLimits, load_config
+from phasewatch.config.load import DEFAULT_LIMITS, Config, PhaseLimits, load_config
+from phasewatch.output.render import invocation_json, to_table
 from phasewatch.pipeline import Judgement, Pipeline
 from phasewatch.records import Phase
-from phasewatch.render import invocation_json, to_table
 from phasewatch.sinks.history import History, fingerprint, summarize
-from phasewatch.sources.formats import parse_source
+from phasewatch.sources.journal.formats import parse_source
 from phasewatch.stages.s3_track.snapshot import InvocationView
 from phasewatch.stages.s4_judge.learn import eta_seconds
 

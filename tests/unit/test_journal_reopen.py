@@ -2,8 +2,8 @@
 ESTALE (a file archived or deleted under the reader) reopens at the cursor and reads that batch again;
 a catch-up whose reader fails midway leaves the rest to the follower after its last whole batch; a
 cursor the reopened journal no longer holds, while entries were unread, is lines lost; and while the
-reading is behind, the start-up is judged at the last entry read, not now (sources/journal_feed.py,
-sources/rebuild.py)."""
+reading is behind, the start-up is judged at the last entry read, not now (sources/journal/journal_feed.py,
+sources/journal/rebuild.py)."""
 
 from __future__ import annotations
 
@@ -15,16 +15,16 @@ from test_daemon import STALL_CONFIG, daemon, line, load_begins
 from test_daemon import T0 as DT0
 
 from phasewatch.clock import FakeClock
-from phasewatch.config import Config
+from phasewatch.config.load import Config
 from phasewatch.errors import JournalError
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import JournalRecord, VerdictKind
-from phasewatch.sources import rebuild
 from phasewatch.sources.base import Instant
-from phasewatch.sources.follow import JournalFollower
-from phasewatch.sources.journal_feed import SAME_CURSOR_ERRORS, JournalFeed
-from phasewatch.sources.journal_reader import ReadEnd
-from phasewatch.sources.rebuild import JudgedClock, StartTelling
+from phasewatch.sources.journal import rebuild
+from phasewatch.sources.journal.follow import JournalFollower
+from phasewatch.sources.journal.journal_feed import SAME_CURSOR_ERRORS, JournalFeed
+from phasewatch.sources.journal.journal_reader import ReadEnd
+from phasewatch.sources.journal.rebuild import JudgedClock, StartTelling
 
 UNIT = "sglang.service"
 T0 = 1_780_000_000.0

@@ -11,11 +11,11 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from phasewatch.config import Config
+from phasewatch.config.load import Config
 from phasewatch.engines._json_logs import text_of_json_line
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import JournalRecord, record_from_fields
-from phasewatch.sources.formats import parse_source
+from phasewatch.sources.journal.formats import parse_source
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 from sglang_sim import Faults, build, journal_json  # noqa: E402

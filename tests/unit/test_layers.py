@@ -1,6 +1,7 @@
 """The package's layers, kept visible (docs/architecture.md): what each layer may import, no import
-circle, and how big a module or a class may grow. Read from the source (ast), nothing is imported or
-run. The checks take the package's directory, so the planted-violation tests run them over a copy."""
+circle, how big a module, a class or a function may grow (lines, parameters), and that a test names
+every module. Read from the source (ast), nothing is imported or run. The checks take the package's
+directory, so the planted-violation tests run them over a copy."""
 
 from __future__ import annotations
 
@@ -13,6 +14,21 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[2] / "daemon" / "phasewatch"
 MAX_MODULE_LINES = 450
 MAX_CLASS_LINES = 250
+NEAR_MODULE_LINES = MAX_MODULE_LINES * 95 // 100  # a module this long is split before it must be
+MAX_FUNCTION_LINES = 60
+MAX_PARAMETERS = 8  # besides self and cls
+# Over the caps today, in modules other work is rewriting; each entry must still be over its cap (the
+# test says when one is not), so the set only shrinks.
+KNOWN_NEAR_CAP = {"sinks.history"}
+KNOWN_LONG = {"sinks.metric_families.families", "stages.s3_track.fastpath.FastPath.apply",
+              "stages.s3_track.tracker.Tracker._apply", "stages.s5_act.respond.respond",
+              "sources.journal.journal_reader.UnitJournalReader._read"}
+KNOWN_WIDE = {"compose.compose", "sinks.responder.Responder.__init__", "sinks.actors.build_actors",
+              "commands.logs.show_logs", "sources.receiver.alert_receiver.AlertReceiver.__init__"}
+# Modules no test file names yet (by import, `phasewatch.<module>` or its path): each a debt.
+KNOWN_UNNAMED = {"sinks.actors", "sinks.group_restarts", "sinks.metric_families", "sinks.systemd_status",
+                 "sources.host.signs_of_life", "sources.journal.access",
+                 "stages.s3_track.lockstep", "stages.s4_judge.group_wait"}
 # Modules that do I/O or run things in the background: never imported by a pure stage.
 IO_MODULES = {"systemd", "pystemd", "httpx", "sqlite3", "socket", "threading", "subprocess", "select", "http",
               "signal", "os", "io", "shutil", "selectors", "asyncio", "urllib", "multiprocessing", "prometheus_client"}
@@ -20,24 +36,24 @@ IO_MODULES = {"systemd", "pystemd", "httpx", "sqlite3", "socket", "threading", "
 # set of module names; a name ending in "." is every module of that package. The stages' groups are
 # layers of their own, in the order data flows through them.
 LAYERS: tuple[tuple[str, frozenset[str]], ...] = tuple((name, frozenset(members.split())) for name, members in (
-    ("base", " __init__ records errors durations clock fit instances trust prefixes ranks config_sections "
-             "config_trust families remedy_table redact xid_table"),
+    ("base", " __init__ records errors durations clock prefixes ranks"),
     ("engines", "engines engines."),
-    ("config", "profile config config_file config_group config_errors config_host"),
+    ("config", "profile profile. config config."),
     ("stages", "stages"),
     ("stages.s1_read", "stages.s1_read stages.s1_read."),
     ("stages.s2_interpret", "stages.s2_interpret stages.s2_interpret."),
     ("stages.s3_track", "stages.s3_track stages.s3_track."),
     ("stages.s4_judge", "stages.s4_judge stages.s4_judge."),
     ("stages.s5_act", "stages.s5_act stages.s5_act."),
-    ("pipeline", "pipeline render"),
+    ("pipeline", "pipeline"),
+    ("output", "output output.render output.fit output.verdict_lines"),
     ("edge", "systemd_unit"),
     ("sources", "sources sources."),
     ("sinks", "sinks sinks."),
     ("app", "app"),
     ("compose", "compose"),
     ("commands", "commands commands."),
-    ("cli", "cli __main__ manpages"),
+    ("cli", "cli __main__ output.manpages"),
 ))
 
 
@@ -154,7 +170,7 @@ def import_circles(package: Path = PACKAGE) -> list[list[str]]:
 
 def test_the_layer_rules_see_every_module() -> None:
     found = {dotted(path) for path in modules()}
-    assert {"stages.s3_track.tracker", "sources.follow", "sinks.actions", "commands.status", "app", "cli",
+    assert {"stages.s3_track.tracker", "sources.journal.follow", "sinks.actions", "commands.status", "app", "cli",
             "engines.sglang", "systemd_unit"} <= found
     for module in found:
         layer_of(module)  # every module is in a layer
@@ -184,6 +200,100 @@ def test_modules_and_classes_stay_small(path: Path) -> None:
             assert size <= MAX_CLASS_LINES, f"{dotted(path)}.{node.name}: {size} lines (at most {MAX_CLASS_LINES})"
 
 
+def functions(package: Path = PACKAGE) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef]:
+    """Every function and method by its dotted name (`commands.run.cmd_run`, `app.Daemon.step`)."""
+    found: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = {}
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                found[f"{prefix}.{child.name}"] = child
+                visit(child, f"{prefix}.{child.name}")
+            elif isinstance(child, ast.ClassDef):
+                visit(child, f"{prefix}.{child.name}")
+            else:
+                visit(child, prefix)
+
+    for path in modules(package):
+        visit(ast.parse(path.read_text()), dotted(path, package))
+    return found
+
+
+def function_lines(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    return (node.end_lineno or node.lineno) - node.lineno + 1
+
+
+def parameters(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    args = node.args
+    named = [*args.posonlyargs, *args.args]
+    own = 1 if named and named[0].arg in ("self", "cls") else 0
+    return len(named) - own + len(args.kwonlyargs) + (args.vararg is not None) + (args.kwarg is not None)
+
+
+def long_functions(package: Path = PACKAGE) -> dict[str, int]:
+    return {name: function_lines(node) for name, node in functions(package).items()
+            if function_lines(node) > MAX_FUNCTION_LINES}
+
+
+def wide_functions(package: Path = PACKAGE) -> dict[str, int]:
+    return {name: parameters(node) for name, node in functions(package).items() if parameters(node) > MAX_PARAMETERS}
+
+
+def test_functions_stay_short() -> None:
+    found = long_functions()
+    assert set(found) - KNOWN_LONG == set(), f"over {MAX_FUNCTION_LINES} lines: {found}"
+    assert KNOWN_LONG - set(found) == set(), "no longer over the cap: take them out of KNOWN_LONG"
+
+
+def test_functions_take_few_parameters() -> None:
+    found = wide_functions()
+    assert set(found) - KNOWN_WIDE == set(), f"over {MAX_PARAMETERS} parameters: {found}"
+    assert KNOWN_WIDE - set(found) == set(), "no longer over the cap: take them out of KNOWN_WIDE"
+
+
+def test_no_module_is_near_its_cap() -> None:
+    near = {dotted(p) for p in modules() if p.read_text().count("\n") > NEAR_MODULE_LINES}
+    assert near - KNOWN_NEAR_CAP == set(), f"within 5 % of {MAX_MODULE_LINES} lines: split along a real seam"
+    assert KNOWN_NEAR_CAP - near == set(), "no longer near the cap: take them out of KNOWN_NEAR_CAP"
+
+
+MAX_ROOT_MODULES = 14
+
+
+def test_the_package_root_shows_the_skeleton() -> None:
+    """cli -> compose/app -> pipeline -> stages, over records, errors, clock: everything else is in
+    the room of its kind (config/, profile/, sources/, sinks/, output/, ...)."""
+    root = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(root) <= MAX_ROOT_MODULES, f"{len(root)} modules in the package root: {root}"
+
+
+TESTS = PACKAGE.parents[1] / "tests"
+
+
+def unnamed_modules(package: Path = PACKAGE, tests: Path = TESTS) -> set[str]:
+    """The package's modules (not package markers) that no test file imports or names, as
+    `phasewatch.<module>` or as its path inside the package (`config/load.py`)."""
+    own = {dotted(p, package): p for p in modules(package) if p.name not in ("__init__.py", "__main__.py")}
+    named: set[str] = set()
+    for test in tests.rglob("*.py"):
+        text = test.read_text()
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("phasewatch"):
+                base = (node.module or "").removeprefix("phasewatch").removeprefix(".")
+                named.update({base, *(f"{base}.{a.name}".lstrip(".") for a in node.names)})
+            elif isinstance(node, ast.Import):
+                named.update(a.name.removeprefix("phasewatch.") for a in node.names)
+        named.update(m for m, p in own.items()
+                     if f"phasewatch.{m}" in text or str(p.relative_to(package)) in text)
+    return set(own) - named
+
+
+def test_every_module_is_named_by_a_test() -> None:
+    found = unnamed_modules()
+    assert found - KNOWN_UNNAMED == set(), "no test file imports or names these modules"
+    assert KNOWN_UNNAMED - found == set(), "named by a test now: take them out of KNOWN_UNNAMED"
+
+
 def test_relative_and_absolute_imports_are_resolved() -> None:
     names = imported(PACKAGE / "stages" / "s3_track" / "tracker.py")
     assert {"records", "ranks", "stages.s3_track.snapshot"} <= names
@@ -205,15 +315,16 @@ def plant(module: Path, line: str) -> None:
 
 
 @pytest.mark.parametrize("where, line, expected", [
-    ("sources/probe.py", "from ..sinks import actions", "sources.probe (sources) imports sinks.actions (sinks)"),
-    ("sources/health.py", "from phasewatch.sinks.state import StateFile",
-     "sources.health (sources) imports sinks.state (sinks)"),
+    ("sources/host/probe.py", "from ...sinks import actions",
+     "sources.host.probe (sources) imports sinks.actions (sinks)"),
+    ("sources/host/health.py", "from phasewatch.sinks.state import StateFile",
+     "sources.host.health (sources) imports sinks.state (sinks)"),
     ("stages/s1_read/lines.py", "from ...commands import status",
      "stages.s1_read.lines (stages.s1_read) imports commands.status (commands)"),
     ("stages/s3_track/snapshot.py", "from ..s4_judge.policy import judge",
      "stages.s3_track.snapshot (stages.s3_track) imports stages.s4_judge.policy (stages.s4_judge)"),
-    ("profile.py", "from .stages.s1_read import lines",
-     "profile (config) imports stages.s1_read.lines (stages.s1_read)"),
+    ("profile/load.py", "from ..stages.s1_read import lines",
+     "profile.load (config) imports stages.s1_read.lines (stages.s1_read)"),
 ])
 def test_an_upward_import_is_caught(copy: Path, where: str, line: str, expected: str) -> None:
     assert upward_imports(copy) == []
@@ -229,12 +340,27 @@ def test_a_circle_is_caught_even_inside_one_layer(copy: Path) -> None:
 
 
 def test_a_circle_through_a_function_level_import_is_caught(copy: Path) -> None:
-    follow = copy / "sources" / "journal_reader.py"
+    follow = copy / "sources" / "journal" / "journal_reader.py"
     follow.write_text(follow.read_text() + "\n\ndef _late() -> None:\n    from . import follow  # noqa: F401\n")
-    assert import_circles(copy) == [["sources.follow", "sources.journal_reader", "sources.journal_source"]]
+    assert import_circles(copy) == [["sources.journal.follow", "sources.journal.journal_reader",
+                                     "sources.journal.journal_source"]]
 
 
 def test_a_module_in_no_layer_is_named(copy: Path) -> None:
     (copy / "newthing.py").write_text("from .records import MAIN\n")
     with pytest.raises(LookupError, match="newthing is in no layer"):
         upward_imports(copy)
+
+
+def test_a_long_function_and_a_wide_one_are_caught(copy: Path) -> None:
+    body = "".join(f"    x{i} = {i}\n" for i in range(MAX_FUNCTION_LINES))
+    params = ", ".join(f"a{i}: int" for i in range(MAX_PARAMETERS + 1))
+    (copy / "ranks.py").write_text((copy / "ranks.py").read_text() + f"\n\ndef _long() -> None:\n{body}"
+                                   f"\n\nclass _Wide:\n    def __init__(self, {params}) -> None:\n        pass\n")
+    assert long_functions(copy) == {**{n: long_functions()[n] for n in KNOWN_LONG}, "ranks._long": 61}
+    assert set(wide_functions(copy)) == KNOWN_WIDE | {"ranks._Wide.__init__"}
+
+
+def test_a_module_no_test_names_is_listed(copy: Path) -> None:
+    (copy / "stages" / "s4_judge" / "newrule.py").write_text('"""A rule."""\n')
+    assert unnamed_modules(copy) == KNOWN_UNNAMED | {"stages.s4_judge.newrule"}

@@ -11,7 +11,7 @@ import pytest
 from sglang_sim import Faults, build, journal_json
 
 from learn_startups import ADAPTIVE, BASE, CONFIG, LOADS, UNIT, finished, run
-from phasewatch.config import Config
+from phasewatch.config.load import Config
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import Phase, record_from_fields
 from phasewatch.sinks.history import History, StartupRecord

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from phasewatch.sinks.gpu_memory import GpuHolder
 from phasewatch.sinks.leftovers import GuardedRestart, LeftoverScan, Survivor, survivors
-from phasewatch.sources.procs import ProcessTable
+from phasewatch.sources.host.procs import ProcessTable
 from phasewatch.stages.s5_act.respond import Action
 from phasewatch.systemd_unit import RecordingUnit, UnitFacts
 

@@ -1,4 +1,4 @@
-"""The man pages cannot drift: the committed man/ pages are what phasewatch.manpages writes from
+"""The man pages cannot drift: the committed man/ pages are what phasewatch.output.manpages writes from
 the current parser (every command, every option), config keys and unit file."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from phasewatch.cli import build_parser
-from phasewatch.config import TOP_KEYS
+from phasewatch.config.load import TOP_KEYS
 from phasewatch.errors import EXIT_STATUSES
-from phasewatch.manpages import KEY_DOCS, PAGES, _commands, _esc, render_all
+from phasewatch.output.manpages import KEY_DOCS, PAGES, _commands, _esc, render_all
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -35,7 +35,7 @@ from fakes import (
 from phasewatch import __version__
 from phasewatch.clock import FakeClock
 from phasewatch.compose import compose
-from phasewatch.config import DEFAULT_LIMITS, VERDICT_KINDS, Config, PhaseLimits, RestartBudget
+from phasewatch.config.load import DEFAULT_LIMITS, VERDICT_KINDS, Config, PhaseLimits, RestartBudget
 from phasewatch.pipeline import Judgement, Pipeline, StepJudgement
 from phasewatch.records import MAIN, MID_STARTED, MID_SUPPRESSED, PHASE_NAMES, JournalRecord, Phase
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
@@ -43,7 +43,7 @@ from phasewatch.sinks.http import parse_listen
 from phasewatch.sinks.metrics import PHASE_BUCKETS, Exporter
 from phasewatch.sinks.responder import Responder
 from phasewatch.sinks.state import StateStore
-from phasewatch.sources.procs import ProcessTable
+from phasewatch.sources.host.procs import ProcessTable
 from phasewatch.stages.s3_track.snapshot import InvocationView
 from phasewatch.stages.s5_act.respond import Budget, BudgetState, Memory
 from phasewatch.systemd_unit import RecordingUnit, UnitFacts

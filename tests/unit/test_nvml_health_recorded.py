@@ -1,4 +1,4 @@
-"""GPU health (sources/gpu_nvml_health.py) over what NVML answered on a real H200, driver 580.159.04
+"""GPU health (sources/host/gpu_nvml_health.py) over what NVML answered on a real H200, driver 580.159.04
 (tests/golden/nvml-health/, recorded by tools/nvml_device/nvml_health.py): each call answered or
 refused as it was there; a healthy Hopper GPU reads healthy, and the calls Hopper refuses (retired
 pages: it remaps rows instead) are no answer, not a fault."""
@@ -10,7 +10,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from phasewatch.sources.gpu_nvml_health import RECOVERY_ACTION_FIELD, read_health
+from phasewatch.sources.host.gpu_nvml_health import RECOVERY_ACTION_FIELD, read_health
 from phasewatch.stages.s4_judge.gpu_fault import GpuHealth
 
 RECORDED = Path(__file__).parents[1] / "golden" / "nvml-health" / "h200-580.159.04.json"

@@ -11,8 +11,8 @@ from tests.status_documents import STALLED, document
 
 from phasewatch.cli import build_parser, main
 from phasewatch.commands.status import render_table
-from phasewatch.fit import NOT_A_TERMINAL, fit_text, fitted, wrap_line
-from phasewatch.manpages import _subcommands
+from phasewatch.output.fit import NOT_A_TERMINAL, fit_text, fitted, wrap_line
+from phasewatch.output.manpages import _subcommands
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.json"))
 JUDGED = ([], ["--now", "+25m"], ["--now", "+3h"])
@@ -79,7 +79,7 @@ def test_every_help_line_fits(columns: str, monkeypatch: pytest.MonkeyPatch) -> 
 # -- issue 36: every line of every command within 100 columns unless --wide -----------------------
 
 def test_every_command_takes_wide() -> None:
-    from phasewatch.manpages import _commands
+    from phasewatch.output.manpages import _commands
 
     leaves = [(name, sub) for name, _, sub in _commands(build_parser()) if not _subcommands(sub)]
     assert len(leaves) >= 10

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from phasewatch.cli import main
 from phasewatch.records import JournalRecord
-from phasewatch.sources.formats import parse_source
+from phasewatch.sources.journal.formats import parse_source
 
 FAMILY = settings(max_examples=8, deadline=None, derandomize=True)
 FORMATS = ("short", "short-precise", "short-iso", "short-full")
@@ -152,7 +152,7 @@ def records(*entries: tuple[str | None, str | None, int | None]) -> list[Journal
 
 
 def test_the_unit_is_named_by_systemd_first_then_by_an_identifier_of_its_own() -> None:
-    from phasewatch.sources.pastes import unit_named
+    from phasewatch.sources.journal.pastes import unit_named
 
     assert unit_named(records(("sglang-kimi", None, 201200))) == "sglang-kimi.service"
     assert unit_named(records(("sglang-kimi", None, 1), ("systemd", "kimi.service", 1))) == "kimi.service"
@@ -257,7 +257,7 @@ def test_the_load_barriers_line_pasted_alone_names_its_writer_and_gets_a_remedy(
 
 
 def test_vllms_rank_assignment_line_without_a_prefix_is_that_ranks() -> None:
-    from phasewatch.profile import load_builtin_profile
+    from phasewatch.profile.load import load_builtin_profile
     from phasewatch.records import Line, LineKind
     from phasewatch.stages.s2_interpret.events import EventMapper
 

@@ -28,7 +28,7 @@ from fakes import (
     up_to_ready,
     warmup,
 )
-from phasewatch.config import DEFAULT_CRASH_CAUSE_WAIT, DEFAULT_LIMITS, Config, PhaseLimits
+from phasewatch.config.load import DEFAULT_CRASH_CAUSE_WAIT, DEFAULT_LIMITS, Config, PhaseLimits
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import (
     MAIN,

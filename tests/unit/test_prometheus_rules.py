@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 from prometheus_client import CollectorRegistry
 
-from phasewatch.config import Config, Group
+from phasewatch.config.load import Config, Group
 from phasewatch.sinks.metrics import Exporter
 
 RULES_DIR = Path(__file__).resolve().parents[2] / "config" / "prometheus"

@@ -1,4 +1,4 @@
-"""PROBE-S4 C-3: the line a crash verdict quotes is masked (redact.py) wherever the verdict goes, and
+"""PROBE-S4 C-3: the line a crash verdict quotes is masked (stages/s4_judge/redact.py) wherever the verdict goes, and
 /status holds it only for a reader who may read the unit's journal (sinks/peers.py may_read_journal);
 anyone else gets the verdict with the line withheld, and the document says so."""
 
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from fakes import INV, UNIT, Journal, MetricsFixture, capture_bar, up_to_capture
-from phasewatch.render import WITHHELD, status_document, verdict_json, without_quote
+from phasewatch.output.render import WITHHELD, status_document, verdict_json, without_quote
 from phasewatch.sinks.http import PEER_UID, phasewatch_app
 from phasewatch.sinks.peers import JOURNAL_GROUPS, groups_of, may_read_journal
 from phasewatch.stages.s5_act.respond import Memory, UnitStatus, respond

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from phasewatch.config import load_config
-from phasewatch.sources.procs import ProcessTable, RankProcess
+from phasewatch.config.load import load_config
+from phasewatch.sources.host.procs import ProcessTable, RankProcess
 
 CGROUP = "/system.slice/sglang-kimi.service"
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from phasewatch.commands.status_render import _why_lines
-from phasewatch.config import Config
+from phasewatch.config.load import Config
 from phasewatch.records import VerdictKind
 from phasewatch.sinks.ras_metrics import ras_families
 from phasewatch.stages.s4_judge.init_config import ras_dropin, ras_port_for

@@ -1,10 +1,10 @@
-"""The webhook receiver's admission and refusal log (sources/receiver_gate.py), and the sockets
-systemd passes (sources/listen_fds.py): the time passed in, nothing slept."""
+"""The webhook receiver's admission and refusal log (sources/receiver/receiver_gate.py), and the sockets
+systemd passes (sources/receiver/listen_fds.py): the time passed in, nothing slept."""
 
 from __future__ import annotations
 
-from phasewatch.sources.listen_fds import passed_fds
-from phasewatch.sources.receiver_gate import Gate, RefusalLog
+from phasewatch.sources.receiver.listen_fds import passed_fds
+from phasewatch.sources.receiver.receiver_gate import Gate, RefusalLog
 
 ROOT, STRANGER, OTHER = "uid 0", "uid 65534", "host 10.0.0.9"
 
@@ -54,7 +54,7 @@ def test_sockets_passed_by_systemd_are_read_by_name_and_the_variables_taken_away
 
 
 def test_an_ipv4_peer_of_a_dual_stack_socket_is_looked_up_as_ipv4() -> None:
-    from phasewatch.sources.receiver_http import unmapped
+    from phasewatch.sources.receiver.receiver_http import unmapped
 
     assert unmapped(("::ffff:127.0.0.1", 40000, 0, 0)) == ("127.0.0.1", 40000)
     assert unmapped(("::1", 40000, 0, 0)) == ("::1", 40000, 0, 0)

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from phasewatch.redact import MASK, WINDOW, redact
+from phasewatch.stages.s4_judge.redact import MASK, WINDOW, redact
 
 PROBE_LINE = ("OSError: 401 Client Error: Unauthorized for url: "
               "https://alice:hf_SECRETTOKEN9876@huggingface.co/api/models/org/private-model (password=hunter2)")

@@ -8,12 +8,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from phasewatch.config import Config
+from phasewatch.config.load import Config
 from phasewatch.errors import ProfileError
 from phasewatch.pipeline import Pipeline
-from phasewatch.profile import load_builtin_profile
+from phasewatch.profile.load import load_builtin_profile
+from phasewatch.profile.remedy_table import RemedyRule, parse_remedies
 from phasewatch.records import JournalRecord
-from phasewatch.remedy_table import RemedyRule, parse_remedies
 from phasewatch.stages.s4_judge.remedies import UnitSettings, argv_arguments, choose, line_facts
 
 ENGINES = ("sglang", "vllm")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from phasewatch.config import Config, RestartBudget
+from phasewatch.config.load import Config, RestartBudget
 from phasewatch.sinks.state import Saved, StateStore
 from phasewatch.stages.s4_judge.verdict import Verdict
 from phasewatch.stages.s5_act.respond import (

@@ -16,12 +16,12 @@ from phasewatch.cli import main
 from phasewatch.commands.logs import TaggedLine
 from phasewatch.commands.replay import TimeClamp
 from phasewatch.commands.status import render_table
-from phasewatch.config import Config
+from phasewatch.config.load import Config
 from phasewatch.errors import EX_OK
+from phasewatch.output.render import MAX_TS, clock_text, iso, json_text, terminal_safe
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import Entry, JournalRecord, UnitLine, UnitRun
-from phasewatch.render import MAX_TS, clock_text, iso, json_text, terminal_safe
-from phasewatch.sources.journal_source import RunShape, UnitRecords
+from phasewatch.sources.journal.journal_source import RunShape, UnitRecords
 
 UNIT = "sglang-kimi.service"
 HOSTILE = "bell\x07 back\x08\x08 title\x1b]0;owned\x07 csi\x1b[2J c1-csi\x9b2J nel\x85 del\x7f cr\rend"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from phasewatch.commands.logs import parse_since
-from phasewatch.config import parse_config
+from phasewatch.config.load import parse_config
 from phasewatch.records import Phase
 
 UNIT = "sglang-kimi.service"

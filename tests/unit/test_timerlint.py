@@ -12,11 +12,11 @@ from fakes import ScriptedJournal
 from phasewatch.clock import FakeClock
 from phasewatch.commands.status import render_table
 from phasewatch.compose import compose
-from phasewatch.config import DEFAULT_LIMITS, Config, PhaseLimits
+from phasewatch.config.load import DEFAULT_LIMITS, Config, PhaseLimits
 from phasewatch.records import JournalRecord, Phase
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
 from phasewatch.sinks.state import StateStore
-from phasewatch.sources.procs import ProcessTable
+from phasewatch.sources.host.procs import ProcessTable
 from phasewatch.stages.s4_judge.timerlint import UnitTimers, engine_timers, lint
 from phasewatch.stages.s5_act.respond import MESSAGE_IDS
 from phasewatch.systemd_unit import RecordingUnit, UnitFacts

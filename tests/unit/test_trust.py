@@ -28,7 +28,7 @@ from forged_entries import (
 )
 from phasewatch.clock import FakeClock
 from phasewatch.compose import compose
-from phasewatch.config import Config
+from phasewatch.config.load import Config
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import (
     MID_STARTED,
@@ -39,15 +39,15 @@ from phasewatch.records import (
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
 from phasewatch.sinks.metrics import Exporter
 from phasewatch.sinks.state import StateStore
-from phasewatch.sources.procs import ProcessTable
-from phasewatch.stages.s5_act.respond import Memory
-from phasewatch.systemd_unit import RecordingUnit, UnitFacts
-from phasewatch.trust import (
+from phasewatch.sources.host.procs import ProcessTable
+from phasewatch.sources.journal.trust import (
     LIFECYCLE_NOT_FROM_PID1,
     LINE_NOT_FROM_UNIT,
     SUPPRESSION_NOT_FROM_JOURNALD,
     rejection,
 )
+from phasewatch.stages.s5_act.respond import Memory
+from phasewatch.systemd_unit import RecordingUnit, UnitFacts
 
 
 def record(fields: dict[str, Any]) -> JournalRecord:

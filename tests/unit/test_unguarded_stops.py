@@ -13,14 +13,14 @@ from learn_startups import BASE, UNIT, run
 from phasewatch.app import Daemon
 from phasewatch.clock import FakeClock
 from phasewatch.compose import compose
-from phasewatch.config import Config
+from phasewatch.config.load import Config
 from phasewatch.records import record_from_fields
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
 from phasewatch.sinks.history import History
 from phasewatch.sinks.leftovers import LeftoverScan, Survivor
 from phasewatch.sinks.state import StateStore
 from phasewatch.sinks.unguarded_stops import GRACE, UnguardedStops
-from phasewatch.sources.procs import ProcessTable
+from phasewatch.sources.host.procs import ProcessTable
 from phasewatch.stages.s5_act.respond import Action
 from phasewatch.systemd_unit import RecordingUnit, UnitFacts
 

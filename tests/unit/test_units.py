@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from phasewatch.config import load_config
+from phasewatch.config.load import load_config
 from phasewatch.errors import EX_CONFIG
 from phasewatch.records import AlertKind, MessageId, VerdictKind
 from phasewatch.stages.s5_act.respond import MESSAGE_IDS, PRIORITY
@@ -162,7 +162,7 @@ def test_the_debian_package_is_built_without_compiled_code() -> None:
 
 
 def test_receiver_socket_unit_hands_its_port_to_the_daemon_by_the_name_it_looks_for() -> None:
-    from phasewatch.sources.listen_fds import RECEIVER_NAME
+    from phasewatch.sources.receiver.listen_fds import RECEIVER_NAME
 
     settings = unit_settings(UNITS / "phasewatch-receiver@.socket")
     assert settings["Service"] == ["phasewatch@%i.service"]

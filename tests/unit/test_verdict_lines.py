@@ -11,7 +11,7 @@ from sglang_sim import Faults, build, journal_json
 
 from phasewatch.cli import main
 from phasewatch.commands.status import render_table
-from phasewatch.stages.s5_act.verdict_lines import VerdictLine, grouped, rank_ranges
+from phasewatch.output.verdict_lines import VerdictLine, grouped, rank_ranges
 
 UNIT = "sglang-kimi.service"
 
@@ -98,7 +98,7 @@ def test_status_groups_the_verdict_lines_but_keeps_each_ranks_verdict_column() -
 
 def test_a_zero_duration_in_a_message_is_grouped_not_an_error() -> None:
     """Issue 36 (found by the e2e): `replay --unit` of a stall whose message says "0s" exited 64."""
-    from phasewatch.stages.s5_act.verdict_lines import VerdictLine, grouped
+    from phasewatch.output.verdict_lines import VerdictLine, grouped
 
     lines = list(grouped(VerdictLine("stalled", f"TP{n}", f"TP{n} silent for 0s in weight_load") for n in range(2)))
     assert lines and all("0s" in line for line in lines)

@@ -10,13 +10,13 @@ from pathlib import Path
 from fakes import ScriptedJournal
 from phasewatch.clock import FakeClock
 from phasewatch.compose import compose
-from phasewatch.config import DEFAULT_LIMITS, Config, PhaseLimits, VitalsSampling, parse_config
+from phasewatch.config.load import DEFAULT_LIMITS, Config, PhaseLimits, VitalsSampling, parse_config
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import Event, EventKind, JournalRecord, Phase
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
 from phasewatch.sinks.state import StateStore
-from phasewatch.sources.procs import ProcessTable
-from phasewatch.sources.procstat import ProcSampler, parse_io_stat, parse_stat
+from phasewatch.sources.host.procs import ProcessTable
+from phasewatch.sources.host.procstat import ProcSampler, parse_io_stat, parse_stat
 from phasewatch.stages.s4_judge import policy
 from phasewatch.stages.s4_judge.vitals import CgroupSample, ProcessSample, Sample, compare, document, progress_events
 from phasewatch.systemd_unit import RecordingUnit, UnitFacts

@@ -8,9 +8,9 @@ from importlib import resources
 import pytest
 import yaml
 
-from phasewatch.config import VERDICT_KINDS
+from phasewatch.config.load import VERDICT_KINDS
 from phasewatch.errors import ProfileError
-from phasewatch.profile import builtin_engines, load_builtin_profile, parse_profile, parse_rule
+from phasewatch.profile.load import builtin_engines, load_builtin_profile, parse_profile, parse_rule
 from phasewatch.records import FAILED_STARTUP, STUCK, EventKind, JournalRecord, Outcome, VerdictKind
 from phasewatch.stages.s1_read.lines import LineSplitter
 from phasewatch.stages.s2_interpret.events import EventMapper
@@ -61,7 +61,15 @@ def test_an_override_keeps_what_the_rule_meant_unless_it_says() -> None:
 def test_a_builtin_profile_is_what_safe_load_reads(engine: str) -> None:
     """load_builtin_profile reads the package's profiles with libyaml's loader (start-up time): the
     same documents, so the same profiles, as PyYAML's own safe_load."""
-    text = resources.files("phasewatch").joinpath("profiles", f"{engine}.yaml").read_text("utf-8")
+    text = resources.files("phasewatch").joinpath("profile", "profiles", f"{engine}.yaml").read_text("utf-8")
     assert yaml.__with_libyaml__  # (the PyYAML of the venv and of Debian both have it)
     assert yaml.load(text, Loader=yaml.CSafeLoader) == yaml.safe_load(text)
     assert load_builtin_profile(engine) == parse_profile(yaml.safe_load(text), f"{engine}.yaml")
+
+
+def test_rank_labels_sort_main_first_then_by_their_numbers() -> None:
+    from phasewatch.ranks import rank_sort_key, tp_index
+
+    labels = ["DP1 TP0", "TP10", "main", "TP2", "DP0 TP3", "TP" + "9" * 30]
+    assert sorted(labels, key=rank_sort_key) == ["main", "DP0 TP3", "DP1 TP0", "TP2", "TP10", "TP" + "9" * 30]
+    assert (tp_index("DP1 TP3"), tp_index("TP0"), tp_index("main")) == (3, 0, None)

@@ -1,7 +1,7 @@
 """When the daemon's loop wakes: the pure plan (stages/s4_judge/wakeups.py), the cgroup scan triggered by the
-journal instead of a timer (sources/unit_processes.py), a silent start-up on a fake clock that wakes
+journal instead of a timer (sources/host/unit_processes.py), a silent start-up on a fake clock that wakes
 only for the watchdog, the signs-of-life sampling and the policy's deadlines; and when the memory a
-burst took is given back (sources/journal_feed.py)."""
+burst took is given back (sources/journal/journal_feed.py)."""
 
 from __future__ import annotations
 
@@ -15,13 +15,15 @@ from fakes import ScriptedJournal
 from phasewatch.app import Daemon
 from phasewatch.clock import FakeClock
 from phasewatch.compose import compose
-from phasewatch.config import Config
+from phasewatch.config.load import Config
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import JournalRecord
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
 from phasewatch.sinks.state import StateStore
 from phasewatch.sources.base import Instant
-from phasewatch.sources.journal_feed import (
+from phasewatch.sources.host.procs import ProcessTable, RankProcess
+from phasewatch.sources.host.unit_processes import SCAN_SPACING, RankProcesses, UnitFactsReader
+from phasewatch.sources.journal.journal_feed import (
     QUIET_RELEASE_AFTER,
     READ_BATCH,
     READS_PER_STEP,
@@ -29,8 +31,6 @@ from phasewatch.sources.journal_feed import (
     RELEASE_QUIET,
     JournalFeed,
 )
-from phasewatch.sources.procs import ProcessTable, RankProcess
-from phasewatch.sources.unit_processes import SCAN_SPACING, RankProcesses, UnitFactsReader
 from phasewatch.stages.s4_judge.wakeups import LOOK, TALKING, Wait, plan
 from phasewatch.systemd_unit import RecordingUnit, UnitFacts
 

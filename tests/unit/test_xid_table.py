@@ -1,11 +1,11 @@
-"""The XID table (data/xid.yaml) and the driver's kernel line read (xid_table.py)."""
+"""The XID table (profile/xid.yaml) and the driver's kernel line read (profile/xid_table.py)."""
 
 from __future__ import annotations
 
 import pytest
 import yaml
 
-from phasewatch.xid_table import ACTIONS, BLOCKING, UNKNOWN, parse_table, parse_xid, pci_key, xid_table
+from phasewatch.profile.xid_table import ACTIONS, BLOCKING, UNKNOWN, parse_table, parse_xid, pci_key, xid_table
 
 
 def test_every_code_parses_with_a_known_action_and_the_table_names_its_source() -> None:

@@ -9,9 +9,9 @@ import subprocess
 import sys
 import time
 
-from phasewatch.sources.gpu import NvmlSource
-from phasewatch.sources.procs import ProcessTable
-from phasewatch.sources.procstat import ProcSampler
+from phasewatch.sources.host.gpu import NvmlSource
+from phasewatch.sources.host.procs import ProcessTable
+from phasewatch.sources.host.procstat import ProcSampler
 from phasewatch.stages.s4_judge.gpu_vitals import baselines_after
 from phasewatch.stages.s4_judge.vitals import ProcessSample, Sample, compare, with_gpus
 

@@ -1,4 +1,4 @@
-"""Read, on a real GPU, the NVML calls phasewatch's GPU health reads (sources/gpu_nvml_health.py),
+"""Read, on a real GPU, the NVML calls phasewatch's GPU health reads (sources/host/gpu_nvml_health.py),
 and write each answer (value, or the error NVML raised) as JSON: a fixture for the tests."""
 import json, sys, time
 import pynvml as nvml

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from phasewatch.sources.ras_client import RasAnswer, address_of, query  # noqa: E402
+from phasewatch.sources.host.ras_client import RasAnswer, address_of, query  # noqa: E402
 from phasewatch.stages.s4_judge.ras_report import RasAddress, parse_report  # noqa: E402
 
 OUT = Path(os.environ["OUT"])

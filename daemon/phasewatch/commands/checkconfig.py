@@ -23,10 +23,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from ..config import Config, load_config
-from ..config_errors import every_error, limit_warnings
-from ..config_file import load_yaml, read_config_text
-from ..config_host import check_on_host
+from ..config.all_errors import every_error, limit_warnings
+from ..config.host import check_on_host
+from ..config.instances import instance_config, watched_unit
+from ..config.load import Config, load_config
+from ..config.yaml_file import load_yaml, read_config_text
 from ..errors import (
     EX_NOPERM,
     EX_OK,
@@ -38,10 +39,9 @@ from ..errors import (
     UnitError,
     UsageError,
 )
-from ..instances import instance_config, watched_unit
+from ..output.render import json_text, terminal_safe
 from ..records import Phase
-from ..render import json_text, terminal_safe
-from ..sources.alert_receiver import read_token
+from ..sources.receiver.alert_receiver import read_token
 
 RESTART_ACTION = "org.freedesktop.systemd1.manage-units"
 POLKIT_TIMEOUT = 10.0  # seconds; polkitd is D-Bus activated and may have to start first
@@ -176,7 +176,7 @@ def group_line(config: Config) -> str:
 
 
 def _every_error(path: str, first: ConfigError) -> list[ConfigError]:
-    """Every error of the file (config_errors.every_error), the loader's own first."""
+    """Every error of the file (config/all_errors.py: every_error), the loader's own first."""
     try:
         errors = every_error(read_config_text(path), path)
     except ConfigError:  # unreadable, too big: the loader's error is the one
@@ -188,8 +188,8 @@ def timer_check(config: Config, state_dir: str | None) -> list[str]:
     """`check-config --unit`: the unit's timers (over D-Bus), its last start-up's server_args (from
     the journal) and the learned healthy durations (history), against the config's limits."""
     from ..sinks.history import History, fingerprint
-    from ..sources.current import CurrentStartup, find_start
-    from ..sources.follow import JournalFollower
+    from ..sources.journal.current import CurrentStartup, find_start
+    from ..sources.journal.follow import JournalFollower
     from ..stages.s4_judge.learn import typical_durations
     from ..stages.s4_judge.timerlint import UnitTimers, lint
     from ..systemd_unit import SystemdUnit

@@ -16,11 +16,11 @@ import time
 from typing import Any, Callable
 from urllib.parse import urlsplit
 
-from ..config import Config
-from ..config_trust import trusted_owners
+from ..config.file_trust import trusted_owners
+from ..config.instances import watcher_names, watcher_of
+from ..config.load import Config
 from ..durations import shown
 from ..errors import ForeignDaemon
-from ..instances import watcher_names, watcher_of
 from ..sinks.peers import listener_owner
 
 TOTAL_DEADLINE = 3.0  # seconds for connect, request and the whole answer

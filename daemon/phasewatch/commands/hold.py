@@ -14,11 +14,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..config.instances import config_names, watched_unit
 from ..durations import format_duration, parse_duration
 from ..errors import EX_OK, NoSuchUnit, UsageError
-from ..instances import config_names, watched_unit
 from ..sinks.hold import HoldFile
-from ..sources.current import CONFIG_DIRS
+from ..sources.journal.current import CONFIG_DIRS
 from ..stages.s5_act.respond import Hold
 from .target import configured_units
 

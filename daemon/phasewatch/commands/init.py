@@ -18,13 +18,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..config import parse_config
-from ..config_file import load_yaml
+from ..config.instances import config_names, watched_unit, watcher_of
+from ..config.load import parse_config
+from ..config.yaml_file import load_yaml
 from ..errors import EX_CANTCREAT, ConfigError, PhasewatchError, UnitError
-from ..instances import config_names, watched_unit, watcher_of
-from ..profile import load_builtin_profile
+from ..output.render import terminal_safe
+from ..profile.load import load_builtin_profile
 from ..records import Phase
-from ..render import terminal_safe
 from ..stages.s4_judge.init_config import (
     LOG_RATE_BURST_NEEDED,
     UnitCommand,
@@ -80,10 +80,10 @@ def read_unit(unit: str) -> UnitCommand:  # pragma: systemd no cover (e2e: test_
 
 def last_startup(unit: str, directory: str | None) -> dict[Phase, float]:
     """The phase durations of the unit's last start-up in the journal; none when it cannot be read."""
-    from ..config import Config
+    from ..config.load import Config
     from ..errors import JournalError
     from ..pipeline import Pipeline
-    from ..sources.journal_source import UnitRecords
+    from ..sources.journal.journal_source import UnitRecords
 
     try:
         pipeline = Pipeline(Config(unit=unit))

@@ -26,20 +26,20 @@ from collections import OrderedDict
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable, TextIO
 
-from ..config import Config
+from ..config.load import Config
 from ..durations import parse_duration
 from ..errors import NoInputError, NoSuchUnit, UsageError
+from ..output.render import clock_text, current_phase, terminal_safe
+from ..output.verdict_lines import rank_ranges
 from ..pipeline import Pipeline
 from ..ranks import rank_sort_key
 from ..records import MAIN, PHASE_NAMES, EventKind, JournalRecord, Line, LineKind
-from ..render import clock_text, current_phase, terminal_safe
-from ..sources.access import unknown_unit
-from ..sources.current import StartPoint, find_start, journal_start, wait_for_journal
-from ..sources.follow import JournalFollower
+from ..sources.journal.access import unknown_unit
+from ..sources.journal.current import StartPoint, find_start, journal_start, wait_for_journal
+from ..sources.journal.follow import JournalFollower
 from ..stages.s1_read.lines import decode, strip_ansi
 from ..stages.s2_interpret.events import is_lifecycle_record
 from ..stages.s3_track.snapshot import InvocationView
-from ..stages.s5_act.verdict_lines import rank_ranges
 from .target import resolve
 
 RANK_WIDTH = 7  # "systemd", "DP0 TP3"

@@ -12,20 +12,21 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from ..config import Config, load_config
+from ..config.load import Config, load_config
 from ..durations import parse_duration
 from ..engines import detect_engine
 from ..errors import EX_OK, InputError, UsageError
-from ..fit import output_width
+from ..output.fit import output_width
+from ..output.render import MAX_TS, clamp_ts, json_text, terminal_safe, to_json, to_table, ts_in_range
 from ..pipeline import Pipeline
-from ..profile import builtin_engines
+from ..profile.load import builtin_engines
 from ..records import Entry, JournalRecord, UnitLine, UnitRun
-from ..render import MAX_TS, clamp_ts, json_text, terminal_safe, to_json, to_table, ts_in_range
-from ..sources import journal_source
-from ..sources.formats import parse_source
-from ..sources.journal_source import UnitRecords
-from ..sources.pastes import unit_named
+from ..sources.journal import journal_source
+from ..sources.journal.formats import parse_source
+from ..sources.journal.journal_source import UnitRecords
+from ..sources.journal.pastes import unit_named
 from ..stages.s2_interpret.ruletally import RuleTally
+from ..stages.s3_track.snapshot import Snapshot
 from .logs import parse_since
 from .target import resolve
 
@@ -124,31 +125,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
     target = resolve(args.unit, args.config, directory=args.directory) if args.unit else None
     config = target.config if target else load_config(args.config) if args.config else Config()
     config_file = target.config_file if target else args.config
-    warnings: list[str] = []
-    records: Iterable[JournalRecord]
-    unit_records: UnitRecords | None = None
-    since = parse_since(args.since, time.time()) if args.since else None  # as logs reads it: ISO or 30m ago
-    if args.unit:
-        records = unit_records = UnitRecords(config.unit, args.directory, since)  # streamed: memory does not grow
-    else:
-        records, warnings = _records_from_file(args.source)
-        if since is not None:
-            timed = [r for r in records if r.realtime is not None]
-            if not timed:
-                warnings.append(f"--since: {args.source} has no journal times (a text log): every line read")
-            records = [r for r in records if r.realtime is None or r.realtime >= since]
-    for warning in warnings:
-        print(f"phasewatch: warning: {terminal_safe(warning)}", file=sys.stderr)
+    records, unit_records = _read(args, config)
     records = clamped = TimeClamp(records)
-    if not config_file and not args.unit:
-        named = unit_named(records)
-        config = Config(unit=named) if named else config
-    if args.engine:
-        config = replace(config, engine=args.engine, profile=None)
-    elif not config_file:
-        config = replace(config, engine=detect_engine(_messages(records)))  # the log's own lines say
-    # A saved log is complete: no line naming a crash's cause is still to come.
-    config = replace(config, crash_cause_wait=0.0)
+    config = _replay_config(args, config, config_file, records)
     year = dt.datetime.now(dt.timezone.utc).year  # for prefixes without a year (vLLM), as for syslog's
     tally = RuleTally() if args.rules else None
     pipeline = Pipeline(config, tally, default_year=year)
@@ -175,6 +154,50 @@ def cmd_replay(args: argparse.Namespace) -> int:
             CLOCK_TIME.search(message) for message in _messages(records)):  # no time of day, no rank: prose
         raise InputError("no line of a start-up phasewatch knows (SGLang, vLLM) in it: not the server's log? "
                          "(phasewatch replay --rules FILE shows what each rule matched)", args.source)
+    _warn_after_reading(unit_records, config, clamped, snapshot)
+    if args.json:
+        sys.stdout.write(json_text(to_json(judgements, now)) + "\n")
+    else:
+        width = None if args.wide else output_width(sys.stdout)
+        sys.stdout.write(to_table(judgements, now, timeless=last_line is None, width=width,
+                                  plain=args.plain))
+    return EX_OK
+
+
+def _read(args: argparse.Namespace, config: Config) -> tuple[Iterable[JournalRecord], UnitRecords | None]:
+    """The records to replay (the unit's journal, streamed, or the file's) and the unit's reader, if any;
+    what is wrong with the input said on stderr."""
+    since = parse_since(args.since, time.time()) if args.since else None  # as logs reads it: ISO or 30m ago
+    if args.unit:
+        unit_records = UnitRecords(config.unit, args.directory, since)  # streamed: memory does not grow
+        return unit_records, unit_records
+    records, warnings = _records_from_file(args.source)
+    if since is not None:
+        timed = [r for r in records if r.realtime is not None]
+        if not timed:
+            warnings.append(f"--since: {args.source} has no journal times (a text log): every line read")
+        records = [r for r in records if r.realtime is None or r.realtime >= since]
+    for warning in warnings:
+        print(f"phasewatch: warning: {terminal_safe(warning)}", file=sys.stderr)
+    return records, None
+
+
+def _replay_config(args: argparse.Namespace, config: Config, config_file: str | None,
+                   records: Iterable[JournalRecord]) -> Config:
+    """The config a replay judges by: the unit and the engine the log names where no config file
+    does, and no wait for a crash's cause (a saved log is complete)."""
+    if not config_file and not args.unit:
+        named = unit_named(records)
+        config = Config(unit=named) if named else config
+    if args.engine:
+        config = replace(config, engine=args.engine, profile=None)
+    elif not config_file:
+        config = replace(config, engine=detect_engine(_messages(records)))  # the log's own lines say
+    return replace(config, crash_cause_wait=0.0)
+
+
+def _warn_after_reading(unit_records: UnitRecords | None, config: Config, clamped: TimeClamp,
+                        snapshot: Snapshot) -> None:
     if unit_records is not None and unit_records.rejected:
         counts = ", ".join(f"{count} {reason}" for reason, count in sorted(unit_records.rejected.items()))
         print(f"phasewatch: warning: ignored entries that claim {terminal_safe(config.unit)} without journald's "
@@ -184,13 +207,6 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if clamped.count:
         print(f"phasewatch: warning: {clamped.count} time stamp(s) outside years 1970..9999 clamped into that range",
               file=sys.stderr)
-    if args.json:
-        sys.stdout.write(json_text(to_json(judgements, now)) + "\n")
-    else:
-        width = None if args.wide else output_width(sys.stdout)
-        sys.stdout.write(to_table(judgements, now, timeless=last_line is None, width=width,
-                                  plain=args.plain))
-    return EX_OK
 
 
 def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:

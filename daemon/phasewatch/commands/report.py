@@ -19,11 +19,11 @@ from typing import Any, Sequence
 
 from ..durations import format_duration
 from ..errors import EX_OK, HistoryUnreadable, NoHistory, NoPermission, UsageError
+from ..output.render import PHASE_SHORT, terminal_safe
+from ..output.verdict_lines import rank_ranges
 from ..records import PHASE_NAMES
-from ..render import PHASE_SHORT, terminal_safe
 from ..sinks.history import History, StartupRecord
 from ..stages.s1_read.timestamps import is_dated
-from ..stages.s5_act.verdict_lines import rank_ranges
 from .target import resolve
 
 COLOURS = {
@@ -248,46 +248,75 @@ def to_svg(records: Sequence[StartupRecord], title: str) -> str:
             parts.append(f'<line x1="{x:.1f}" y1="{top}" x2="{x:.1f}" y2="{bottom + 4}" class="grid"/>')
             parts.append(f'<text x="{x:.1f}" y="{bottom + 15}" class="tick">'
                          f'{escape(format_duration(tick) if tick else "0")}</text>')
-        for index, rank in enumerate(ranks):
-            row_top = top + index * ROW
-            parts.append(f'<text x="{LEFT - 6}" y="{row_top + ROW - 4}" class="rank">{escape(rank)}</text>')
-            for phase, start, stop in record.spans.get(rank, []):
-                if start is None:
-                    continue
-                stop = stop if stop is not None else record.ended_at
-                x = LEFT + (start - record.started_at) * scale
-                w = max((stop - start) * scale, 1.0)
-                parts.append(f'<rect x="{x:.1f}" y="{row_top + 2}" width="{w:.1f}" height="{ROW - 4}" '
-                             f'fill="{COLOURS.get(phase, "#999")}"><title>{escape(rank)} {escape(phase)}: '
-                             f'{escape(format_duration(stop - start))}</title></rect>')
-        # Ranks marked alike at the same moment (8 ranks stalled in one phase) share one label.
-        marks: dict[tuple[str, int], tuple[float, list[tuple[int, str]]]] = {}
-        for kind, who, where, at in record.verdicts:
-            index = ranks.index(who) if who in ranks else 0
-            x = LEFT + (at - record.started_at) * scale
-            _, rows = marks.setdefault((_verdict_label(kind, where), round(x / 3)), (x, []))
-            if index not in (i for i, _ in rows):
-                rows.append((index, who or ""))
-        for (label, _), (x, rows) in marks.items():
-            for index, who in rows:
-                middle = top + index * ROW + ROW / 2
-                parts.append(f'<path d="M{x:.1f},{middle:.1f} l6,-6 l0,12 z" class="verdict">'
-                             f'<title>{escape(label)} ({escape(who)})</title></path>')
-            indexes = sorted(i for i, _ in rows)
-            if len(rows) > 1:
-                label = f"{rank_ranges([ranks[i] for i in indexes])}: {label}"
-            middle = top + (indexes[0] + indexes[-1] + 1) * ROW / 2
-            # The label goes right of the marks, or left of them where it would leave the picture.
-            fits = x + 10 + len(label) * LABEL_CHAR <= WIDTH - 2
-            lx, anchor = (x + 9, "start") if fits else (x - 3, "end")
-            parts.append(f'<text x="{lx:.1f}" y="{middle + 3.5:.1f}" text-anchor="{anchor}" class="mark">'
-                         f'{escape(label)}</text>')
+        parts.extend(_phase_bars(record, ranks, top, scale))
+        parts.extend(_verdict_marks(record, ranks, top, scale))
         panels.append("\n".join(parts))
         top = bottom + 20 + PANEL_GAP
     if not records:
         panels.append(f'<text x="{LEFT}" y="{FIRST_TOP}" class="panel">no start-ups recorded yet</text>')
         top = FIRST_TOP + PANEL_GAP
-    axis_y = top - PANEL_GAP + 14
+    legend, height = _svg_legend(top - PANEL_GAP + 14)
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" '
+            f'viewBox="0 0 {WIDTH} {height}" font-family="DejaVu Sans, sans-serif">\n'
+            "<style>.panel{font-size:13px;fill:#222}.rank{font-size:11px;text-anchor:end;fill:#333}"
+            ".tick{font-size:10px;text-anchor:middle;fill:#444}.legend{font-size:11px;fill:#333}"
+            ".title{font-size:15px;font-weight:bold}.grid{stroke:#ddd;stroke-width:1}"
+            ".verdict{fill:#d62728;stroke:white;stroke-width:0.8}"
+            ".mark{font-size:10px;fill:#a00;font-weight:bold;paint-order:stroke;stroke:white;stroke-width:3px}"
+            "</style>\n"
+            f'<rect width="100%" height="100%" fill="white"/>\n<text x="{LEFT}" y="{TITLE_Y}" class="title">'
+            f"{escape(title)}</text>\n" + "\n".join(panels) + "\n" + "\n".join(legend) + "\n</svg>\n")
+
+
+def _phase_bars(record: StartupRecord, ranks: list[str], top: float, scale: float) -> list[str]:
+    """A row per rank: its name and its phases as bars."""
+    parts = []
+    for index, rank in enumerate(ranks):
+        row_top = top + index * ROW
+        parts.append(f'<text x="{LEFT - 6}" y="{row_top + ROW - 4}" class="rank">{escape(rank)}</text>')
+        for phase, start, stop in record.spans.get(rank, []):
+            if start is None:
+                continue
+            stop = stop if stop is not None else record.ended_at
+            x = LEFT + (start - record.started_at) * scale
+            w = max((stop - start) * scale, 1.0)
+            parts.append(f'<rect x="{x:.1f}" y="{row_top + 2}" width="{w:.1f}" height="{ROW - 4}" '
+                         f'fill="{COLOURS.get(phase, "#999")}"><title>{escape(rank)} {escape(phase)}: '
+                         f'{escape(format_duration(stop - start))}</title></rect>')
+    return parts
+
+
+def _verdict_marks(record: StartupRecord, ranks: list[str], top: float, scale: float) -> list[str]:
+    """A mark per verdict on its rank's row; ranks marked alike at the same moment (8 ranks stalled
+    in one phase) share one label."""
+    parts = []
+    marks: dict[tuple[str, int], tuple[float, list[tuple[int, str]]]] = {}
+    for kind, who, where, at in record.verdicts:
+        index = ranks.index(who) if who in ranks else 0
+        x = LEFT + (at - record.started_at) * scale
+        _, rows = marks.setdefault((_verdict_label(kind, where), round(x / 3)), (x, []))
+        if index not in (i for i, _ in rows):
+            rows.append((index, who or ""))
+    for (label, _), (x, rows) in marks.items():
+        for index, who in rows:
+            middle = top + index * ROW + ROW / 2
+            parts.append(f'<path d="M{x:.1f},{middle:.1f} l6,-6 l0,12 z" class="verdict">'
+                         f'<title>{escape(label)} ({escape(who)})</title></path>')
+        indexes = sorted(i for i, _ in rows)
+        if len(rows) > 1:
+            label = f"{rank_ranges([ranks[i] for i in indexes])}: {label}"
+        middle = top + (indexes[0] + indexes[-1] + 1) * ROW / 2
+        # The label goes right of the marks, or left of them where it would leave the picture.
+        fits = x + 10 + len(label) * LABEL_CHAR <= WIDTH - 2
+        lx, anchor = (x + 9, "start") if fits else (x - 3, "end")
+        parts.append(f'<text x="{lx:.1f}" y="{middle + 3.5:.1f}" text-anchor="{anchor}" class="mark">'
+                     f'{escape(label)}</text>')
+    return parts
+
+
+def _svg_legend(axis_y: float) -> tuple[list[str], float]:
+    """The legend below the panels (the axis' caption, the phases' colours, the verdict mark) and the
+    picture's height."""
     legend = [f'<text x="{LEFT}" y="{axis_y}" class="legend">time since each start-up began; bars: phases of each '
               "rank; marks: verdicts</text>"]
     legend_y = axis_y + 12
@@ -299,17 +328,7 @@ def to_svg(records: Sequence[StartupRecord], title: str) -> str:
     vx, vy = LEFT + 2 * 200, legend_y + 2 * 16
     legend.append(f'<path d="M{vx},{vy + 5} l6,-6 l0,12 z" class="verdict"/>'
                   f'<text x="{vx + 16}" y="{vy + 9}" class="legend">verdict</text>')
-    height = legend_y + 3 * 16 + 8
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" '
-            f'viewBox="0 0 {WIDTH} {height}" font-family="DejaVu Sans, sans-serif">\n'
-            "<style>.panel{font-size:13px;fill:#222}.rank{font-size:11px;text-anchor:end;fill:#333}"
-            ".tick{font-size:10px;text-anchor:middle;fill:#444}.legend{font-size:11px;fill:#333}"
-            ".title{font-size:15px;font-weight:bold}.grid{stroke:#ddd;stroke-width:1}"
-            ".verdict{fill:#d62728;stroke:white;stroke-width:0.8}"
-            ".mark{font-size:10px;fill:#a00;font-weight:bold;paint-order:stroke;stroke:white;stroke-width:3px}"
-            "</style>\n"
-            f'<rect width="100%" height="100%" fill="white"/>\n<text x="{LEFT}" y="{TITLE_Y}" class="title">'
-            f"{escape(title)}</text>\n" + "\n".join(panels) + "\n" + "\n".join(legend) + "\n</svg>\n")
+    return legend, legend_y + 3 * 16 + 8
 
 
 # -- the command ------------------------------------------------------------------------------------

@@ -8,28 +8,30 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from ..config import Config, load_config
+from ..config.instances import instance_config
+from ..config.load import Config, load_config
 from ..errors import EX_OK, ConfigError
-from ..instances import instance_config
+
+if TYPE_CHECKING:
+    from ..app import Daemon
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     import logging
-    import signal
 
     from ..app import watchdog_interval_from_env
     from ..clock import SystemClock
     from ..compose import compose
-    from ..config_host import check_on_host
+    from ..config.host import check_on_host
     from ..sinks.actions import JournalAlerter, Notifier
     from ..sinks.history import History
     from ..sinks.http import Rebinder, start_metrics
     from ..sinks.peers import peer_key
     from ..sinks.state import StateStore
-    from ..sources.alert_receiver import start_receiver
-    from ..sources.follow import JournalFollower
+    from ..sources.journal.follow import JournalFollower
+    from ..sources.receiver.alert_receiver import start_receiver
     from ..stages.s5_act.respond import PRIORITY, Action
     from ..systemd_unit import SystemdUnit
     from .checkconfig import check_instance
@@ -55,8 +57,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     rebinder = None if metrics_server is not None else Rebinder(
         config.metrics_listen, exporter,
         lambda why: alerter.alert(Action("alert", why, "metrics_unbound", PRIORITY["metrics_unbound"], cause="listen")))
-    from ..sources.gpu import NvmlSource
-    from ..sources.gpu_health import STARTUP_LOOKBACK, KernelXids
+    from ..sources.host.gpu import NvmlSource
+    from ..sources.host.gpu_health import STARTUP_LOOKBACK, KernelXids
 
     # Unbindable: alerted once, tried again; never bound within GIVE_UP_AFTER: the loop raises (exit 69).
     receiver = start_receiver(config, lambda why: alerter.alert(Action(
@@ -68,6 +70,19 @@ def cmd_run(args: argparse.Namespace) -> int:
                      actions_off_the_loop=True, action_unit=SystemdUnit(config.unit),  # (its own D-Bus connection)
                      gpu=NvmlSource(), receiver=receiver,
                      kernel=KernelXids(args.directory, since=SystemClock().wall() - STARTUP_LOOKBACK))
+
+    _serve(daemon, config, metrics_server, rebinder, receiver)
+    return EX_OK
+
+
+class Closable(Protocol):
+    def close(self) -> None: ...
+
+
+def _serve(daemon: Daemon, config: Config, *closing: Closable | None) -> None:
+    """Run the loop until SIGTERM (SIGHUP: reload between two steps); then close what `closing` names."""
+    import logging
+    import signal
 
     def stop(signum: int, frame: object) -> None:
         raise SystemExit(0)
@@ -84,13 +99,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         daemon.run()
     finally:
         daemon.notifier.send("STOPPING=1")
-        if metrics_server is not None:
-            metrics_server.close()
-        if rebinder is not None:
-            rebinder.close()
-        if receiver is not None:
-            receiver.close()
-    return EX_OK
+        for part in closing:
+            if part is not None:
+                part.close()
 
 
 def _wakeup_pipe() -> tuple[int, int]:

@@ -18,7 +18,7 @@ import sys
 import time
 from typing import Any, Callable, TextIO
 
-from ..config import Config
+from ..config.load import Config
 from ..errors import (
     EXIT_FOREIGN,
     EXIT_READY,
@@ -32,12 +32,12 @@ from ..errors import (
     UnavailableError,
     UsageError,
 )
-from ..fit import fitted, output_width
+from ..output.fit import fitted, output_width
+from ..output.render import json_text, status_document, terminal_safe
 from ..records import FAILING
-from ..render import json_text, status_document, terminal_safe
-from ..sources.access import preflight
-from ..sources.current import CurrentStartup, StartPoint, find_start, unit_timers
-from ..sources.follow import JournalFollower
+from ..sources.journal.access import preflight
+from ..sources.journal.current import CurrentStartup, StartPoint, find_start, unit_timers
+from ..sources.journal.follow import JournalFollower
 from ..stages.s4_judge.timerlint import UnitTimers, lint
 from .daemon_answer import LIVE_STATES, ask_daemon
 from .status_line import oneline

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..config.instances import instance_of
 from ..durations import format_duration
-from ..instances import instance_of
+from ..output.render import terminal_safe
 from ..records import MAIN, PHASE_NAMES
-from ..render import terminal_safe
 
 DONE = ("ready", "serving")
 

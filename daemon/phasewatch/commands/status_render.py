@@ -9,10 +9,10 @@ import re
 from typing import Any
 
 from ..durations import format_duration
+from ..output.render import clock_text, terminal_safe
+from ..output.verdict_lines import VerdictLine, grouped
 from ..records import MAIN
-from ..render import clock_text, terminal_safe
 from ..stages.s4_judge.remedies import naming_evidence
-from ..stages.s5_act.verdict_lines import VerdictLine, grouped
 from .daemon_answer import LIVE_STATES
 
 

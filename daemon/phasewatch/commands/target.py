@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from ..config import Config
+from ..config.instances import config_names, watched_unit
+from ..config.load import Config
 from ..errors import NoPermission, NoSuchUnit, UnavailableError, UsageError
-from ..instances import config_names, watched_unit
-from ..sources.current import CONFIG_DIRS, resolve_config, warn
+from ..sources.journal.current import CONFIG_DIRS, resolve_config, warn
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ def check_known(unit: str) -> None:
     """NoSuchUnit (with the names it knows like it) when systemd does not know `unit` and the journal
     has nothing of it. Whatever else keeps this from being told (no permission, no bus) is said by the
     command when it reads the journal, or not at all when a daemon answers for it."""
-    from ..sources.access import preflight
+    from ..sources.journal.access import preflight
 
     try:
         preflight(unit, None)

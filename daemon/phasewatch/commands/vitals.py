@@ -22,15 +22,16 @@ import sys
 import time
 from pathlib import Path
 from types import FrameType
-from typing import Any, Iterator, TextIO
+from typing import Any, Iterable, Iterator, TextIO
 
 from ..durations import parse_duration
 from ..errors import EX_OK, InputError, UsageError
-from ..sources.gpu import NvmlSource
-from ..sources.procs import ProcessTable, rank_from_title
-from ..sources.procstat import ProcSampler, parse_stat
+from ..sources.host.gpu import NvmlSource
+from ..sources.host.procs import ProcessTable, rank_from_title
+from ..sources.host.procstat import ProcSampler, parse_stat
 from ..stages.s4_judge import vitals_trace
 from ..stages.s4_judge.gpu_vitals import GpuReading
+from ..stages.s4_judge.vitals import ProcessSample
 from ..stages.s4_judge.vitals_trace import Window
 
 
@@ -140,12 +141,7 @@ def cmd_record(args: argparse.Namespace) -> int:
     interval = _duration(args.interval, "--interval")
     duration = _duration(args.duration, "--duration") if args.duration else None
     windows = _windows(args.window)
-    ranks: dict[str, int] = {}
-    for spec in args.rank:
-        label, _, pid = spec.partition("=")
-        if not label or not pid.isdigit():
-            raise UsageError(f"--rank: expected LABEL=PID, got {spec!r}")
-        ranks[label] = int(pid)
+    ranks = _ranks_given(args.rank)
     table = ProcessTable()
     sampler = ProcSampler(table)
     cgroup = _control_group(args.unit) if args.unit else None
@@ -175,13 +171,7 @@ def cmd_record(args: argparse.Namespace) -> int:
             if not pids and time.monotonic() - began > 2 * interval:
                 break
             sample = sampler.sample_pids(pids, time.time())
-            for process in sample.processes:
-                if process.pid not in titles:
-                    title = _title(table, process.pid)
-                    if title is not None:
-                        titles[process.pid] = title
-                if process.rank is not None and not args.rank:
-                    ranks.setdefault(process.rank, process.pid)
+            _note_processes(sample.processes, table, titles, None if args.rank else ranks)
             readings: list[GpuReading] = gpu.take() if gpu is not None else []
             latest = {r.index: r for r in readings}
             line = vitals_trace.sample_line(sample.at, sample.processes, titles, list(latest.values()))
@@ -201,6 +191,29 @@ def cmd_record(args: argparse.Namespace) -> int:
     print(f"phasewatch: {written} samples of {len(titles) or len(ranks)} process(es) to {out}"
           + (f"; GPU: {problem}" if problem else f"; {gpus} GPU(s)"), file=sys.stderr)
     return EX_OK
+
+
+def _ranks_given(specs: list[str]) -> dict[str, int]:
+    """--rank LABEL=PID, each."""
+    ranks: dict[str, int] = {}
+    for spec in specs:
+        label, _, pid = spec.partition("=")
+        if not label or not pid.isdigit():
+            raise UsageError(f"--rank: expected LABEL=PID, got {spec!r}")
+        ranks[label] = int(pid)
+    return ranks
+
+
+def _note_processes(processes: Iterable[ProcessSample], table: ProcessTable, titles: dict[int, str],
+                    ranks: dict[str, int] | None) -> None:
+    """Each new process's title into `titles`; its rank into `ranks` (None: the ranks were given)."""
+    for process in processes:
+        if process.pid not in titles:
+            title = _title(table, process.pid)
+            if title is not None:
+                titles[process.pid] = title
+        if process.rank is not None and ranks is not None:
+            ranks.setdefault(process.rank, process.pid)
 
 
 def _without_ranks(header: str) -> str:

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, TextIO
 
 from ..clock import Clock, SystemClock
-from ..config import Config
+from ..config.load import Config
 from ..durations import format_duration, parse_duration
 from ..errors import (
     EXIT_INTERRUPTED,
@@ -39,12 +39,12 @@ from ..errors import (
     NoSuchUnit,
     UsageError,
 )
+from ..output.render import current_phase, json_text
 from ..ranks import rank_sort_key
 from ..records import FAILED_STARTUP, MAIN, UNIT_PHASES, Phase
-from ..render import current_phase, json_text
-from ..sources.access import unknown_unit
-from ..sources.current import CurrentStartup, find_start
-from ..sources.follow import JournalFollower
+from ..sources.journal.access import unknown_unit
+from ..sources.journal.current import CurrentStartup, find_start
+from ..sources.journal.follow import JournalFollower
 from ..stages.s3_track.snapshot import UP_STATES, InvocationView, Transition, UnitState
 from ..stages.s4_judge import policy
 from .target import resolve

@@ -9,13 +9,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
-from ..config import Config
+from ..config.load import Config
 from ..errors import UnitError
-from ..sources.procs import ProcessTable
+from ..profile.xid_table import XidLine
+from ..sources.host.procs import ProcessTable
 from ..stages.s4_judge.ras_culprit import RasFinding
 from ..stages.s5_act.respond import Action
 from ..systemd_unit import UnitFacts
-from ..xid_table import XidLine
 from .evidence import EvidenceTaker, EvidenceWriter
 from .gpu_memory import GpuMemory
 from .hooks import HookRunner

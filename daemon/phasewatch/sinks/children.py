@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from ..config_sections import CHILD_REAP
+from ..config.sections import CHILD_REAP
 
 CAP = 1 << 20  # bytes of output kept
 REAP = CHILD_REAP  # seconds a killed child is waited on before it is abandoned

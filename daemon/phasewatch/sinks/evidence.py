@@ -23,12 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from ..config import EvidenceCapture
+from ..config.load import EvidenceCapture
+from ..profile.xid_table import XidLine
 from ..stages.s3_track.snapshot import InvocationView
 from ..stages.s4_judge.ras_culprit import RasFinding
 from ..stages.s5_act.respond import Action
 from ..systemd_unit import UnitFacts
-from ..xid_table import XidLine
 from .children import Ran, run_child
 
 logger = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from ..config import Config
+from ..config.load import Config
 from ..records import FAILED_STARTUP, VerdictKind
 from ..stages.s3_track.snapshot import UP_STATES, InvocationView, Snapshot, UnitState
 from ..stages.s4_judge.group_wait import node_rank

@@ -8,9 +8,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from ..config import Config
+from ..config.load import Config
 from ..records import GroupRestartRequest
-from ..sources.alert_receiver import AlertReceiver
+from ..sources.receiver.alert_receiver import AlertReceiver
 from ..stages.s5_act.group_decision import LocalStart, decide
 from ..stages.s5_act.respond import PRIORITY, Action, Response
 from ..systemd_unit import UnitFacts

@@ -9,7 +9,7 @@ import os
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from ..config import Hook
+from ..config.load import Hook
 from ..stages.s5_act.respond import Action
 from .actions import alert_fields
 from .children import run_child

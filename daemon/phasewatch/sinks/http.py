@@ -24,7 +24,7 @@ from prometheus_client.metrics_core import CounterMetricFamily, Metric
 
 from .. import __version__
 from ..clock import Clock
-from ..config import Config
+from ..config.load import Config
 from ..errors import ListenError
 from .metrics import Exporter
 from .peers import key_of, may_read_journal, peer_uid

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 from ..durations import format_duration
-from ..sources.procs import Identity, ProcessTable, rank_from_title
+from ..sources.host.procs import Identity, ProcessTable, rank_from_title
 from ..stages.s5_act.respond import Action
 from ..systemd_unit import UnitFacts
 from .gpu_memory import GpuHolder, GpuMemory

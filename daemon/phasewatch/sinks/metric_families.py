@@ -18,7 +18,7 @@ from prometheus_client.metrics_core import (
 )
 
 from .. import __version__
-from ..config import VERDICT_KINDS, Config
+from ..config.load import VERDICT_KINDS, Config
 from ..engines import ServerInfo
 from ..pipeline import Judgement
 from ..records import MAIN, UNIT_PHASES, Phase

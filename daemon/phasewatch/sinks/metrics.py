@@ -24,13 +24,13 @@ from prometheus_client.metrics_core import (
     Metric,
 )
 
-from .. import trust
 from ..clock import Clock, SystemClock
-from ..config import VERDICT_KINDS, Config
+from ..config.load import VERDICT_KINDS, Config
 from ..engines import ServerInfo
+from ..output.render import iso, status_document, without_quote
 from ..pipeline import Pipeline, StepJudgement
 from ..records import MAIN, PHASE_NAMES, Phase
-from ..render import iso, status_document, without_quote
+from ..sources.journal import trust
 from ..stages.s3_track.snapshot import InvocationView, Snapshot
 from ..stages.s4_judge.ras_culprit import RasFinding
 from ..stages.s4_judge.timerlint import TimerWarning

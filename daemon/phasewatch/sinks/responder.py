@@ -11,15 +11,15 @@ from dataclasses import dataclass, replace
 from typing import Callable, Protocol
 
 from ..clock import Clock
-from ..config import Config
+from ..config.load import Config
 from ..durations import format_duration
 from ..engines import ServerInfo
 from ..errors import UnitError
+from ..output.render import iso
 from ..pipeline import Judgement, Pipeline, StepJudgement
 from ..records import FAILED_STARTUP, MAIN, NEWS_AFTER_THE_END, Phase, VerdictKind
-from ..render import iso
-from ..sources.listeners import port_holders
-from ..sources.ras_client import ras_port_holder
+from ..sources.host.listeners import port_holders
+from ..sources.host.ras_client import ras_port_holder
 from ..stages.s3_track.snapshot import ENDED_STATES, UP_STATES, InvocationView, UnitState
 from ..stages.s4_judge import policy
 from ..stages.s4_judge.learn import LimitInForce, adapted, eta_seconds, limits_in_force, typical_durations

@@ -11,7 +11,7 @@ from dataclasses import replace
 from typing import Callable, Protocol
 
 from ..clock import Clock
-from ..config import Config
+from ..config.load import Config
 from ..durations import format_duration
 from ..stages.s3_track.snapshot import InvocationView
 from ..stages.s5_act.respond import Action, Hold, Memory, Response

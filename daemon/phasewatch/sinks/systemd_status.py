@@ -8,10 +8,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Mapping, Protocol
 
-from ..config import Config
+from ..config.load import Config
 from ..durations import format_duration
+from ..output.render import current_phase
 from ..records import Phase
-from ..render import current_phase
 from ..stages.s3_track.snapshot import InvocationView
 from ..stages.s4_judge.vitals import Vitals
 from ..stages.s5_act.respond import Memory

@@ -12,7 +12,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from ...profile import Profile
+from ...profile.load import Profile
 from ...records import Event, Line
 from .phaseorder import Anomaly
 

@@ -21,7 +21,7 @@ from operator import sub
 from typing import Callable, Union
 
 from ...prefixes import Prefix
-from ...profile import Rule
+from ...profile.load import Rule
 from ...records import MAIN, Phase
 from ..s1_read.lines import LineSplitter, _Stream, opens_block
 from ..s2_interpret.events import MEMO_ENTRIES, MEMO_MAX_CHARS, EventMapper, needles

@@ -1,7 +1,7 @@
 """Pure stage: the GPUs' own reports -> `gpu_fault` verdicts, and the crash or stall on a faulted
 GPU said to be its doing.
 
-A fault is an XID the driver logged in the kernel's lines (xid_table.py reads them) or what NVML says
+A fault is an XID the driver logged in the kernel's lines (profile/xid_table.py reads them) or what NVML says
 of a GPU's health: retired pages or remapped rows pending (a reset activates them), a row remap that
 failed, the recovery action current drivers give, a GPU that answers "lost". Each is mapped to its
 GPU (PCI address -> NVML index) and the rank using that GPU (the vitals' GPU contexts). A start-up's
@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Iterable, Mapping, Sequence
 
+from ...profile.xid_table import ACTION_WORDS, BLOCKING, RECOVERY_ACTIONS, UNKNOWN, XidLine, XidTable
 from ...records import STUCK, VerdictKind
-from ...xid_table import ACTION_WORDS, BLOCKING, RECOVERY_ACTIONS, UNKNOWN, XidLine, XidTable
 from ..s3_track.snapshot import InvocationView
 from .remedies import Remedy
 from .verdict import Verdict

@@ -4,7 +4,7 @@ it; the main process (judged in the unit's phases, warm-up among them) goes by i
 
 from __future__ import annotations
 
-from ...config import Config, PhaseLimits
+from ...config.load import Config, PhaseLimits
 from ...durations import format_duration
 from ...records import MAIN
 from ..s3_track.snapshot import GpuSeen, InvocationView, RankView

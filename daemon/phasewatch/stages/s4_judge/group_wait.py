@@ -20,7 +20,7 @@ from collections.abc import Collection
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from ...config import Config
+from ...config.load import Config
 from ...durations import format_duration
 from ...records import Phase, VerdictKind
 from ..s3_track.snapshot import InvocationView, RankView

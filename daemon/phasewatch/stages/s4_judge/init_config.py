@@ -12,7 +12,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-from ...config import DEFAULT_LIMITS, PhaseLimits
+from ...config.load import DEFAULT_LIMITS, PhaseLimits
 from ...durations import format_duration
 from ...errors import ConfigError
 from ...records import FINAL_PHASES, Phase
@@ -351,7 +351,7 @@ LOG_RATE_BURST_NEEDED = 100_000
 def _lint_lines(command: UnitCommand, facts: EngineFacts, limits_text: str, written: set[str]) -> list[str]:
     """phasewatch's timer lint (stages/s4_judge/timerlint.py) over the limits just written: each limit an
     engine or systemd timer pre-empts, as a comment to act on."""
-    from ...config import parse_config
+    from ...config.load import parse_config
     from .timerlint import UnitTimers, lint
 
     server_args = {key: f"{value:g}" for key, value in (("dist_timeout", facts.dist_timeout),

@@ -18,7 +18,7 @@ import statistics
 from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
-from ...config import Adaptive, Config, PhaseLimits
+from ...config.load import Adaptive, Config, PhaseLimits
 from ...durations import format_duration
 from ...records import FINAL_PHASES, MAIN, UNIT_PHASES, Phase
 from ..s3_track.snapshot import InvocationView, RankView

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Iterable, Mapping
 
-from ...config import Config
+from ...config.load import Config
 from ...records import VerdictKind
 from ..s3_track.snapshot import InvocationView, UnitState
 from .gpu_policy import stall_window

@@ -3,7 +3,7 @@
 Pure. The facts are the launch arguments (server_args= / vLLM's non-default args, else the unit's
 ExecStart=), the unit's Environment= and device settings, the verdict's rank and phase, and numbers
 read from the failing lines (how much capture tried to allocate, how much was free, which port). The
-profile's `remedies:` table (remedy_table.py) is tried in order; the first remedy whose condition
+profile's `remedies:` table (profile/remedy_table.py) is tried in order; the first remedy whose condition
 holds and whose text's facts are all known is the answer, else there is none."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
+from ...profile.remedy_table import FACT_RE, RemedyRule
 from ...records import MAIN
-from ...remedy_table import FACT_RE, RemedyRule
 from ..s3_track.snapshot import InvocationView
 
 MAX_VALUE = 120  # characters of a fact shown in a remedy

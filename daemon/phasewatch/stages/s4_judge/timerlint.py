@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-from ...config import Config
+from ...config.load import Config
 from ...durations import format_duration
 from ...records import FINAL_PHASES, UNIT_PHASES, Phase
 from .ras_report import ras_address
@@ -139,7 +139,7 @@ def lint(config: Config, server_args: Mapping[str, str], unit: UnitTimers,
 
 
 def ras_warnings(environment: Mapping[str, str], holder: str | None) -> list[TimerWarning]:
-    """NCCL RAS names a collective hang's culprit (sources/ras.py) unless the unit turns it off, or
+    """NCCL RAS names a collective hang's culprit (sources/host/ras.py) unless the unit turns it off, or
     another process answers on its port: another unit's NCCL job on the same port (NCCL binds it with
     SO_REUSEPORT, so the answers mix), or any local user who bound it first."""
     address = ras_address(environment)

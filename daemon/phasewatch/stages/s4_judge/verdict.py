@@ -21,7 +21,7 @@ class Verdict:
     episode: int = 0  # unhealthy: which run of failed probes
     facts: CrashFacts | None = None  # crashed: healthy, waiting and culprit ranks named in the lines
     remedy: Remedy | None = None  # what to do about it (remedies.py), when the facts say
-    quote: str | None = None  # crashed: the log line the message quotes (credentials masked, redact.py)
+    quote: str | None = None  # crashed: the log line the message quotes (credentials masked, stages/s4_judge/redact.py)
     gpu_action: str | None = None  # gpu_fault: what the GPU needs (xid_table.ACTIONS); the restart gate reads it
     gpu_blocks: bool = False  # gpu_fault: no restart onto that GPU (reset_gpu, reboot, drain; not the app's fault)
     gpu: str | None = None  # gpu_fault: the GPU (`GPU 3 (PCI 0000:3b:00)`), known before its rank may be

@@ -155,7 +155,7 @@ class Vitals:
     at: float
     ranks: tuple[RankVitals, ...]
     unit: UnitVitals | None = None
-    gpu_source: str = "off"  # off | ok | unavailable | stuck | failed (sources/gpu.py)
+    gpu_source: str = "off"  # off | ok | unavailable | stuck | failed (sources/host/gpu.py)
     gpu_problem: str | None = None  # why there are no GPU readings
     gpu_since: Mapping[str, float] = field(default_factory=dict)  # rank -> since when its GPU is in its state
 

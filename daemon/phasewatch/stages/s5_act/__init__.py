@@ -1,2 +1,2 @@
 """Stage 5, act: verdicts -> actions (respond.py: alert, restart within the budget, hold), a group's
-one restart (group_decision.py), and the words a verdict is told in (verdict_lines.py)."""
+one restart (group_decision.py), and the words a verdict is told in (output/verdict_lines.py)."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field, replace
 
-from ...config import Config
+from ...config.load import Config
 from ...durations import format_duration
 from ...records import FAILED_STARTUP, STUCK, AlertKind, MessageId, VerdictKind
 from ..s4_judge.verdict import Verdict
