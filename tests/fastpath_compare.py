@@ -139,9 +139,9 @@ def run_in_runs(records: list[JournalRecord], profile: Profile | None = None) ->
     transitions = []
     for entry in runs_of(records):
         if isinstance(entry, list):
-            transitions.append(pipeline.feed_run([r.message for r in entry],  # type: ignore[misc]
-                                                 [r.realtime for r in entry],  # type: ignore[misc]
-                                                 entry[0].pid, entry[0].invocation_id, None))
+            transitions.append(pipeline.feed_run(UnitRun([r.message for r in entry],  # type: ignore[misc]
+                                                         [r.realtime for r in entry],  # type: ignore[misc]
+                                                         entry[0].pid, entry[0].invocation_id), None))
         else:
             transitions.append(pipeline.feed(entry, None))
     transitions.append(pipeline.flush(None))

@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterable, TextIO
 from ..config import Config
 from ..durations import parse_duration
 from ..errors import NoInputError, NoSuchUnit, UsageError
-from ..pipeline import Pipeline
+from ..pipeline import LineFed, Pipeline
 from ..ranks import rank_sort_key
 from ..records import MAIN, PHASE_NAMES, EventKind, JournalRecord, Line, LineKind
 from ..render import clock_text, current_phase, terminal_safe
@@ -90,49 +90,50 @@ class LogTagger:
             text = strip_ansi(decode(record.message)).rstrip("\n")
             invocation = record.extra.get("INVOCATION_ID") or record.invocation_id
             return [TaggedLine(record.realtime, who, self._unit_phase(invocation), text, self._lifecycle_group)]
-        self.pipeline.entries += 1
-        return self._tag(self.pipeline.splitter.feed(record), now)
+        out: list[TaggedLine] = []
+        self.pipeline.feed_lines(record, now, lambda fed: self._tag(fed, out))
+        return out
 
     def flush(self, now: float | None) -> list[TaggedLine]:
-        return self._tag(self.pipeline.splitter.flush(), now)
-
-    def _tag(self, lines: list[Line], now: float | None) -> list[TaggedLine]:
         out: list[TaggedLine] = []
-        for index, line in enumerate(lines):
-            events = self.pipeline.mapper.map_line(line)
-            for event in events:
-                if self.pipeline.tracker.apply(event, now) or event.kind is EventKind.PROGRESS:
-                    self._dirty = True
-            if line.kind is LineKind.PROGRESS:
-                self._new_bar(line)
-                following = lines[index + 1] if index + 1 < len(lines) else None
-                if following is not None and following.kind is LineKind.PROGRESS and following.pid == line.pid \
-                        and _total(following) == _total(line):
-                    continue  # an older frame of the same bar in the same entry
-                key = (line.invocation_id, line.pid)
-                frame = (_total(line), line.progress.n if line.progress else -1)
-                printed = self._last_frame.get(key)
-                if printed == frame:
-                    continue  # the bar did not move
-                self._last_frame[key] = frame
-                rank = events[0].rank if events and events[0].rank else self._bar_owner(line)
-            else:
-                rank = next((e.rank for e in events if e.rank), None) or line.rank
-            if line.kind is LineKind.CONTINUATION and line.record_id in self._record_tags:
-                rank, phase = self._record_tags[line.record_id]
-            else:
-                rank = rank or "-"
-                phase = self._rank_phase(line.invocation_id, rank)
-                if line.kind is LineKind.RECORD:
-                    if len(self._record_tags) > 4096:
-                        self._record_tags.clear()
-                    self._record_tags[line.record_id] = (rank, phase)
-            text = line.message if line.kind is not LineKind.PROGRESS and line.has_prefix else line.text
-            if line.kind is LineKind.CONTINUATION:
-                text = line.message
-            out.append(TaggedLine(line.ts, rank, phase, text.rstrip(), line.record_id,
-                                  continuation=line.kind is LineKind.CONTINUATION))
+        self.pipeline.flush_lines(now, lambda fed: self._tag(fed, out))
         return out
+
+    def _tag(self, fed: LineFed, out: list[TaggedLine]) -> None:
+        """A line the stages took (its events applied): tagged into `out`, unless it is a bar's frame
+        that a newer one in the same entry follows, or a bar that did not move."""
+        line, events = fed.line, fed.events
+        if fed.moves or any(event.kind is EventKind.PROGRESS for event in events):
+            self._dirty = True
+        if line.kind is LineKind.PROGRESS:
+            self._new_bar(line)
+            following = fed.following
+            if following is not None and following.kind is LineKind.PROGRESS and following.pid == line.pid \
+                    and _total(following) == _total(line):
+                return  # an older frame of the same bar in the same entry
+            key = (line.invocation_id, line.pid)
+            frame = (_total(line), line.progress.n if line.progress else -1)
+            printed = self._last_frame.get(key)
+            if printed == frame:
+                return  # the bar did not move
+            self._last_frame[key] = frame
+            rank = events[0].rank if events and events[0].rank else self._bar_owner(line)
+        else:
+            rank = next((e.rank for e in events if e.rank), None) or line.rank
+        if line.kind is LineKind.CONTINUATION and line.record_id in self._record_tags:
+            rank, phase = self._record_tags[line.record_id]
+        else:
+            rank = rank or "-"
+            phase = self._rank_phase(line.invocation_id, rank)
+            if line.kind is LineKind.RECORD:
+                if len(self._record_tags) > 4096:
+                    self._record_tags.clear()
+                self._record_tags[line.record_id] = (rank, phase)
+        text = line.message if line.kind is not LineKind.PROGRESS and line.has_prefix else line.text
+        if line.kind is LineKind.CONTINUATION:
+            text = line.message
+        out.append(TaggedLine(line.ts, rank, phase, text.rstrip(), line.record_id,
+                              continuation=line.kind is LineKind.CONTINUATION))
 
     def _new_bar(self, line: Line) -> None:
         """A count that goes down, or another total, is a new bar: its frames are never "unmoved"."""
