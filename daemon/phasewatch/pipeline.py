@@ -199,9 +199,8 @@ class Pipeline:
         return self._full(record, now)
 
     def feed_lines(self, record: JournalRecord, now: float | None, tell: TellLine) -> list[Transition]:
-        """A record as `feed` takes it (the engine's rewrite, the quarantine), but never by the fast
-        path, which makes no lines: each line it completes is told, once its events are applied and
-        before the next line's are (`phasewatch logs` tags a line with the phase it leaves its rank in)."""
+        """A record as `feed` takes it (the engine's rewrite, the quarantine) but not by the fast path, which
+        makes no lines: each line it completes is told once its events are applied (`phasewatch logs`)."""
         self.entries += 1
         try:
             return self._full(record, now, tell)
@@ -263,12 +262,10 @@ class Pipeline:
 
     def _told_lines(self, lines: list[Line], now: float | None, tell: TellLine) -> list[Transition]:
         out: list[Transition] = []
-        for index, line in enumerate(lines):
+        for line, following in zip(lines, [*lines[1:], None], strict=True):  # (no tally: `logs` keeps none)
             events = self.mapper.map_line(line)
-            if self.tally is not None:
-                self.tally.add(line, events)
             moves = [move for event in events for move in self.tracker.apply(event, now)]
-            tell(LineFed(line, events, moves, lines[index + 1] if index + 1 < len(lines) else None))
+            tell(LineFed(line, events, moves, following))
             out.extend(moves)
         return out
 

@@ -6,7 +6,7 @@ Also turns systemd's and journald's own entries about the unit into lifecycle ev
 from __future__ import annotations
 
 import re
-from typing import Any
+from dataclasses import dataclass, field
 
 from ...engines import engine_module
 from ...families import FamilyMatch
@@ -29,6 +29,7 @@ from ...records import (
     Line,
     LineKind,
 )
+from .pattern_facts import digit_blind, needles
 
 # Patterns see a line through pattern_view(): at most PATTERN_VIEW_CHARS from each end.
 PATTERN_VIEW_CHARS = 32 * 1024
@@ -64,103 +65,37 @@ MEMO_MAX_CHARS = 1024
 # Longer lines (tracebacks' dumps, batch dumps) are remembered too, in a memo of its own bounded by
 # the characters of its keys: such lines repeat with other numbers in them.
 LONG_MEMO_CHARS = 1 << 21
+RECORD_RANKS_LIMIT = 4096  # records whose rank continuation lines take
 
 
-def digit_blind(pattern: re.Pattern[str]) -> bool:
-    """True when `pattern` cannot tell one ASCII digit from another (no digit literal, no set with
-    some digits but not all, no back-reference), so it matches a text exactly when it matches the
-    text with every digit replaced by 0. Unknown constructs: False."""
-    try:
-        from re import _parser  # type: ignore[attr-defined]
+@dataclass
+class WorkerNames:
+    """vLLM V1 tags a worker `(Worker pid=N)` until it knows its rank, then `(Worker_TP0 pid=N)`:
+    by (invocation, N), the label its anonymous lines had (not named yet), and the rank it became."""
 
-        tree = _parser.parse(pattern.pattern, pattern.flags)
-    except Exception:  # noqa: BLE001 - a private module: any doubt means "not blind"
-        return False
-    return _blind(tree, _parser)
+    unnamed: dict[tuple[str | None, int], str] = field(default_factory=dict)
+    named: dict[tuple[str | None, int], str] = field(default_factory=dict)
 
-
-def _blind(tree: Any, parser: Any) -> bool:
-    c = parser  # the opcode constants live on the parser module
-    digits = range(48, 58)
-    for op, av in tree:
-        if op in (c.LITERAL, c.NOT_LITERAL):
-            if av in digits:
-                return False
-        elif op is c.IN:
-            covered = set()
-            for item_op, item_av in av:
-                if item_op is c.LITERAL and item_av in digits:
-                    covered.add(item_av)
-                elif item_op is c.RANGE:
-                    covered.update(d for d in digits if item_av[0] <= d <= item_av[1])
-                elif item_op not in (c.NEGATE, c.CATEGORY, c.LITERAL):
-                    return False
-            if covered and len(covered) != 10:
-                return False
-        elif op is c.SUBPATTERN:
-            if not _blind(av[-1], parser):
-                return False
-        elif op in (c.MAX_REPEAT, c.MIN_REPEAT, c.POSSESSIVE_REPEAT):
-            if not _blind(av[2], parser):
-                return False
-        elif op is c.BRANCH:
-            if not all(_blind(branch, parser) for branch in av[1]):
-                return False
-        elif op in (c.ASSERT, c.ASSERT_NOT):
-            if not _blind(av[1], parser):
-                return False
-        elif op is c.ATOMIC_GROUP:
-            if not _blind(av, parser):
-                return False
-        elif op not in (c.ANY, c.AT, c.CATEGORY):
-            return False
-    return True
-
-
-def needles(pattern: re.Pattern[str]) -> tuple[str, ...] | None:
-    """Texts of which every match of `pattern` contains at least one: the longest run of literal
-    characters at its top level, or one such run per branch of a top-level alternation. None when
-    unknown (a branch without literals, a pattern that ignores case)."""
-    if pattern.flags & re.IGNORECASE:
-        return None
-    try:
-        from re import _parser  # type: ignore[attr-defined]
-
-        tree = _parser.parse(pattern.pattern, pattern.flags)
-    except Exception:  # noqa: BLE001 - a private module: any doubt means "unknown"
-        return None
-    return _needles(list(tree), _parser)
-
-
-def _needles(items: list[Any], c: Any) -> tuple[str, ...] | None:
-    """Of a sequence: its longest literal run, else the texts of a group it cannot skip."""
-    best, run = "", ""
-    for op, av in items:
-        if op is c.LITERAL:
-            run += chr(av)
-            best = max(best, run, key=len)
-        else:
-            run = ""
-    if best:
-        return (best,)
-    for op, av in items:
-        inner = None
-        if op is c.SUBPATTERN and not av[1] & re.IGNORECASE:  # (?i:...) matches other cases too
-            inner = _needles(list(av[-1]), c)
-        elif op is c.ATOMIC_GROUP:
-            inner = _needles(list(av), c)
-        elif op is c.BRANCH:
-            found: list[str] = []
-            for branch in av[1]:
-                texts = _needles(list(branch), c)
-                if texts is None:
-                    break
-                found.extend(texts)
-            else:
-                inner = tuple(found)
-        if inner:
-            return inner
-    return None
+    def named_in(self, line: Line) -> list[Event]:
+        """A worker's process that had no rank in its tag names one: its earlier lines' rank (`pidN`) is
+        that rank (RANK_NAMED, once); its later untagged-rank lines are too (EventMapper._rank)."""
+        key = (line.invocation_id, line.process_pid or 0)
+        if line.anonymous_rank:
+            if key not in self.named and line.rank == f"pid{line.process_pid}":
+                if len(self.unnamed) >= MEMO_ENTRIES:
+                    self.unnamed.clear()
+                self.unnamed.setdefault(key, line.rank)
+            return []
+        if line.rank is None or self.named.get(key) == line.rank:
+            return []
+        if len(self.named) >= MEMO_ENTRIES:
+            self.named.clear()
+        self.named[key] = line.rank
+        before = self.unnamed.pop(key, None)
+        if before is None:
+            return []
+        return [Event(EventKind.RANK_NAMED, line.ts, rank=line.rank, text=before, invocation_id=line.invocation_id,
+                      pid=line.pid)]
 
 
 class EventMapper:
@@ -173,24 +108,21 @@ class EventMapper:
         self._tagged_invocations: set[str | None] = set()  # a rank tag with a number showed
         self._worker_invocations: set[str | None] = set()  # any rank tag showed
         self._tp0_pids: set[tuple[str | None, int | None]] = set()
-        # vLLM V1 tags a worker `(Worker pid=N)` until it knows its rank, then `(Worker_TP0 pid=N)`:
-        # by (invocation, N), the label its anonymous lines had (not named yet), and the rank it became.
-        self.unnamed: dict[tuple[str | None, int], str] = {}
-        self._named: dict[tuple[str | None, int], str] = {}
+        self.workers = WorkerNames()
         self._record_ranks: dict[int, str | None] = {}
         self._harmless: set[int] = set()  # records whose traceback is not fatal
         self._line_rules = tuple(r for r in profile.rules if r.event != "progress")
         # Which rules a message matches, remembered by its digit-masked text ("Decode batch, #token:
         # 00000, ..."): exact for the rules that cannot tell one digit from another (checked once,
         # here); the others ("/v1/...") are searched every time.
-        self._blind_rules = tuple(r for r in self._line_rules if digit_blind(r.pattern))
-        self._other_rules = tuple(r for r in self._line_rules if r not in self._blind_rules)
+        self.blind_rules = tuple(r for r in self._line_rules if digit_blind(r.pattern))
+        self.other_rules = tuple(r for r in self._line_rules if r not in self.blind_rules)
         self._position = {r.id: i for i, r in enumerate(self._line_rules)}
         # For long lines (their own memo, bounded by its keys' size): each rule with the texts one of
         # which its match holds (a substring test is far cheaper than a search through kilobytes).
         needled = tuple((r, needles(r.pattern)) for r in self._line_rules)
-        self._blind_needled = tuple((r, texts) for r, texts in needled if r in self._blind_rules)
-        self._other_needled = tuple((r, texts) for r, texts in needled if r not in self._blind_rules)
+        self._blind_needled = tuple((r, texts) for r, texts in needled if r in self.blind_rules)
+        self._other_needled = tuple((r, texts) for r, texts in needled if r not in self.blind_rules)
         self._memo: dict[bytes, tuple[Rule, ...]] = {}
         self._long_memo: dict[bytes, tuple[Rule, ...]] = {}
         self._long_memo_chars = 0
@@ -216,11 +148,11 @@ class EventMapper:
             elif len(memo) >= MEMO_ENTRIES:
                 memo.clear()
             found = memo[key] = (self._needled_search(self._blind_needled, message) if long
-                                 else tuple(r for r in self._blind_rules if r.pattern.search(message)))
+                                 else tuple(r for r in self.blind_rules if r.pattern.search(message)))
         if long:
             others = list(self._needled_search(self._other_needled, message))
         else:
-            others = [r for r in self._other_rules if r.pattern.search(message)]
+            others = [r for r in self.other_rules if r.pattern.search(message)]
         if others:
             return tuple(sorted((*found, *others), key=lambda r: self._position[r.id]))
         return found
@@ -233,7 +165,7 @@ class EventMapper:
         return tuple(r for r, texts in rules if (texts is None or any(map(holds, texts))) and r.pattern.search(message))
 
     def map_line(self, line: Line) -> list[Event]:
-        events: list[Event] = [] if line.process_pid is None else self._process_named(line)
+        events: list[Event] = [] if line.process_pid is None else self.workers.named_in(line)
         rank = self._rank(line)
         if line.kind is LineKind.PROGRESS and line.progress is not None:
             desc = pattern_view(line.progress.desc)
@@ -283,32 +215,48 @@ class EventMapper:
             events.append(Event(EventKind.ACTIVITY, line.ts, rank=rank, text=message,
                                 invocation_id=line.invocation_id, pid=line.pid, record_id=record_id))
         if line.kind is LineKind.RECORD:
-            if len(self._record_ranks) > 4096:
+            if len(self._record_ranks) > RECORD_RANKS_LIMIT:
                 self._record_ranks.clear()
             ranked = events[len(named):]
             self._record_ranks[record_id] = ranked[0].rank if ranked else rank
         return events
 
-    def _process_named(self, line: Line) -> list[Event]:
-        """A worker's process that had no rank in its tag names one: its earlier lines' rank (`pidN`) is
-        that rank (RANK_NAMED, once); its later untagged-rank lines are too (`_rank`)."""
-        key = (line.invocation_id, line.process_pid or 0)
-        if line.anonymous_rank:
-            if key not in self._named and line.rank == f"pid{line.process_pid}":
-                if len(self.unnamed) >= MEMO_ENTRIES:
-                    self.unnamed.clear()
-                self.unnamed.setdefault(key, line.rank)
-            return []
-        if line.rank is None or self._named.get(key) == line.rank:
-            return []
-        if len(self._named) >= MEMO_ENTRIES:
-            self._named.clear()
-        self._named[key] = line.rank
-        before = self.unnamed.pop(key, None)
-        if before is None:
-            return []
-        return [Event(EventKind.RANK_NAMED, line.ts, rank=line.rank, text=before, invocation_id=line.invocation_id,
-                      pid=line.pid)]
+    # -- what the fast path (stages/s3_track/fastpath.py) asks, and the changes it makes through them --
+    def in_profile_order(self, rules: tuple[Rule, ...]) -> tuple[Rule, ...]:
+        return tuple(sorted(rules, key=lambda r: self._position[r.id]))
+
+    def reads_no_phase(self, message: str) -> bool:
+        """Whether the family vocabulary reads no phase in a line no rule matches, as its digit-masked
+        text: False when a family pattern tells digits apart (asked line by line, then)."""
+        return self._family_memo is not None and bool(message.strip()) and self._classify(message) is None
+
+    def rank_of_untagged(self, invocation_id: str | None, pid: int | None) -> str:
+        """The rank of a prefixed line without a rank tag: a one-GPU scheduler's PID's, else main."""
+        return "TP0" if (invocation_id, pid) in self._tp0_pids else MAIN
+
+    def tags_ranks(self, invocation_id: str | None) -> bool:
+        """Whether a rank tag with a number showed in the start-up."""
+        return invocation_id in self._tagged_invocations
+
+    def took_record(self, invocation_id: str | None, record_id: int, rank: str, tagged: bool,
+                    anonymous: bool) -> None:
+        """A record read by rank `rank` (of its tag when `tagged`), as `map_line` notes it."""
+        if tagged:
+            if not anonymous:
+                self._tagged_invocations.add(invocation_id)
+            if len(self._worker_invocations) < MEMO_ENTRIES:
+                self._worker_invocations.add(invocation_id)
+        record_ranks = self._record_ranks
+        if len(record_ranks) > RECORD_RANKS_LIMIT:
+            record_ranks.clear()
+        record_ranks[record_id] = rank
+
+    def took_records(self, record_ids: range, rank: str) -> None:
+        record_ranks = self._record_ranks
+        for record_id in record_ids:
+            if len(record_ranks) > RECORD_RANKS_LIMIT:
+                record_ranks.clear()
+            record_ranks[record_id] = rank
 
     def _family_events(self, line: Line, message: str, rank: str | None) -> list[Event]:
         """The profile's fallback vocabulary, for a record no exact rule matched."""
@@ -337,7 +285,7 @@ class EventMapper:
 
     def _rank(self, line: Line) -> str | None:
         if line.anonymous_rank and line.process_pid is not None:
-            named = self._named.get((line.invocation_id, line.process_pid))
+            named = self.workers.named.get((line.invocation_id, line.process_pid))
             if named is not None:
                 return named
         if line.has_prefix and line.rank is not None:
