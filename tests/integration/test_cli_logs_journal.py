@@ -19,7 +19,7 @@ from sglang_sim import Faults, build, journal_json
 
 from journal_dirs import write_journal
 from phasewatch.cli import main
-from phasewatch.commands.logs import LineFilter, show_logs
+from phasewatch.commands.logs import LineFilter, Printer, show_logs
 from phasewatch.config import Config
 from phasewatch.records import PHASE_NAMES
 from phasewatch.sources.current import StartPoint, wait_for_journal
@@ -171,7 +171,8 @@ def test_follow_prints_new_entries_as_they_come(tmp_path: Path) -> None:
         wait_for_journal(follower, min(seconds, 0.1))
 
     thread = threading.Thread(target=lambda: result.append(show_logs(
-        Config(unit=UNIT), follower, StartPoint(None, None, "head"), LineFilter(), out, follow=True, wait=wait)))
+        Config(unit=UNIT), follower, StartPoint(None, None, "head"), LineFilter(), Printer(out), follow=True,
+        wait=wait)))
     thread.start()
     try:
         deadline = time.time() + 10

@@ -227,11 +227,15 @@ class Regrouper:
 
 @dataclass(frozen=True)
 class LineFilter:
+    """The lines printed: of a rank, of a phase, from a time on (earlier ones feed the tracker only)."""
+
     rank: str | None = None
     phase: str | None = None
+    since: float | None = None
 
     def __call__(self, line: TaggedLine) -> bool:
-        return self.takes_rank(line.rank) and (self.phase is None or line.phase == self.phase)
+        return (self.takes_rank(line.rank) and (self.phase is None or line.phase == self.phase)
+                and (self.since is None or line.ts is None or line.ts >= self.since))
 
     def takes_rank(self, rank: str) -> bool:
         """`TP3` takes `DP0 TP3` too."""
@@ -265,14 +269,22 @@ def parse_since(text: str, now: float) -> float:
     return when.timestamp()  # naive: local time
 
 
-def print_lines(lines: Iterable[TaggedLine], keep: LineFilter, out: TextIO, utc: bool, as_json: bool = False) -> int:
-    """Print the lines `keep` keeps; how many it printed."""
-    printed = 0
-    for line in lines:
-        if keep(line):
-            out.write((line.to_json() if as_json else line.format(utc)) + "\n")
-            printed += 1
-    return printed
+@dataclass(frozen=True)
+class Printer:
+    """Where lines are printed, and how: times in UTC or local time, text or JSON (`--json`)."""
+
+    out: TextIO
+    utc: bool = False
+    as_json: bool = False
+
+    def print(self, lines: Iterable[TaggedLine], keep: LineFilter) -> int:
+        """Print the lines `keep` keeps; how many it printed."""
+        printed = 0
+        for line in lines:
+            if keep(line):
+                self.out.write((line.to_json() if self.as_json else line.format(self.utc)) + "\n")
+                printed += 1
+        return printed
 
 
 def nothing_to_show(unit: str, keep: LineFilter, view: InvocationView | None) -> NoInputError:
@@ -296,11 +308,11 @@ def nothing_to_show(unit: str, keep: LineFilter, view: InvocationView | None) ->
     return error
 
 
-def show_logs(config: Config, follower: JournalFollower, start: StartPoint, keep: LineFilter, out: TextIO, *,
-              follow: bool = False, since: float | None = None, utc: bool = False, as_json: bool = False,
-              clock: Callable[[], float] = time.time, wait: Callable[[float], None] | None = None) -> int:
-    """Print the unit's lines from `start` on (those before `since` feed the tracker only); with
-    `follow`, keep printing new ones until interrupted."""
+def show_logs(config: Config, follower: JournalFollower, start: StartPoint, keep: LineFilter, printer: Printer, *,
+              follow: bool = False, clock: Callable[[], float] = time.time,
+              wait: Callable[[float], None] | None = None) -> int:
+    """Print the unit's lines from `start` on that `keep` keeps; with `follow`, keep printing new
+    ones until interrupted."""
     tagger = LogTagger(config)
     regroup = Regrouper()
     if start.since is not None:
@@ -313,8 +325,7 @@ def show_logs(config: Config, follower: JournalFollower, start: StartPoint, keep
 
     def emit(lines: list[TaggedLine]) -> None:
         nonlocal printed
-        printed += print_lines((line for line in lines if since is None or line.ts is None or line.ts >= since),
-                               keep, out, utc, as_json)
+        printed += printer.print(lines, keep)
 
     try:
         while True:
@@ -322,7 +333,7 @@ def show_logs(config: Config, follower: JournalFollower, start: StartPoint, keep
             if records or follower.behind:
                 now = clock()
                 for record in records:
-                    if (since is None and start.invocation_id is not None and record.invocation_id is not None
+                    if (keep.since is None and start.invocation_id is not None and record.invocation_id is not None
                             and record.invocation_id != start.invocation_id and not follow):
                         continue  # the tail of the start-up before this one, read from the margin
                     emit(regroup.add(tagger.feed(record, now)))
@@ -334,7 +345,7 @@ def show_logs(config: Config, follower: JournalFollower, start: StartPoint, keep
                     raise nothing_to_show(config.unit, keep, tagger.view(start.invocation_id))
                 return 0
             emit(regroup.flush())  # caught up: nothing is waiting for a continuation any more
-            out.flush()
+            printer.out.flush()
             pause(GROUP_WINDOW if len(regroup) else 60.0)
     except KeyboardInterrupt:
         emit(regroup.flush())
@@ -348,7 +359,7 @@ def _terminate(signum: int, frame: object) -> None:
 def cmd_logs(args: argparse.Namespace) -> int:
     config = resolve(args.unit, args.config, directory=args.directory).config
     unit = config.unit
-    keep = LineFilter(normal_rank(args.rank) if args.rank else None, args.phase)
+    rank = normal_rank(args.rank) if args.rank else None
     if args.phase is not None and args.phase not in PHASE_NAMES:
         raise UsageError(f"--phase: expected one of {', '.join(PHASE_NAMES)}, got {args.phase!r}")
     since = parse_since(args.since, time.time()) if args.since else None
@@ -362,11 +373,11 @@ def cmd_logs(args: argparse.Namespace) -> int:
             start = find_start(unit, args.directory)
     except NoSuchUnit:
         raise unknown_unit(unit) from None
+    keep = LineFilter(rank, args.phase, since)
     follower = JournalFollower(unit, args.directory)
     signal.signal(signal.SIGTERM, _terminate)
     try:
-        return show_logs(config, follower, start, keep, sys.stdout, follow=args.follow, since=since, utc=args.utc,
-                         as_json=args.json)
+        return show_logs(config, follower, start, keep, Printer(sys.stdout, args.utc, args.json), follow=args.follow)
     finally:
         follower.close()
 
@@ -387,4 +398,4 @@ def add_parser(sub: Any) -> None:
     logs.set_defaults(func=cmd_logs)
 
 
-__all__ = ["LineFilter", "LogTagger", "Regrouper", "TaggedLine", "show_logs"]
+__all__ = ["LineFilter", "LogTagger", "Printer", "Regrouper", "TaggedLine", "show_logs"]

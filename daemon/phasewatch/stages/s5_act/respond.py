@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from ...config import Config
 from ...durations import format_duration
 from ...records import FAILED_STARTUP, STUCK, AlertKind, MessageId, VerdictKind
-from ..s4_judge.verdict import Verdict
+from ..s4_judge.verdict import MemoryKey, Verdict
 from .restart_gate import Refusal, fingerprint, refusal, with_print
 
 FAILURE_KINDS = FAILED_STARTUP
@@ -95,7 +95,7 @@ class Action:
 class Memory:
     """What was already done; persisted, so a restarted daemon never acts twice."""
 
-    alerted: frozenset[tuple[str, str, str | None, str | None]] = frozenset()
+    alerted: frozenset[tuple[str, str, str | None, str | None]] = frozenset()  # MemoryKeys (a state file's: tuples)
     restarted: frozenset[str] = frozenset()  # invocations phasewatch restarted
     budget: Budget = field(default_factory=Budget)
 
@@ -157,7 +157,7 @@ def respond(verdicts: list[Verdict], memory: Memory, status: UnitStatus, now: fl
         wanted = config.actions.get(verdict.kind, ("alert",))
         note = ""
         remedy = verdict.remedy.text if verdict.remedy is not None else None
-        evidence_key = (verdict.key[0], f"evidence:{verdict.kind}", verdict.key[2], verdict.key[3])
+        evidence_key = verdict.key.evidence()
         if "evidence" in wanted and evidence_key not in alerted:
             alerted.add(evidence_key)
             actions.append(Action("evidence", verdict.message + (f"; remedy: {remedy}" if remedy else ""),
@@ -165,7 +165,7 @@ def respond(verdicts: list[Verdict], memory: Memory, status: UnitStatus, now: fl
                                   verdict.rank, verdict.cause, config.dry_run, remedy=remedy))
         held = hold is not None and hold.active(now)
         for hook in (a.removeprefix("hook:") for a in wanted if a.startswith("hook:") and not held):
-            hook_key = (verdict.key[0], f"hook:{hook}:{verdict.kind}", verdict.key[2], verdict.key[3])
+            hook_key = verdict.key.of_hook(hook)
             if hook_key not in alerted:
                 alerted.add(hook_key)
                 actions.append(Action("hook", verdict.message, verdict.kind, PRIORITY[verdict.kind],
@@ -177,7 +177,7 @@ def respond(verdicts: list[Verdict], memory: Memory, status: UnitStatus, now: fl
                 verdict.invocation_id, refusal(verdicts, budget.prints, verdict.invocation_id,
                                                config.restart_budget.same_failure))) is not None:
             note = refused.words
-            refused_key = (verdict.invocation_id, "restart_refused", None, None)
+            refused_key = MemoryKey.refused_restart(verdict.invocation_id)
             if refused_key not in alerted:
                 alerted.add(refused_key)
                 actions.append(Action("alert", f"{config.unit}: {refused.words} ({verdict.message})"
