@@ -140,8 +140,7 @@ def respond(verdicts: list[Verdict], memory: Memory, status: UnitStatus, now: fl
     actions: list[Action] = []
     budget = memory.budget
     retry_at: float | None = None
-    alerted = set(memory.alerted)
-    restarted = set(memory.restarted)
+    alerted, restarted = set(memory.alerted), set(memory.restarted)
 
     failing = [v for v in verdicts if v.kind in FAILURE_KINDS or "restart" in config.actions.get(v.kind, ())]
     for invocation in dict.fromkeys(v.invocation_id for v in failing):
