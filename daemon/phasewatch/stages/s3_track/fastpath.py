@@ -36,9 +36,6 @@ _READY_INDEX = UNIT_PHASE_ORDER.index(Phase.READY)
 _SERVING_INDEX = UNIT_PHASE_ORDER.index(Phase.SERVING)
 _PHASE_INDEX = {phase: index for index, phase in enumerate(UNIT_PHASE_ORDER)}
 _OPEN_STATES = (UnitState.STARTING, UnitState.READY)
-# What a line's text qualifies it with: its quiet rules, whether it opens a block, their unit phases'
-# places, whether one proves serving, and whether a run of such lines may be taken whole.
-Found = tuple[tuple[Rule, ...], bool, tuple[int, ...], bool, bool]
 
 
 def _quiet(rule: Rule) -> bool:
@@ -63,7 +60,9 @@ class FastPath:
         # another prefix's mark, the splitter's line ends and ANSI escapes.
         self._unsafe = (*marks, b"\r", b"\n", b"\x1b")
         self._splitter, self._mapper, self._tracker = splitter, mapper, tracker
-        self._idle_writer, self._invocation = splitter.idle_writer, tracker.invocation
+        # (their methods bound once: a line that qualifies calls each of them)
+        self._idle_writer, self._took_line = splitter.idle_writer, splitter.took_line
+        self._took_record, self._invocation, self._alive = mapper.took_record, tracker.invocation, tracker.took_line
         # digit-masked message -> (the digit-blind rules it matches, whether it opens a block, their
         # unit phases' places, whether one proves serving, the other rules to search it with, whether
         # it is a plain sign of life when no rule matches); () when it can never take the fast path.
@@ -138,10 +137,23 @@ class FastPath:
         stream = self._idle_writer(key)
         if stream is None:
             return 0
-        found = self._rules(message[prefix.end:])
-        if found is None:
+        rest = message[prefix.end:]
+        masked = rest.translate(_MASK_DIGITS)
+        plan = self._plans.get(masked)
+        if plan is None:
+            plan = self._plan(masked, rest)
+        if not plan:
             return 0
-        rules, block, orders, proves, runs = found
+        rules, block, orders, proves, others, plain = plan
+        if others:
+            repeats = None  # the rules that tell digits apart would see each line's own
+            merged = self._with_others(masked, rules, others, rest)
+            if merged is not None:
+                if not merged:
+                    return 0
+                rules, orders, proves = merged
+        if not rules and not plain:
+            return 0
         inv = self._invocation(invocation)
         if inv is None:
             return 0
@@ -149,36 +161,16 @@ class FastPath:
         if ranks is None:
             return 0
         # -- from here on: the full path's changes, made by the stages that own them --
-        record_id = self._splitter.took_line(key, stream, prefix, ts, block)
-        self._mapper.took_record(invocation, record_id, ranks[0].rank, prefix.rank is not None, prefix.anonymous)
-        self._tracker.changed()
-        inv.took_line(ranks, ts, proves)
+        record_id = self._took_line(key, stream, prefix, ts, block)
+        self._took_record(invocation, record_id, ranks[0].rank, prefix.rank is not None, prefix.anonymous)
+        self._alive(inv, ranks, ts, proves)
         self.taken += 1
-        if runs and repeats and prefix.end < _head_length(message):
+        if repeats and prefix.end < _head_length(message):
             # The same prefix but for its time, which is not read here (`fast_prefix` reads no further
             # than the byte after it; `run_time_digits`), the same digit-masked text (the same plan
             # and rules), the same state met: each line of the run would be taken, with these changes.
             return 1 + self._repeat(repeats, ts, stream, inv, ranks, proves)
         return 1
-
-    def _rules(self, rest: bytes) -> Found | None:
-        """What the text after the prefix qualifies the line with (`Found`); None: it does not."""
-        masked = rest.translate(_MASK_DIGITS)
-        plan = self._plans.get(masked)
-        if plan is None:
-            plan = self._plan(masked, rest)
-        if not plan:
-            return None
-        rules, block, orders, proves, others, plain = plan
-        if others:  # (the rules that tell digits apart would see each line of a run's own)
-            merged = self._with_others(masked, rules, others, rest)
-            if merged is not None:
-                if not merged:
-                    return None
-                rules, orders, proves = merged
-        if not rules and not plain:
-            return None
-        return rules, block, orders, proves, not others
 
     def _ranks_met(self, inv: InvocationState, prefix: Prefix, key: tuple[str | None, int], rules: tuple[Rule, ...],
                    orders: tuple[int, ...]) -> list[RankState] | None:

@@ -220,20 +220,8 @@ class InvocationState:
         self.phase_seen[phase] = ts
 
     # -- the fast path's changes (stages/s3_track/fastpath.py), as Tracker.apply makes them --
-    def took_line(self, ranks: list[RankState], ts: float, proves: bool) -> None:
-        """A line whose events (one per rank of `ranks`: activity, or a unit phase already passed)
-        change nothing but signs of life; `proves`: one proves the server serves."""
-        last = self.last_ts
-        self.last_ts = ts if last is None or ts > last else last
-        if self.started_at is None:
-            self.started_at = ts
-        for state in ranks:
-            self.alive(state, ts)
-        if proves and self.state in UP_STATES:
-            self.proof_of_life, self.health_failures, self.health_error = ts, 0, None
-
     def took_more(self, ranks: list[RankState], ts: float, stamps: list[float], proves: bool) -> None:
-        """More lines like the one `took_line` just took at `ts`, at `stamps`: `alive` line by line,
+        """More lines like the one Tracker.took_line just took at `ts`, at `stamps`: `alive` line by line,
         each phase's silence its longest gap between consecutive lines."""
         if proves and self.state in UP_STATES:
             self.proof_of_life = stamps[-1]
