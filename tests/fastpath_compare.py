@@ -58,8 +58,8 @@ def _outcome(pipeline: Pipeline, transitions: list[Any]) -> Run:
         "streams": list(splitter._streams.items()),  # order too: the least recently fed is forgotten first
         "splitter": {k: v for k, v in vars(splitter).items() if k not in ("_streams", "_find")},
         "mapper": {k: v for k, v in vars(mapper).items()
-                   if k not in ("profile", "_engine", "_memo", "_family_memo", "_line_rules", "_blind_rules",
-                                "_other_rules", "_position")},
+                   if k not in ("profile", "_engine", "_memo", "_family_memo", "_line_rules", "blind_rules",
+                                "other_rules", "_position")},
         # the tracker's own bookkeeping behind the views (a run's lines' gaps: each phase's silence)
         "phases": [(inv.phase_seen, inv.phase_silence, inv.proof_of_life, inv.last_ts, inv.started_at)
                    for inv in pipeline.tracker._invocations.values()],
@@ -139,9 +139,9 @@ def run_in_runs(records: list[JournalRecord], profile: Profile | None = None) ->
     transitions = []
     for entry in runs_of(records):
         if isinstance(entry, list):
-            transitions.append(pipeline.feed_run([r.message for r in entry],  # type: ignore[misc]
-                                                 [r.realtime for r in entry],  # type: ignore[misc]
-                                                 entry[0].pid, entry[0].invocation_id, None))
+            transitions.append(pipeline.feed_run(UnitRun([r.message for r in entry],  # type: ignore[misc]
+                                                         [r.realtime for r in entry],  # type: ignore[misc]
+                                                         entry[0].pid, entry[0].invocation_id), None))
         else:
             transitions.append(pipeline.feed(entry, None))
     transitions.append(pipeline.flush(None))

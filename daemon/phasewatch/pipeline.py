@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, replace
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 from .config.load import Config
 from .records import (
@@ -69,6 +69,20 @@ class StepJudgement:
         return self.of(self.snapshot.current)
 
 
+@dataclass(frozen=True)
+class LineFed:
+    """A line as the stages took it (`Pipeline.feed_lines`): the events the mapper read in it, the
+    moves they made in the tracker, and the line after it in the same entry (a bar's newer frame)."""
+
+    line: Line
+    events: list[Event]
+    moves: list[Transition]
+    following: Line | None
+
+
+TellLine = Callable[[LineFed], None]
+
+
 class Pipeline:
     def __init__(self, config: Config, tally: RuleTally | None = None, default_year: int | None = None,
                  fast: bool = True) -> None:
@@ -101,10 +115,10 @@ class Pipeline:
             return None
         return self.profile.engine_module.run_time_digits or (0, 0)
 
-    def feed_line(self, message: bytes, realtime: float, pid: int | None, invocation: str | None,
-                  now: float | None) -> list[Transition]:
+    def feed_line(self, line: UnitLine, now: float | None) -> list[Transition]:
         """One entry the unit's own process wrote, whole (no `_LINE_BREAK`), as the journal reader has
         its fields: no JournalRecord is built unless the fast path declines it."""
+        message, realtime, pid, invocation = line.message, line.realtime, line.pid, line.invocation_id
         fast = self.fast
         if fast is None:
             return self.feed(JournalRecord(message=message, realtime=realtime, pid=pid, invocation_id=invocation), now)
@@ -118,14 +132,14 @@ class Pipeline:
             self._quarantine(None, exc)
             return []
 
-    def feed_run(self, messages: list[bytes], stamps: list[float], pid: int | None, invocation: str | None,
-                 now: float | None) -> list[Transition]:
+    def feed_run(self, run: UnitRun, now: float | None) -> list[Transition]:
         """Consecutive whole lines of one writer, the same but for digits (a run the C journal reader
         found: `FastPath.apply`'s `repeats`), as `feed_line` takes them one by one."""
+        messages, stamps, pid, invocation = run.messages, run.realtimes, run.pid, run.invocation_id
         fast = self.fast
         if fast is None:
             return [t for message, ts in zip(messages, stamps, strict=True)
-                    for t in self.feed_line(message, ts, pid, invocation, now)]
+                    for t in self.feed_line(UnitLine(message, ts, pid, invocation), now)]
         out: list[Transition] = []
         done = 0
         while done < len(messages):
@@ -149,9 +163,9 @@ class Pipeline:
         feed_line, feed_run, feed = self.feed_line, self.feed_run, self.feed
         for entry in batch:
             if isinstance(entry, UnitLine):
-                feed_line(entry.message, entry.realtime, entry.pid, entry.invocation_id, now)
+                feed_line(entry, now)
             elif isinstance(entry, UnitRun):
-                feed_run(entry.messages, entry.realtimes, entry.pid, entry.invocation_id, now)
+                feed_run(entry, now)
             else:
                 feed(entry, now)
 
@@ -184,7 +198,25 @@ class Pipeline:
                 return []
         return self._full(record, now)
 
-    def _full(self, record: JournalRecord, now: float | None) -> list[Transition]:
+    def feed_lines(self, record: JournalRecord, now: float | None, tell: TellLine) -> list[Transition]:
+        """A record as `feed` takes it (the engine's rewrite, the quarantine) but not by the fast path, which
+        makes no lines: each line it completes is told once its events are applied (`phasewatch logs`)."""
+        self.entries += 1
+        try:
+            return self._full(record, now, tell)
+        except Exception as exc:  # noqa: BLE001 - as in feed()
+            self._quarantine(record.cursor, exc)
+            return []
+
+    def flush_lines(self, now: float | None, tell: TellLine) -> list[Transition]:
+        """`flush`, each line it completes told as `feed_lines` tells them."""
+        try:
+            return self._lines(self.splitter.flush(), now, tell)
+        except Exception as exc:  # noqa: BLE001 - as in feed()
+            self._quarantine(None, exc)
+            return []
+
+    def _full(self, record: JournalRecord, now: float | None, tell: TellLine | None = None) -> list[Transition]:
         if is_lifecycle_record(record):
             event = lifecycle_event(record)
             return self.tracker.apply(event, now) if event is not None else []
@@ -200,7 +232,7 @@ class Pipeline:
         if rewrite is not None and message[:1] in (b"{", "{"):
             text = rewrite(message if isinstance(message, str) else message.decode("utf-8", "replace"))
             record = record if text is None else replace(record, message=text)
-        return self._lines(self.splitter.feed(record), now)
+        return self._lines(self.splitter.feed(record), now, tell)
 
     def feed_all(self, records: Iterable[JournalRecord], now: float | None) -> list[Transition]:
         out: list[Transition] = []
@@ -216,7 +248,9 @@ class Pipeline:
             self._quarantine(None, exc)
             return []
 
-    def _lines(self, lines: list[Line], now: float | None) -> list[Transition]:
+    def _lines(self, lines: list[Line], now: float | None, tell: TellLine | None = None) -> list[Transition]:
+        if tell is not None:
+            return self._told_lines(lines, now, tell)
         out: list[Transition] = []
         for line in lines:
             events = self.mapper.map_line(line)
@@ -224,6 +258,15 @@ class Pipeline:
                 self.tally.add(line, events)
             for event in events:
                 out.extend(self.tracker.apply(event, now))
+        return out
+
+    def _told_lines(self, lines: list[Line], now: float | None, tell: TellLine) -> list[Transition]:
+        out: list[Transition] = []
+        for line, following in zip(lines, [*lines[1:], None], strict=True):  # (no tally: `logs` keeps none)
+            events = self.mapper.map_line(line)
+            moves = [move for event in events for move in self.tracker.apply(event, now)]
+            tell(LineFed(line, events, moves, following))
+            out.extend(moves)
         return out
 
     def reconfigure(self, config: Config) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from e2e_env import REPO, UNIT, VENV, Scenario, restarts_by_phasewatch
+from e2e_env import CONFIG_PATH, REPO, UNIT, VENV, Scenario, restarts_by_phasewatch
 
 DROPIN = f"/run/systemd/system/{UNIT}.d/vllm.conf"
 VLLM_DROPIN = f"""[Service]
@@ -74,4 +74,9 @@ def test_vllm_worker_oom_is_crashed_with_oom_cause_on_that_worker(vllm: Scenario
     assert "--gpu-memory-utilization (0.92 now)" in alert["PHASEWATCH_REMEDY"]
     if logs:
         assert vllm.lines('"vllm_process_name": "Worker_TP1"')  # it did log JSON
+        # `phasewatch logs` reads it through the daemon's stages: the text, tagged, not the JSON
+        shown = vllm.box.run(f"{VENV}/bin/phasewatch", "logs", UNIT, "--config", CONFIG_PATH).stdout.splitlines()
+        assert shown and not any("| {" in line for line in shown)
+        assert any(" TP1 " in line and "kv_cache_alloc" in line and line.endswith("| WorkerProc failed to start.")
+                   for line in shown)
     assert restarts_by_phasewatch(vllm) == []

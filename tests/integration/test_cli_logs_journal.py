@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import io
+import json
 import re
 import subprocess
 import threading
@@ -18,7 +19,7 @@ from sglang_sim import Faults, build, journal_json
 
 from journal_dirs import write_journal
 from phasewatch.cli import main
-from phasewatch.commands.logs import LineFilter, show_logs
+from phasewatch.commands.logs import LineFilter, Printer, show_logs
 from phasewatch.config.load import Config
 from phasewatch.records import PHASE_NAMES
 from phasewatch.sources.journal.current import StartPoint, wait_for_journal
@@ -170,7 +171,8 @@ def test_follow_prints_new_entries_as_they_come(tmp_path: Path) -> None:
         wait_for_journal(follower, min(seconds, 0.1))
 
     thread = threading.Thread(target=lambda: result.append(show_logs(
-        Config(unit=UNIT), follower, StartPoint(None, None, "head"), LineFilter(), out, follow=True, wait=wait)))
+        Config(unit=UNIT), follower, StartPoint(None, None, "head"), LineFilter(), Printer(out), follow=True,
+        wait=wait)))
     thread.start()
     try:
         deadline = time.time() + 10
@@ -187,3 +189,48 @@ def test_follow_prints_new_entries_as_they_come(tmp_path: Path) -> None:
     assert result == [0]
     last = out.getvalue().splitlines()[-1]
     assert last.endswith("main    ready                    | The server is fired up and ready to roll!")
+
+
+VLLM_UNIT = "vllm-json.service"
+VLLM_INVOCATION = "b" * 32
+# (seconds after the start, pid, process name, level, message): a TP=2 start-up that vLLM logs as NDJSON
+VLLM_JSON = [(1, 100, "APIServer", "INFO", "non-default args: {'model': '/m', 'tensor_parallel_size': 2}"),
+             (60, 107, "Worker_TP0", "INFO", "Starting to load model /m..."),
+             (60, 108, "Worker_TP1", "INFO", "Starting to load model /m..."),
+             (180, 108, "Worker_TP1", "INFO", "Available KV cache memory: 10.50 GiB"),
+             (181, 108, "Worker_TP1", "ERROR", "torch.OutOfMemoryError: CUDA out of memory.")]
+
+
+def vllm_json_entries() -> list[dict[str, Any]]:
+    def at(seconds: float) -> str:
+        return str(int((BASE + seconds) * 1e6))
+
+    started = {"__REALTIME_TIMESTAMP": at(0), "_PID": "1", "_UID": "0", "UNIT": VLLM_UNIT,
+               "MESSAGE_ID": "39f53479d3a045ac8e11786248231fbf", "INVOCATION_ID": VLLM_INVOCATION,
+               "JOB_TYPE": "start", "JOB_RESULT": "done", "MESSAGE": f"Started {VLLM_UNIT}."}
+    def asctime(seconds: float) -> str:
+        return dt.datetime.fromtimestamp(BASE + seconds).strftime("%Y-%m-%d %H:%M:%S,000")
+
+    return [started, *({"__REALTIME_TIMESTAMP": at(t), "_PID": str(pid), "_SYSTEMD_UNIT": VLLM_UNIT,
+                        "_SYSTEMD_INVOCATION_ID": VLLM_INVOCATION, "SYSLOG_IDENTIFIER": "vllm", "PRIORITY": "6",
+                        "MESSAGE": json.dumps({"asctime": asctime(t), "levelname": level,
+                                               "name": "vllm.v1.worker.gpu_worker", "message": text,
+                                               "processName": name, "process": pid, "vllm_process_name": name,
+                                               "vllm_pid": pid})}
+                       for t, pid, name, level, text in VLLM_JSON)]
+
+
+def test_a_vllm_unit_that_logs_json_shows_its_text(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """vLLM's JSON logging: `logs` reads each line as the engine's rewrite makes it (the daemon's own
+    stages), tagged with the rank and phase it names, not the JSON object journald holds."""
+    journal = write_journal(tmp_path / "journal", vllm_json_entries())
+    config = tmp_path / "vllm.yaml"
+    config.write_text(f"unit: {VLLM_UNIT}\nengine: vllm\n")
+    rows = parsed(logs([VLLM_UNIT, "--directory", str(journal), "--config", str(config)], capsys))
+    assert not any(text.startswith("{") for _, _, _, text in rows)
+    assert [(rank, text) for _, rank, _, text in rows[1:]] == [
+        ("main", "non-default args: {'model': '/m', 'tensor_parallel_size': 2}"),
+        ("TP0", "Starting to load model /m..."), ("TP1", "Starting to load model /m..."),
+        ("TP1", "Available KV cache memory: 10.50 GiB"), ("TP1", "torch.OutOfMemoryError: CUDA out of memory.")]
+    assert [phase for _, rank, phase, _ in rows if rank == "TP1"] == ["weight_load", "kv_cache_alloc",
+                                                                     "kv_cache_alloc"]

@@ -20,11 +20,9 @@ MAX_PARAMETERS = 8  # besides self and cls
 # Over the caps today, in modules other work is rewriting; each entry must still be over its cap (the
 # test says when one is not), so the set only shrinks.
 KNOWN_NEAR_CAP = {"sinks.history"}
-KNOWN_LONG = {"sinks.metric_families.families", "stages.s3_track.fastpath.FastPath.apply",
-              "stages.s3_track.tracker.Tracker._apply", "stages.s5_act.respond.respond",
-              "sources.journal.journal_reader.UnitJournalReader._read"}
+KNOWN_LONG = {"sinks.metric_families.families", "sources.journal.journal_reader.UnitJournalReader._read"}
 KNOWN_WIDE = {"compose.compose", "sinks.responder.Responder.__init__", "sinks.actors.build_actors",
-              "commands.logs.show_logs", "sources.receiver.alert_receiver.AlertReceiver.__init__"}
+              "sources.receiver.alert_receiver.AlertReceiver.__init__"}
 # Modules no test file names yet (by import, `phasewatch.<module>` or its path): each a debt.
 KNOWN_UNNAMED = {"sinks.actors", "sinks.group_restarts", "sinks.metric_families", "sinks.systemd_status",
                  "sources.host.signs_of_life", "sources.journal.access",

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 
 from phasewatch.config.load import Config, RestartBudget
 from phasewatch.sinks.state import Saved, StateStore
-from phasewatch.stages.s4_judge.verdict import Verdict
+from phasewatch.stages.s4_judge.verdict import MemoryKey, Verdict
 from phasewatch.stages.s5_act.respond import (
     CRASH_SETTLE,
     PRIORITY,
@@ -169,3 +170,25 @@ def test_corrupt_state_file_gives_an_empty_memory(tmp_path: Path) -> None:
     store = StateStore(tmp_path, UNIT)
     store.path.write_text("{not json")
     assert store.load() == Saved(Memory(), None, None)
+
+
+def test_a_state_file_of_keys_as_text_loads_and_nothing_is_done_twice(tmp_path: Path) -> None:
+    """The memory's keys are typed (MemoryKey) but kept in the state file as they always were:
+    [invocation, what, which, detail], what being `stalled`, `evidence:stalled`, `hook:NAME:stalled`
+    or `restart_refused`. A file written so loads, its deeds are not done again, and saves unchanged."""
+    alerted = [["inv-1", "evidence:stalled", "TP3", "draft_cuda_graph_capture"],
+               ["inv-1", "hook:page:stalled", "TP3", "draft_cuda_graph_capture"],
+               ["inv-1", "restart_refused", None, None],
+               ["inv-1", "stalled", "TP3", "draft_cuda_graph_capture"]]
+    store = StateStore(tmp_path, UNIT)
+    store.path.write_text(json.dumps({"version": 1, "cursor": None, "invocation_id": "inv-1", "alerted": alerted,
+                                      "restarted": ["inv-1"], "budget": {"state": "armed", "failures": []}}))
+    memory = store.load().memory
+    key = stall().key
+    assert isinstance(key, MemoryKey) and {key, key.evidence(), key.of_hook("page"),
+                                           MemoryKey.refused_restart("inv-1")} == memory.alerted
+    config = replace(CONFIG, actions={**CONFIG.actions, "stalled": ("evidence", "hook:page", "alert", "restart")})
+    response = respond([stall()], memory, running(), T0, config)
+    assert response.actions == () and response.memory.alerted == memory.alerted
+    store.save(Saved(response.memory, None, "inv-1"))
+    assert json.loads(store.path.read_text())["alerted"] == alerted

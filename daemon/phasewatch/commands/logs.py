@@ -31,7 +31,7 @@ from ..durations import parse_duration
 from ..errors import NoInputError, NoSuchUnit, UsageError
 from ..output.render import clock_text, current_phase, terminal_safe
 from ..output.verdict_lines import rank_ranges
-from ..pipeline import Pipeline
+from ..pipeline import LineFed, Pipeline
 from ..ranks import rank_sort_key
 from ..records import MAIN, PHASE_NAMES, EventKind, JournalRecord, Line, LineKind
 from ..sources.journal.access import unknown_unit
@@ -90,49 +90,50 @@ class LogTagger:
             text = strip_ansi(decode(record.message)).rstrip("\n")
             invocation = record.extra.get("INVOCATION_ID") or record.invocation_id
             return [TaggedLine(record.realtime, who, self._unit_phase(invocation), text, self._lifecycle_group)]
-        self.pipeline.entries += 1
-        return self._tag(self.pipeline.splitter.feed(record), now)
+        out: list[TaggedLine] = []
+        self.pipeline.feed_lines(record, now, lambda fed: self._tag(fed, out))
+        return out
 
     def flush(self, now: float | None) -> list[TaggedLine]:
-        return self._tag(self.pipeline.splitter.flush(), now)
-
-    def _tag(self, lines: list[Line], now: float | None) -> list[TaggedLine]:
         out: list[TaggedLine] = []
-        for index, line in enumerate(lines):
-            events = self.pipeline.mapper.map_line(line)
-            for event in events:
-                if self.pipeline.tracker.apply(event, now) or event.kind is EventKind.PROGRESS:
-                    self._dirty = True
-            if line.kind is LineKind.PROGRESS:
-                self._new_bar(line)
-                following = lines[index + 1] if index + 1 < len(lines) else None
-                if following is not None and following.kind is LineKind.PROGRESS and following.pid == line.pid \
-                        and _total(following) == _total(line):
-                    continue  # an older frame of the same bar in the same entry
-                key = (line.invocation_id, line.pid)
-                frame = (_total(line), line.progress.n if line.progress else -1)
-                printed = self._last_frame.get(key)
-                if printed == frame:
-                    continue  # the bar did not move
-                self._last_frame[key] = frame
-                rank = events[0].rank if events and events[0].rank else self._bar_owner(line)
-            else:
-                rank = next((e.rank for e in events if e.rank), None) or line.rank
-            if line.kind is LineKind.CONTINUATION and line.record_id in self._record_tags:
-                rank, phase = self._record_tags[line.record_id]
-            else:
-                rank = rank or "-"
-                phase = self._rank_phase(line.invocation_id, rank)
-                if line.kind is LineKind.RECORD:
-                    if len(self._record_tags) > 4096:
-                        self._record_tags.clear()
-                    self._record_tags[line.record_id] = (rank, phase)
-            text = line.message if line.kind is not LineKind.PROGRESS and line.has_prefix else line.text
-            if line.kind is LineKind.CONTINUATION:
-                text = line.message
-            out.append(TaggedLine(line.ts, rank, phase, text.rstrip(), line.record_id,
-                                  continuation=line.kind is LineKind.CONTINUATION))
+        self.pipeline.flush_lines(now, lambda fed: self._tag(fed, out))
         return out
+
+    def _tag(self, fed: LineFed, out: list[TaggedLine]) -> None:
+        """A line the stages took (its events applied): tagged into `out`, unless it is a bar's frame
+        that a newer one in the same entry follows, or a bar that did not move."""
+        line, events = fed.line, fed.events
+        if fed.moves or any(event.kind is EventKind.PROGRESS for event in events):
+            self._dirty = True
+        if line.kind is LineKind.PROGRESS:
+            self._new_bar(line)
+            following = fed.following
+            if following is not None and following.kind is LineKind.PROGRESS and following.pid == line.pid \
+                    and _total(following) == _total(line):
+                return  # an older frame of the same bar in the same entry
+            key = (line.invocation_id, line.pid)
+            frame = (_total(line), line.progress.n if line.progress else -1)
+            printed = self._last_frame.get(key)
+            if printed == frame:
+                return  # the bar did not move
+            self._last_frame[key] = frame
+            rank = events[0].rank if events and events[0].rank else self._bar_owner(line)
+        else:
+            rank = next((e.rank for e in events if e.rank), None) or line.rank
+        if line.kind is LineKind.CONTINUATION and line.record_id in self._record_tags:
+            rank, phase = self._record_tags[line.record_id]
+        else:
+            rank = rank or "-"
+            phase = self._rank_phase(line.invocation_id, rank)
+            if line.kind is LineKind.RECORD:
+                if len(self._record_tags) > 4096:
+                    self._record_tags.clear()
+                self._record_tags[line.record_id] = (rank, phase)
+        text = line.message if line.kind is not LineKind.PROGRESS and line.has_prefix else line.text
+        if line.kind is LineKind.CONTINUATION:
+            text = line.message
+        out.append(TaggedLine(line.ts, rank, phase, text.rstrip(), line.record_id,
+                              continuation=line.kind is LineKind.CONTINUATION))
 
     def _new_bar(self, line: Line) -> None:
         """A count that goes down, or another total, is a new bar: its frames are never "unmoved"."""
@@ -226,11 +227,15 @@ class Regrouper:
 
 @dataclass(frozen=True)
 class LineFilter:
+    """The lines printed: of a rank, of a phase, from a time on (earlier ones feed the tracker only)."""
+
     rank: str | None = None
     phase: str | None = None
+    since: float | None = None
 
     def __call__(self, line: TaggedLine) -> bool:
-        return self.takes_rank(line.rank) and (self.phase is None or line.phase == self.phase)
+        return (self.takes_rank(line.rank) and (self.phase is None or line.phase == self.phase)
+                and (self.since is None or line.ts is None or line.ts >= self.since))
 
     def takes_rank(self, rank: str) -> bool:
         """`TP3` takes `DP0 TP3` too."""
@@ -264,14 +269,22 @@ def parse_since(text: str, now: float) -> float:
     return when.timestamp()  # naive: local time
 
 
-def print_lines(lines: Iterable[TaggedLine], keep: LineFilter, out: TextIO, utc: bool, as_json: bool = False) -> int:
-    """Print the lines `keep` keeps; how many it printed."""
-    printed = 0
-    for line in lines:
-        if keep(line):
-            out.write((line.to_json() if as_json else line.format(utc)) + "\n")
-            printed += 1
-    return printed
+@dataclass(frozen=True)
+class Printer:
+    """Where lines are printed, and how: times in UTC or local time, text or JSON (`--json`)."""
+
+    out: TextIO
+    utc: bool = False
+    as_json: bool = False
+
+    def print(self, lines: Iterable[TaggedLine], keep: LineFilter) -> int:
+        """Print the lines `keep` keeps; how many it printed."""
+        printed = 0
+        for line in lines:
+            if keep(line):
+                self.out.write((line.to_json() if self.as_json else line.format(self.utc)) + "\n")
+                printed += 1
+        return printed
 
 
 def nothing_to_show(unit: str, keep: LineFilter, view: InvocationView | None) -> NoInputError:
@@ -295,11 +308,11 @@ def nothing_to_show(unit: str, keep: LineFilter, view: InvocationView | None) ->
     return error
 
 
-def show_logs(config: Config, follower: JournalFollower, start: StartPoint, keep: LineFilter, out: TextIO, *,
-              follow: bool = False, since: float | None = None, utc: bool = False, as_json: bool = False,
-              clock: Callable[[], float] = time.time, wait: Callable[[float], None] | None = None) -> int:
-    """Print the unit's lines from `start` on (those before `since` feed the tracker only); with
-    `follow`, keep printing new ones until interrupted."""
+def show_logs(config: Config, follower: JournalFollower, start: StartPoint, keep: LineFilter, printer: Printer, *,
+              follow: bool = False, clock: Callable[[], float] = time.time,
+              wait: Callable[[float], None] | None = None) -> int:
+    """Print the unit's lines from `start` on that `keep` keeps; with `follow`, keep printing new
+    ones until interrupted."""
     tagger = LogTagger(config)
     regroup = Regrouper()
     if start.since is not None:
@@ -312,8 +325,7 @@ def show_logs(config: Config, follower: JournalFollower, start: StartPoint, keep
 
     def emit(lines: list[TaggedLine]) -> None:
         nonlocal printed
-        printed += print_lines((line for line in lines if since is None or line.ts is None or line.ts >= since),
-                               keep, out, utc, as_json)
+        printed += printer.print(lines, keep)
 
     try:
         while True:
@@ -321,7 +333,7 @@ def show_logs(config: Config, follower: JournalFollower, start: StartPoint, keep
             if records or follower.behind:
                 now = clock()
                 for record in records:
-                    if (since is None and start.invocation_id is not None and record.invocation_id is not None
+                    if (keep.since is None and start.invocation_id is not None and record.invocation_id is not None
                             and record.invocation_id != start.invocation_id and not follow):
                         continue  # the tail of the start-up before this one, read from the margin
                     emit(regroup.add(tagger.feed(record, now)))
@@ -333,7 +345,7 @@ def show_logs(config: Config, follower: JournalFollower, start: StartPoint, keep
                     raise nothing_to_show(config.unit, keep, tagger.view(start.invocation_id))
                 return 0
             emit(regroup.flush())  # caught up: nothing is waiting for a continuation any more
-            out.flush()
+            printer.out.flush()
             pause(GROUP_WINDOW if len(regroup) else 60.0)
     except KeyboardInterrupt:
         emit(regroup.flush())
@@ -347,7 +359,7 @@ def _terminate(signum: int, frame: object) -> None:
 def cmd_logs(args: argparse.Namespace) -> int:
     config = resolve(args.unit, args.config, directory=args.directory).config
     unit = config.unit
-    keep = LineFilter(normal_rank(args.rank) if args.rank else None, args.phase)
+    rank = normal_rank(args.rank) if args.rank else None
     if args.phase is not None and args.phase not in PHASE_NAMES:
         raise UsageError(f"--phase: expected one of {', '.join(PHASE_NAMES)}, got {args.phase!r}")
     since = parse_since(args.since, time.time()) if args.since else None
@@ -361,11 +373,11 @@ def cmd_logs(args: argparse.Namespace) -> int:
             start = find_start(unit, args.directory)
     except NoSuchUnit:
         raise unknown_unit(unit) from None
+    keep = LineFilter(rank, args.phase, since)
     follower = JournalFollower(unit, args.directory)
     signal.signal(signal.SIGTERM, _terminate)
     try:
-        return show_logs(config, follower, start, keep, sys.stdout, follow=args.follow, since=since, utc=args.utc,
-                         as_json=args.json)
+        return show_logs(config, follower, start, keep, Printer(sys.stdout, args.utc, args.json), follow=args.follow)
     finally:
         follower.close()
 
@@ -386,4 +398,4 @@ def add_parser(sub: Any) -> None:
     logs.set_defaults(func=cmd_logs)
 
 
-__all__ = ["LineFilter", "LogTagger", "Regrouper", "TaggedLine", "show_logs"]
+__all__ = ["LineFilter", "LogTagger", "Printer", "Regrouper", "TaggedLine", "show_logs"]

@@ -142,7 +142,7 @@ def parse_progress(segment: str) -> tuple[Progress, int] | None:
 
 
 @dataclass
-class _Stream:
+class WriterState:
     """Bookkeeping for one writer (invocation, PID)."""
 
     rank: str | None = None
@@ -170,12 +170,48 @@ class LineSplitter:
         self._default_year = default_year
         self._last_year: int | None = None
         self._last_month = 0
-        self._streams: dict[tuple[str | None, int | None], _Stream] = {}  # least recently fed first
+        self._streams: dict[tuple[str | None, int | None], WriterState] = {}  # least recently fed first
         self._pending_chars = 0  # of all streams' held fragments
         self._next_record = 0
         self._last_ts: float | None = None
         self._last_date: str | None = None
         self._engine_clock = False  # an engine prefix dated a line: other loggers' times are not used
+
+    # -- what the fast path (stages/s3_track/fastpath.py) asks, and the changes it makes through them --
+    def idle_writer(self, key: tuple[str | None, int | None]) -> WriterState | None:
+        """The writer's state when nothing is held for it (no fragment, no traceback open), else None."""
+        stream = self._streams.get(key)
+        return None if stream is None or stream.pending or stream.traceback_open else stream
+
+    def took_line(self, key: tuple[str | None, int | None], stream: WriterState, prefix: Prefix, ts: float,
+                  block: bool) -> int:
+        """A whole line of an idle writer, with one engine prefix (no header, no untagged rank) that
+        continues nothing and opens a block or not, as `feed` takes it: the new record's id."""
+        streams = self._streams
+        del streams[key]
+        streams[key] = stream  # the most recently fed writer
+        if prefix.date is not None:
+            self._last_date = prefix.date
+        if prefix.year is not None:
+            self._last_year = prefix.year
+        self._last_ts = ts
+        stream.open_header = None
+        if prefix.rank is not None:
+            stream.rank = prefix.rank
+            stream.tagged = True
+        self._next_record += 1
+        record_id = stream.open_record = self._next_record
+        stream.open_rank, stream.open_untagged = prefix.rank, None
+        stream.block_open = block
+        return record_id
+
+    def took_more(self, stream: WriterState, stamps: list[float]) -> range:
+        """More lines like the one `took_line` just took, of its writer, at `stamps`: their record ids."""
+        first = self._next_record + 1
+        self._next_record += len(stamps)
+        stream.open_record = self._next_record
+        self._last_ts = stamps[-1]
+        return range(first, self._next_record + 1)
 
     def pid_rank(self, invocation_id: str | None, pid: int | None) -> str | None:
         stream = self._streams.get((invocation_id, pid))
@@ -186,7 +222,7 @@ class LineSplitter:
         stream = self._streams.pop(key, None)
         evicted: list[Line] = []
         if stream is None:
-            stream = _Stream()
+            stream = WriterState()
             if len(self._streams) >= MAX_STREAMS:
                 evicted = self._forget(next(iter(self._streams)))
         self._streams[key] = stream  # now the most recently fed
@@ -207,7 +243,7 @@ class LineSplitter:
                             stream)
         return evicted + lines if evicted else lines
 
-    def _release(self, key: tuple[str | None, int | None], stream: _Stream) -> list[Line]:
+    def _release(self, key: tuple[str | None, int | None], stream: WriterState) -> list[Line]:
         if not stream.pending:
             return []
         invocation_id, pid = key
@@ -227,7 +263,7 @@ class LineSplitter:
             out.extend(self._release(key, stream))
         return out
 
-    def _lines(self, segments: Iterable[str], record: JournalRecord, stream: _Stream) -> list[Line]:
+    def _lines(self, segments: Iterable[str], record: JournalRecord, stream: WriterState) -> list[Line]:
         out: list[Line] = []
         for raw in segments:
             if not raw:
@@ -238,7 +274,7 @@ class LineSplitter:
             self._split_segment(segment, record, stream, out)
         return out
 
-    def _split_segment(self, segment: str, record: JournalRecord, stream: _Stream, out: list[Line]) -> None:
+    def _split_segment(self, segment: str, record: JournalRecord, stream: WriterState, out: list[Line]) -> None:
         prefixes = self._find(segment)
         if not prefixes:
             self._unprefixed(segment, record, stream, out)
@@ -257,7 +293,7 @@ class LineSplitter:
             self._prefixed(piece, message, prefix, record, stream, out)
 
     @staticmethod
-    def _inherited_rank(record: JournalRecord, stream: _Stream) -> str | None:
+    def _inherited_rank(record: JournalRecord, stream: WriterState) -> str | None:
         """An unprefixed line's rank is its PID's; without a PID (a pasted log) it is unknown."""
         return stream.rank if stream.tagged and record.pid is not None else None
 
@@ -300,7 +336,7 @@ class LineSplitter:
         return epoch(f"{year:04d}-{month_day}", time, None)
 
     def _prefixed(self, text: str, message: str, prefix: Prefix, record: JournalRecord,
-                  stream: _Stream, out: list[Line]) -> None:
+                  stream: WriterState, out: list[Line]) -> None:
         ts = self._timestamp(record, prefix)
         continues = ((stream.block_open if prefix.header is not None else stream.traceback_open)
                      and stream.open_record > 0 and prefix.header == stream.open_header
@@ -323,7 +359,7 @@ class LineSplitter:
                         anonymous_rank=prefix.anonymous, engine_core=prefix.engine_core,
                         process_pid=prefix.process_pid))
 
-    def _unprefixed(self, segment: str, record: JournalRecord, stream: _Stream, out: list[Line]) -> None:
+    def _unprefixed(self, segment: str, record: JournalRecord, stream: WriterState, out: list[Line]) -> None:
         wrapper = WRAPPER_RE.match(segment)
         message = segment[wrapper.end():] if wrapper else segment
         foreign = foreign_time(message, self._last_date) if record.realtime is None else None

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass
 
 from ...prefixes import rank_number
@@ -326,3 +326,18 @@ def describe(facts: CrashFacts) -> str:
 def _short(labels: Sequence[str], most: int = 16) -> str:
     text = ", ".join(labels[:most])
     return text + (f" and {len(labels) - most} more" if len(labels) > most else "")
+
+
+# A reporter labelled by TP alone (or TP and EP alike): the TP rank a message names can be labelled.
+TAGS_RE = re.compile(r"TP\d{1,6}( EP\d{1,6})?")
+
+
+def ranks_named(reporter: str, text: str, known: Container[str]) -> list[str]:
+    """Ranks another rank's failure line names ("TP rank 1 could finish the model loading") that are
+    not `known` (printed nothing themselves), labelled as the reporter is (TPn, or TPn EPn)."""
+    tags = TAGS_RE.fullmatch(reporter)
+    if tags is None or "could finish" not in text:
+        return []
+    labels = [f"TP{m.number}" + (f" EP{m.number}" if tags.group(1) else "")
+              for m in mentions_in(text, reporter) if m.tp_rank]
+    return [label for label in dict.fromkeys(labels) if label not in known]

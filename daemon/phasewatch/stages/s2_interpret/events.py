@@ -6,6 +6,7 @@ Also turns systemd's and journald's own entries about the unit into lifecycle ev
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 
 from ...engines import engine_module
 from ...prefixes import rank_number
@@ -28,8 +29,7 @@ from ...records import (
     Line,
     LineKind,
 )
-from .pattern_needles import digit_blind
-from .pattern_needles import needles as needles  # (the fast path asks it too)
+from .pattern_needles import digit_blind, needles
 
 # Patterns see a line through pattern_view(): at most PATTERN_VIEW_CHARS from each end.
 PATTERN_VIEW_CHARS = 32 * 1024
@@ -65,6 +65,37 @@ MEMO_MAX_CHARS = 1024
 # Longer lines (tracebacks' dumps, batch dumps) are remembered too, in a memo of its own bounded by
 # the characters of its keys: such lines repeat with other numbers in them.
 LONG_MEMO_CHARS = 1 << 21
+RECORD_RANKS_LIMIT = 4096  # records whose rank continuation lines take
+
+
+@dataclass
+class WorkerNames:
+    """vLLM V1 tags a worker `(Worker pid=N)` until it knows its rank, then `(Worker_TP0 pid=N)`:
+    by (invocation, N), the label its anonymous lines had (not named yet), and the rank it became."""
+
+    unnamed: dict[tuple[str | None, int], str] = field(default_factory=dict)
+    named: dict[tuple[str | None, int], str] = field(default_factory=dict)
+
+    def named_in(self, line: Line) -> list[Event]:
+        """A worker's process that had no rank in its tag names one: its earlier lines' rank (`pidN`) is
+        that rank (RANK_NAMED, once); its later untagged-rank lines are too (EventMapper._rank)."""
+        key = (line.invocation_id, line.process_pid or 0)
+        if line.anonymous_rank:
+            if key not in self.named and line.rank == f"pid{line.process_pid}":
+                if len(self.unnamed) >= MEMO_ENTRIES:
+                    self.unnamed.clear()
+                self.unnamed.setdefault(key, line.rank)
+            return []
+        if line.rank is None or self.named.get(key) == line.rank:
+            return []
+        if len(self.named) >= MEMO_ENTRIES:
+            self.named.clear()
+        self.named[key] = line.rank
+        before = self.unnamed.pop(key, None)
+        if before is None:
+            return []
+        return [Event(EventKind.RANK_NAMED, line.ts, rank=line.rank, text=before, invocation_id=line.invocation_id,
+                      pid=line.pid)]
 
 
 class EventMapper:
@@ -77,24 +108,21 @@ class EventMapper:
         self._tagged_invocations: set[str | None] = set()  # a rank tag with a number showed
         self._worker_invocations: set[str | None] = set()  # any rank tag showed
         self._tp0_pids: set[tuple[str | None, int | None]] = set()
-        # vLLM V1 tags a worker `(Worker pid=N)` until it knows its rank, then `(Worker_TP0 pid=N)`:
-        # by (invocation, N), the label its anonymous lines had (not named yet), and the rank it became.
-        self.unnamed: dict[tuple[str | None, int], str] = {}
-        self._named: dict[tuple[str | None, int], str] = {}
+        self.workers = WorkerNames()
         self._record_ranks: dict[int, str | None] = {}
         self._harmless: set[int] = set()  # records whose traceback is not fatal
         self._line_rules = tuple(r for r in profile.rules if r.event != "progress")
         # Which rules a message matches, remembered by its digit-masked text ("Decode batch, #token:
         # 00000, ..."): exact for the rules that cannot tell one digit from another (checked once,
         # here); the others ("/v1/...") are searched every time.
-        self._blind_rules = tuple(r for r in self._line_rules if digit_blind(r.pattern))
-        self._other_rules = tuple(r for r in self._line_rules if r not in self._blind_rules)
+        self.blind_rules = tuple(r for r in self._line_rules if digit_blind(r.pattern))
+        self.other_rules = tuple(r for r in self._line_rules if r not in self.blind_rules)
         self._position = {r.id: i for i, r in enumerate(self._line_rules)}
         # For long lines (their own memo, bounded by its keys' size): each rule with the texts one of
         # which its match holds (a substring test is far cheaper than a search through kilobytes).
         needled = tuple((r, needles(r.pattern)) for r in self._line_rules)
-        self._blind_needled = tuple((r, texts) for r, texts in needled if r in self._blind_rules)
-        self._other_needled = tuple((r, texts) for r, texts in needled if r not in self._blind_rules)
+        self._blind_needled = tuple((r, texts) for r, texts in needled if r in self.blind_rules)
+        self._other_needled = tuple((r, texts) for r, texts in needled if r not in self.blind_rules)
         self._memo: dict[bytes, tuple[Rule, ...]] = {}
         self._long_memo: dict[bytes, tuple[Rule, ...]] = {}
         self._long_memo_chars = 0
@@ -120,11 +148,11 @@ class EventMapper:
             elif len(memo) >= MEMO_ENTRIES:
                 memo.clear()
             found = memo[key] = (self._needled_search(self._blind_needled, message) if long
-                                 else tuple(r for r in self._blind_rules if r.pattern.search(message)))
+                                 else tuple(r for r in self.blind_rules if r.pattern.search(message)))
         if long:
             others = list(self._needled_search(self._other_needled, message))
         else:
-            others = [r for r in self._other_rules if r.pattern.search(message)]
+            others = [r for r in self.other_rules if r.pattern.search(message)]
         if others:
             return tuple(sorted((*found, *others), key=lambda r: self._position[r.id]))
         return found
@@ -137,7 +165,7 @@ class EventMapper:
         return tuple(r for r, texts in rules if (texts is None or any(map(holds, texts))) and r.pattern.search(message))
 
     def map_line(self, line: Line) -> list[Event]:
-        events: list[Event] = [] if line.process_pid is None else self._process_named(line)
+        events: list[Event] = [] if line.process_pid is None else self.workers.named_in(line)
         rank = self._rank(line)
         if line.kind is LineKind.PROGRESS and line.progress is not None:
             desc = pattern_view(line.progress.desc)
@@ -187,32 +215,48 @@ class EventMapper:
             events.append(Event(EventKind.ACTIVITY, line.ts, rank=rank, text=message,
                                 invocation_id=line.invocation_id, pid=line.pid, record_id=record_id))
         if line.kind is LineKind.RECORD:
-            if len(self._record_ranks) > 4096:
+            if len(self._record_ranks) > RECORD_RANKS_LIMIT:
                 self._record_ranks.clear()
             ranked = events[len(named):]
             self._record_ranks[record_id] = ranked[0].rank if ranked else rank
         return events
 
-    def _process_named(self, line: Line) -> list[Event]:
-        """A worker's process that had no rank in its tag names one: its earlier lines' rank (`pidN`) is
-        that rank (RANK_NAMED, once); its later untagged-rank lines are too (`_rank`)."""
-        key = (line.invocation_id, line.process_pid or 0)
-        if line.anonymous_rank:
-            if key not in self._named and line.rank == f"pid{line.process_pid}":
-                if len(self.unnamed) >= MEMO_ENTRIES:
-                    self.unnamed.clear()
-                self.unnamed.setdefault(key, line.rank)
-            return []
-        if line.rank is None or self._named.get(key) == line.rank:
-            return []
-        if len(self._named) >= MEMO_ENTRIES:
-            self._named.clear()
-        self._named[key] = line.rank
-        before = self.unnamed.pop(key, None)
-        if before is None:
-            return []
-        return [Event(EventKind.RANK_NAMED, line.ts, rank=line.rank, text=before, invocation_id=line.invocation_id,
-                      pid=line.pid)]
+    # -- what the fast path (stages/s3_track/fastpath.py) asks, and the changes it makes through them --
+    def in_profile_order(self, rules: tuple[Rule, ...]) -> tuple[Rule, ...]:
+        return tuple(sorted(rules, key=lambda r: self._position[r.id]))
+
+    def reads_no_phase(self, message: str) -> bool:
+        """Whether the family vocabulary reads no phase in a line no rule matches, as its digit-masked
+        text: False when a family pattern tells digits apart (asked line by line, then)."""
+        return self._family_memo is not None and bool(message.strip()) and self._classify(message) is None
+
+    def rank_of_untagged(self, invocation_id: str | None, pid: int | None) -> str:
+        """The rank of a prefixed line without a rank tag: a one-GPU scheduler's PID's, else main."""
+        return "TP0" if (invocation_id, pid) in self._tp0_pids else MAIN
+
+    def tags_ranks(self, invocation_id: str | None) -> bool:
+        """Whether a rank tag with a number showed in the start-up."""
+        return invocation_id in self._tagged_invocations
+
+    def took_record(self, invocation_id: str | None, record_id: int, rank: str, tagged: bool,
+                    anonymous: bool) -> None:
+        """A record read by rank `rank` (of its tag when `tagged`), as `map_line` notes it."""
+        if tagged:
+            if not anonymous:
+                self._tagged_invocations.add(invocation_id)
+            if len(self._worker_invocations) < MEMO_ENTRIES:
+                self._worker_invocations.add(invocation_id)
+        record_ranks = self._record_ranks
+        if len(record_ranks) > RECORD_RANKS_LIMIT:
+            record_ranks.clear()
+        record_ranks[record_id] = rank
+
+    def took_records(self, record_ids: range, rank: str) -> None:
+        record_ranks = self._record_ranks
+        for record_id in record_ids:
+            if len(record_ranks) > RECORD_RANKS_LIMIT:
+                record_ranks.clear()
+            record_ranks[record_id] = rank
 
     def _family_events(self, line: Line, message: str, rank: str | None) -> list[Event]:
         """The profile's fallback vocabulary, for a record no exact rule matched."""
@@ -241,7 +285,7 @@ class EventMapper:
 
     def _rank(self, line: Line) -> str | None:
         if line.anonymous_rank and line.process_pid is not None:
-            named = self._named.get((line.invocation_id, line.process_pid))
+            named = self.workers.named.get((line.invocation_id, line.process_pid))
             if named is not None:
                 return named
         if line.has_prefix and line.rank is not None:

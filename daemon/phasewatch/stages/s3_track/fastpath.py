@@ -17,17 +17,17 @@ and tests/integration/test_fastpath_journal.py compare both paths' outputs).
 
 from __future__ import annotations
 
-from operator import sub
 from typing import Callable, Union
 
 from ...prefixes import Prefix
 from ...profile.load import Rule
 from ...records import MAIN, Phase
-from ..s1_read.lines import LineSplitter, _Stream, opens_block
-from ..s2_interpret.events import MEMO_ENTRIES, MEMO_MAX_CHARS, EventMapper, needles
-from .snapshot import UNIT_PHASE_ORDER, UP_STATES, UnitState
+from ..s1_read.lines import LineSplitter, WriterState, opens_block
+from ..s2_interpret.events import MEMO_ENTRIES, MEMO_MAX_CHARS, EventMapper
+from ..s2_interpret.pattern_needles import needles
+from .snapshot import UNIT_PHASE_ORDER, UnitState
 from .tracker import Tracker
-from .tracker_state import InvocationState, RankState, alive
+from .tracker_state import InvocationState, RankState
 
 _MASK_DIGITS = bytes.maketrans(b"123456789", b"000000000")
 Plan = Union[tuple[tuple[Rule, ...], bool, tuple[int, ...], bool, tuple[Rule, ...], bool], tuple[()]]
@@ -36,7 +36,6 @@ _READY_INDEX = UNIT_PHASE_ORDER.index(Phase.READY)
 _SERVING_INDEX = UNIT_PHASE_ORDER.index(Phase.SERVING)
 _PHASE_INDEX = {phase: index for index, phase in enumerate(UNIT_PHASE_ORDER)}
 _OPEN_STATES = (UnitState.STARTING, UnitState.READY)
-RECORD_RANKS_LIMIT = 4096  # as EventMapper.map_line's
 
 
 def _quiet(rule: Rule) -> bool:
@@ -51,7 +50,8 @@ def _orders(rules: tuple[Rule, ...]) -> tuple[int, ...]:
 
 
 class FastPath:
-    """One per pipeline; reads and writes the state of its stages (they stay the owners of it)."""
+    """One per pipeline; asks its stages about a line and has them take it (their methods: they own
+    their state)."""
 
     def __init__(self, find: Callable[[bytes], Prefix | None], marks: tuple[bytes, ...], splitter: LineSplitter,
                  mapper: EventMapper, tracker: Tracker) -> None:
@@ -60,7 +60,9 @@ class FastPath:
         # another prefix's mark, the splitter's line ends and ANSI escapes.
         self._unsafe = (*marks, b"\r", b"\n", b"\x1b")
         self._splitter, self._mapper, self._tracker = splitter, mapper, tracker
-        self._streams = splitter._streams  # the splitter's own dict (never replaced)
+        # (their methods bound once: a line that qualifies calls each of them)
+        self._idle_writer, self._took_line = splitter.idle_writer, splitter.took_line
+        self._took_record, self._invocation, self._alive = mapper.took_record, tracker.invocation, tracker.took_line
         # digit-masked message -> (the digit-blind rules it matches, whether it opens a block, their
         # unit phases' places, whether one proves serving, the other rules to search it with, whether
         # it is a plain sign of life when no rule matches); () when it can never take the fast path.
@@ -71,7 +73,7 @@ class FastPath:
         # text known), so that most lines are not searched with them.
         # Masked too: a text absent from a line's masked text is absent from the line.
         self._others = tuple((rule, None if (texts := needles(rule.pattern)) is None else tuple(
-            t.encode("utf-8", "surrogatepass").translate(_MASK_DIGITS) for t in texts)) for rule in mapper._other_rules)
+            t.encode("utf-8", "surrogatepass").translate(_MASK_DIGITS) for t in texts)) for rule in mapper.other_rules)
         self.taken = 0
 
     def _plan(self, key: bytes, rest: bytes) -> Plan:
@@ -85,15 +87,14 @@ class FastPath:
 
     def _quiet_plan(self, key: bytes, rest: bytes) -> Plan:
         message = rest.decode("ascii")
-        rules = tuple(r for r in self._mapper._blind_rules if r.pattern.search(message))
+        rules = tuple(r for r in self._mapper.blind_rules if r.pattern.search(message))
         if not all(_quiet(r) for r in rules):
             return ()
         # The other rules this text may match (searched line by line): those whose text it holds.
         others = tuple(rule for rule, texts in self._others if texts is None or any(t in key for t in texts))
         # A line no rule matches is its rank's sign of life, unless the profile's family vocabulary
         # reads a phase in it (asked once per masked text: only when no family pattern reads digits).
-        plain = (not rules and self._mapper._family_memo is not None and bool(message.strip())
-                 and self._mapper._classify(message) is None)
+        plain = not rules and self._mapper.reads_no_phase(message)
         return rules, opens_block(message), _orders(rules), self._proves(rules), others, plain
 
     def _proves(self, rules: tuple[Rule, ...]) -> bool:
@@ -115,8 +116,7 @@ class FastPath:
             others = [rule for bit, rule in enumerate(candidates) if found >> bit & 1]
             merged = ()
             if all(_quiet(r) for r in others):
-                position = self._mapper._position
-                together = tuple(sorted((*rules, *others), key=lambda r: position[r.id]))
+                together = self._mapper.in_profile_order((*rules, *others))
                 merged = together, _orders(together), self._proves(together)
             if len(self._merged) >= MEMO_ENTRIES:
                 self._merged.clear()
@@ -133,11 +133,11 @@ class FastPath:
         prefix = self._find(message)
         if prefix is None or pid is None or prefix.header is not None or prefix.untagged_rank is not None:
             return 0
-        rest = message[prefix.end:]
         key = (invocation, pid)
-        stream = self._streams.get(key)
-        if stream is None or stream.pending or stream.traceback_open:
+        stream = self._idle_writer(key)
+        if stream is None:
             return 0
+        rest = message[prefix.end:]
         masked = rest.translate(_MASK_DIGITS)
         plan = self._plans.get(masked)
         if plan is None:
@@ -154,80 +154,16 @@ class FastPath:
                 rules, orders, proves = merged
         if not rules and not plain:
             return 0
-        tracker = self._tracker
-        inv = tracker._invocations.get(invocation) if invocation is not None else tracker._current
+        inv = self._invocation(invocation)
         if inv is None:
             return 0
-        mapper = self._mapper
-        rank: str = prefix.rank or MAIN
-        untagged_rank = prefix.rank is None
-        if untagged_rank:
-            # The mapper's rank of a prefixed line without a tag (no c10d "[rank": no '[' after the prefix).
-            rank = "TP0" if key in mapper._tp0_pids else MAIN
-        inv_ranks = inv.ranks
-        ranks = []
-        if not rules:  # the mapper's plain activity event, of the line's rank
-            state = inv_ranks.get(rank)
-            if state is None:
-                return 0
-            ranks.append(state)
-        current = -2  # not yet looked up
-        for rule, order in zip(rules, orders, strict=True):
-            rule_rank = rank
-            if untagged_rank:
-                if rule.scope == "main":
-                    rule_rank = MAIN
-                elif rule.scope == "rank" and rank == MAIN and invocation not in mapper._tagged_invocations:
-                    return 0  # the mapper would learn a one-GPU scheduler here
-            state = inv_ranks.get(rule_rank)
-            if state is None:
-                return 0
-            if order >= 0:
-                if current == -2:
-                    current = UNIT_PHASE_ORDER.index(inv.unit_phase) if inv.unit_phase is not None else -1
-                if not (order <= current or (order == _SERVING_INDEX and current < _READY_INDEX)
-                        or inv.state not in _OPEN_STATES):
-                    return 0  # the unit would move on
-            ranks.append(state)
-        splitter = self._splitter
-        # -- from here on: the full path's changes, in its order --
-        tracker._snapshot = None  # the tracker's cached views change too (Tracker.apply does the same)
-        streams = self._streams
-        del streams[key]
-        streams[key] = stream  # the most recently fed writer
-        if prefix.date is not None:
-            splitter._last_date = prefix.date
-        if prefix.year is not None:
-            splitter._last_year = prefix.year
-        splitter._last_ts = ts
-        stream.open_header = None
-        if not untagged_rank:
-            stream.rank = rank
-            stream.tagged = True
-        splitter._next_record += 1
-        record_id = stream.open_record = splitter._next_record
-        stream.open_rank, stream.open_untagged = prefix.rank, None
-        stream.block_open = block
-        if not untagged_rank:
-            if not prefix.anonymous:
-                mapper._tagged_invocations.add(invocation)
-            if len(mapper._worker_invocations) < MEMO_ENTRIES:
-                mapper._worker_invocations.add(invocation)
-        record_ranks = mapper._record_ranks
-        if len(record_ranks) > RECORD_RANKS_LIMIT:
-            record_ranks.clear()
-        record_ranks[record_id] = ranks[0].rank
-        # Each event: the start-up's last line and first time, its rank alive (twice at one time is
-        # once), proof of life; nothing else for these events.
-        last = inv.last_ts
-        inv.last_ts = ts if last is None or ts > last else last
-        if inv.started_at is None:
-            inv.started_at = ts
-        alive(inv, ranks[0], ts)
-        for state in ranks[1:]:  # (several rules: one event each)
-            alive(inv, state, ts)
-        if proves and inv.state in UP_STATES:
-            inv.proof_of_life, inv.health_failures, inv.health_error = ts, 0, None
+        ranks = self._ranks_met(inv, prefix, key, rules, orders)
+        if ranks is None:
+            return 0
+        # -- from here on: the full path's changes, made by the stages that own them --
+        record_id = self._took_line(key, stream, prefix, ts, block)
+        self._took_record(invocation, record_id, ranks[0].rank, prefix.rank is not None, prefix.anonymous)
+        self._alive(inv, ranks, ts, proves)
         self.taken += 1
         if repeats and prefix.end < _head_length(message):
             # The same prefix but for its time, which is not read here (`fast_prefix` reads no further
@@ -236,36 +172,45 @@ class FastPath:
             return 1 + self._repeat(repeats, ts, stream, inv, ranks, proves)
         return 1
 
-    def _repeat(self, stamps: list[float], ts: float, stream: _Stream, inv: InvocationState, ranks: list[RankState],
-                proves: bool) -> int:
+    def _ranks_met(self, inv: InvocationState, prefix: Prefix, key: tuple[str | None, int], rules: tuple[Rule, ...],
+                   orders: tuple[int, ...]) -> list[RankState] | None:
+        """The rank of each event the line makes (its rank's plain activity when no rule matches),
+        when the state it meets changes nothing else: each rank known, no unit phase to move on to,
+        nothing to learn about a rank; else None."""
+        untagged_rank = prefix.rank is None
+        # The mapper's rank of a prefixed line without a tag (no c10d "[rank": no '[' after the prefix).
+        rank: str = self._mapper.rank_of_untagged(*key) if untagged_rank else prefix.rank  # type: ignore[assignment]
+        inv_ranks = inv.ranks
+        if not rules:  # the mapper's plain activity event, of the line's rank
+            state = inv_ranks.get(rank)
+            return None if state is None else [state]
+        ranks = []
+        current = -2  # not yet looked up
+        for rule, order in zip(rules, orders, strict=True):
+            rule_rank = rank
+            if untagged_rank:
+                if rule.scope == "main":
+                    rule_rank = MAIN
+                elif rule.scope == "rank" and rank == MAIN and not self._mapper.tags_ranks(key[0]):
+                    return None  # the mapper would learn a one-GPU scheduler here
+            state = inv_ranks.get(rule_rank)
+            if state is None:
+                return None
+            if order >= 0:
+                if current == -2:
+                    current = UNIT_PHASE_ORDER.index(inv.unit_phase) if inv.unit_phase is not None else -1
+                if not (order <= current or (order == _SERVING_INDEX and current < _READY_INDEX)
+                        or inv.state not in _OPEN_STATES):
+                    return None  # the unit would move on
+            ranks.append(state)
+        return ranks
+
+    def _repeat(self, stamps: list[float], ts: float, stream: WriterState, inv: InvocationState,
+                ranks: list[RankState], proves: bool) -> int:
         """The changes of `apply` for more lines like the one it just took at `ts`, at `stamps`."""
-        last = stamps[-1]
-        splitter = self._splitter
-        splitter._last_ts = last
-        first_id = splitter._next_record + 1
-        splitter._next_record += len(stamps)
-        stream.open_record = splitter._next_record
-        record_ranks = self._mapper._record_ranks
-        rank = ranks[0].rank
-        for record_id in range(first_id, splitter._next_record + 1):
-            if len(record_ranks) > RECORD_RANKS_LIMIT:
-                record_ranks.clear()
-            record_ranks[record_id] = rank
-        top = max(stamps)
-        if top > inv.last_ts:  # type: ignore[operator]  # (set by apply)
-            inv.last_ts = top
-        # `alive` line by line: each phase's silence is its longest gap between consecutive lines.
-        gap = max(map(sub, stamps, [ts, *stamps[:-1]]))
-        silence, seen = inv.phase_silence, inv.phase_seen
-        for state in ranks:
-            state.last_activity = last
-            if state.rank != MAIN:
-                phase = Phase.JIT_COMPILE if state.jit and state.jit.end is None else state.phase
-                if gap > silence.get(phase, 0.0):
-                    silence[phase] = gap
-                seen[phase] = last
-        if proves and inv.state in UP_STATES:
-            inv.proof_of_life = last
+        record_ids = self._splitter.took_more(stream, stamps)
+        self._mapper.took_records(record_ids, ranks[0].rank)
+        inv.took_more(ranks, ts, stamps, proves)
         self.taken += len(stamps)
         return len(stamps)
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import itertools
 from dataclasses import replace
 
-from ...engines import ServerInfo
 from ...ranks import tp_index
 from ...records import FINAL_PHASES, MAIN, Event, EventKind, Phase
+from ..s2_interpret.crashfacts import ranks_named
 from ..s2_interpret.phaseorder import Anomaly, goes_back, resolve
 from .jit import compile_event
 from .lockstep import followers
@@ -25,15 +25,7 @@ from .tracker_state import (
     UNIT_PHASE_TUPLE,
     InvocationState,
     RankState,
-    alive,
     bar_family,
-    bar_owner,
-    keeps_fatal_text,
-    lifecycle,
-    note_fatal,
-    ranks_named,
-    renamed,
-    single_scheduler,
 )
 
 
@@ -56,6 +48,24 @@ class Tracker:
 
     def current_id(self) -> str | None:  # snapshot().current's, without building the views
         return next(reversed(self._invocations), None)
+
+    # -- what the fast path (stages/s3_track/fastpath.py) asks, and the changes it makes through them --
+    def invocation(self, invocation_id: str | None) -> InvocationState | None:
+        """The start-up an event of `invocation_id` goes to, if known (None: it would start one)."""
+        return self._invocations.get(invocation_id) if invocation_id is not None else self._current
+
+    def took_line(self, inv: InvocationState, ranks: list[RankState], ts: float, proves: bool) -> None:
+        """A line whose events (one per rank of `ranks`: activity, or a unit phase already passed)
+        change nothing but signs of life, as `apply` takes them; `proves`: one proves the server serves."""
+        self._snapshot = None  # (the views change)
+        last = inv.last_ts
+        inv.last_ts = ts if last is None or ts > last else last
+        if inv.started_at is None:
+            inv.started_at = ts
+        for state in ranks:
+            inv.alive(state, ts)
+        if proves and inv.state in UP_STATES:
+            inv.proof_of_life, inv.health_failures, inv.health_error = ts, 0, None
 
     # -- invocations ------------------------------------------------------------------------
     def _start(self, invocation_id: str | None, ts: float | None) -> tuple[InvocationState, list[Transition]]:
@@ -105,39 +115,18 @@ class Tracker:
         kind = event.kind
         if kind in (EventKind.UNIT_STOPPING, EventKind.UNIT_STOPPED, EventKind.UNIT_FAILED,
                     EventKind.UNIT_EXITED, EventKind.RESTART_SCHEDULED):
-            return lifecycle(inv, event, ts)
-        if kind is EventKind.HEARTBEAT:
-            # The API server's "Waiting for core engine": it says nothing about the ranks, but a
-            # start-up that only prints it has begun (judged by launch's limits from its first one).
-            inv.heartbeat = event.rule
-            if event.rank in (None, MAIN) and MAIN not in inv.ranks:
+            return inv.lifecycle(event, ts)
+        if kind in (EventKind.HEARTBEAT, EventKind.SERVER_ARGS, EventKind.PROBE_OK, EventKind.PROBE_FAILED):
+            if inv.server_said(event, ts):
                 self._rank(inv, MAIN, ts)
-            return []
-        if kind is EventKind.SERVER_ARGS:
-            # vLLM spreads its arguments over several lines (non-default args, then the engine's config).
-            inv.server_args = {**inv.server_args, **event.args}
-            inv.server = ServerInfo.from_args(inv.server_args)
-            if inv.server_args_ts is None:
-                inv.server_args_ts = ts
-            self._rank(inv, MAIN, ts)
-            return []
-        if kind in (EventKind.PROBE_OK, EventKind.PROBE_FAILED):
-            if inv.state in UP_STATES:
-                if kind is EventKind.PROBE_OK:
-                    inv.health_failures, inv.health_error = 0, None
-                else:
-                    if inv.health_failures == 0:
-                        inv.health_episode += 1
-                    inv.health_failures += 1
-                    inv.health_error = event.text
             return []
         if event.phase is Phase.JIT_COMPILE:  # a compiler runs inside the rank's phase (stages/s3_track/jit.py)
             inv.cold = True
             if event.rank is not None and event.rank != MAIN:
                 self._rank(inv, event.rank, ts)  # a rank whose first line in the log is a compiler's
-            return compile_event(inv.ranks, event, ts, lambda rank: alive(inv, rank, ts))
+            return compile_event(inv.ranks, event, ts, lambda rank: inv.alive(rank, ts))
         if kind is EventKind.RANK_NAMED:
-            renamed(inv, event.text, event.rank or MAIN)
+            inv.rename(event.text, event.rank or MAIN)
             return []
         if kind is EventKind.HIDDEN_LINE:
             inv.lines_hidden += 1
@@ -148,7 +137,7 @@ class Tracker:
                     # Nothing but the main process exists yet (an import error, a bad argument).
                     self._rank(inv, MAIN, ts)
                     event = replace(event, rank=MAIN)
-                note_fatal(inv, event, ts)
+                inv.note_fatal(event, ts)
             return []
         if event.rank is not None and event.rank not in inv.ranks and len(inv.ranks) >= MAX_RANKS:
             inv.ranks_ignored += 1  # more ranks than any journal holds: an anomaly, not an allocation
@@ -161,15 +150,15 @@ class Tracker:
                 rank.died_at, rank.died_pid = ts, event.pid
             return []
         rank = self._rank(inv, event.rank or MAIN, ts)
-        alive(inv, rank, ts)
+        inv.alive(rank, ts)
         if event.rule in self.proof_of_life_rules and inv.state in UP_STATES:
             inv.proof_of_life, inv.health_failures, inv.health_error = ts, 0, None
         if kind is EventKind.FATAL:
-            note_fatal(inv, event, ts)
+            inv.note_fatal(event, ts)
             return self._ranks_named_in(inv, rank, event, ts)
         if kind in (EventKind.ACTIVITY, EventKind.PHASE_HINT):  # a traceback keeps its frames (crashfacts.py)
             note = inv.fatals.get(event.record_id)
-            if note is not None and len(note.texts) < MAX_FATAL_TEXTS and keeps_fatal_text(inv, event.text):
+            if note is not None and len(note.texts) < MAX_FATAL_TEXTS and inv.keeps_fatal_text(event.text):
                 inv.fatals[event.record_id] = replace(note, texts=note.texts + (event.text,))
         if kind is EventKind.ACTIVITY or event.phase is None:
             return []
@@ -227,8 +216,8 @@ class Tracker:
     def _progress(self, inv: InvocationState, event: Event, ts: float | None) -> list[Transition]:
         """A bar's frame (PROGRESS), or a line journalctl hid (HIDDEN_LINE): a sign of life of the
         rank drawing the bar, SGLang's and vLLM's TP-group rank 0 of the ranks in its phase."""
-        owner = self._rank(inv, event.rank, ts) if event.rank else bar_owner(inv, event.phase)
-        if owner is None and single_scheduler(inv, event):
+        owner = self._rank(inv, event.rank, ts) if event.rank else inv.bar_owner(event.phase)
+        if owner is None and inv.single_scheduler(event):
             owner = self._rank(inv, "TP0", ts)  # adopts the earlier bar, then takes this one
         hidden = event.kind is EventKind.HIDDEN_LINE
         if owner is None:
@@ -236,7 +225,7 @@ class Tracker:
             inv.unowned_bar = replace(earlier if hidden and earlier is not None else event, ts=ts)
             return []
         if hidden:  # a frame whose text journalctl did not print: the bar moved, to where is unknown
-            alive(inv, owner, ts)
+            inv.alive(owner, ts)
             return []
         owner.jit = owner.jit and owner.jit.ended(ts)  # another bar moves: the compiler is done
         out: list[Transition] = []
@@ -248,13 +237,14 @@ class Tracker:
         if event.progress is not None and event.progress.total:
             total = max(owner.progress_totals.get(owner.phase, 0), event.progress.total)
             owner.progress_totals[owner.phase] = total
-        alive(inv, owner, ts)
+        inv.alive(owner, ts)
         return out
 
     def _ranks_named_in(self, inv: InvocationState, reporter: RankState, event: Event,
                         ts: float | None) -> list[Transition]:
         out: list[Transition] = []
-        for label in ranks_named(inv, reporter.rank, event.text):
+        room = max(MAX_RANKS - len(inv.ranks), 0)
+        for label in ranks_named(reporter.rank, event.text, inv.ranks)[:room]:
             named = self._rank(inv, label, ts)  # appears with its weights loaded, as the text says
             out += self._rank_phase(inv, named, Phase.WEIGHT_LOAD, True, ts, event.rule, hint=True)
             out += self._rank_phase(inv, named, Phase.WEIGHT_LOAD, False, ts, event.rule)

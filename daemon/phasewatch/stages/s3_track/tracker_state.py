@@ -4,19 +4,19 @@ them (signs of life, the owner of an unprefixed bar, the budget of fatal text). 
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field, replace
+from operator import sub
 from types import MappingProxyType
 
 from ...engines import ServerInfo
 from ...ranks import rank_sort_key, tp_index
 from ...records import MAIN, UNIT_PHASES, Event, EventKind, Phase, Progress
-from ..s2_interpret.crashfacts import mentions_in
 from ..s2_interpret.phaseorder import Anomaly
 from .jit import JitSpan
 from .snapshot import (
     CAPTURE_PHASES,
     LOADING_PHASES,
+    UP_STATES,
     FatalView,
     GpuSeen,
     InvocationView,
@@ -35,8 +35,6 @@ MAX_FATALS = 1024
 MAX_FATAL_CHARS = 16 * 1024 * 1024
 MAX_RANKS = 16384
 MAX_ANOMALIES = 256  # per invocation; past it they are counted only
-# A reporter labelled by TP alone (or TP and EP alike): the TP rank a message names can be labelled.
-TAGS_RE = re.compile(r"TP\d{1,6}( EP\d{1,6})?")
 
 
 @dataclass
@@ -166,25 +164,164 @@ class InvocationState:
                               cold=self.cold, lost_cause=self.lost_cause, lines_hidden=self.lines_hidden,
                               server_args=MappingProxyType(self.server_args), heartbeat=self.heartbeat)
 
+    def server_said(self, event: Event, ts: float | None) -> bool:
+        """The server's words about itself (a heartbeat, its arguments, a health probe's answer);
+        whether they make the main process a rank."""
+        if event.kind is EventKind.HEARTBEAT:
+            # The API server's "Waiting for core engine": it says nothing about the ranks, but a
+            # start-up that only prints it has begun (judged by launch's limits from its first one).
+            self.heartbeat = event.rule
+            return event.rank in (None, MAIN) and MAIN not in self.ranks
+        if event.kind is EventKind.SERVER_ARGS:
+            # vLLM spreads its arguments over several lines (non-default args, then the engine's config).
+            self.server_args = {**self.server_args, **event.args}
+            self.server = ServerInfo.from_args(self.server_args)
+            if self.server_args_ts is None:
+                self.server_args_ts = ts
+            return True
+        if self.state in UP_STATES:
+            if event.kind is EventKind.PROBE_OK:
+                self.health_failures, self.health_error = 0, None
+            else:
+                if self.health_failures == 0:
+                    self.health_episode += 1
+                self.health_failures += 1
+                self.health_error = event.text
+        return False
 
-def renamed(inv: InvocationState, before: str, label: str) -> None:
-    """Rank `before` (a process known by its PID) is rank `label`: one rank, its spans and phases
-    kept; where `label` has a history of its own already, that one stays and takes the later sign of life."""
-    state = inv.ranks.pop(before, None)
-    if state is None or before == label:
-        return
-    named = inv.ranks.get(label)
-    if named is None:
-        state.rank = label
-        inv.ranks[label] = state
-    elif state.last_activity is not None and (named.last_activity is None
-                                               or state.last_activity > named.last_activity):
-        named.last_activity = state.last_activity
-    inv.fatals = {key: replace(note, rank=label) if note.rank == before else note for key, note in inv.fatals.items()}
-    for by_rank in (inv.vitals, inv.gpus):
-        if before in by_rank:
-            by_rank.setdefault(label, by_rank.pop(before))  # type: ignore[arg-type]
-    inv.layout += 1
+    def rename(self, before: str, label: str) -> None:
+        """Rank `before` (a process known by its PID) is rank `label`: one rank, its spans and phases
+        kept; where `label` has a history of its own already, that one stays and takes the later sign of life."""
+        state = self.ranks.pop(before, None)
+        if state is None or before == label:
+            return
+        named = self.ranks.get(label)
+        if named is None:
+            state.rank = label
+            self.ranks[label] = state
+        elif state.last_activity is not None and (named.last_activity is None
+                                                   or state.last_activity > named.last_activity):
+            named.last_activity = state.last_activity
+        self.fatals = {key: replace(note, rank=label) if note.rank == before else note
+                       for key, note in self.fatals.items()}
+        for by_rank in (self.vitals, self.gpus):
+            if before in by_rank:
+                by_rank.setdefault(label, by_rank.pop(before))  # type: ignore[arg-type]
+        self.layout += 1
+
+    def alive(self, rank: RankState, ts: float | None) -> None:
+        """A sign of life; also the longest silence seen in each phase (any rank in it), for history."""
+        rank.last_activity = ts
+        if ts is None or rank.rank == MAIN:
+            return
+        seen = self.phase_seen.get(phase := Phase.JIT_COMPILE if rank.jit and rank.jit.end is None else rank.phase)
+        if seen is not None and ts - seen > self.phase_silence.get(phase, 0.0):
+            self.phase_silence[phase] = ts - seen
+        self.phase_seen[phase] = ts
+
+    # -- the fast path's changes (stages/s3_track/fastpath.py), as Tracker.apply makes them --
+    def took_more(self, ranks: list[RankState], ts: float, stamps: list[float], proves: bool) -> None:
+        """More lines like the one Tracker.took_line just took at `ts`, at `stamps`: `alive` line by line,
+        each phase's silence its longest gap between consecutive lines."""
+        if proves and self.state in UP_STATES:
+            self.proof_of_life = stamps[-1]
+        last = stamps[-1]
+        top = max(stamps)
+        if self.last_ts is None or top > self.last_ts:
+            self.last_ts = top
+        gap = max(map(sub, stamps, [ts, *stamps[:-1]]))
+        silence, seen = self.phase_silence, self.phase_seen
+        for state in ranks:
+            state.last_activity = last
+            if state.rank != MAIN:
+                phase = Phase.JIT_COMPILE if state.jit and state.jit.end is None else state.phase
+                if gap > silence.get(phase, 0.0):
+                    silence[phase] = gap
+                seen[phase] = last
+
+    def bar_owner(self, hint: Phase | None) -> RankState | None:
+        """An unprefixed bar: SGLang draws it on TP-group rank 0 of the ranks in that phase.
+        The answer holds until a rank appears or changes phase: a bar's every frame costs O(1)."""
+        family = bar_family(hint)
+        if self.owners_layout != self.layout:
+            self.owners.clear()
+            self.owners_layout = self.layout
+        if family in self.owners:
+            return self.owners[family]
+        schedulers = [r for r in self.ranks.values() if r.rank != MAIN and r.phase not in UNIT_PHASES]
+        candidates = [r for r in schedulers if family is None or r.phase in family]
+        candidates = candidates or [r for r in schedulers if tp_index(r.rank) in (0, None)]
+        owner = min(candidates, key=lambda r: (tp_index(r.rank) not in (0, None), rank_sort_key(r.rank)),
+                    default=None)
+        self.owners[family] = owner
+        return owner
+
+    def single_scheduler(self, event: Event) -> bool:
+        """A bar nobody can own, in a start-up with no scheduler rank: it is a one-GPU server's TP0's
+        when the arguments say one GPU, or when a bar of another stage (weights, then capture) was
+        already left unowned: the server moved on without ever naming a rank."""
+        if any(label != MAIN for label in self.ranks):
+            return False
+        if self.server is not None and self.server.expected_ranks() == ("TP0",):
+            return True
+        earlier = self.unowned_bar
+        return earlier is not None and bar_family(earlier.phase) is not bar_family(event.phase)
+
+    def keeps_fatal_text(self, text: str) -> bool:
+        """Whether a fatal record's next line is kept: within the invocation's budget of fatal text."""
+        if self.fatal_chars + len(text) > MAX_FATAL_CHARS:
+            return False
+        self.fatal_chars += len(text)
+        return True
+
+    def note_fatal(self, event: Event, ts: float | None) -> None:
+        """A fatal line: a new failure record, or one more line of the record it belongs to."""
+        existing = self.fatals.get(event.record_id)
+        if existing is not None and event.record_id:
+            cause = existing.cause or event.cause
+            echo = existing.echo and event.echo
+            texts = existing.texts
+            if len(texts) < MAX_FATAL_TEXTS and self.keeps_fatal_text(event.text):
+                texts += (event.text,)
+            self.fatals[event.record_id] = FatalView(existing.rank or event.rank, existing.rule, cause, existing.ts,
+                                                    echo, texts, existing.prefixed)
+            return
+        if len(self.fatals) >= MAX_FATALS:
+            return  # the first ones name the culprit; a flood of later ones only costs memory
+        self.fatal_chars += len(event.text)
+        key = event.record_id or -len(self.fatals) - 1
+        self.fatals[key] = FatalView(event.rank, event.rule, event.cause, ts, event.echo, (event.text,),
+                                    event.prefixed)
+
+    def lifecycle(self, event: Event, ts: float | None) -> list[Transition]:
+        """PID 1's entries about the unit: STARTING -> READY -> SERVING, any live state -> STOPPING ->
+        STOPPED, any -> FAILED (which stays)."""
+        source = self.state
+        if event.kind is EventKind.RESTART_SCHEDULED:
+            self.restart_scheduled = True
+            return []
+        if event.kind is EventKind.UNIT_EXITED:
+            self.exit_status = "/".join(v for v in (event.args.get("EXIT_CODE"), event.args.get("EXIT_STATUS")) if v)
+            return []
+        if event.kind in (EventKind.UNIT_STOPPING, EventKind.UNIT_STOPPED, EventKind.UNIT_FAILED) \
+                and source is UnitState.STARTING and self.before_stop is None:
+            self.before_stop, self.stopped_at = self.view(), ts
+        if event.kind is EventKind.UNIT_STOPPING:
+            if source in (UnitState.FAILED, UnitState.STOPPED):
+                return []
+            self.stop_job = event.args.get("JOB_TYPE") or "stop"
+            self.state = UnitState.STOPPING  # STARTING/READY/SERVING -> STOPPING
+        elif event.kind is EventKind.UNIT_FAILED:
+            self.unit_result = event.args.get("UNIT_RESULT") or "failed"
+            self.state = UnitState.FAILED  # any -> FAILED
+        elif event.kind is EventKind.UNIT_STOPPED:
+            if source is UnitState.FAILED:
+                return []
+            # systemd 252 names the job on "Stopped" (JOB_TYPE=restart), "Stopping" says stop.
+            self.stop_job = event.args.get("JOB_TYPE") or self.stop_job
+            self.state = UnitState.STOPPED  # STOPPING (or any live state) -> STOPPED
+        return [] if self.state is source else [
+            Transition(self.invocation_id, "unit", source.value, self.state.value, ts, event.kind.value)]
 
 
 def bar_family(phase: Phase | None) -> frozenset[Phase] | None:
@@ -193,114 +330,3 @@ def bar_family(phase: Phase | None) -> frozenset[Phase] | None:
     if phase in CAPTURE_PHASES:
         return CAPTURE_PHASES
     return None
-
-
-def alive(inv: InvocationState, rank: RankState, ts: float | None) -> None:
-    """A sign of life; also the longest silence seen in each phase (any rank in it), for history."""
-    rank.last_activity = ts
-    if ts is None or rank.rank == MAIN:
-        return
-    seen = inv.phase_seen.get(phase := Phase.JIT_COMPILE if rank.jit and rank.jit.end is None else rank.phase)
-    if seen is not None and ts - seen > inv.phase_silence.get(phase, 0.0):
-        inv.phase_silence[phase] = ts - seen
-    inv.phase_seen[phase] = ts
-
-
-def bar_owner(inv: InvocationState, hint: Phase | None) -> RankState | None:
-    """An unprefixed bar: SGLang draws it on TP-group rank 0 of the ranks in that phase.
-    The answer holds until a rank appears or changes phase: a bar's every frame costs O(1)."""
-    family = bar_family(hint)
-    if inv.owners_layout != inv.layout:
-        inv.owners.clear()
-        inv.owners_layout = inv.layout
-    if family in inv.owners:
-        return inv.owners[family]
-    schedulers = [r for r in inv.ranks.values() if r.rank != MAIN and r.phase not in UNIT_PHASES]
-    candidates = [r for r in schedulers if family is None or r.phase in family]
-    candidates = candidates or [r for r in schedulers if tp_index(r.rank) in (0, None)]
-    owner = min(candidates, key=lambda r: (tp_index(r.rank) not in (0, None), rank_sort_key(r.rank)),
-                default=None)
-    inv.owners[family] = owner
-    return owner
-
-
-def single_scheduler(inv: InvocationState, event: Event) -> bool:
-    """A bar nobody can own, in a start-up with no scheduler rank: it is a one-GPU server's TP0's
-    when the arguments say one GPU, or when a bar of another stage (weights, then capture) was
-    already left unowned: the server moved on without ever naming a rank."""
-    if any(label != MAIN for label in inv.ranks):
-        return False
-    if inv.server is not None and inv.server.expected_ranks() == ("TP0",):
-        return True
-    earlier = inv.unowned_bar
-    return earlier is not None and bar_family(earlier.phase) is not bar_family(event.phase)
-
-
-def ranks_named(inv: InvocationState, reporter: str, text: str) -> list[str]:
-    """Ranks another rank's failure line names ("TP rank 1 could finish the model loading") that
-    printed nothing themselves, labelled as the reporter is (TPn, or TPn EPn)."""
-    tags = TAGS_RE.fullmatch(reporter)
-    if tags is None or "could finish" not in text:
-        return []
-    labels = [f"TP{m.number}" + (f" EP{m.number}" if tags.group(1) else "")
-              for m in mentions_in(text, reporter) if m.tp_rank]
-    return [label for label in dict.fromkeys(labels) if label not in inv.ranks][:max(MAX_RANKS - len(inv.ranks), 0)]
-
-
-def keeps_fatal_text(inv: InvocationState, text: str) -> bool:
-    """Whether a fatal record's next line is kept: within the invocation's budget of fatal text."""
-    if inv.fatal_chars + len(text) > MAX_FATAL_CHARS:
-        return False
-    inv.fatal_chars += len(text)
-    return True
-
-
-def note_fatal(inv: InvocationState, event: Event, ts: float | None) -> None:
-    """A fatal line: a new failure record, or one more line of the record it belongs to."""
-    existing = inv.fatals.get(event.record_id)
-    if existing is not None and event.record_id:
-        cause = existing.cause or event.cause
-        echo = existing.echo and event.echo
-        texts = existing.texts
-        if len(texts) < MAX_FATAL_TEXTS and keeps_fatal_text(inv, event.text):
-            texts += (event.text,)
-        inv.fatals[event.record_id] = FatalView(existing.rank or event.rank, existing.rule, cause, existing.ts,
-                                                echo, texts, existing.prefixed)
-        return
-    if len(inv.fatals) >= MAX_FATALS:
-        return  # the first ones name the culprit; a flood of later ones only costs memory
-    inv.fatal_chars += len(event.text)
-    key = event.record_id or -len(inv.fatals) - 1
-    inv.fatals[key] = FatalView(event.rank, event.rule, event.cause, ts, event.echo, (event.text,),
-                                event.prefixed)
-
-
-def lifecycle(inv: InvocationState, event: Event, ts: float | None) -> list[Transition]:
-    """PID 1's entries about the unit: STARTING -> READY -> SERVING, any live state -> STOPPING ->
-    STOPPED, any -> FAILED (which stays)."""
-    source = inv.state
-    if event.kind is EventKind.RESTART_SCHEDULED:
-        inv.restart_scheduled = True
-        return []
-    if event.kind is EventKind.UNIT_EXITED:
-        inv.exit_status = "/".join(v for v in (event.args.get("EXIT_CODE"), event.args.get("EXIT_STATUS")) if v)
-        return []
-    if event.kind in (EventKind.UNIT_STOPPING, EventKind.UNIT_STOPPED, EventKind.UNIT_FAILED) \
-            and source is UnitState.STARTING and inv.before_stop is None:
-        inv.before_stop, inv.stopped_at = inv.view(), ts
-    if event.kind is EventKind.UNIT_STOPPING:
-        if source in (UnitState.FAILED, UnitState.STOPPED):
-            return []
-        inv.stop_job = event.args.get("JOB_TYPE") or "stop"
-        inv.state = UnitState.STOPPING  # STARTING/READY/SERVING -> STOPPING
-    elif event.kind is EventKind.UNIT_FAILED:
-        inv.unit_result = event.args.get("UNIT_RESULT") or "failed"
-        inv.state = UnitState.FAILED  # any -> FAILED
-    elif event.kind is EventKind.UNIT_STOPPED:
-        if source is UnitState.FAILED:
-            return []
-        # systemd 252 names the job on "Stopped" (JOB_TYPE=restart), "Stopping" says stop.
-        inv.stop_job = event.args.get("JOB_TYPE") or inv.stop_job
-        inv.state = UnitState.STOPPED  # STOPPING (or any live state) -> STOPPED
-    return [] if inv.state is source else [
-        Transition(inv.invocation_id, "unit", source.value, inv.state.value, ts, event.kind.value)]

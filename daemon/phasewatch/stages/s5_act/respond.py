@@ -16,10 +16,11 @@ from dataclasses import dataclass, field, replace
 from ...config.load import Config
 from ...durations import format_duration
 from ...records import FAILED_STARTUP, STUCK, AlertKind, MessageId, VerdictKind
-from ..s4_judge.verdict import Verdict
+from ..s4_judge.verdict import MemoryKey, Verdict
 from .restart_gate import Refusal, fingerprint, refusal, with_print
 
 FAILURE_KINDS = FAILED_STARTUP
+Done = tuple[str, str, str | None, str | None]  # a MemoryKey (a state file's: its tuple)
 CRASH_SETTLE = 5.0  # seconds between a crash verdict and a restart decision about it
 # syslog priorities
 PRIORITY = {"stalled": 4, "straggler": 4, "lines_lost": 4, "unhealthy": 4, "rank_died": 3, "crashed": 3,
@@ -95,7 +96,7 @@ class Action:
 class Memory:
     """What was already done; persisted, so a restarted daemon never acts twice."""
 
-    alerted: frozenset[tuple[str, str, str | None, str | None]] = frozenset()
+    alerted: frozenset[Done] = frozenset()
     restarted: frozenset[str] = frozenset()  # invocations phasewatch restarted
     budget: Budget = field(default_factory=Budget)
 
@@ -139,8 +140,7 @@ def respond(verdicts: list[Verdict], memory: Memory, status: UnitStatus, now: fl
     actions: list[Action] = []
     budget = memory.budget
     retry_at: float | None = None
-    alerted = set(memory.alerted)
-    restarted = set(memory.restarted)
+    alerted, restarted = set(memory.alerted), set(memory.restarted)
 
     failing = [v for v in verdicts if v.kind in FAILURE_KINDS or "restart" in config.actions.get(v.kind, ())]
     for invocation in dict.fromkeys(v.invocation_id for v in failing):
@@ -157,27 +157,15 @@ def respond(verdicts: list[Verdict], memory: Memory, status: UnitStatus, now: fl
         wanted = config.actions.get(verdict.kind, ("alert",))
         note = ""
         remedy = verdict.remedy.text if verdict.remedy is not None else None
-        evidence_key = (verdict.key[0], f"evidence:{verdict.kind}", verdict.key[2], verdict.key[3])
-        if "evidence" in wanted and evidence_key not in alerted:
-            alerted.add(evidence_key)
-            actions.append(Action("evidence", verdict.message + (f"; remedy: {remedy}" if remedy else ""),
-                                  verdict.kind, PRIORITY[verdict.kind], verdict.invocation_id, verdict.phase,
-                                  verdict.rank, verdict.cause, config.dry_run, remedy=remedy))
         held = hold is not None and hold.active(now)
-        for hook in (a.removeprefix("hook:") for a in wanted if a.startswith("hook:") and not held):
-            hook_key = (verdict.key[0], f"hook:{hook}:{verdict.kind}", verdict.key[2], verdict.key[3])
-            if hook_key not in alerted:
-                alerted.add(hook_key)
-                actions.append(Action("hook", verdict.message, verdict.kind, PRIORITY[verdict.kind],
-                                      verdict.invocation_id, verdict.phase, verdict.rank, verdict.cause,
-                                      config.dry_run, hook=hook, remedy=remedy))
+        actions.extend(_evidence_and_hooks(verdict, wanted, alerted, held, config))
         if "restart" in wanted and held and hold is not None:
             note = f"not restarting: held by the operator for {format_duration(hold.until - now)} ({hold.reason})"
         elif "restart" in wanted and verdict.invocation_id not in restarted and (refused := refusals.setdefault(
                 verdict.invocation_id, refusal(verdicts, budget.prints, verdict.invocation_id,
                                                config.restart_budget.same_failure))) is not None:
             note = refused.words
-            refused_key = (verdict.invocation_id, "restart_refused", None, None)
+            refused_key = MemoryKey.refused_restart(verdict.invocation_id)
             if refused_key not in alerted:
                 alerted.add(refused_key)
                 actions.append(Action("alert", f"{config.unit}: {refused.words} ({verdict.message})"
@@ -197,13 +185,7 @@ def respond(verdicts: list[Verdict], memory: Memory, status: UnitStatus, now: fl
                 retry_at = wait_until if retry_at is None else min(retry_at, wait_until)
             gave_up_now = budget.state is BudgetState.GAVE_UP and memory.budget.state is BudgetState.ARMED
             if gave_up_now and not any(a.verdict_kind == "gave_up" for a in actions):
-                spent = len(budget.within(now, config.restart_budget.window))
-                actions.append(Action(
-                    "alert", f"{config.unit}: restart budget spent ({spent} failed start-ups in "
-                    f"{format_duration(config.restart_budget.window)}, at most {config.restart_budget.max}); "
-                    "phasewatch gave up and will not restart it until a start-up reaches ready or an operator "
-                    "restarts it", "gave_up", PRIORITY["gave_up"], verdict.invocation_id, verdict.phase,
-                    verdict.rank, verdict.cause, config.dry_run))
+                actions.append(_gave_up(verdict, budget, now, config))
         if "alert" in wanted and verdict.key not in alerted:
             alerted.add(verdict.key)
             message = verdict.message + (f"; {note}" if note else "") + (f"; remedy: {remedy}" if remedy else "")
@@ -213,6 +195,38 @@ def respond(verdicts: list[Verdict], memory: Memory, status: UnitStatus, now: fl
     actions = _grouped(actions)
     actions.sort(key=lambda a: {"evidence": 0, "alert": 1, "hook": 2}.get(a.kind, 3))
     return Response(tuple(actions), Memory(frozenset(alerted), frozenset(restarted), budget), retry_at)
+
+
+def _evidence_and_hooks(verdict: Verdict, wanted: tuple[str, ...], alerted: set[Done],
+                        held: bool, config: Config) -> list[Action]:
+    """The verdict's evidence and hooks that were not done yet (noted in `alerted`); no hook while held."""
+    actions = []
+    remedy = verdict.remedy.text if verdict.remedy is not None else None
+    evidence_key = verdict.key.evidence()
+    if "evidence" in wanted and evidence_key not in alerted:
+        alerted.add(evidence_key)
+        actions.append(Action("evidence", verdict.message + (f"; remedy: {remedy}" if remedy else ""),
+                              verdict.kind, PRIORITY[verdict.kind], verdict.invocation_id, verdict.phase,
+                              verdict.rank, verdict.cause, config.dry_run, remedy=remedy))
+    for hook in (a.removeprefix("hook:") for a in wanted if a.startswith("hook:") and not held):
+        hook_key = verdict.key.of_hook(hook)
+        if hook_key not in alerted:
+            alerted.add(hook_key)
+            actions.append(Action("hook", verdict.message, verdict.kind, PRIORITY[verdict.kind],
+                                  verdict.invocation_id, verdict.phase, verdict.rank, verdict.cause,
+                                  config.dry_run, hook=hook, remedy=remedy))
+    return actions
+
+
+def _gave_up(verdict: Verdict, budget: Budget, now: float, config: Config) -> Action:
+    """The one critical alert that the restart budget is spent."""
+    spent = len(budget.within(now, config.restart_budget.window))
+    return Action(
+        "alert", f"{config.unit}: restart budget spent ({spent} failed start-ups in "
+        f"{format_duration(config.restart_budget.window)}, at most {config.restart_budget.max}); "
+        "phasewatch gave up and will not restart it until a start-up reaches ready or an operator "
+        "restarts it", "gave_up", PRIORITY["gave_up"], verdict.invocation_id, verdict.phase,
+        verdict.rank, verdict.cause, config.dry_run)
 
 
 def _grouped(actions: list[Action]) -> list[Action]:
