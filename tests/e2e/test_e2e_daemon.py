@@ -89,8 +89,11 @@ def test_rank_oom_in_capture_is_crashed_with_a_remedy_from_the_servers_own_argum
     [crashed] = [s for s in json.loads(report.stdout)["startups"]
                  if s["invocation_id"] == alert["PHASEWATCH_INVOCATION"]]
     assert (crashed["outcome"], crashed["remedy"]) == ("crashed", alert["PHASEWATCH_REMEDY"])
+    wide = scenario.box.run(f"{VENV}/bin/phasewatch", "report", UNIT, "--state-dir", STATE_DIR, "--wide").stdout
+    assert "remedies:\n  " in wide and wide.rstrip().endswith(alert["PHASEWATCH_REMEDY"]), wide
     table = scenario.box.run(f"{VENV}/bin/phasewatch", "report", UNIT, "--state-dir", STATE_DIR).stdout
-    assert "remedies:\n  " in table and table.rstrip().endswith(alert["PHASEWATCH_REMEDY"]), table
+    assert " ".join(table.split()).endswith(" ".join(alert["PHASEWATCH_REMEDY"].split())), table
+    assert max(len(line) for line in table.splitlines()) <= 100, table  # the remedy wrapped, not cut
 
 
 def startups_told(scenario: Scenario) -> str:
