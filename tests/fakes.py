@@ -10,6 +10,7 @@ from prometheus_client import CollectorRegistry
 
 from phasewatch.clock import FakeClock
 from phasewatch.config import Config
+from phasewatch.judge import Judge
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import MAIN, MID_STARTED, JournalRecord
 from phasewatch.sinks.metrics import Exporter
@@ -290,7 +291,8 @@ class MetricsFixture:
         self.exporter = Exporter(self.journal.config, self.registry, self.journal.clock)
 
     def publish(self, memory: Memory | None = None) -> None:
-        self.exporter.publish(self.journal.pipeline, memory or Memory(), self.journal.pipeline.judged(self.journal.now))
+        step = Judge(self.journal.config, self.journal.pipeline).judge(self.journal.now)
+        self.exporter.publish(step, memory or Memory())
 
     def value(self, name: str, **labels: str) -> float | None:
         return self.registry.get_sample_value(name, {"unit": UNIT, **labels})

@@ -20,7 +20,8 @@ from .clock import Clock
 from .config import Config
 from .durations import format_duration
 from .errors import ConfigError, UnitError
-from .pipeline import Pipeline, StepJudgement
+from .judge import JournalState, Judge, Step
+from .pipeline import Pipeline
 from .sinks.acting import ActionUnit
 from .sinks.actors import Actors, carry_over, resume_guarded
 from .sinks.group_restarts import GroupRestarts
@@ -60,6 +61,8 @@ class Parts:
     notifier: Notify
     store: StateStore
     pipeline: Pipeline
+    judge: Judge
+    judging_clock: Clock  # the judge's time: the journal's while the reading is behind (rebuild.JudgedClock)
     read_config: Callable[[], Config] | None  # SIGHUP: the config file read again (raises ConfigError)
     facts: UnitFactsReader
     processes: ProcessTable
@@ -86,6 +89,8 @@ class Daemon:
         self.notifier = parts.notifier
         self.store = parts.store
         self.pipeline = parts.pipeline
+        self.judge = parts.judge
+        self.judging_clock = parts.judging_clock
         self.read_config = parts.read_config
         self.facts = parts.facts
         self.processes = parts.processes
@@ -144,7 +149,8 @@ class Daemon:
         self.responder.resume(pending, self.facts.known)
         if self.unguarded is not None:
             self.unguarded.known_already(self.pipeline.snapshot().invocations)
-        judged = self.responder.judge_and_act()
+        judged = self.judged()
+        self.responder.act(judged)
         self._save()
         self.notifier.send("READY=1")
         self._tell_sinks(judged)
@@ -192,7 +198,8 @@ class Daemon:
         for source in self.sources[1:]:
             for event in source.collect(now, readable):
                 self.pipeline.apply(event, now.wall)
-        judged = self.responder.judge_and_act()
+        judged = self.judged()
+        self.responder.act(judged)
         self.group.handle()
         self._tick_guarded()
         self._tell_sinks(judged)
@@ -213,7 +220,7 @@ class Daemon:
         self.config = config
         self.pipeline.reconfigure(config)
         self.health.config = self.signs.config = self.responder.config = self.systemd.config = config
-        self.responder.learned.clear()  # learned limits are derived from the config's
+        self.judge.reconfigure(config)
         self.actors = carry_over(self.actors, self.make_actors(config))
         self.unguarded = self.actors.unguarded
         runner = self.responder.runner
@@ -222,7 +229,9 @@ class Daemon:
         if self.exporter is not None:
             self.exporter.config = config
         logger.info("[%s] config reloaded from %s", self.config.unit, config.source)
-        self._tell_sinks(self.responder.judge_and_act())
+        judged = self.judged()
+        self.responder.act(judged)
+        self._tell_sinks(judged)
         return True
 
     def _tick_guarded(self) -> None:
@@ -251,7 +260,7 @@ class Daemon:
         deadlines += [watchdog] if watchdog is not None else []
         inv = self.pipeline.current()
         if inv is not None:  # the policy's deadlines are journal (wall-clock) times
-            deadlines.append(now.monotonic + policy.next_deadline(inv, now.wall, self.pipeline.config) - now.wall
+            deadlines.append(now.monotonic + policy.next_deadline(inv, now.wall, self.judge.limits) - now.wall
                              + 0.05)
         guarded = self.responder.guarded.next_deadline(now.monotonic) if self.responder.guarded else None
         deadlines += [guarded] if guarded is not None else []
@@ -283,32 +292,37 @@ class Daemon:
     def _save(self) -> None:
         self.responder.save()
 
-    def _tell_sinks(self, judged: StepJudgement) -> None:
+    def judged(self) -> Step:
+        """The step's one judgement (judge.py), which every sink reads."""
+        inv, wall = self.pipeline.current(), self.clock.wall()
+        journal = JournalState(self.journal.entries_by_invocation.get(inv.invocation_id, 0) if inv else 0,
+                               dict(self.follower.rejected), self.journal.document(wall), self.pipeline.entries)
+        return self.judge.judge(self.judging_clock.wall(), journal)
+
+    def _tell_sinks(self, judged: Step) -> None:
         """The step's judgement to systemd and the metrics (the responder acted on it already)."""
         inv = judged.snapshot.current
-        result = StepResult(self.clock.wall(), inv, self.pipeline.config, self.responder.eta, self.responder.memory,
+        result = StepResult(self.clock.wall(), inv, judged.limits, judged.eta, self.responder.memory,
                             dict(self.responder.degraded), self.signs.vitals,
                             self.journal.entries_by_invocation.get(inv.invocation_id, 0) if inv else 0,
-                            dict(self.follower.rejected), tuple(w.message for w in self.responder.timer_warnings),
+                            dict(self.follower.rejected), tuple(w.message for w in judged.timer_warnings),
                             {**self.responder.why(inv.invocation_id if inv else None, self.clock.wall()),
-                             "journal": self.journal.document(self.clock.wall()), "ras": _ras_document(
+                             "journal": judged.journal.document, "ras": _ras_document(
                                  self.pipeline.ras_advice.get(inv.invocation_id) if inv else None)})
         if self.exporter is not None:
             self.exporter.set_why(result.why)
+            self.exporter.saw_timer_warnings(judged.timer_warnings)
         self.systemd.tell(result, self.clock.monotonic())
         self._publish(judged)
 
-    def _publish(self, judged: StepJudgement) -> None:
+    def _publish(self, judged: Step) -> None:
         monotonic = self.clock.monotonic()
         if self.exporter is not None and monotonic - self.last_publish < PUBLISH_SPACING:
             self.publish_due = True
         elif self.exporter is not None:
             self.last_publish, self.publish_due = monotonic, False
-            inv = judged.snapshot.current
-            limits = self.responder.learned_for(inv).limits if inv else {}
             self.exporter.saw_rejected(self.follower.rejected)
-            self.exporter.publish(self.pipeline, self.responder.memory, judged, self.responder.eta,
-                                  {p.value: item.reason for p, item in limits.items()})
+            self.exporter.publish(judged, self.responder.memory)
 
 
 def reloaded_config(read: Callable[[], Config], old: Config,

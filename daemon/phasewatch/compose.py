@@ -16,11 +16,12 @@ from typing import Callable, Sequence
 from .app import Daemon, Parts
 from .clock import Clock
 from .config import Config
+from .judge import HistoryReaders, Judge, UnitReaders
 from .pipeline import Pipeline
 from .sinks.acting import ActionUnit, Worker
 from .sinks.actors import Actors, build_actors
 from .sinks.group_restarts import GroupRestarts
-from .sinks.history import History
+from .sinks.history import History, fingerprint
 from .sinks.hold import HoldFile
 from .sinks.metrics import Exporter
 from .sinks.responder import Alerter, Responder
@@ -33,10 +34,12 @@ from .sources.gpu import NvmlSource
 from .sources.gpu_health import GpuHealthSource, KernelXids, gpu_ranks
 from .sources.health import HealthProbes
 from .sources.journal_feed import JournalFeed
+from .sources.listeners import port_holders
 from .sources.probe import BackgroundProbe, ProbeResult
 from .sources.procs import ProcessTable
 from .sources.procstat import ProcSampler
 from .sources.ras import RasAdvisor
+from .sources.ras_client import ras_port_holder
 from .sources.rebuild import JudgedClock
 from .sources.signs_of_life import SignsOfLife
 from .sources.unit_processes import RankProcesses, Unit, UnitFactsReader
@@ -64,8 +67,10 @@ def compose(config: Config, *, follower: JournalFollower, unit: Unit, alerter: A
     ranks = RankProcesses(facts, processes, current, config.rank_processes == "host")
     signs = SignsOfLife(config, sampler or ProcSampler(processes), facts, current,
                         exporter.saw_vitals if exporter is not None else None, gpu)
-    ras = RasAdvisor(lambda: pipeline.config, facts, processes, ranks, current, _ras_seen(pipeline, exporter),
-                     unit_environment=lambda: pipeline.unit_settings.environment)
+    judge = Judge(config, pipeline, HistoryReaders(history, fingerprint),
+                  UnitReaders(unit.timers, _control_group(facts), port_holders, ras_port_holder))
+    ras = RasAdvisor(lambda: judge.limits, facts, processes, ranks, current, _ras_seen(pipeline, exporter),
+                     unit_environment=lambda: judge.unit_settings.environment)
     faults = GpuHealthSource(pipeline, current, gpu_ranks(signs), signs.gpu, kernel)
     sources: Sequence[Source] = (journal, health, ranks, signs, ras, faults,
                                  *((receiver,) if receiver is not None else ()))
@@ -77,9 +82,11 @@ def compose(config: Config, *, follower: JournalFollower, unit: Unit, alerter: A
                           cursor=_cursor_of(follower), action_unit=acting_unit,
                           hold=HoldFile(store.path.parent, config.unit).read, run_hook=actors.hooks,
                           guarded=actors.guarded, evidence=actors.evidence)
+    responder.forget = judge.forget
     if actions_off_the_loop:
         responder.actor = Worker(responder.runner)
     parts = Parts(config=config, clock=clock, follower=follower, notifier=notifier, store=store, pipeline=pipeline,
+                  judge=judge, judging_clock=JudgedClock(clock, journal),
                   read_config=reload, facts=facts, processes=processes, journal=journal, health=health, ranks=ranks,
                   signs=signs, sources=sources, unit=acting_unit, alerter=alerter, make_actors=make_actors,
                   actors=actors, responder=responder, systemd=SystemdStatus(config, notifier, store, watchdog_interval),
@@ -127,6 +134,13 @@ def _ras_seen(pipeline: Pipeline, exporter: Exporter | None) -> Callable[[RasFin
         if exporter is not None:
             exporter.saw_ras(finding)
     return seen
+
+
+def _control_group(facts: UnitFactsReader) -> Callable[[], str | None]:
+    def control_group() -> str | None:
+        known = facts.read()
+        return known.control_group if known is not None else None
+    return control_group
 
 
 def _cursor_of(follower: JournalFollower) -> Callable[[], str | None]:

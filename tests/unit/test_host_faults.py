@@ -271,7 +271,7 @@ def test_daemon_on_unwritable_state_dir_keeps_acting_and_alerts_once(tmp_path: P
     blocker.mkdir()
     clock.jump(1)
     app._save()
-    app._publish(app.responder.judge())
+    app._publish(app.judged())
     assert sample("phasewatch_state_degraded", {"unit": UNIT, "what": "state"}) == 0.0
     assert sample("phasewatch_state_degraded", {"unit": UNIT, "what": "history"}) == 1.0
     assert StateStore(blocker, UNIT).load().memory.restarted == frozenset({INV})

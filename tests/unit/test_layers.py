@@ -32,6 +32,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = tuple((name, frozenset(members.
     ("stages.s5_act", "stages.s5_act stages.s5_act."),
     ("pipeline", "pipeline render"),
     ("edge", "systemd_unit"),
+    ("judge", "judge"),
     ("sources", "sources sources."),
     ("sinks", "sinks sinks."),
     ("app", "app"),

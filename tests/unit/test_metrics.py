@@ -36,15 +36,16 @@ from phasewatch import __version__
 from phasewatch.clock import FakeClock
 from phasewatch.compose import compose
 from phasewatch.config import DEFAULT_LIMITS, VERDICT_KINDS, Config, PhaseLimits, RestartBudget
-from phasewatch.pipeline import Judgement, Pipeline, StepJudgement
+from phasewatch.judge import JournalState, Judge, Step
+from phasewatch.pipeline import Judgement, Pipeline
 from phasewatch.records import MAIN, MID_STARTED, MID_SUPPRESSED, PHASE_NAMES, JournalRecord, Phase
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
 from phasewatch.sinks.http import parse_listen
 from phasewatch.sinks.metrics import PHASE_BUCKETS, Exporter
-from phasewatch.sinks.responder import Responder
 from phasewatch.sinks.state import StateStore
 from phasewatch.sources.procs import ProcessTable
 from phasewatch.stages.s3_track.snapshot import InvocationView
+from phasewatch.stages.s4_judge.remedies import NO_UNIT, UnitSettings
 from phasewatch.stages.s5_act.respond import Budget, BudgetState, Memory
 from phasewatch.systemd_unit import RecordingUnit, UnitFacts
 
@@ -388,20 +389,21 @@ def test_one_judgement_per_step_read_by_every_sink(tmp_path: Path, monkeypatch: 
                   notifier=RecordingNotifier(), store=StateStore(tmp_path, config.unit), clock=clock,
                   processes=ProcessTable(proc=str(tmp_path / "proc"), cgroup_roots=(str(tmp_path / "cg"),)),
                   exporter=exporter)
-    judged: list[StepJudgement] = []
-    judge_one, respond_judge = Pipeline.judge_one, Responder.judge
+    judged: list[Step] = []
+    judge_one, judge = Pipeline.judge_one, Judge.judge
     calls: list[str] = []
 
-    def counted(self: Pipeline, inv: InvocationView, now: float, config: Config | None = None) -> Judgement:
+    def counted(self: Pipeline, inv: InvocationView, now: float, config: Config | None = None,
+                unit: UnitSettings = NO_UNIT) -> Judgement:
         calls.append(inv.invocation_id)
-        return judge_one(self, inv, now, config)
+        return judge_one(self, inv, now, config, unit)
 
-    def kept(self: Responder) -> StepJudgement:
-        judged.append(respond_judge(self))
+    def kept(self: Judge, now: float, journal: JournalState | None = None) -> Step:
+        judged.append(judge(self, now, journal))
         return judged[-1]
 
     monkeypatch.setattr(Pipeline, "judge_one", counted)
-    monkeypatch.setattr(Responder, "judge", kept)
+    monkeypatch.setattr(Judge, "judge", kept)
     journal.push(*(JournalRecord(f"[2026-11-29 08:00:00 TP{n}] Load weight begin. avail mem=137.95 GB", clock.wall(),
                                  pid=100 + n, invocation_id=invocation) for n in range(8)))
     app.start()

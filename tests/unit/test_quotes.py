@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from fakes import INV, UNIT, Journal, MetricsFixture, capture_bar, up_to_capture
+from phasewatch.judge import Judge
 from phasewatch.render import WITHHELD, status_document, verdict_json, without_quote
 from phasewatch.sinks.http import PEER_UID, phasewatch_app
 from phasewatch.sinks.peers import JOURNAL_GROUPS, groups_of, may_read_journal
@@ -78,7 +79,7 @@ def test_the_status_document_without_quotes_says_so_and_drops_the_bars_descripti
     up_to_capture(m.journal)
     m.journal.wait(1)
     capture_bar(m.journal, 3)
-    judgement = m.journal.pipeline.judged(m.journal.now).current
+    judgement = Judge(m.journal.config, m.journal.pipeline).judge(m.journal.now).current
     shown = status_document(judgement, m.journal.now, m.journal.config)
     withheld = status_document(judgement, m.journal.now, m.journal.config, quotes=False)
     assert shown["log_text_withheld"] is False and withheld["log_text_withheld"] is True

@@ -29,6 +29,7 @@ from forged_entries import (
 from phasewatch.clock import FakeClock
 from phasewatch.compose import compose
 from phasewatch.config import Config
+from phasewatch.judge import Judge
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import (
     MID_STARTED,
@@ -116,7 +117,7 @@ def test_rejected_entries_are_a_metric() -> None:
     assert registry.get_sample_value("phasewatch_entries_rejected_total", {**labels, "reason": LINE_NOT_FROM_UNIT}) == 0
     exporter.saw_rejected({LINE_NOT_FROM_UNIT: 3, SUPPRESSION_NOT_FROM_JOURNALD: 1})
     pipeline = Pipeline(Config(unit=UNIT))
-    exporter.publish(pipeline, Memory(), pipeline.judged(BASE))
+    exporter.publish(Judge(pipeline.config, pipeline).judge(BASE), Memory())
     assert registry.get_sample_value("phasewatch_entries_rejected_total", {**labels, "reason": LINE_NOT_FROM_UNIT}) == 3
     assert registry.get_sample_value("phasewatch_entries_rejected_total",
                                      {**labels, "reason": SUPPRESSION_NOT_FROM_JOURNALD}) == 1

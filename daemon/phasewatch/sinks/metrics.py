@@ -28,7 +28,7 @@ from .. import trust
 from ..clock import Clock, SystemClock
 from ..config import VERDICT_KINDS, Config
 from ..engines import ServerInfo
-from ..pipeline import Pipeline, StepJudgement
+from ..judge import Step
 from ..records import MAIN, PHASE_NAMES, Phase
 from ..render import iso, status_document, without_quote
 from ..stages.s3_track.snapshot import InvocationView, Snapshot
@@ -151,21 +151,20 @@ class Exporter:
             probes = self._probes
             self._probes = Probes(probes.seconds.observe(max(seconds, 0.0)), probes.failures + (0 if ok else 1))
 
-    def publish(self, pipeline: Pipeline, memory: Memory, judged: StepJudgement, eta: float | None = None,
-                limit_reasons: Mapping[str, str] | None = None) -> None:
-        """After a loop step: observe what completed, then replace the published reference. `judged`:
-        the step's judgement (the responder's), read here, never made again."""
-        now, snapshot = judged.at, judged.snapshot
+    def publish(self, step: Step, memory: Memory) -> None:
+        """After a loop step: observe what completed, then replace the published reference. `step`:
+        the step's judgement (judge.py), read here, never made again."""
+        now, snapshot = step.at, step.snapshot
         self._observe(snapshot)
         current = snapshot.current
-        judgement = judged.current
+        judgement = step.current
         for verdict in judgement.verdicts if judgement is not None else ():
             self._saw_verdict(verdict, now)  # a standing verdict stays recent
         if self.config.group is not None:
-            self._group_ended = ended_failures(snapshot, memory, now, lambda inv: _verdicts_of(judged, inv))
+            self._group_ended = ended_failures(snapshot, memory, now, lambda inv: _verdicts_of(step, inv))
         self._published = self._freeze(Published(now, current, judgement, BudgetView.of(memory, now, self.config),
-                                                 self._server, pipeline.entries, judged_with=pipeline.config,
-                                                 limit_reasons=dict(limit_reasons or {}), eta=eta))
+                                                 self._server, step.journal.read, judged_with=step.limits,
+                                                 limit_reasons=dict(step.limit_reasons), eta=step.eta))
 
     def _freeze(self, published: Published) -> Published:
         return Published(published.now, published.invocation, published.judgement, published.budget,
@@ -279,6 +278,6 @@ def _ready_at(inv: InvocationView) -> float | None:
     return next((s.start for s in main.spans if s.phase is Phase.READY), None)
 
 
-def _verdicts_of(judged: StepJudgement, inv: InvocationView) -> tuple[Verdict, ...]:
+def _verdicts_of(judged: Step, inv: InvocationView) -> tuple[Verdict, ...]:
     judgement = judged.of(inv)
     return judgement.verdicts if judgement is not None else ()

@@ -7,25 +7,19 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Callable, Protocol
 
 from ..clock import Clock
 from ..config import Config
 from ..durations import format_duration
-from ..engines import ServerInfo
-from ..errors import UnitError
-from ..pipeline import Judgement, Pipeline, StepJudgement
+from ..judge import Step
+from ..pipeline import Judgement, Pipeline
 from ..records import FAILED_STARTUP, MAIN, NEWS_AFTER_THE_END, Phase, VerdictKind
 from ..render import iso
-from ..sources.listeners import port_holders
-from ..sources.ras_client import ras_port_holder
-from ..stages.s3_track.snapshot import ENDED_STATES, UP_STATES, InvocationView, UnitState
+from ..stages.s3_track.snapshot import ENDED_STATES, UP_STATES, InvocationView
 from ..stages.s4_judge import policy
-from ..stages.s4_judge.learn import LimitInForce, adapted, eta_seconds, limits_in_force, typical_durations
-from ..stages.s4_judge.remedies import UnitSettings
-from ..stages.s4_judge.timerlint import TimerWarning, UnitTimers, lint
-from ..stages.s4_judge.timerlint import summary as lint_summary
+from ..stages.s4_judge.timerlint import UnitTimers
 from ..stages.s5_act.respond import (
     PRIORITY,
     Action,
@@ -41,7 +35,7 @@ from ..stages.s5_act.restart_gate import fingerprint as failure_print
 from ..systemd_unit import UnitFacts
 from .acting import ActionRunner, Evidence, Inline, Worker
 from .acting import Unit as ActingUnit
-from .history import History, fingerprint, summarize
+from .history import History, summarize
 from .leftovers import GuardedRestart
 from .metrics import Exporter
 from .responding import ActingOnResponses
@@ -60,13 +54,6 @@ class Unit(Protocol):
 
 class Alerter(Protocol):
     def alert(self, action: Action) -> None: ...
-
-
-@dataclass(frozen=True)
-class Learned:
-    config: Config  # with the limits in force
-    limits: dict[Phase, LimitInForce]
-    typical: dict[Phase, float]
 
 
 class Responder(ActingOnResponses):
@@ -100,13 +87,9 @@ class Responder(ActingOnResponses):
         self.retry_at: float | None = None  # wall clock, like the memory it comes with
         self.watched_invocation: str | None = None
         self.recorded: set[str] = set()
-        self.learned: dict[str, Learned] = {}  # by fingerprint
-        self._fingerprinted: tuple[ServerInfo, bool, str] | None = None  # asked every step: the last one kept
-        self.eta: float | None = None
+        self.forget: Callable[[str], None] = lambda key: None  # a fingerprint's start-up recorded
         self.degraded: dict[str, str] = {}  # "history"/"state" -> why it is kept in memory only
         self.degraded_alerted: set[str] = set()  # alerted once per run
-        self.linted: set[str] = set()  # start-ups whose timers were checked (once each)
-        self.timer_warnings: list[TimerWarning] = []
         self.ended_by: dict[str, str] = {}  # invocation -> what ended it from outside (the group's decision)
         self.refused: dict[str, str] = {}  # invocation -> why its restart is refused (restart_gate.py), for status
 
@@ -114,34 +97,16 @@ class Responder(ActingOnResponses):
     def guarded(self) -> GuardedRestart | None:
         return self.runner.guarded  # type: ignore[return-value]
 
-    def judge_and_act(self) -> StepJudgement:
-        """The step's one judgement (`judge`), acted on; returned for the other sinks to read."""
-        judged = self.judge()
-        self.act(judged)
-        return judged
-
-    def judge(self) -> StepJudgement:
-        """The current start-up and the two before it (the one that just ended, a crash then systemd's
-        Restart=, may have news too), each judged once with the limits in force for it. The current
-        one's limits, ETA and timer check come first: its verdicts' remedies read the unit's settings."""
-        now = self.clock.wall()
-        snapshot = self.pipeline.snapshot()
-        judgements = {}
-        for earlier in snapshot.invocations[-3:-1]:
-            judgements[earlier.invocation_id] = self.pipeline.judge_one(earlier, now, self.learned_for(earlier).config)
-        current = snapshot.current
-        if current is not None:
-            learned = self.learned_for(current)
-            self.pipeline.use_limits(learned.config)  # judged with the limits in force for this start-up
-            self.eta = eta_seconds(current, now, learned.typical)
-            self._lint_timers(current, learned)
-            judgements[current.invocation_id] = self.pipeline.judge_one(current, now, learned.config)
-        return StepJudgement(now, snapshot, judgements)
-
-    def act(self, judged: StepJudgement) -> None:
+    def act(self, step: Step) -> None:
+        """Acts on the step's judgement: the timer check's alert, restarts to try again, then what is
+        new in each start-up judged (alerts, restarts within the budget), remembered first."""
+        if step.timer_lint is not None:
+            lint = step.timer_lint
+            self.alerter.alert(Action("alert", lint.message[:4000], "timer_lint", PRIORITY["timer_lint"],
+                                      lint.invocation_id, cause=lint.codes))
         self.retry_restarts()
-        for judgement in judged.judgements.values():
-            self._act(judgement, judgement.invocation is judged.snapshot.current, judged.at)
+        for judgement in step.judgements.values():
+            self._act(judgement, judgement.invocation is step.snapshot.current, step.at)
 
     def _act(self, judgement: Judgement, current: bool, now: float) -> None:
         inv, verdicts = judgement.invocation, list(judgement.live)
@@ -166,49 +131,6 @@ class Responder(ActingOnResponses):
             if self.exporter is not None:
                 self.exporter.restart_not_made(refused.cause or "refused")
         self._execute(response, inv, status)
-
-    def _lint_timers(self, inv: InvocationView, learned: Learned) -> None:
-        """Once per start-up, when its server_args are known: warn about engine and systemd timers that
-        end a phase before phasewatch's limit does, and limits below the learned healthy duration."""
-        if inv.server is None or inv.invocation_id in self.linted or inv.state is not UnitState.STARTING:
-            return
-        self.linted.add(inv.invocation_id)
-        try:
-            timers = self.unit.timers()
-        except UnitError as exc:
-            logger.warning("[%s] timer check without the unit's settings: %s", self.config.unit, exc)
-            timers = UnitTimers()
-        port = inv.server.port or 0  # who holds the server's port now (a leftover server, another service)
-        self.pipeline.unit_settings = UnitSettings(timers.exec_start, timers.environment, timers.devices,
-                                                   port_holders([port]) if port else {})
-        facts = self.read_facts()  # (the RAS port's holder is told from the unit's own ranks by its cgroup)
-        holder = ras_port_holder(timers.environment, facts.control_group if facts is not None else None)
-        self.timer_warnings = lint(learned.config, inv.server.timer_args, timers, learned.typical, holder)
-        if self.exporter is not None:
-            self.exporter.saw_timer_warnings(self.timer_warnings)
-        if self.timer_warnings:
-            message = (f"{self.config.unit}: {len(self.timer_warnings)} limit(s) will not fire as configured: "
-                       f"{lint_summary(self.timer_warnings)}")
-            logger.warning("[%s] %s", self.config.unit, message)
-            self.alerter.alert(Action("alert", message[:4000], "timer_lint", PRIORITY["timer_lint"],
-                                      inv.invocation_id, cause=",".join(w.code for w in self.timer_warnings)))
-
-    # -- learning from past start-ups -------------------------------------------------------------
-    def learned_for(self, inv: InvocationView) -> Learned:
-        if self.history is None or inv.server is None:
-            return Learned(self.config, {}, {})
-        last = self._fingerprinted
-        if last is not None and last[0] is inv.server and last[1] == inv.cold:
-            key = last[2]
-        else:
-            key = fingerprint(inv.server, inv.cold)  # cold and warm start-ups learn apart
-            self._fingerprinted = (inv.server, inv.cold, key)
-        if key not in self.learned:
-            durations = {p: self.history.durations(self.config.unit, key, p.value) for p in Phase}
-            silences = {p: self.history.silences(self.config.unit, key, p.value) for p in Phase}
-            limits = limits_in_force(self.config, self.config.adaptive, durations, silences)
-            self.learned[key] = Learned(adapted(self.config, limits), limits, typical_durations(durations))
-        return self.learned[key]
 
     def _record(self, judgement: Judgement, current: bool, now: float) -> None:
         """A start-up that reached ready, or ended without, goes into the history once."""
@@ -237,7 +159,7 @@ class Responder(ActingOnResponses):
             if self.history.add(record):
                 logger.info("[%s] start-up %s recorded: %s in %s", self.config.unit, inv.invocation_id,
                             record.outcome, format_duration(record.duration))
-                self.learned.pop(record.fingerprint, None)
+                self.forget(record.fingerprint)
         except sqlite3.Error as exc:
             logger.error("[%s] cannot write history: %s", self.config.unit, exc)
         self.check_host()
