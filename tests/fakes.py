@@ -13,7 +13,7 @@ from phasewatch.config import Config
 from phasewatch.judge import Judge
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import MAIN, MID_STARTED, JournalRecord
-from phasewatch.sinks.metrics import Exporter
+from phasewatch.sinks.metrics.exporter import Exporter
 from phasewatch.sources.journal_reader import APPEND
 from phasewatch.stages.s3_track.snapshot import InvocationView
 from phasewatch.stages.s4_judge import policy

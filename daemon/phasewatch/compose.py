@@ -3,9 +3,9 @@ sinks that read its one judgement per step. The loop that runs them is app.py; t
 loop and the loop makes no part.
 
     journal, health probe, rank processes, signs of life, Alertmanager's webhook   (sources/)
-        -> Pipeline (stages/)  -> the step's judgement (Responder.judge)
-        -> responder (alerts, restarts, history), group restarts, systemd (STATUS=, WATCHDOG=1,
-           status file), metrics exporter                                            (sinks/)
+        -> Pipeline (stages/)  -> Judge (judge.py): one Step per loop turn
+        -> history, actor (alerts, restarts), group restarts, systemd (STATUS=, WATCHDOG=1,
+           status file), metrics                                                     (sinks/)
 """
 
 from __future__ import annotations
@@ -18,15 +18,18 @@ from .clock import Clock
 from .config import Config
 from .judge import HistoryReaders, Judge, UnitReaders
 from .pipeline import Pipeline
-from .sinks.acting import ActionUnit, Worker
+from .sinks.acting.actor import ActorParts, ActorSink, Alerter
+from .sinks.acting.group import GroupRestartsSink
+from .sinks.acting.runner import ActionRunner, ActionUnit, Worker
 from .sinks.actors import Actors, build_actors
-from .sinks.group_restarts import GroupRestarts
 from .sinks.history import History, fingerprint
 from .sinks.hold import HoldFile
-from .sinks.metrics import Exporter
-from .sinks.responder import Alerter, Responder
-from .sinks.state import StateStore
-from .sinks.systemd_status import Notify, SystemdStatus
+from .sinks.metrics.exporter import Exporter
+from .sinks.metrics.sink import MetricsSink
+from .sinks.state.history_sink import HistorySink
+from .sinks.state.host import DegradedHost
+from .sinks.state.store import StateStore
+from .sinks.state.systemd_status import Notify, SystemdStatusSink
 from .sources.alert_receiver import AlertReceiver
 from .sources.base import Source
 from .sources.follow import JournalFollower
@@ -56,7 +59,7 @@ def compose(config: Config, *, follower: JournalFollower, unit: Unit, alerter: A
             kernel: KernelXids | None = None) -> Daemon:
     """A daemon watching `config.unit`. `unit` is read (its facts, timers); `action_unit`, when given,
     is the one restarted (the guarded restart's); `reload` reads the config again on SIGHUP;
-    `actions_off_the_loop` runs the responder's actions on a worker thread (the daemon's way)."""
+    `actions_off_the_loop` runs the actor's actions on a worker thread (the daemon's way)."""
     pipeline = Pipeline(config)
     current = pipeline.current
     facts = UnitFactsReader(unit, config.unit)
@@ -77,20 +80,26 @@ def compose(config: Config, *, follower: JournalFollower, unit: Unit, alerter: A
     acting_unit = action_unit or unit
     make_actors = ActorsFactory(acting_unit, alerter, processes, store, ranks, pipeline.ras_advice.get, faults)
     actors = make_actors(config)
-    responder = Responder(config, pipeline, unit=unit, read_facts=facts.read, alerter=alerter, store=store,
-                          clock=JudgedClock(clock, journal), history=history, exporter=exporter,
-                          cursor=_cursor_of(follower), action_unit=acting_unit,
-                          hold=HoldFile(store.path.parent, config.unit).read, run_hook=actors.hooks,
-                          guarded=actors.guarded, evidence=actors.evidence)
-    responder.forget = judge.forget
+    judging_clock = JudgedClock(clock, journal)
+    hold = HoldFile(store.path.parent, config.unit).read
+    host = DegradedHost(config.unit, alerter.alert, history, store)
+    runner = ActionRunner(config.unit, acting_unit, alerter.alert, wall=judging_clock.wall, evidence=actors.evidence,
+                          run_hook=actors.hooks, guarded=actors.guarded)
+    actor = ActorSink(config, ActorParts(facts.read, alerter, store, judging_clock, _cursor_of(follower), hold, host),
+                      runner)
     if actions_off_the_loop:
-        responder.actor = Worker(responder.runner)
+        actor.worker = Worker(runner)
+    group = GroupRestartsSink(config, actor, receiver, hold, facts.read)
+    if exporter is not None and receiver is not None:
+        exporter.group_counts = receiver.counts
     parts = Parts(config=config, clock=clock, follower=follower, notifier=notifier, store=store, pipeline=pipeline,
-                  judge=judge, judging_clock=JudgedClock(clock, journal),
-                  read_config=reload, facts=facts, processes=processes, journal=journal, health=health, ranks=ranks,
-                  signs=signs, sources=sources, unit=acting_unit, alerter=alerter, make_actors=make_actors,
-                  actors=actors, responder=responder, systemd=SystemdStatus(config, notifier, store, watchdog_interval),
-                  group=GroupRestarts(responder, receiver, exporter), exporter=exporter)
+                  judge=judge, judging_clock=judging_clock, read_config=reload, facts=facts, journal=journal,
+                  health=health, ranks=ranks, signs=signs, sources=sources, unit=acting_unit, make_actors=make_actors,
+                  actors=actors, actor=actor, group=group,
+                  history=HistorySink(config.unit, history, host, judge.forget, group.ended_by.get)
+                  if history is not None else None,
+                  systemd=SystemdStatusSink(config, notifier, store, watchdog_interval, clock),
+                  metrics=MetricsSink(exporter, clock) if exporter is not None else None)
     return Daemon(parts)
 
 

@@ -18,9 +18,13 @@ from .pipeline import Judgement, Pipeline
 from .records import Phase
 from .stages.s3_track.snapshot import InvocationView, Snapshot, UnitState
 from .stages.s4_judge.learn import LimitInForce, adapted, eta_seconds, limits_in_force, typical_durations
+from .stages.s4_judge.ras_culprit import RasFinding
 from .stages.s4_judge.remedies import NO_UNIT, UnitSettings
 from .stages.s4_judge.timerlint import TimerWarning, UnitTimers, lint
 from .stages.s4_judge.timerlint import summary as lint_summary
+from .stages.s4_judge.verdict import Verdict
+from .stages.s4_judge.vitals import Vitals
+from .stages.s5_act.respond import Memory
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +49,19 @@ class TimerLint:
 
 
 @dataclass(frozen=True)
+class Acted:
+    """What the actor (sinks/acting/actor.py) reports after a step: how the memory stands, and what it
+    did since its last report; read by the sinks after it (systemd's status, the metrics)."""
+
+    memory: Memory = field(default_factory=Memory)
+    degraded: Mapping[str, str] = field(default_factory=dict)  # "history"/"state" -> why kept in memory only
+    why: Mapping[str, object] = field(default_factory=dict)  # hold, previous start-up, refused, evidence
+    verdicts: tuple[Verdict, ...] = ()  # the verdicts it decided about (the metrics count each key once)
+    restarts: tuple[str, ...] = ()  # restarts made (systemd has the job), by the verdict's kind
+    not_made: tuple[str, ...] = ()  # restarts decided and not made, why ("started_again", "same_failure"...)
+
+
+@dataclass(frozen=True)
 class Step:
     """A loop turn's one judgement: the start-ups of `snapshot` that can still have news (the current
     one and the two before it), each judged once at `at` with the limits in force for it; the current
@@ -59,6 +76,9 @@ class Step:
     timer_warnings: tuple[TimerWarning, ...] = ()
     timer_lint: TimerLint | None = None  # the check made at this step found something (to alert)
     journal: JournalState = field(default_factory=JournalState)
+    vitals: Vitals | None = None  # the ranks' signs of life (sources/signs_of_life.py)
+    ras: RasFinding | None = None  # NCCL RAS's last finding for the current start-up (sources/ras.py)
+    acted: Acted = field(default_factory=Acted)  # (filled in after the actor: app.py)
 
     def of(self, inv: InvocationView | None) -> Judgement | None:
         return self.judgements.get(inv.invocation_id) if inv is not None else None
@@ -66,6 +86,13 @@ class Step:
     @property
     def current(self) -> Judgement | None:
         return self.of(self.snapshot.current)
+
+    @property
+    def why(self) -> dict[str, object]:
+        """For status: the actor's hold, previous start-up, refusal and evidence, the journal's reading
+        and NCCL RAS's finding."""
+        return {**self.acted.why, "journal": self.journal.document,
+                "ras": self.ras.document() if self.ras is not None else None}
 
 
 class PastStartups(Protocol):
@@ -116,7 +143,7 @@ class Judge:
         self.linted: set[str] = set()  # start-ups whose timers were checked (once each)
         self.timer_warnings: tuple[TimerWarning, ...] = ()
 
-    def judge(self, now: float, journal: JournalState | None = None) -> Step:
+    def judge(self, now: float, journal: JournalState | None = None, vitals: Vitals | None = None) -> Step:
         """The current start-up and the two before it (the one that just ended, a crash then systemd's
         Restart=, may have news too), each judged once with the limits in force for it. The current
         one's limits, ETA and timer check come first: its verdicts' remedies read the unit's settings."""
@@ -133,8 +160,9 @@ class Judge:
             linted = self._lint_timers(current, learned)
             judgements[current.invocation_id] = self._judge_one(current, now, learned.config)
             reasons = {p.value: item.reason for p, item in learned.limits.items()}
+        ras = self.pipeline.ras_advice.get(current.invocation_id) if current is not None else None
         return Step(now, snapshot, judgements, self.limits, reasons, eta, self.timer_warnings, linted,
-                    journal or JournalState(read=self.pipeline.entries))
+                    journal or JournalState(read=self.pipeline.entries), vitals, ras)
 
     def _judge_one(self, inv: InvocationView, now: float, config: Config) -> Judgement:
         return self.pipeline.judge_one(inv, now, config, self.unit_settings)

@@ -34,7 +34,7 @@ from phasewatch.prefixes import _RANK_MEMO, RANK_MEMO_KEY_CHARS, canonical_rank
 from phasewatch.profile import MAX_PATTERN_REPEAT, load_builtin_profile
 from phasewatch.records import JournalRecord
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
-from phasewatch.sinks.state import StateStore
+from phasewatch.sinks.state.store import StateStore
 from phasewatch.sources.formats import parse_source
 from phasewatch.sources.procs import ProcessTable
 from phasewatch.stages.s1_read.lines import MAX_STREAMS, LineSplitter, parse_progress

@@ -18,7 +18,7 @@ from phasewatch.clock import FakeClock
 from phasewatch.compose import compose
 from phasewatch.config import Config
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
-from phasewatch.sinks.state import StateStore
+from phasewatch.sinks.state.store import StateStore
 from phasewatch.sources import journal_source
 from phasewatch.sources.follow import JournalFollower
 from phasewatch.sources.procs import ProcessTable

@@ -22,7 +22,7 @@ from phasewatch.config_sections import GroupReceiver
 from phasewatch.errors import ConfigError
 from phasewatch.records import JournalRecord, Phase
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
-from phasewatch.sinks.state import StateStore
+from phasewatch.sinks.state.store import StateStore
 from phasewatch.sources.alert_receiver import AlertReceiver, read_token
 from phasewatch.sources.procs import ProcessTable
 from phasewatch.systemd_unit import RecordingUnit, UnitFacts
@@ -134,7 +134,7 @@ def test_the_daemon_restarts_once_per_group_decision_and_never_alone(tmp_path: P
     clock.jump(2)
     app.step(max_wait=5)
     assert unit.restarts == [INV] and receiver.counts()["acts"] == {"restart": 1, "ignored": 1}
-    assert app.responder.ended_by == {INV: "restarted by the group: node 1 TP12 stalled in cuda_graph_capture"}
+    assert app.group.ended_by == {INV: "restarted by the group: node 1 TP12 stalled in cuda_graph_capture"}
 
 
 def test_the_receiver_speaks_tls_when_given_a_certificate_and_refuses_plain_http(tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ from phasewatch.compose import compose
 from phasewatch.config import DEFAULT_LIMITS, Config, PhaseLimits
 from phasewatch.records import JournalRecord, Phase
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
-from phasewatch.sinks.state import StateStore
+from phasewatch.sinks.state.store import StateStore
 from phasewatch.sources.procs import ProcessTable
 from phasewatch.sources.ras import RasAdvisor
 from phasewatch.sources.ras_client import RasAnswer, address_of, query

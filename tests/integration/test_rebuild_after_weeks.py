@@ -21,7 +21,7 @@ from phasewatch.compose import compose
 from phasewatch.config import Config
 from phasewatch.records import VerdictKind
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
-from phasewatch.sinks.state import StateStore
+from phasewatch.sinks.state.store import StateStore
 from phasewatch.sources import journal_source, rebuild
 from phasewatch.sources.follow import JournalFollower
 from phasewatch.sources.journal_feed import JournalFeed
@@ -70,7 +70,7 @@ def what_matters(app: Daemon) -> tuple[object, ...]:
     assert inv is not None
     return (inv.invocation_id, inv.state, inv.started_at, policy.outcome(inv, []), inv.lines_lost,
             tuple((r.rank, r.phase, r.phase_start, r.seen) for r in inv.ranks if r.rank != "main"),
-            tuple(span for r in inv.ranks for span in r.spans if r.rank != "main"), app.responder.memory)
+            tuple(span for r in inv.ranks for span in r.spans if r.rank != "main"), app.actor.memory)
 
 
 @pytest.mark.parametrize("pure", [False, True], ids=["C", "python"])

@@ -16,7 +16,7 @@ from phasewatch.compose import compose
 from phasewatch.config import load_config
 from phasewatch.records import JournalRecord, Phase
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
-from phasewatch.sinks.state import StateStore
+from phasewatch.sinks.state.store import StateStore
 from phasewatch.sources.procs import ProcessTable
 from phasewatch.systemd_unit import RecordingUnit, UnitFacts
 

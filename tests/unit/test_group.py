@@ -20,7 +20,7 @@ from phasewatch.errors import ConfigError
 from phasewatch.judge import Judge
 from phasewatch.records import MID_FAILED, MID_STARTED, GroupRestartRequest, JournalRecord, VerdictKind
 from phasewatch.sinks.group_metrics import HOLD_OVER, ended_failures
-from phasewatch.sinks.metrics import Exporter
+from phasewatch.sinks.metrics.exporter import Exporter
 from phasewatch.stages.s3_track.snapshot import InvocationView, Snapshot
 from phasewatch.stages.s4_judge.verdict import Verdict
 from phasewatch.stages.s5_act.group_decision import LocalStart, NotificationError, decide, parse_notification

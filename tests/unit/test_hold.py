@@ -18,7 +18,7 @@ from phasewatch.config import DEFAULT_LIMITS, Config, PhaseLimits
 from phasewatch.records import JournalRecord, Phase
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
 from phasewatch.sinks.hold import HoldFile
-from phasewatch.sinks.state import StateStore
+from phasewatch.sinks.state.store import StateStore
 from phasewatch.sources.procs import ProcessTable
 from phasewatch.stages.s5_act.respond import Hold
 from phasewatch.systemd_unit import RecordingUnit, UnitFacts
@@ -118,7 +118,7 @@ def test_why_the_last_restart_happened_survives_a_daemon_restart(tmp_path: Path)
 
 
 def test_a_broken_last_restart_in_the_state_file_is_dropped_not_fatal(tmp_path: Path) -> None:
-    from phasewatch.sinks.state import decode
+    from phasewatch.sinks.state.store import decode
 
     assert decode({"last_restart": {"invocation_id": 7}}).last_restart is None
     kept = decode({"last_restart": {"invocation_id": "a", "verdict": "stalled", "message": "m", "evidence": None,

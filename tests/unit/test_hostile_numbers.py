@@ -19,7 +19,7 @@ from phasewatch.pipeline import Pipeline
 from phasewatch.prefixes import bounded_int
 from phasewatch.records import JournalRecord, Phase
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
-from phasewatch.sinks.state import StateStore
+from phasewatch.sinks.state.store import StateStore
 from phasewatch.sources.procs import ProcessTable
 from phasewatch.systemd_unit import RecordingUnit, UnitFacts
 

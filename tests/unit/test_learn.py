@@ -245,7 +245,7 @@ def test_limits_in_force_and_eta_are_exported(history: History, records: list[St
 
     from phasewatch.clock import FakeClock
     from phasewatch.judge import Judge
-    from phasewatch.sinks.metrics import Exporter
+    from phasewatch.sinks.metrics.exporter import Exporter
     from phasewatch.stages.s5_act.respond import Memory
 
     config = learned(history, records[0].fingerprint)

@@ -41,11 +41,12 @@ from phasewatch.pipeline import Judgement, Pipeline
 from phasewatch.records import MAIN, MID_STARTED, MID_SUPPRESSED, PHASE_NAMES, JournalRecord, Phase
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
 from phasewatch.sinks.http import parse_listen
-from phasewatch.sinks.metrics import PHASE_BUCKETS, Exporter
-from phasewatch.sinks.state import StateStore
+from phasewatch.sinks.metrics.exporter import PHASE_BUCKETS, Exporter
+from phasewatch.sinks.state.store import StateStore
 from phasewatch.sources.procs import ProcessTable
 from phasewatch.stages.s3_track.snapshot import InvocationView
 from phasewatch.stages.s4_judge.remedies import NO_UNIT, UnitSettings
+from phasewatch.stages.s4_judge.vitals import Vitals
 from phasewatch.stages.s5_act.respond import Budget, BudgetState, Memory
 from phasewatch.systemd_unit import RecordingUnit, UnitFacts
 
@@ -377,7 +378,7 @@ def test_daemon_publishes_and_counts_its_restart(tmp_path: Path) -> None:
 
 
 def test_one_judgement_per_step_read_by_every_sink(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The responder judges each start-up once a step; the metrics publish that same judgement and
+    """The judge judges each start-up once a step; the metrics publish that same judgement and
     judge nothing themselves (a second judge call per step was the metrics sink's own)."""
     config = Config(unit="sglang-kimi.service", phases={**DEFAULT_LIMITS, Phase.WEIGHT_LOAD: PhaseLimits(60, None)})
     journal = ScriptedJournal()
@@ -398,8 +399,8 @@ def test_one_judgement_per_step_read_by_every_sink(tmp_path: Path, monkeypatch: 
         calls.append(inv.invocation_id)
         return judge_one(self, inv, now, config, unit)
 
-    def kept(self: Judge, now: float, journal: JournalState | None = None) -> Step:
-        judged.append(judge(self, now, journal))
+    def kept(self: Judge, now: float, journal: JournalState | None = None, vitals: Vitals | None = None) -> Step:
+        judged.append(judge(self, now, journal, vitals))
         return judged[-1]
 
     monkeypatch.setattr(Pipeline, "judge_one", counted)

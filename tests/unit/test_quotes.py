@@ -94,7 +94,7 @@ def _exporter_after_a_crash_restarted() -> MetricsFixture:
     crash_with_credentials(m.journal)
     m.publish()
     verdict = m.journal.verdicts()[0]
-    # what the responder keeps after its restart (sinks/responding.py), shown as previous_startup
+    # what the actor keeps after its restart (sinks/acting/actor.py), shown as previous_startup
     m.exporter.set_why({"previous_startup": {"invocation_id": "an-older-one", "verdict": "crashed",
                                              "message": verdict.message, "evidence": None, "quote": verdict.quote,
                                              "outcome": "restarted by phasewatch"}})

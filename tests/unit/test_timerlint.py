@@ -15,7 +15,7 @@ from phasewatch.compose import compose
 from phasewatch.config import DEFAULT_LIMITS, Config, PhaseLimits
 from phasewatch.records import JournalRecord, Phase
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
-from phasewatch.sinks.state import StateStore
+from phasewatch.sinks.state.store import StateStore
 from phasewatch.sources.procs import ProcessTable
 from phasewatch.stages.s4_judge.timerlint import UnitTimers, engine_timers, lint
 from phasewatch.stages.s5_act.respond import MESSAGE_IDS

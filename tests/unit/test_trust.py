@@ -38,8 +38,8 @@ from phasewatch.records import (
     record_from_fields,
 )
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
-from phasewatch.sinks.metrics import Exporter
-from phasewatch.sinks.state import StateStore
+from phasewatch.sinks.metrics.exporter import Exporter
+from phasewatch.sinks.state.store import StateStore
 from phasewatch.sources.procs import ProcessTable
 from phasewatch.stages.s5_act.respond import Memory
 from phasewatch.systemd_unit import RecordingUnit, UnitFacts

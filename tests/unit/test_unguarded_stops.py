@@ -18,7 +18,7 @@ from phasewatch.records import record_from_fields
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
 from phasewatch.sinks.history import History
 from phasewatch.sinks.leftovers import LeftoverScan, Survivor
-from phasewatch.sinks.state import StateStore
+from phasewatch.sinks.state.store import StateStore
 from phasewatch.sinks.unguarded_stops import GRACE, UnguardedStops
 from phasewatch.sources.procs import ProcessTable
 from phasewatch.stages.s5_act.respond import Action
@@ -117,7 +117,7 @@ def daemon_with_history(tmp_path: Path) -> tuple[Daemon, ScriptedJournal, Histor
 
 def test_an_oom_right_after_leftovers_is_recorded_as_such(tmp_path: Path) -> None:
     app, _, history = daemon_with_history(tmp_path)
-    app.responder.leftovers_seen = lambda: BASE - 5  # a guarded start waited for survivors until then
+    app.history.leftovers_seen = lambda: BASE - 5  # a guarded start waited for survivors until then
     app.start()
     record = history.startups(UNIT)[0]
     assert (record.invocation_id, record.outcome, record.cause) == (f"{1:032x}", "crashed", "oom after leftovers")
@@ -125,7 +125,7 @@ def test_an_oom_right_after_leftovers_is_recorded_as_such(tmp_path: Path) -> Non
 
 def test_an_oom_without_leftovers_is_the_models(tmp_path: Path) -> None:
     app, _, history = daemon_with_history(tmp_path)
-    app.responder.leftovers_seen = lambda: BASE - 3600  # an old episode
+    app.history.leftovers_seen = lambda: BASE - 3600  # an old episode
     app.start()
     record = history.startups(UNIT)[0]
     assert (record.invocation_id, record.outcome, record.cause) == (f"{1:032x}", "crashed", "oom")
@@ -133,7 +133,7 @@ def test_an_oom_without_leftovers_is_the_models(tmp_path: Path) -> None:
 
 def test_a_failed_start_up_is_recorded_with_its_failures_fingerprint_a_ready_one_without(tmp_path: Path) -> None:
     app, _, history = daemon_with_history(tmp_path)
-    app.responder.leftovers_seen = lambda: BASE - 3600
+    app.history.leftovers_seen = lambda: BASE - 3600
     app.start()
     failed, *later = history.startups(UNIT)
     assert failed.failure is not None and failed.failure.startswith("crashed in ") and "(oom)" in failed.failure

@@ -14,7 +14,7 @@ from phasewatch.config import DEFAULT_LIMITS, Config, PhaseLimits, VitalsSamplin
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import Event, EventKind, JournalRecord, Phase
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
-from phasewatch.sinks.state import StateStore
+from phasewatch.sinks.state.store import StateStore
 from phasewatch.sources.procs import ProcessTable
 from phasewatch.sources.procstat import ProcSampler, parse_io_stat, parse_stat
 from phasewatch.stages.s4_judge import policy

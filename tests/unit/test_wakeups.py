@@ -19,7 +19,7 @@ from phasewatch.config import Config
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import JournalRecord
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
-from phasewatch.sinks.state import StateStore
+from phasewatch.sinks.state.store import StateStore
 from phasewatch.sources.base import Instant
 from phasewatch.sources.journal_feed import (
     QUIET_RELEASE_AFTER,

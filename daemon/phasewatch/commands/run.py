@@ -27,10 +27,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     from ..sinks.history import History
     from ..sinks.http import Rebinder, start_metrics
     from ..sinks.peers import peer_key
-    from ..sinks.state import StateStore
+    from ..sinks.state.store import StateStore
     from ..sources.alert_receiver import start_receiver
     from ..sources.follow import JournalFollower
-    from ..stages.s5_act.respond import PRIORITY, Action
+    from ..stages.s5_act.respond import PRIORITY, Action, ActionKind
     from ..systemd_unit import SystemdUnit
     from .checkconfig import check_instance
 
@@ -54,13 +54,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     alerter = JournalAlerter(config.unit)
     rebinder = None if metrics_server is not None else Rebinder(
         config.metrics_listen, exporter,
-        lambda why: alerter.alert(Action("alert", why, "metrics_unbound", PRIORITY["metrics_unbound"], cause="listen")))
+        lambda why: alerter.alert(Action(kind=ActionKind.ALERT, message=why, verdict_kind="metrics_unbound",
+                                         priority=PRIORITY["metrics_unbound"], cause="listen")))
     from ..sources.gpu import NvmlSource
     from ..sources.gpu_health import STARTUP_LOOKBACK, KernelXids
 
     # Unbindable: alerted once, tried again; never bound within GIVE_UP_AFTER: the loop raises (exit 69).
-    receiver = start_receiver(config, lambda why: alerter.alert(Action(
-        "alert", why, "receiver_unbound", PRIORITY["receiver_unbound"], cause="listen")), peer_of=peer_key)
+    receiver = start_receiver(config, lambda why: alerter.alert(Action(kind=ActionKind.ALERT, message=why,
+                                                                       verdict_kind="receiver_unbound",
+                                                                       priority=PRIORITY["receiver_unbound"],
+                                                                       cause="listen")), peer_of=peer_key)
     daemon = compose(config, follower=JournalFollower(config.unit, args.directory), unit=unit,
                      alerter=alerter, notifier=Notifier(), store=StateStore(state_dir, config.unit),
                      clock=SystemClock(), watchdog_interval=watchdog_interval_from_env(), exporter=exporter,
@@ -83,7 +86,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         daemon.run()
     finally:
-        daemon.notifier.send("STOPPING=1")
+        daemon.parts.notifier.send("STOPPING=1")
         if metrics_server is not None:
             metrics_server.close()
         if rebinder is not None:

@@ -20,7 +20,7 @@ from .evidence import EvidenceTaker, EvidenceWriter
 from .gpu_memory import GpuMemory
 from .hooks import HookRunner
 from .leftovers import GuardedRestart, LeftoverScan, StopStart
-from .state import Saved, action_from
+from .state.store import Saved, action_from
 from .unguarded_stops import UnguardedStops
 
 logger = logging.getLogger(__name__)

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Callable
 
-from ..stages.s5_act.respond import PRIORITY, Action, Budget, BudgetState, Memory
+from ...stages.s5_act.respond import PRIORITY, Action, Budget, BudgetState, Memory
 
 logger = logging.getLogger(__name__)
 KEEP_INVOCATIONS = 32

@@ -24,22 +24,22 @@ from prometheus_client.metrics_core import (
     Metric,
 )
 
-from .. import trust
-from ..clock import Clock, SystemClock
-from ..config import VERDICT_KINDS, Config
-from ..engines import ServerInfo
-from ..judge import Step
-from ..records import MAIN, PHASE_NAMES, Phase
-from ..render import iso, status_document, without_quote
-from ..stages.s3_track.snapshot import InvocationView, Snapshot
-from ..stages.s4_judge.ras_culprit import RasFinding
-from ..stages.s4_judge.timerlint import TimerWarning
-from ..stages.s4_judge.verdict import Verdict
-from ..stages.s4_judge.vitals import Vitals
-from ..stages.s4_judge.vitals import document as vitals_document
-from ..stages.s5_act.respond import Memory
-from .group_metrics import ended_failures, group_document, group_families
-from .metric_families import (
+from ... import trust
+from ...clock import Clock, SystemClock
+from ...config import VERDICT_KINDS, Config
+from ...engines import ServerInfo
+from ...judge import Step
+from ...records import MAIN, PHASE_NAMES, Phase
+from ...render import iso, status_document, without_quote
+from ...stages.s3_track.snapshot import InvocationView, Snapshot
+from ...stages.s4_judge.ras_culprit import RasFinding
+from ...stages.s4_judge.timerlint import TimerWarning
+from ...stages.s4_judge.verdict import Verdict
+from ...stages.s4_judge.vitals import Vitals
+from ...stages.s4_judge.vitals import document as vitals_document
+from ...stages.s5_act.respond import Memory
+from ..group_metrics import ended_failures, group_document, group_families
+from ..metric_families import (
     PHASE_BUCKETS,
     RANK_PHASES,
     STARTUP_BUCKETS,
@@ -51,7 +51,7 @@ from .metric_families import (
     families,
     vitals_families,
 )
-from .ras_metrics import ras_families
+from ..ras_metrics import ras_families
 
 logger = logging.getLogger(__name__)
 REOPEN_REASONS = ("changed", "read_error", "retry", "catch_up_error")  # sources/journal_feed.py
@@ -127,7 +127,7 @@ class Exporter:
         self._restarts[reason] = self._restarts.get(reason, 0) + 1
 
     def restart_not_made(self, why: str) -> None:
-        """A restart decided and not made on purpose (sinks/acting.py: `started_again`)."""
+        """A restart decided and not made on purpose (sinks/acting/runner.py: `started_again`)."""
         self._restarts_not_made[why] = self._restarts_not_made.get(why, 0) + 1
 
     def saw_rejected(self, rejected: Mapping[str, int]) -> None:
