@@ -21,7 +21,7 @@ from .pipeline import Pipeline
 from .sinks.acting.actor import ActorParts, ActorSink, Alerter
 from .sinks.acting.group import GroupRestartsSink
 from .sinks.acting.runner import ActionRunner, ActionUnit, Worker
-from .sinks.actors import Actors, build_actors
+from .sinks.actors import ActorInputs, Actors, build_actors
 from .sinks.history import History, fingerprint
 from .sinks.hold import HoldFile
 from .sinks.metrics.exporter import Exporter
@@ -49,35 +49,58 @@ from .sources.unit_processes import RankProcesses, Unit, UnitFactsReader
 from .stages.s4_judge.ras_culprit import RasFinding
 
 
-def compose(config: Config, *, follower: JournalFollower, unit: Unit, alerter: Alerter, notifier: Notify,
-            store: StateStore, clock: Clock, processes: ProcessTable | None = None,
-            watchdog_interval: float | None = None, health_probe: BackgroundProbe | None = None,
-            exporter: Exporter | None = None, history: History | None = None,
-            sampler: ProcSampler | None = None, reload: Callable[[], Config] | None = None,
-            actions_off_the_loop: bool = False, action_unit: ActionUnit | None = None,
-            gpu: NvmlSource | None = None, receiver: AlertReceiver | None = None,
-            kernel: KernelXids | None = None) -> Daemon:
-    """A daemon watching `config.unit`. `unit` is read (its facts, timers); `action_unit`, when given,
-    is the one restarted (the guarded restart's); `reload` reads the config again on SIGHUP;
-    `actions_off_the_loop` runs the actor's actions on a worker thread (the daemon's way)."""
+@dataclass(frozen=True)
+class World:
+    """What the daemon reads and acts on: real in the daemon (commands/run.py), fakes in tests."""
+
+    follower: JournalFollower
+    unit: Unit  # read (its facts, timers)
+    alerter: Alerter
+    notifier: Notify
+    store: StateStore
+    clock: Clock
+    action_unit: ActionUnit | None = None  # the one restarted, when not `unit` (the guarded restart's)
+    processes: ProcessTable | None = None
+
+
+@dataclass(frozen=True)
+class Extras:
+    """The parts a daemon may go without (None: none)."""
+
+    watchdog_interval: float | None = None
+    health_probe: BackgroundProbe | None = None
+    exporter: Exporter | None = None
+    history: History | None = None
+    sampler: ProcSampler | None = None
+    reload: Callable[[], Config] | None = None  # reads the config again on SIGHUP
+    actions_off_the_loop: bool = False  # the actor's actions on a worker thread (the daemon's way)
+    gpu: NvmlSource | None = None
+    receiver: AlertReceiver | None = None
+    kernel: KernelXids | None = None
+
+
+def compose(config: Config, world: World, extras: Extras = Extras()) -> Daemon:
+    """A daemon watching `config.unit`."""
+    follower, unit, alerter, store, clock = world.follower, world.unit, world.alerter, world.store, world.clock
+    exporter, history, receiver = extras.exporter, extras.history, extras.receiver
     pipeline = Pipeline(config)
     current = pipeline.current
     facts = UnitFactsReader(unit, config.unit)
-    processes = processes or ProcessTable()
+    processes = world.processes or ProcessTable()
     journal = JournalFeed(follower, pipeline, config.unit, clock, after_batch=lambda: None)  # (the loop's, below)
-    health = HealthProbes(config, health_probe or BackgroundProbe(), current, clock,
+    health = HealthProbes(config, extras.health_probe or BackgroundProbe(), current, clock,
                           _probe_observer(exporter) if exporter is not None else None)
     ranks = RankProcesses(facts, processes, current, config.rank_processes == "host")
-    signs = SignsOfLife(config, sampler or ProcSampler(processes), facts, current,
-                        exporter.saw_vitals if exporter is not None else None, gpu)
+    signs = SignsOfLife(config, extras.sampler or ProcSampler(processes), facts, current,
+                        exporter.saw_vitals if exporter is not None else None, extras.gpu)
     judge = Judge(config, pipeline, HistoryReaders(history, fingerprint),
                   UnitReaders(unit.timers, _control_group(facts), port_holders, ras_port_holder))
     ras = RasAdvisor(lambda: judge.limits, facts, processes, ranks, current, _ras_seen(pipeline, exporter),
                      unit_environment=lambda: judge.unit_settings.environment)
-    faults = GpuHealthSource(pipeline, current, gpu_ranks(signs), signs.gpu, kernel)
+    faults = GpuHealthSource(pipeline, current, gpu_ranks(signs), signs.gpu, extras.kernel)
     sources: Sequence[Source] = (journal, health, ranks, signs, ras, faults,
                                  *((receiver,) if receiver is not None else ()))
-    acting_unit = action_unit or unit
+    acting_unit = world.action_unit or unit
     make_actors = ActorsFactory(acting_unit, alerter, processes, store, ranks, pipeline.ras_advice.get, faults)
     actors = make_actors(config)
     judging_clock = JudgedClock(clock, journal)
@@ -87,18 +110,19 @@ def compose(config: Config, *, follower: JournalFollower, unit: Unit, alerter: A
                           run_hook=actors.hooks, guarded=actors.guarded)
     actor = ActorSink(config, ActorParts(facts.read, alerter, store, judging_clock, _cursor_of(follower), hold, host),
                       runner)
-    if actions_off_the_loop:
+    if extras.actions_off_the_loop:
         actor.worker = Worker(runner)
     group = GroupRestartsSink(config, actor, receiver, hold, facts.read)
     if exporter is not None and receiver is not None:
         exporter.group_counts = receiver.counts
-    parts = Parts(config=config, clock=clock, follower=follower, notifier=notifier, store=store, pipeline=pipeline,
-                  judge=judge, judging_clock=judging_clock, read_config=reload, facts=facts, journal=journal,
+    parts = Parts(config=config, clock=clock, follower=follower, notifier=world.notifier, store=store,
+                  pipeline=pipeline,
+                  judge=judge, judging_clock=judging_clock, read_config=extras.reload, facts=facts, journal=journal,
                   health=health, ranks=ranks, signs=signs, sources=sources, unit=acting_unit, make_actors=make_actors,
                   actors=actors, actor=actor, group=group,
                   history=HistorySink(config.unit, history, host, judge.forget, group.ended_by.get)
                   if history is not None else None,
-                  systemd=SystemdStatusSink(config, notifier, store, watchdog_interval, clock),
+                  systemd=SystemdStatusSink(config, world.notifier, store, extras.watchdog_interval, clock),
                   metrics=MetricsSink(exporter, clock) if exporter is not None else None)
     return Daemon(parts)
 
@@ -117,9 +141,10 @@ class ActorsFactory:
     faults: GpuHealthSource  # the kernel's XIDs and the ranks' GPUs, for the evidence
 
     def __call__(self, config: Config) -> Actors:
-        return build_actors(config, self.unit, self.alerter.alert, self.processes, self.store.path.parent,
-                            rank_pids=self.ranks.watch.known_pids, rank_starts=self._rank_starts, ras=self.ras,
-                            xids=self.faults.xids_between, gpu_of=self.faults.gpu_of)
+        return build_actors(config, ActorInputs(self.unit, self.alerter.alert, self.processes, self.store.path.parent,
+                                                rank_pids=self.ranks.watch.known_pids, rank_starts=self._rank_starts,
+                                                ras=self.ras, xids=self.faults.xids_between,
+                                                gpu_of=self.faults.gpu_of))
 
     def _rank_starts(self) -> dict[int, int]:
         return self.ranks.started

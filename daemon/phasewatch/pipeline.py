@@ -42,7 +42,7 @@ QUARANTINE_LOG_LIMIT = 20
 @dataclass(frozen=True)
 class Judgement:
     """One start-up judged: `verdicts` are what was wrong when it was stopped and what is wrong now
-    (what the metrics, the history and replay tell); `live` only what is wrong now (what the responder
+    (what the metrics, the history and replay tell); `live` only what is wrong now (what the actor
     acts on)."""
 
     invocation: InvocationView

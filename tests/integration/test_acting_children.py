@@ -11,7 +11,7 @@ from pathlib import Path
 
 from fakes import ScriptedJournal
 from phasewatch.clock import FakeClock
-from phasewatch.compose import compose
+from phasewatch.compose import Extras, World, compose
 from phasewatch.config import DEFAULT_ACTIONS, DEFAULT_LIMITS, Config, EvidenceCapture, Hook, PhaseLimits
 from phasewatch.records import JournalRecord, Phase
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
@@ -131,10 +131,10 @@ def test_a_hung_hook_runs_off_the_loop_which_keeps_judging_and_pinging(tmp_path:
     unit = RecordingUnit(UnitFacts("activating", "start", INV, control_group=None, started_at=T0))
     notifier = RecordingNotifier()
     (tmp_path / "proc").mkdir()
-    app = compose(config, follower=journal, unit=unit, alerter=RecordingAlerter(UNIT),  # type: ignore[arg-type]
-                  notifier=notifier, store=StateStore(tmp_path, UNIT), clock=clock, watchdog_interval=30.0,
-                  processes=ProcessTable(proc=str(tmp_path / "proc"), cgroup_roots=(str(tmp_path / "cg"),)),
-                  actions_off_the_loop=True)
+    app = compose(config, World(follower=journal, unit=unit, alerter=RecordingAlerter(UNIT), notifier=notifier,
+                        store=StateStore(tmp_path, UNIT), clock=clock,
+                        processes=ProcessTable(proc=str(tmp_path / "proc"), cgroup_roots=(str(tmp_path / "cg"),))),
+                  Extras(watchdog_interval=30.0, actions_off_the_loop=True))
     hook = BlockingHook()
     app.actor.runner.run_hook = hook
     journal.push(*(JournalRecord(f"[2026-11-29 08:00:00 TP{n}] Load weight begin. avail mem=137.95 GB", T0,

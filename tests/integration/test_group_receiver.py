@@ -16,7 +16,7 @@ import pytest
 
 from phasewatch.app import Daemon
 from phasewatch.clock import FakeClock
-from phasewatch.compose import compose
+from phasewatch.compose import Extras, World, compose
 from phasewatch.config import DEFAULT_LIMITS, Config, Group, PhaseLimits
 from phasewatch.config_sections import GroupReceiver
 from phasewatch.errors import ConfigError
@@ -59,9 +59,10 @@ def daemon(tmp_path: Path, config: Config, receiver: AlertReceiver
     journal = ScriptedJournal()
     unit = RecordingUnit(UnitFacts("activating", "start", INV, control_group=None, started_at=T0))
     alerter = RecordingAlerter(UNIT)
-    app = compose(config, follower=journal, unit=unit, alerter=alerter, notifier=RecordingNotifier(),  # type: ignore[arg-type]
-                  store=StateStore(tmp_path, UNIT), clock=clock, receiver=receiver,
-                  processes=ProcessTable(proc=str(tmp_path / "proc"), cgroup_roots=(str(tmp_path / "cg"),)))
+    app = compose(config, World(follower=journal, unit=unit, alerter=alerter, notifier=RecordingNotifier(),
+                        store=StateStore(tmp_path, UNIT), clock=clock,
+                        processes=ProcessTable(proc=str(tmp_path / "proc"), cgroup_roots=(str(tmp_path / "cg"),))),
+                  Extras(receiver=receiver))
     journal.push(*(JournalRecord(f"[2026-11-29 08:00:00 TP{n}] Load weight begin. avail mem=137.95 GB", T0,
                                  pid=100 + n, invocation_id=INV) for n in range(8)))
     return app, unit, alerter, clock

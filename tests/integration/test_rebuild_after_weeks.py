@@ -17,7 +17,7 @@ from forged_entries import forged_line
 from journal_dirs import write_journal
 from phasewatch.app import Daemon
 from phasewatch.clock import FakeClock
-from phasewatch.compose import compose
+from phasewatch.compose import World, compose
 from phasewatch.config import Config
 from phasewatch.records import VerdictKind
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
@@ -57,10 +57,10 @@ def started(directory: Path, tmp_path: Path, name: str, wall: float) -> tuple[Da
     state = tmp_path / name
     unit = RecordingUnit(UnitFacts("active", "running", INVOCATION, control_group=None, started_at=STARTED))
     notifier = RecordingNotifier()
-    app = compose(Config(unit=UNIT), follower=JournalFollower(UNIT, str(directory)), unit=unit,
-                  alerter=RecordingAlerter(UNIT), notifier=notifier, store=StateStore(state, UNIT),
-                  clock=FakeClock(wall=wall),
-                  processes=ProcessTable(proc=str(state / "proc"), cgroup_roots=(str(state / "cg"),)))
+    app = compose(Config(unit=UNIT), World(follower=JournalFollower(UNIT, str(directory)), unit=unit,
+                        alerter=RecordingAlerter(UNIT), notifier=notifier, store=StateStore(state, UNIT),
+                        clock=FakeClock(wall=wall),
+                        processes=ProcessTable(proc=str(state / "proc"), cgroup_roots=(str(state / "cg"),))))
     app.start()
     return app, notifier
 

@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry
 from fakes import ScriptedJournal
 from phasewatch.app import Daemon
 from phasewatch.clock import FakeClock
-from phasewatch.compose import compose
+from phasewatch.compose import Extras, World, compose
 from phasewatch.config import DEFAULT_ACTIONS, DEFAULT_LIMITS, Config, Hook, Leftovers, PhaseLimits, load_config
 from phasewatch.errors import ConfigError, UnitError
 from phasewatch.records import JournalRecord, Phase
@@ -46,10 +46,10 @@ def make(tmp_path: Path, config: Config, *, worker: bool = False, unit: Recordin
     (tmp_path / "proc").mkdir(exist_ok=True)
     unit = unit or RecordingUnit(UnitFacts("activating", "start", INV, control_group=None, started_at=T0))
     alerter, notifier = RecordingAlerter(UNIT), RecordingNotifier()
-    app = compose(config, follower=journal, unit=unit, alerter=alerter, notifier=notifier,  # type: ignore[arg-type]
-                  store=StateStore(tmp_path, UNIT), clock=clock, watchdog_interval=30.0,
-                  processes=ProcessTable(proc=str(tmp_path / "proc"), cgroup_roots=(str(tmp_path / "cg"),)),
-                  actions_off_the_loop=worker, exporter=exporter)
+    app = compose(config, World(follower=journal, unit=unit, alerter=alerter, notifier=notifier,
+                        store=StateStore(tmp_path, UNIT), clock=clock,
+                        processes=ProcessTable(proc=str(tmp_path / "proc"), cgroup_roots=(str(tmp_path / "cg"),))),
+                  Extras(watchdog_interval=30.0, actions_off_the_loop=worker, exporter=exporter))
     return app, journal, unit, alerter, notifier, clock
 
 
@@ -243,10 +243,10 @@ def test_reload_rebuilds_hooks_evidence_and_the_guarded_restart(tmp_path: Path) 
     config = load_config(path)
     clock = FakeClock(wall=T0)
     unit = RecordingUnit(UnitFacts("activating", "start", INV, control_group=None, started_at=T0))
-    app = compose(config, follower=ScriptedJournal(), unit=unit, alerter=RecordingAlerter(UNIT),  # type: ignore
-                  notifier=RecordingNotifier(), store=StateStore(tmp_path, UNIT), clock=clock,
-                  processes=ProcessTable(proc=str(tmp_path / "proc"), cgroup_roots=(str(tmp_path / "cg"),)),
-                  reload=lambda: load_config(path))
+    app = compose(config, World(follower=ScriptedJournal(), unit=unit, alerter=RecordingAlerter(UNIT),
+                        notifier=RecordingNotifier(), store=StateStore(tmp_path, UNIT), clock=clock,
+                        processes=ProcessTable(proc=str(tmp_path / "proc"), cgroup_roots=(str(tmp_path / "cg"),))),
+                  Extras(reload=lambda: load_config(path)))
     assert app.actor.guarded is None
     path.write_text(f"unit: {UNIT}\nhooks:\n  h:\n    exec: [/bin/true]\n    timeout: 3s\nleftovers:\n"
                     "  check: true\nevidence:\n  timeout: 3s\nrank_processes: host\n"

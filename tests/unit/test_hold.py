@@ -13,7 +13,7 @@ from fakes import ScriptedJournal
 from phasewatch.app import Daemon
 from phasewatch.cli import main
 from phasewatch.clock import FakeClock
-from phasewatch.compose import compose
+from phasewatch.compose import World, compose
 from phasewatch.config import DEFAULT_LIMITS, Config, PhaseLimits
 from phasewatch.records import JournalRecord, Phase
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
@@ -34,9 +34,9 @@ def daemon(tmp_path: Path, at: float) -> tuple[Daemon, ScriptedJournal, Recordin
     journal = ScriptedJournal()
     unit = RecordingUnit(UnitFacts("activating", "start", INV, control_group=None, started_at=T0))
     alerter = RecordingAlerter(UNIT)
-    app = compose(CONFIG, follower=journal, unit=unit, alerter=alerter,  # type: ignore[arg-type]
-                  notifier=RecordingNotifier(), store=StateStore(tmp_path, UNIT), clock=clock,
-                  processes=ProcessTable(proc=str(tmp_path / "proc"), cgroup_roots=(str(tmp_path / "cg"),)))
+    app = compose(CONFIG, World(follower=journal, unit=unit, alerter=alerter, notifier=RecordingNotifier(),
+                        store=StateStore(tmp_path, UNIT), clock=clock,
+                        processes=ProcessTable(proc=str(tmp_path / "proc"), cgroup_roots=(str(tmp_path / "cg"),))))
     journal.push(*(JournalRecord(f"[2026-11-29 08:00:00 TP{n}] Load weight begin. avail mem=137.95 GB", T0,
                                  pid=100 + n, invocation_id=INV) for n in range(8)))
     return app, journal, unit, alerter, clock

@@ -34,7 +34,7 @@ from fakes import (
 )
 from phasewatch import __version__
 from phasewatch.clock import FakeClock
-from phasewatch.compose import compose
+from phasewatch.compose import Extras, World, compose
 from phasewatch.config import DEFAULT_LIMITS, VERDICT_KINDS, Config, PhaseLimits, RestartBudget
 from phasewatch.judge import JournalState, Judge, Step
 from phasewatch.pipeline import Judgement, Pipeline
@@ -351,10 +351,10 @@ def test_daemon_publishes_and_counts_its_restart(tmp_path: Path) -> None:
                                    started_at=clock.wall()))
     registry = CollectorRegistry()
     exporter = Exporter(config, registry, clock)
-    app = compose(config, follower=journal, unit=unit, alerter=RecordingAlerter(config.unit),  # type: ignore[arg-type]
-                  notifier=RecordingNotifier(), store=StateStore(tmp_path, config.unit), clock=clock,
-                  processes=ProcessTable(proc=str(tmp_path / "proc"), cgroup_roots=(str(tmp_path / "cg"),)),
-                  exporter=exporter)
+    app = compose(config, World(follower=journal, unit=unit, alerter=RecordingAlerter(config.unit),
+                        notifier=RecordingNotifier(), store=StateStore(tmp_path, config.unit), clock=clock,
+                        processes=ProcessTable(proc=str(tmp_path / "proc"), cgroup_roots=(str(tmp_path / "cg"),))),
+                  Extras(exporter=exporter))
     journal.push(*(JournalRecord(f"[2026-11-29 08:00:00 TP{n}] Load weight begin. avail mem=137.95 GB", clock.wall(),
                                  pid=100 + n, invocation_id="0123456789abcdef0123456789abcdef") for n in range(8)))
     app.start()
@@ -386,10 +386,10 @@ def test_one_judgement_per_step_read_by_every_sink(tmp_path: Path, monkeypatch: 
     invocation = "0123456789abcdef0123456789abcdef"
     unit = RecordingUnit(UnitFacts("activating", "start", invocation, control_group=None, started_at=clock.wall()))
     exporter = Exporter(config, CollectorRegistry(), clock)
-    app = compose(config, follower=journal, unit=unit, alerter=RecordingAlerter(config.unit),  # type: ignore[arg-type]
-                  notifier=RecordingNotifier(), store=StateStore(tmp_path, config.unit), clock=clock,
-                  processes=ProcessTable(proc=str(tmp_path / "proc"), cgroup_roots=(str(tmp_path / "cg"),)),
-                  exporter=exporter)
+    app = compose(config, World(follower=journal, unit=unit, alerter=RecordingAlerter(config.unit),
+                        notifier=RecordingNotifier(), store=StateStore(tmp_path, config.unit), clock=clock,
+                        processes=ProcessTable(proc=str(tmp_path / "proc"), cgroup_roots=(str(tmp_path / "cg"),))),
+                  Extras(exporter=exporter))
     judged: list[Step] = []
     judge_one, judge = Pipeline.judge_one, Judge.judge
     calls: list[str] = []

@@ -27,7 +27,7 @@ from forged_entries import (
     phantom_rank,
 )
 from phasewatch.clock import FakeClock
-from phasewatch.compose import compose
+from phasewatch.compose import World, compose
 from phasewatch.config import Config
 from phasewatch.judge import Judge
 from phasewatch.pipeline import Pipeline
@@ -144,10 +144,9 @@ def test_daemon_reads_on_past_a_flood_of_forged_entries(tmp_path: Path) -> None:
     clock = FakeClock(wall=BASE)
     journal = FloodedJournal()
     unit = RecordingUnit(UnitFacts("activating", "start", INVOCATION, control_group=None, started_at=BASE))
-    app = compose(Config(unit=UNIT), follower=journal, unit=unit,  # type: ignore[arg-type]
-                  alerter=RecordingAlerter(UNIT), notifier=RecordingNotifier(), store=StateStore(tmp_path, UNIT),
-                  clock=clock,
-                  processes=ProcessTable(proc=str(tmp_path / "proc"), cgroup_roots=(str(tmp_path / "cg"),)))
+    app = compose(Config(unit=UNIT), World(follower=journal, unit=unit, alerter=RecordingAlerter(UNIT),
+                        notifier=RecordingNotifier(), store=StateStore(tmp_path, UNIT), clock=clock,
+                        processes=ProcessTable(proc=str(tmp_path / "proc"), cgroup_roots=(str(tmp_path / "cg"),))))
     app.start()
     journal.empty_reads = 12  # more than one step reads (10): the next step must not wait for the journal
     journal.push(*(JournalRecord(f"[2026-11-29 08:00:00 TP{n}] Load weight begin. avail mem=137.95 GB", BASE,

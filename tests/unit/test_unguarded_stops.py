@@ -12,7 +12,7 @@ from fakes import ScriptedJournal
 from learn_startups import BASE, UNIT, run
 from phasewatch.app import Daemon
 from phasewatch.clock import FakeClock
-from phasewatch.compose import compose
+from phasewatch.compose import Extras, World, compose
 from phasewatch.config import Config
 from phasewatch.records import record_from_fields
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
@@ -105,10 +105,11 @@ def daemon_with_history(tmp_path: Path) -> tuple[Daemon, ScriptedJournal, Histor
     journal = ScriptedJournal()
     unit = RecordingUnit(UnitFacts("failed", "failed", f"{1:032x}", control_group=None, started_at=BASE))
     history = History(tmp_path / "h.sqlite3")
-    app = compose(Config(unit=UNIT), follower=journal, unit=unit, alerter=RecordingAlerter(UNIT),  # type: ignore[arg-type]
-                  notifier=RecordingNotifier(), store=StateStore(tmp_path, UNIT), clock=FakeClock(wall=BASE + 600),
-                  processes=ProcessTable(proc=str(tmp_path / "proc"), cgroup_roots=(str(tmp_path / "cg"),)),
-                  history=history)
+    app = compose(Config(unit=UNIT), World(follower=journal, unit=unit, alerter=RecordingAlerter(UNIT),
+                        notifier=RecordingNotifier(), store=StateStore(tmp_path, UNIT),
+                        clock=FakeClock(wall=BASE + 600),
+                        processes=ProcessTable(proc=str(tmp_path / "proc"), cgroup_roots=(str(tmp_path / "cg"),))),
+                  Extras(history=history))
     for n, faults in ((1, OOM), (2, Faults())):  # the OOM start-up is recorded once a newer one began
         journal.push(*(record_from_fields(e) for e in journal_json(build(0.01, faults), base=BASE + (n - 1) * 300,
                                                                    unit=UNIT, invocation=f"{n:032x}")))

@@ -14,7 +14,7 @@ import pytest
 from fakes import ScriptedJournal
 from phasewatch.app import Daemon
 from phasewatch.clock import FakeClock
-from phasewatch.compose import compose
+from phasewatch.compose import Extras, World, compose
 from phasewatch.config import Config
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import JournalRecord
@@ -145,9 +145,10 @@ def silent_daemon(tmp_path: Path) -> tuple[Daemon, FakeClock, ScriptedJournal, C
     journal = ScriptedJournal()
     table = CountingTable(tmp_path)
     unit = RecordingUnit(UnitFacts("activating", "start", INV, control_group=GROUP, started_at=T0))
-    app = compose(Config(unit=UNIT), follower=journal, unit=unit, alerter=RecordingAlerter(UNIT),  # type: ignore[arg-type]
-                  notifier=RecordingNotifier(), store=StateStore(tmp_path / "state", UNIT), clock=clock,
-                  processes=table, watchdog_interval=30.0)
+    app = compose(Config(unit=UNIT), World(follower=journal, unit=unit, alerter=RecordingAlerter(UNIT),
+                        notifier=RecordingNotifier(), store=StateStore(tmp_path / "state", UNIT), clock=clock,
+                        processes=table),
+                  Extras(watchdog_interval=30.0))
     journal.push(JournalRecord("[2026-11-29 08:00:00 TP0] Load weight begin. avail mem=70.00 GB", T0, pid=4301,
                                invocation_id=INV))
     return app, clock, journal, table

@@ -21,7 +21,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from ..app import watchdog_interval_from_env
     from ..clock import SystemClock
-    from ..compose import compose
+    from ..compose import Extras, World, compose
     from ..config_host import check_on_host
     from ..sinks.actions import JournalAlerter, Notifier
     from ..sinks.history import History
@@ -64,13 +64,14 @@ def cmd_run(args: argparse.Namespace) -> int:
                                                                        verdict_kind="receiver_unbound",
                                                                        priority=PRIORITY["receiver_unbound"],
                                                                        cause="listen")), peer_of=peer_key)
-    daemon = compose(config, follower=JournalFollower(config.unit, args.directory), unit=unit,
-                     alerter=alerter, notifier=Notifier(), store=StateStore(state_dir, config.unit),
-                     clock=SystemClock(), watchdog_interval=watchdog_interval_from_env(), exporter=exporter,
-                     history=History(Path(state_dir) / f"{config.unit}.history.sqlite3"), reload=read_config,
-                     actions_off_the_loop=True, action_unit=SystemdUnit(config.unit),  # (its own D-Bus connection)
-                     gpu=NvmlSource(), receiver=receiver,
-                     kernel=KernelXids(args.directory, since=SystemClock().wall() - STARTUP_LOOKBACK))
+    world = World(JournalFollower(config.unit, args.directory), unit, alerter, Notifier(),
+                  StateStore(state_dir, config.unit), SystemClock(),
+                  action_unit=SystemdUnit(config.unit))  # (its own D-Bus connection)
+    daemon = compose(config, world, Extras(
+        watchdog_interval=watchdog_interval_from_env(), exporter=exporter,
+        history=History(Path(state_dir) / f"{config.unit}.history.sqlite3"), reload=read_config,
+        actions_off_the_loop=True, gpu=NvmlSource(), receiver=receiver,
+        kernel=KernelXids(args.directory, since=SystemClock().wall() - STARTUP_LOOKBACK)))
 
     def stop(signum: int, frame: object) -> None:
         raise SystemExit(0)

@@ -9,7 +9,7 @@ at least one PhasewatchGroupRestart of this node's group. Everything else is ref
 reason (phasewatch_group_webhook_refused_total), and logged at most once a minute per reason:
 no_token, bad_token, method, path, too_large, bad_payload, other_group, timeout, tls, busy (answered
 503), error. An accepted notification's firing alerts become `GroupRestartRequest`s, handed to the
-loop through a pipe (`fds()`), taken by `take()`; the responder decides
+loop through a pipe (`fds()`), taken by `take()`; the group sink (sinks/acting/group.py) decides
 (stages/s5_act/group_decision.py).
 
 The listening socket is the one systemd passed (units/phasewatch-receiver@.socket: bound by PID 1
@@ -167,7 +167,7 @@ class AlertReceiver:
     def collect(self, now: Instant, readable: Sequence[int]) -> list[Event]:
         if self.gave_up is not None:
             raise UnavailableError(self.gave_up)
-        return []  # (no tracker events: the requests go to the responder, take())
+        return []  # (no tracker events: the requests go to the group sink, take())
 
     def take(self) -> list[GroupRestartRequest]:
         try:

@@ -11,7 +11,7 @@ never tried again. When the check cannot be made (the facts read fails) the rest
 and the log says so: a stuck start-up must still be restarted within its bound.
 
 A restart that systemd refused (a transient D-Bus or polkit error) is reported as such; the
-responder tries it again after RESTART_BACKOFF seconds, RESTART_TRIES times in all (sinks/acting/actor.py).
+actor tries it again after RESTART_BACKOFF seconds, RESTART_TRIES times in all (sinks/acting/actor.py).
 `Inline` runs a job at once in the caller's thread (tests, replay).
 """
 
@@ -148,7 +148,7 @@ class ActionRunner:
         return path
 
     def _restart(self, done: Done, action: Action) -> Done:
-        """One try (a signal's EINTR is retried inside the call: systemd_unit.py); the responder
+        """One try (a signal's EINTR is retried inside the call: systemd_unit.py); the actor
         tries again after RESTART_BACKOFF, on the loop's clock."""
         why = self._not_now(action)
         if why is not None:

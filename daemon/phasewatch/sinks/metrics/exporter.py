@@ -82,7 +82,7 @@ class Exporter:
         self._server: ServerInfo | None = None
         self._known: frozenset[str] = frozenset()
         self._degraded: dict[str, str] = {}
-        self._why: dict[str, Any] = {}  # hold, previous start-up, evidence (responder.why)
+        self._why: dict[str, Any] = {}  # hold, previous start-up, evidence (Step.why)
         # read by the server threads
         self._published = self._freeze(Published())
         self._probes = Probes()

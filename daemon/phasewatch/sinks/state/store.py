@@ -3,7 +3,7 @@
 One JSON file, written atomically (temporary file, fsync, rename): the journal cursor, the
 invocation it belongs to, which verdicts were alerted, which invocations were restarted, the
 restart budget, the alerts and restart decided and not yet done (`pending`, done at the next start:
-sinks/responding.py) and a guarded restart's start that waits for leftovers (`guarded`). A corrupt
+sinks/acting/actor.py) and a guarded restart's start that waits for leftovers (`guarded`). A corrupt
 or unreadable file, or a corrupt value in it, is reported and dropped, never fatal; a write the host
 refuses leaves the old file whole.
 """

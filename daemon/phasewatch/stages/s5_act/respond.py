@@ -178,15 +178,7 @@ def respond(verdicts: list[Verdict], memory: Memory, status: UnitStatus, now: fl
     alerted = set(memory.alerted)
     restarted = set(memory.restarted)
 
-    failing = [v for v in verdicts if v.kind in FAILURE_KINDS or "restart" in config.actions.get(v.kind, ())]
-    for invocation in dict.fromkeys(v.invocation_id for v in failing):
-        if invocation not in {f[0] for f in budget.failures}:
-            budget = replace(budget, failures=budget.failures + ((invocation, now),))
-        first = next((v for v in failing if v.invocation_id == invocation and v.kind in FAILURE_KINDS), None)
-        if first is not None:  # a failed start-up (not a server unhealthy after ready): its fingerprint
-            within = {i for i, _ in budget.within(now, config.restart_budget.window)}
-            prints = tuple(p for p in budget.prints if p[0] in within)
-            budget = replace(budget, prints=with_print(prints, invocation, fingerprint(first)))
+    budget = _with_failures(budget, verdicts, now, config)
     refusals: dict[str, Refusal | None] = {}
 
     for verdict in verdicts:
@@ -229,12 +221,7 @@ def respond(verdicts: list[Verdict], memory: Memory, status: UnitStatus, now: fl
                 retry_at = decision.wait_until if retry_at is None else min(retry_at, decision.wait_until)
             gave_up_now = budget.state is BudgetState.GAVE_UP and memory.budget.state is BudgetState.ARMED
             if gave_up_now and not any(a.verdict_kind == "gave_up" for a in actions):
-                spent = len(budget.within(now, config.restart_budget.window))
-                actions.append(_about(verdict, config, ActionKind.ALERT,
-                    f"{config.unit}: restart budget spent ({spent} failed start-ups in "
-                    f"{format_duration(config.restart_budget.window)}, at most {config.restart_budget.max}); "
-                    "phasewatch gave up and will not restart it until a start-up reaches ready or an operator "
-                    "restarts it", verdict_kind="gave_up"))
+                actions.append(_gave_up(verdict, budget, now, config))
         if "alert" in wanted and verdict.key not in alerted:
             alerted.add(verdict.key)
             message = verdict.message + (f"; {note}" if note else "") + (f"; remedy: {remedy}" if remedy else "")
@@ -243,6 +230,30 @@ def respond(verdicts: list[Verdict], memory: Memory, status: UnitStatus, now: fl
     actions = _grouped(actions)
     actions.sort(key=lambda a: ACTION_ORDER.index(a.kind))
     return Response(tuple(actions), Memory(frozenset(alerted), frozenset(restarted), budget), retry_at)
+
+
+def _with_failures(budget: Budget, verdicts: list[Verdict], now: float, config: Config) -> Budget:
+    """The budget with the start-ups that fail (or that phasewatch restarts for) counted once each,
+    and a failed start-up's fingerprint (restart_gate.py)."""
+    failing = [v for v in verdicts if v.kind in FAILURE_KINDS or "restart" in config.actions.get(v.kind, ())]
+    for invocation in dict.fromkeys(v.invocation_id for v in failing):
+        if invocation not in {f[0] for f in budget.failures}:
+            budget = replace(budget, failures=budget.failures + ((invocation, now),))
+        first = next((v for v in failing if v.invocation_id == invocation and v.kind in FAILURE_KINDS), None)
+        if first is not None:  # a failed start-up (not a server unhealthy after ready): its fingerprint
+            within = {i for i, _ in budget.within(now, config.restart_budget.window)}
+            prints = tuple(p for p in budget.prints if p[0] in within)
+            budget = replace(budget, prints=with_print(prints, invocation, fingerprint(first)))
+    return budget
+
+
+def _gave_up(verdict: Verdict, budget: Budget, now: float, config: Config) -> Action:
+    spent = len(budget.within(now, config.restart_budget.window))
+    return _about(verdict, config, ActionKind.ALERT,
+                  f"{config.unit}: restart budget spent ({spent} failed start-ups in "
+                  f"{format_duration(config.restart_budget.window)}, at most {config.restart_budget.max}); "
+                  "phasewatch gave up and will not restart it until a start-up reaches ready or an operator "
+                  "restarts it", verdict_kind="gave_up")
 
 
 def _grouped(actions: list[Action]) -> list[Action]:
