@@ -24,6 +24,7 @@ from .durations import format_duration
 from .errors import ConfigError, UnitError
 from .judge import JournalState, Judge, Step
 from .pipeline import Pipeline
+from .records import GroupRestartRequest
 from .sinks.acting.actor import ActorSink
 from .sinks.acting.group import GroupRestartsSink
 from .sinks.acting.runner import ActionUnit
@@ -161,11 +162,14 @@ class Daemon:
             # (next_deadline() forgets a deadline once it is past: it must be judged in this step).
             return
         self.ranks.saw_pids(self.journal.take_pids())
-        now = self.now()
+        now, requests = self.now(), []
         for source in self.sources[1:]:
-            for event in source.collect(now, readable):
-                self.pipeline.apply(event, now.wall)
-        step = self.judged()
+            for seen in source.collect(now, readable):
+                if isinstance(seen, GroupRestartRequest):
+                    requests.append(seen)
+                else:
+                    self.pipeline.apply(seen, now.wall)
+        step = self.judged(tuple(requests))
         self._act(step)
         self.group.tell(step)
         self._tick_guarded()
@@ -185,13 +189,13 @@ class Daemon:
             _drain(self.wakeup_fd)
         return readable
 
-    def judged(self) -> Step:
+    def judged(self, requests: tuple[GroupRestartRequest, ...] = ()) -> Step:
         """The step's one judgement (judge.py), which every sink reads."""
         inv, wall = self.pipeline.current(), self.clock.wall()
         rejected = dict(self.follower.rejected)
         journal = JournalState(self.journal.entries_by_invocation.get(inv.invocation_id, 0) if inv else 0,
                                rejected, self.journal.document(wall), self.pipeline.entries)
-        return self.judge.judge(self.parts.judging_clock.wall(), journal, self.signs.vitals)
+        return self.judge.judge(self.parts.judging_clock.wall(), journal, self.signs.vitals, requests)
 
     def _act(self, step: Step) -> None:
         """The sinks that act on the judgement: the history first (as the actor did before it acted)."""

@@ -15,7 +15,7 @@ from .config import Config
 from .engines import ServerInfo
 from .errors import UnitError
 from .pipeline import Judgement, Pipeline
-from .records import Phase
+from .records import GroupRestartRequest, Phase
 from .stages.s3_track.snapshot import InvocationView, Snapshot, UnitState
 from .stages.s4_judge.learn import LimitInForce, adapted, eta_seconds, limits_in_force, typical_durations
 from .stages.s4_judge.ras_culprit import RasFinding
@@ -78,6 +78,7 @@ class Step:
     journal: JournalState = field(default_factory=JournalState)
     vitals: Vitals | None = None  # the ranks' signs of life (sources/signs_of_life.py)
     ras: RasFinding | None = None  # NCCL RAS's last finding for the current start-up (sources/ras.py)
+    requests: tuple[GroupRestartRequest, ...] = ()  # the group's restart requests taken in at this step
     acted: Acted = field(default_factory=Acted)  # (filled in after the actor: app.py)
 
     def of(self, inv: InvocationView | None) -> Judgement | None:
@@ -143,7 +144,8 @@ class Judge:
         self.linted: set[str] = set()  # start-ups whose timers were checked (once each)
         self.timer_warnings: tuple[TimerWarning, ...] = ()
 
-    def judge(self, now: float, journal: JournalState | None = None, vitals: Vitals | None = None) -> Step:
+    def judge(self, now: float, journal: JournalState | None = None, vitals: Vitals | None = None,
+              requests: tuple[GroupRestartRequest, ...] = ()) -> Step:
         """The current start-up and the two before it (the one that just ended, a crash then systemd's
         Restart=, may have news too), each judged once with the limits in force for it. The current
         one's limits, ETA and timer check come first: its verdicts' remedies read the unit's settings."""
@@ -162,7 +164,7 @@ class Judge:
             reasons = {p.value: item.reason for p, item in learned.limits.items()}
         ras = self.pipeline.ras_advice.get(current.invocation_id) if current is not None else None
         return Step(now, snapshot, judgements, self.limits, reasons, eta, self.timer_warnings, linted,
-                    journal or JournalState(read=self.pipeline.entries), vitals, ras)
+                    journal or JournalState(read=self.pipeline.entries), vitals, ras, requests)
 
     def _judge_one(self, inv: InvocationView, now: float, config: Config) -> Judgement:
         return self.pipeline.judge_one(inv, now, config, self.unit_settings)

@@ -113,7 +113,7 @@ def test_the_group_sink_restarts_on_the_groups_decision_through_the_actor(tmp_pa
     inv = j.invocation()
     request = GroupRestartRequest("kimi-tp16", "1", "stalled", j.now, "fp", "TP12", "cuda_graph_capture")
     j.wait(10)
-    sink.tell(step_of(inv, j.now, config), [request])
+    sink.tell(step_of(inv, j.now, config, requests=(request,)))
     assert unit.restarts == [INV] and [a["PHASEWATCH_VERDICT"] for a in alerter.sent] == ["group_restart"]
     assert sink.ended_by == {INV: "restarted by the group: node 1 TP12 stalled in cuda_graph_capture"}
 

@@ -35,7 +35,7 @@ from ..clock import Clock, SystemClock
 from ..config import Config
 from ..config_sections import Group, GroupReceiver
 from ..errors import ConfigError, UnavailableError
-from ..records import Event, GroupRestartRequest
+from ..records import GroupRestartRequest
 from ..stages.s5_act.group_decision import NotificationError, parse_notification
 from .base import Instant
 from .listen_fds import receiver_socket
@@ -164,10 +164,12 @@ class AlertReceiver:
     def next_deadline(self, now: Instant) -> float | None:
         return None
 
-    def collect(self, now: Instant, readable: Sequence[int]) -> list[Event]:
+    def collect(self, now: Instant, readable: Sequence[int]) -> list[GroupRestartRequest]:
+        """The requests taken in since the last step (no tracker events): the loop puts them in the
+        step for the group's sink (sinks/acting/group.py)."""
         if self.gave_up is not None:
             raise UnavailableError(self.gave_up)
-        return []  # (no tracker events: the requests go to the group sink, take())
+        return self.take()
 
     def take(self) -> list[GroupRestartRequest]:
         try:

@@ -6,7 +6,6 @@ decision kept for the history of the start-up it ended (`ended_by`)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
 from typing import Callable, Protocol
 
 from ...config import Config
@@ -20,16 +19,14 @@ from .actor import UNKNOWN, ActorSink
 logger = logging.getLogger(__name__)
 
 
-class Requests(Protocol):
-    """The group's requests taken in since the last step (sources/alert_receiver.AlertReceiver)."""
-
-    def take(self) -> list[GroupRestartRequest]: ...
+class Counted(Protocol):
+    """The receiver's count of decisions by act (sources/alert_receiver.AlertReceiver)."""
 
     def handled(self, act: str) -> None: ...
 
 
 class GroupRestartsSink:
-    def __init__(self, config: Config, actor: ActorSink, receiver: Requests | None,
+    def __init__(self, config: Config, actor: ActorSink, receiver: Counted | None,
                  hold: Callable[[float], Hold | None], read_facts: Callable[[], UnitFacts | None]) -> None:
         self.config = config
         self.actor, self.receiver = actor, receiver  # (None: no group receiver)
@@ -38,11 +35,9 @@ class GroupRestartsSink:
         self.decided: frozenset[tuple[str, float]] = frozenset()  # (fingerprint, startsAt) handled here
         self.ended_by: dict[str, str] = {}  # invocation -> what ended it from outside (for the history)
 
-    def tell(self, step: Step, requests: Iterable[GroupRestartRequest] | None = None) -> None:
-        """The requests given, else those the receiver took in since the last step."""
-        if requests is None:
-            requests = self.receiver.take() if self.receiver is not None else ()
-        for request in requests:
+    def tell(self, step: Step) -> None:
+        """The requests the receiver took in at this step (sources/alert_receiver.py)."""
+        for request in step.requests:
             self._handle(request, step)
 
     def reconfigured(self, config: Config) -> None:
