@@ -10,9 +10,10 @@ from prometheus_client import CollectorRegistry
 
 from phasewatch.clock import FakeClock
 from phasewatch.config.load import Config
+from phasewatch.judge import Judge
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import MAIN, MID_STARTED, JournalRecord
-from phasewatch.sinks.metrics import Exporter
+from phasewatch.sinks.metrics.exporter import Exporter
 from phasewatch.sources.journal.journal_reader import APPEND
 from phasewatch.stages.s3_track.snapshot import InvocationView
 from phasewatch.stages.s4_judge import policy
@@ -290,7 +291,8 @@ class MetricsFixture:
         self.exporter = Exporter(self.journal.config, self.registry, self.journal.clock)
 
     def publish(self, memory: Memory | None = None) -> None:
-        self.exporter.publish(self.journal.pipeline, memory or Memory(), self.journal.pipeline.judged(self.journal.now))
+        step = Judge(self.journal.config, self.journal.pipeline).judge(self.journal.now)
+        self.exporter.publish(step, memory or Memory())
 
     def value(self, name: str, **labels: str) -> float | None:
         return self.registry.get_sample_value(name, {"unit": UNIT, **labels})

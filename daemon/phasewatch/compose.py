@@ -3,9 +3,9 @@ sinks that read its one judgement per step. The loop that runs them is app.py; t
 loop and the loop makes no part.
 
     journal, health probe, rank processes, signs of life, Alertmanager's webhook   (sources/)
-        -> Pipeline (stages/)  -> the step's judgement (Responder.judge)
-        -> responder (alerts, restarts, history), group restarts, systemd (STATUS=, WATCHDOG=1,
-           status file), metrics exporter                                            (sinks/)
+        -> Pipeline (stages/)  -> Judge (judge.py): one Step per loop turn
+        -> history, actor (alerts, restarts), group restarts, systemd (STATUS=, WATCHDOG=1,
+           status file), metrics                                                     (sinks/)
 """
 
 from __future__ import annotations
@@ -16,24 +16,30 @@ from typing import Callable, Sequence
 from .app import Daemon, Parts
 from .clock import Clock
 from .config.load import Config
+from .judge import HistoryReaders, Judge, UnitReaders
 from .pipeline import Pipeline
-from .sinks.acting import ActionUnit, Worker
-from .sinks.actors import Actors, build_actors
-from .sinks.group_restarts import GroupRestarts
-from .sinks.history import History
+from .sinks.acting.actor import ActorParts, ActorSink, Alerter
+from .sinks.acting.group import GroupRestartsSink
+from .sinks.acting.runner import ActionRunner, ActionUnit, Worker
+from .sinks.actors import ActorInputs, Actors, build_actors
+from .sinks.history import History, fingerprint
 from .sinks.hold import HoldFile
-from .sinks.metrics import Exporter
-from .sinks.responder import Alerter, Responder
-from .sinks.state import StateStore
-from .sinks.systemd_status import Notify, SystemdStatus
+from .sinks.metrics.exporter import Exporter
+from .sinks.metrics.sink import MetricsSink
+from .sinks.state.history_sink import HistorySink
+from .sinks.state.host import DegradedHost
+from .sinks.state.store import StateStore
+from .sinks.state.systemd_status import Notify, SystemdStatusSink
 from .sources.base import Source
 from .sources.host.gpu import NvmlSource
 from .sources.host.gpu_health import GpuHealthSource, KernelXids, gpu_ranks
 from .sources.host.health import HealthProbes
+from .sources.host.listeners import port_holders
 from .sources.host.probe import BackgroundProbe, ProbeResult
 from .sources.host.procs import ProcessTable
 from .sources.host.procstat import ProcSampler
 from .sources.host.ras import RasAdvisor
+from .sources.host.ras_client import ras_port_holder
 from .sources.host.signs_of_life import SignsOfLife
 from .sources.host.unit_processes import RankProcesses, Unit, UnitFactsReader
 from .sources.journal.follow import JournalFollower
@@ -43,47 +49,81 @@ from .sources.receiver.alert_receiver import AlertReceiver
 from .stages.s4_judge.ras_culprit import RasFinding
 
 
-def compose(config: Config, *, follower: JournalFollower, unit: Unit, alerter: Alerter, notifier: Notify,
-            store: StateStore, clock: Clock, processes: ProcessTable | None = None,
-            watchdog_interval: float | None = None, health_probe: BackgroundProbe | None = None,
-            exporter: Exporter | None = None, history: History | None = None,
-            sampler: ProcSampler | None = None, reload: Callable[[], Config] | None = None,
-            actions_off_the_loop: bool = False, action_unit: ActionUnit | None = None,
-            gpu: NvmlSource | None = None, receiver: AlertReceiver | None = None,
-            kernel: KernelXids | None = None) -> Daemon:
-    """A daemon watching `config.unit`. `unit` is read (its facts, timers); `action_unit`, when given,
-    is the one restarted (the guarded restart's); `reload` reads the config again on SIGHUP;
-    `actions_off_the_loop` runs the responder's actions on a worker thread (the daemon's way)."""
+@dataclass(frozen=True)
+class World:
+    """What the daemon reads and acts on: real in the daemon (commands/run.py), fakes in tests."""
+
+    follower: JournalFollower
+    unit: Unit  # read (its facts, timers)
+    alerter: Alerter
+    notifier: Notify
+    store: StateStore
+    clock: Clock
+    action_unit: ActionUnit | None = None  # the one restarted, when not `unit` (the guarded restart's)
+    processes: ProcessTable | None = None
+
+
+@dataclass(frozen=True)
+class Extras:
+    """The parts a daemon may go without (None: none)."""
+
+    watchdog_interval: float | None = None
+    health_probe: BackgroundProbe | None = None
+    exporter: Exporter | None = None
+    history: History | None = None
+    sampler: ProcSampler | None = None
+    reload: Callable[[], Config] | None = None  # reads the config again on SIGHUP
+    actions_off_the_loop: bool = False  # the actor's actions on a worker thread (the daemon's way)
+    gpu: NvmlSource | None = None
+    receiver: AlertReceiver | None = None
+    kernel: KernelXids | None = None
+
+
+def compose(config: Config, world: World, extras: Extras = Extras()) -> Daemon:
+    """A daemon watching `config.unit`."""
+    follower, unit, alerter, store, clock = world.follower, world.unit, world.alerter, world.store, world.clock
+    exporter, history, receiver = extras.exporter, extras.history, extras.receiver
     pipeline = Pipeline(config)
     current = pipeline.current
     facts = UnitFactsReader(unit, config.unit)
-    processes = processes or ProcessTable()
+    processes = world.processes or ProcessTable()
     journal = JournalFeed(follower, pipeline, config.unit, clock, after_batch=lambda: None)  # (the loop's, below)
-    health = HealthProbes(config, health_probe or BackgroundProbe(), current, clock,
+    health = HealthProbes(config, extras.health_probe or BackgroundProbe(), current, clock,
                           _probe_observer(exporter) if exporter is not None else None)
     ranks = RankProcesses(facts, processes, current, config.rank_processes == "host")
-    signs = SignsOfLife(config, sampler or ProcSampler(processes), facts, current,
-                        exporter.saw_vitals if exporter is not None else None, gpu)
-    ras = RasAdvisor(lambda: pipeline.config, facts, processes, ranks, current, _ras_seen(pipeline, exporter),
-                     unit_environment=lambda: pipeline.unit_settings.environment)
-    faults = GpuHealthSource(pipeline, current, gpu_ranks(signs), signs.gpu, kernel)
+    signs = SignsOfLife(config, extras.sampler or ProcSampler(processes), facts, current,
+                        exporter.saw_vitals if exporter is not None else None, extras.gpu)
+    judge = Judge(config, pipeline, HistoryReaders(history, fingerprint),
+                  UnitReaders(unit.timers, _control_group(facts), port_holders, ras_port_holder))
+    ras = RasAdvisor(lambda: judge.limits, facts, processes, ranks, current, _ras_seen(pipeline, exporter),
+                     unit_environment=lambda: judge.unit_settings.environment)
+    faults = GpuHealthSource(pipeline, current, gpu_ranks(signs), signs.gpu, extras.kernel)
     sources: Sequence[Source] = (journal, health, ranks, signs, ras, faults,
                                  *((receiver,) if receiver is not None else ()))
-    acting_unit = action_unit or unit
+    acting_unit = world.action_unit or unit
     make_actors = ActorsFactory(acting_unit, alerter, processes, store, ranks, pipeline.ras_advice.get, faults)
     actors = make_actors(config)
-    responder = Responder(config, pipeline, unit=unit, read_facts=facts.read, alerter=alerter, store=store,
-                          clock=JudgedClock(clock, journal), history=history, exporter=exporter,
-                          cursor=_cursor_of(follower), action_unit=acting_unit,
-                          hold=HoldFile(store.path.parent, config.unit).read, run_hook=actors.hooks,
-                          guarded=actors.guarded, evidence=actors.evidence)
-    if actions_off_the_loop:
-        responder.actor = Worker(responder.runner)
-    parts = Parts(config=config, clock=clock, follower=follower, notifier=notifier, store=store, pipeline=pipeline,
-                  read_config=reload, facts=facts, processes=processes, journal=journal, health=health, ranks=ranks,
-                  signs=signs, sources=sources, unit=acting_unit, alerter=alerter, make_actors=make_actors,
-                  actors=actors, responder=responder, systemd=SystemdStatus(config, notifier, store, watchdog_interval),
-                  group=GroupRestarts(responder, receiver, exporter), exporter=exporter)
+    judging_clock = JudgedClock(clock, journal)
+    hold = HoldFile(store.path.parent, config.unit).read
+    host = DegradedHost(config.unit, alerter.alert, history, store)
+    runner = ActionRunner(config.unit, acting_unit, alerter.alert, wall=judging_clock.wall, evidence=actors.evidence,
+                          run_hook=actors.hooks, guarded=actors.guarded)
+    actor = ActorSink(config, ActorParts(facts.read, alerter, store, judging_clock, _cursor_of(follower), hold, host),
+                      runner)
+    if extras.actions_off_the_loop:
+        actor.worker = Worker(runner)
+    group = GroupRestartsSink(config, actor, receiver, hold, facts.read)
+    if exporter is not None and receiver is not None:
+        exporter.group_counts = receiver.counts
+    parts = Parts(config=config, clock=clock, follower=follower, notifier=world.notifier, store=store,
+                  pipeline=pipeline,
+                  judge=judge, judging_clock=judging_clock, read_config=extras.reload, facts=facts, journal=journal,
+                  health=health, ranks=ranks, signs=signs, sources=sources, unit=acting_unit, make_actors=make_actors,
+                  actors=actors, actor=actor, group=group,
+                  history=HistorySink(config.unit, history, host, judge.forget, group.ended_by.get)
+                  if history is not None else None,
+                  systemd=SystemdStatusSink(config, world.notifier, store, extras.watchdog_interval, clock),
+                  metrics=MetricsSink(exporter, clock) if exporter is not None else None)
     return Daemon(parts)
 
 
@@ -101,9 +141,10 @@ class ActorsFactory:
     faults: GpuHealthSource  # the kernel's XIDs and the ranks' GPUs, for the evidence
 
     def __call__(self, config: Config) -> Actors:
-        return build_actors(config, self.unit, self.alerter.alert, self.processes, self.store.path.parent,
-                            rank_pids=self.ranks.watch.known_pids, rank_starts=self._rank_starts, ras=self.ras,
-                            xids=self.faults.xids_between, gpu_of=self.faults.gpu_of)
+        return build_actors(config, ActorInputs(self.unit, self.alerter.alert, self.processes, self.store.path.parent,
+                                                rank_pids=self.ranks.watch.known_pids, rank_starts=self._rank_starts,
+                                                ras=self.ras, xids=self.faults.xids_between,
+                                                gpu_of=self.faults.gpu_of))
 
     def _rank_starts(self) -> dict[int, int]:
         return self.ranks.started
@@ -127,6 +168,13 @@ def _ras_seen(pipeline: Pipeline, exporter: Exporter | None) -> Callable[[RasFin
         if exporter is not None:
             exporter.saw_ras(finding)
     return seen
+
+
+def _control_group(facts: UnitFactsReader) -> Callable[[], str | None]:
+    def control_group() -> str | None:
+        known = facts.read()
+        return known.control_group if known is not None else None
+    return control_group
 
 
 def _cursor_of(follower: JournalFollower) -> Callable[[], str | None]:

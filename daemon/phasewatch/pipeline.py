@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, replace
-from typing import Callable, Iterable, Mapping
+from typing import Callable, Iterable
 
 from .config.load import Config
 from .records import (
@@ -42,31 +42,13 @@ QUARANTINE_LOG_LIMIT = 20
 @dataclass(frozen=True)
 class Judgement:
     """One start-up judged: `verdicts` are what was wrong when it was stopped and what is wrong now
-    (what the metrics, the history and replay tell); `live` only what is wrong now (what the responder
+    (what the metrics, the history and replay tell); `live` only what is wrong now (what the actor
     acts on)."""
 
     invocation: InvocationView
     verdicts: tuple[policy.Verdict, ...]
     outcome: str
     live: tuple[policy.Verdict, ...] = ()
-
-
-@dataclass(frozen=True)
-class StepJudgement:
-    """A daemon step's one judgement, which every sink reads: the start-ups of `snapshot` that can
-    still have news (the current one and the two before it), each judged once at `at` with the limits
-    in force for it."""
-
-    at: float
-    snapshot: Snapshot
-    judgements: Mapping[str, Judgement]  # by invocation id
-
-    def of(self, inv: InvocationView | None) -> Judgement | None:
-        return self.judgements.get(inv.invocation_id) if inv is not None else None
-
-    @property
-    def current(self) -> Judgement | None:
-        return self.of(self.snapshot.current)
 
 
 @dataclass(frozen=True)
@@ -99,7 +81,6 @@ class Pipeline:
         self.quarantined = 0  # records that raised in a stage: skipped, the rest goes on
         self._fast_wanted = fast
         self.fast = self._fast_path()
-        self.unit_settings: UnitSettings = NO_UNIT  # the unit's ExecStart=, Environment=... (the daemon sets it)
         self.ras_advice: dict[str, RasFinding] = {}  # invocation -> NCCL RAS's last finding (sources/ras.py)
         self.gpu_faults: tuple[GpuFault, ...] = ()  # the GPUs' reports (sources/gpu_health.py sets them)
 
@@ -278,10 +259,6 @@ class Pipeline:
         self.tracker.proof_of_life_rules = self.profile.proof_of_life_rules
         self.fast = self._fast_path()
 
-    def use_limits(self, config: Config) -> None:
-        """Judge with these limits from now on (the ones learned for the current start-up)."""
-        self.config = config
-
     def apply(self, event: Event, now: float | None) -> list[Transition]:
         """An event that does not come from the journal (a rank's death, a probe, a sign of life)."""
         return self.tracker.apply(event, now)
@@ -295,30 +272,27 @@ class Pipeline:
     def current_id(self) -> str | None:
         return self.tracker.current_id()
 
-    def with_remedies(self, verdicts: Iterable[policy.Verdict], inv: InvocationView) -> list[policy.Verdict]:
-        """Each verdict with what to do about it, when the profile's remedies and the facts say."""
+    def with_remedies(self, verdicts: Iterable[policy.Verdict], inv: InvocationView,
+                      unit: UnitSettings = NO_UNIT) -> list[policy.Verdict]:
+        """Each verdict with what to do about it, when the profile's remedies and the facts (the unit's
+        settings: judge.py reads them) say."""
         out = []
         for verdict in verdicts:
             found = remedy_for(verdict.kind, verdict.cause, verdict.phase, verdict.rank, inv,
-                               self.profile.remedies, self.unit_settings)
+                               self.profile.remedies, unit)
             out.append(verdict if found is None else replace(verdict, remedy=found))
         return out
 
-    def judge(self, now: float, snapshot: Snapshot | None = None) -> list[Judgement]:
-        """Every start-up of `snapshot` (the whole snapshot by default) judged at `now` (replay, status)."""
-        return [self.judge_one(inv, now) for inv in (snapshot or self.snapshot()).invocations]
+    def judge(self, now: float, snapshot: Snapshot | None = None, unit: UnitSettings = NO_UNIT) -> list[Judgement]:
+        """Every start-up of `snapshot` (the whole snapshot by default) judged at `now` with this
+        pipeline's limits (replay, status; the daemon judges through judge.Judge)."""
+        return [self.judge_one(inv, now, unit=unit) for inv in (snapshot or self.snapshot()).invocations]
 
-    def judged(self, now: float, judge_with: Mapping[str, Config] | None = None) -> StepJudgement:
-        """The step's judgement of the start-ups that can still have news; `judge_with`: the limits in
-        force per invocation id (the learned ones), else this pipeline's."""
-        snapshot = self.snapshot()
-        limits = judge_with or {}
-        return StepJudgement(now, snapshot, {inv.invocation_id: self.judge_one(inv, now, limits.get(inv.invocation_id))
-                                             for inv in snapshot.invocations[-3:]})
-
-    def judge_one(self, inv: InvocationView, now: float, config: Config | None = None) -> Judgement:
+    def judge_one(self, inv: InvocationView, now: float, config: Config | None = None,
+                  unit: UnitSettings = NO_UNIT) -> Judgement:
+        """One start-up judged with `config`'s limits (this pipeline's by default)."""
         config = config or self.config
-        live = self.with_remedies(policy.evaluate(inv, now, config, self.profile), inv)
+        live = self.with_remedies(policy.evaluate(inv, now, config, self.profile), inv, unit)
         if self.gpu_faults:
             live = with_gpu_faults(live, inv, self.gpu_faults, config.unit)
         live = with_culprit(live, self.ras_advice.get(inv.invocation_id), now)
@@ -327,7 +301,7 @@ class Pipeline:
         if inv.before_stop is not None and inv.stopped_at is not None:
             # What was wrong when it was stopped (phasewatch's own restart, or an operator's).
             wrong = policy.evaluate(inv.before_stop, inv.stopped_at, config, self.profile)
-            before = self.with_remedies([v for v in wrong if v.kind in WRONG_WHEN_STOPPED], inv)
+            before = self.with_remedies([v for v in wrong if v.kind in WRONG_WHEN_STOPPED], inv, unit)
             verdicts = before + verdicts
             if before and outcome in (Outcome.STOPPED, Outcome.CRASHED) and not any(
                     v.kind == VerdictKind.CRASHED for v in verdicts):

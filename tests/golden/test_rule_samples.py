@@ -89,7 +89,7 @@ def remedied_verdicts(engine: str, ident: str) -> list[Verdict]:
     lines = [x for x in block.splitlines() if x.strip() and not x.startswith("##")]
     records = parse_source(("\n".join(lines) + "\n").encode("utf-8"), default_year=2026).records
     pipeline = Pipeline(Config(unit="sample.service", engine=engine), default_year=2026)
-    pipeline.unit_settings = UnitSettings(
+    unit = UnitSettings(
         tuple(shlex.split(meta["argv"][0])) if "argv" in meta else (),
         dict(item.split("=", 1) for item in meta.get("env", [])),
         dict(item.split("=", 1) for item in meta.get("unit", [])),
@@ -97,7 +97,7 @@ def remedied_verdicts(engine: str, ident: str) -> list[Verdict]:
     pipeline.feed_all(records, now=None)
     last = max((i.last_ts for i in pipeline.snapshot().invocations if i.last_ts is not None), default=0.0)
     later = float(meta["judge"][0].strip("+s")) if "judge" in meta else 5.0  # past crash_cause_wait
-    return [v for j in pipeline.judge(last + later) for v in j.verdicts]
+    return [v for j in pipeline.judge(last + later, unit=unit) for v in j.verdicts]
 
 
 @pytest.mark.parametrize("engine", ENGINES)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from fakes import ScriptedJournal
 from phasewatch.clock import FakeClock
-from phasewatch.compose import compose
+from phasewatch.compose import Extras, World, compose
 from phasewatch.config.load import DEFAULT_ACTIONS, DEFAULT_LIMITS, Config, EvidenceCapture, Hook, PhaseLimits
 from phasewatch.records import JournalRecord, Phase
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
@@ -19,7 +19,7 @@ from phasewatch.sinks.children import run_child
 from phasewatch.sinks.evidence import EvidenceWriter
 from phasewatch.sinks.gpu_memory import GpuMemory
 from phasewatch.sinks.hooks import HookRunner
-from phasewatch.sinks.state import StateStore
+from phasewatch.sinks.state.store import StateStore
 from phasewatch.sources.host.procs import ProcessTable
 from phasewatch.stages.s5_act.respond import Action
 from phasewatch.systemd_unit import RecordingUnit, UnitFacts
@@ -83,7 +83,8 @@ def test_a_spawn_that_cannot_be_made_is_a_result() -> None:
 
 def test_a_hook_gets_nul_and_control_bytes_escaped() -> None:
     """H-1: a NUL in a crash line crashed the daemon at the hook's spawn."""
-    action = Action("hook", "TP4 crashed: bad\x00byte\x1b[2J", "crashed", 3, INV, hook="h")
+    action = Action(kind="hook", message="TP4 crashed: bad\x00byte\x1b[2J", verdict_kind="crashed", priority=3,
+                    invocation_id=INV, hook="h")
     ran = HookRunner(UNIT, {"h": Hook(("/usr/bin/env",), 10.0)})(action)
     assert ran is not None and ran.returncode == 0
     assert "PHASEWATCH_MESSAGE=TP4 crashed: bad\\x00byte\\x1b[2J" in ran.output
@@ -130,12 +131,12 @@ def test_a_hung_hook_runs_off_the_loop_which_keeps_judging_and_pinging(tmp_path:
     unit = RecordingUnit(UnitFacts("activating", "start", INV, control_group=None, started_at=T0))
     notifier = RecordingNotifier()
     (tmp_path / "proc").mkdir()
-    app = compose(config, follower=journal, unit=unit, alerter=RecordingAlerter(UNIT),  # type: ignore[arg-type]
-                  notifier=notifier, store=StateStore(tmp_path, UNIT), clock=clock, watchdog_interval=30.0,
-                  processes=ProcessTable(proc=str(tmp_path / "proc"), cgroup_roots=(str(tmp_path / "cg"),)),
-                  actions_off_the_loop=True)
+    app = compose(config, World(follower=journal, unit=unit, alerter=RecordingAlerter(UNIT), notifier=notifier,
+                        store=StateStore(tmp_path, UNIT), clock=clock,
+                        processes=ProcessTable(proc=str(tmp_path / "proc"), cgroup_roots=(str(tmp_path / "cg"),))),
+                  Extras(watchdog_interval=30.0, actions_off_the_loop=True))
     hook = BlockingHook()
-    app.responder.runner.run_hook = hook
+    app.actor.runner.run_hook = hook
     journal.push(*(JournalRecord(f"[2026-11-29 08:00:00 TP{n}] Load weight begin. avail mem=137.95 GB", T0,
                                  pid=100 + n, invocation_id=INV) for n in range(8)))
     app.start()
@@ -151,7 +152,7 @@ def test_a_hung_hook_runs_off_the_loop_which_keeps_judging_and_pinging(tmp_path:
     hook.release.set()
     for _ in range(200):
         app.step(max_wait=0.05)
-        if not app.responder.actor.busy:
+        if not app.actor.worker.busy:
             break
     assert unit.restarts == [INV] and hook.runs == 1
     assert app.store.load().pending == ()

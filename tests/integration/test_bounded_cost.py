@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from fakes import ScriptedJournal
 from phasewatch.cli import main
 from phasewatch.clock import FakeClock
-from phasewatch.compose import compose
+from phasewatch.compose import World, compose
 from phasewatch.config.load import Config
 from phasewatch.engines import MAX_EXPECTED_RANKS, ServerInfo
 from phasewatch.errors import EX_CONFIG
@@ -34,7 +34,7 @@ from phasewatch.prefixes import _RANK_MEMO, RANK_MEMO_KEY_CHARS, canonical_rank
 from phasewatch.profile.load import MAX_PATTERN_REPEAT, load_builtin_profile
 from phasewatch.records import JournalRecord
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
-from phasewatch.sinks.state import StateStore
+from phasewatch.sinks.state.store import StateStore
 from phasewatch.sources.host.procs import ProcessTable
 from phasewatch.sources.journal.formats import parse_source
 from phasewatch.stages.s1_read.lines import MAX_STREAMS, LineSplitter, parse_progress
@@ -430,10 +430,10 @@ def test_daemon_idle_step_with_10000_ranks_is_linear(tmp_path: Path) -> None:
         unit = RecordingUnit(UnitFacts("activating", "start", INV, control_group=None, started_at=T0))
         store = tmp_path / str(n)
         store.mkdir()
-        app = compose(Config(unit="sglang.service"), follower=journal, unit=unit,  # type: ignore[arg-type]
-                      alerter=RecordingAlerter("sglang.service"), notifier=RecordingNotifier(),
-                      store=StateStore(store, "sglang.service"), clock=clock,
-                      processes=ProcessTable(proc=str(store / "proc"), cgroup_roots=(str(store / "cg"),)))
+        app = compose(Config(unit="sglang.service"), World(
+                follower=journal, unit=unit, alerter=RecordingAlerter("sglang.service"),
+                            notifier=RecordingNotifier(), store=StateStore(store, "sglang.service"), clock=clock,
+                            processes=ProcessTable(proc=str(store / "proc"), cgroup_roots=(str(store / "cg"),))))
         journal.push(*(JournalRecord(f"[2026-11-29 08:00:00 TP{i}] Load weight begin.", T0, pid=1000 + i,
                                      invocation_id=INV) for i in range(n)))
         app.start()

@@ -15,10 +15,10 @@ from fastpath_compare import fields_by_name_only
 from journal_dirs import write_journal
 from phasewatch.app import Daemon
 from phasewatch.clock import FakeClock
-from phasewatch.compose import compose
+from phasewatch.compose import World, compose
 from phasewatch.config.load import Config
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
-from phasewatch.sinks.state import StateStore
+from phasewatch.sinks.state.store import StateStore
 from phasewatch.sources.host.procs import ProcessTable
 from phasewatch.sources.journal import journal_source
 from phasewatch.sources.journal.follow import JournalFollower
@@ -35,10 +35,10 @@ def started_daemon(directory: Path, tmp_path: Path, pure: bool, monkeypatch: pyt
         monkeypatch.delenv("PHASEWATCH_PURE_PYTHON", raising=False)
     state = tmp_path / ("pure" if pure else "c")
     unit = RecordingUnit(UnitFacts("active", "running", INVOCATION, control_group=None, started_at=STARTED))
-    app = compose(Config(unit=UNIT), follower=JournalFollower(UNIT, str(directory)), unit=unit,
-                  alerter=RecordingAlerter(UNIT), notifier=RecordingNotifier(), store=StateStore(state, UNIT),
-                  clock=FakeClock(wall=STARTED + 7200),
-                  processes=ProcessTable(proc=str(state / "proc"), cgroup_roots=(str(state / "cg"),)))
+    app = compose(Config(unit=UNIT), World(follower=JournalFollower(UNIT, str(directory)), unit=unit,
+                        alerter=RecordingAlerter(UNIT), notifier=RecordingNotifier(), store=StateStore(state, UNIT),
+                        clock=FakeClock(wall=STARTED + 7200),
+                        processes=ProcessTable(proc=str(state / "proc"), cgroup_roots=(str(state / "cg"),))))
     app.start()
     return app
 

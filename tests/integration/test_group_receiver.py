@@ -13,18 +13,18 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
+from phasewatch.sources.receiver.alert_receiver import AlertReceiver, read_token
 
 from phasewatch.app import Daemon
 from phasewatch.clock import FakeClock
-from phasewatch.compose import compose
+from phasewatch.compose import Extras, World, compose
 from phasewatch.config.load import DEFAULT_LIMITS, Config, Group, PhaseLimits
 from phasewatch.config.sections import GroupReceiver
 from phasewatch.errors import ConfigError
 from phasewatch.records import JournalRecord, Phase
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
-from phasewatch.sinks.state import StateStore
+from phasewatch.sinks.state.store import StateStore
 from phasewatch.sources.host.procs import ProcessTable
-from phasewatch.sources.receiver.alert_receiver import AlertReceiver, read_token
 from phasewatch.systemd_unit import RecordingUnit, UnitFacts
 
 GROUP = Group("kimi-tp16", 2)
@@ -59,9 +59,10 @@ def daemon(tmp_path: Path, config: Config, receiver: AlertReceiver
     journal = ScriptedJournal()
     unit = RecordingUnit(UnitFacts("activating", "start", INV, control_group=None, started_at=T0))
     alerter = RecordingAlerter(UNIT)
-    app = compose(config, follower=journal, unit=unit, alerter=alerter, notifier=RecordingNotifier(),  # type: ignore[arg-type]
-                  store=StateStore(tmp_path, UNIT), clock=clock, receiver=receiver,
-                  processes=ProcessTable(proc=str(tmp_path / "proc"), cgroup_roots=(str(tmp_path / "cg"),)))
+    app = compose(config, World(follower=journal, unit=unit, alerter=alerter, notifier=RecordingNotifier(),
+                        store=StateStore(tmp_path, UNIT), clock=clock,
+                        processes=ProcessTable(proc=str(tmp_path / "proc"), cgroup_roots=(str(tmp_path / "cg"),))),
+                  Extras(receiver=receiver))
     journal.push(*(JournalRecord(f"[2026-11-29 08:00:00 TP{n}] Load weight begin. avail mem=137.95 GB", T0,
                                  pid=100 + n, invocation_id=INV) for n in range(8)))
     return app, unit, alerter, clock
@@ -134,7 +135,7 @@ def test_the_daemon_restarts_once_per_group_decision_and_never_alone(tmp_path: P
     clock.jump(2)
     app.step(max_wait=5)
     assert unit.restarts == [INV] and receiver.counts()["acts"] == {"restart": 1, "ignored": 1}
-    assert app.responder.ended_by == {INV: "restarted by the group: node 1 TP12 stalled in cuda_graph_capture"}
+    assert app.group.ended_by == {INV: "restarted by the group: node 1 TP12 stalled in cuda_graph_capture"}
 
 
 def test_the_receiver_speaks_tls_when_given_a_certificate_and_refuses_plain_http(tmp_path: Path) -> None:

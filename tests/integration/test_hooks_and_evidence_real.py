@@ -13,8 +13,8 @@ from phasewatch.sinks.evidence import EvidenceWriter, Target, find_py_spy
 from phasewatch.sinks.hooks import HookRunner
 from phasewatch.stages.s5_act.respond import Action
 
-ACTION = Action("hook", "TP3 stalled", "stalled", 4, "inv-1", "draft_cuda_graph_capture", "TP3", "deadline",
-                hook="h")
+ACTION = Action(kind="hook", message="TP3 stalled", verdict_kind="stalled", priority=4, invocation_id="inv-1",
+                phase="draft_cuda_graph_capture", rank="TP3", cause="deadline", hook="h")
 
 
 def test_a_hook_is_killed_at_its_timeout() -> None:

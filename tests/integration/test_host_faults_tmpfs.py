@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from phasewatch.sinks.history import History, PhaseRecord, StartupRecord
-from phasewatch.sinks.state import Saved, StateStore
+from phasewatch.sinks.state.store import Saved, StateStore
 from phasewatch.stages.s5_act.respond import Memory
 
 UNIT = "sglang-kimi.service"

@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry
 from phasewatch.clock import FakeClock
 from phasewatch.config.load import Config
 from phasewatch.sinks.http import MetricsServer, serve
-from phasewatch.sinks.metrics import Exporter
+from phasewatch.sinks.metrics.exporter import Exporter
 
 UNIT = "sglang-kimi.service"
 

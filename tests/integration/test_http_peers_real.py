@@ -20,7 +20,7 @@ from phasewatch.clock import FakeClock
 from phasewatch.config.load import Config
 from phasewatch.sinks import http as metrics
 from phasewatch.sinks.http import MetricsServer, serve
-from phasewatch.sinks.metrics import Exporter
+from phasewatch.sinks.metrics.exporter import Exporter
 from phasewatch.sinks.peers import kernel_address, peer_key
 
 UNIT = "sglang-kimi.service"

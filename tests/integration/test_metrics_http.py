@@ -18,7 +18,7 @@ from phasewatch.clock import FakeClock
 from phasewatch.config.load import Config
 from phasewatch.sinks import http as metrics
 from phasewatch.sinks.http import MetricsServer, serve
-from phasewatch.sinks.metrics import Exporter
+from phasewatch.sinks.metrics.exporter import Exporter
 
 UNIT = "sglang-kimi.service"
 

@@ -17,11 +17,11 @@ import pytest
 from fakes import ScriptedJournal
 from phasewatch.app import Daemon
 from phasewatch.clock import FakeClock
-from phasewatch.compose import compose
+from phasewatch.compose import World, compose
 from phasewatch.config.load import DEFAULT_LIMITS, Config, PhaseLimits
 from phasewatch.records import JournalRecord, Phase
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
-from phasewatch.sinks.state import StateStore
+from phasewatch.sinks.state.store import StateStore
 from phasewatch.sources.host.procs import ProcessTable
 from phasewatch.sources.host.ras import RasAdvisor
 from phasewatch.sources.host.ras_client import RasAnswer, address_of, query
@@ -123,9 +123,8 @@ def run_until_stalled(tmp_path: Path, ask: Callable[[RasAddress], RasAnswer]) ->
     journal = ScriptedJournal()
     unit = RecordingUnit(UnitFacts("activating", "start", INV, control_group="/u", started_at=T0))
     alerter = RecordingAlerter(UNIT)
-    app: Daemon = compose(CONFIG, follower=journal, unit=unit, alerter=alerter,  # type: ignore[arg-type]
-                          notifier=RecordingNotifier(), store=StateStore(tmp_path, UNIT), clock=clock,
-                          processes=unit_tree(tmp_path, 28555))
+    app: Daemon = compose(CONFIG, World(follower=journal, unit=unit, alerter=alerter, notifier=RecordingNotifier(),
+                                store=StateStore(tmp_path, UNIT), clock=clock, processes=unit_tree(tmp_path, 28555)))
     [advisor] = [s for s in app.sources if isinstance(s, RasAdvisor)]
     advisor.ask = ask
     journal.push(*(JournalRecord(f"[2026-11-29 08:00:00 TP{n}] Load weight begin. avail mem=137.95 GB", T0, pid=pid,
@@ -185,9 +184,9 @@ def test_an_unknown_cgroup_or_an_overdue_answer_never_spins_the_loop(tmp_path: P
     clock = FakeClock(wall=T0)
     journal = ScriptedJournal()
     unit = RecordingUnit(UnitFacts("activating", "start", INV, control_group=None, started_at=T0))
-    app: Daemon = compose(CONFIG, follower=journal, unit=unit, alerter=RecordingAlerter(UNIT),  # type: ignore[arg-type]
-                          notifier=RecordingNotifier(), store=StateStore(tmp_path, UNIT), clock=clock,
-                          processes=unit_tree(tmp_path, 28555))
+    app: Daemon = compose(CONFIG, World(
+            follower=journal, unit=unit, alerter=RecordingAlerter(UNIT), notifier=RecordingNotifier(),
+                                store=StateStore(tmp_path, UNIT), clock=clock, processes=unit_tree(tmp_path, 28555)))
     [advisor] = [s for s in app.sources if isinstance(s, RasAdvisor)]
     journal.push(*(JournalRecord(f"[2026-11-29 08:00:00 TP{n}] Load weight begin. avail mem=137.95 GB", T0, pid=pid,
                                  invocation_id=INV) for pid, n in PIDS.items()))

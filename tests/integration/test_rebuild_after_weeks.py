@@ -17,11 +17,11 @@ from forged_entries import forged_line
 from journal_dirs import write_journal
 from phasewatch.app import Daemon
 from phasewatch.clock import FakeClock
-from phasewatch.compose import compose
+from phasewatch.compose import World, compose
 from phasewatch.config.load import Config
 from phasewatch.records import VerdictKind
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
-from phasewatch.sinks.state import StateStore
+from phasewatch.sinks.state.store import StateStore
 from phasewatch.sources.host.procs import ProcessTable
 from phasewatch.sources.journal import journal_source, rebuild
 from phasewatch.sources.journal.follow import JournalFollower
@@ -57,10 +57,10 @@ def started(directory: Path, tmp_path: Path, name: str, wall: float) -> tuple[Da
     state = tmp_path / name
     unit = RecordingUnit(UnitFacts("active", "running", INVOCATION, control_group=None, started_at=STARTED))
     notifier = RecordingNotifier()
-    app = compose(Config(unit=UNIT), follower=JournalFollower(UNIT, str(directory)), unit=unit,
-                  alerter=RecordingAlerter(UNIT), notifier=notifier, store=StateStore(state, UNIT),
-                  clock=FakeClock(wall=wall),
-                  processes=ProcessTable(proc=str(state / "proc"), cgroup_roots=(str(state / "cg"),)))
+    app = compose(Config(unit=UNIT), World(follower=JournalFollower(UNIT, str(directory)), unit=unit,
+                        alerter=RecordingAlerter(UNIT), notifier=notifier, store=StateStore(state, UNIT),
+                        clock=FakeClock(wall=wall),
+                        processes=ProcessTable(proc=str(state / "proc"), cgroup_roots=(str(state / "cg"),))))
     app.start()
     return app, notifier
 
@@ -70,7 +70,7 @@ def what_matters(app: Daemon) -> tuple[object, ...]:
     assert inv is not None
     return (inv.invocation_id, inv.state, inv.started_at, policy.outcome(inv, []), inv.lines_lost,
             tuple((r.rank, r.phase, r.phase_start, r.seen) for r in inv.ranks if r.rank != "main"),
-            tuple(span for r in inv.ranks for span in r.spans if r.rank != "main"), app.responder.memory)
+            tuple(span for r in inv.ranks for span in r.spans if r.rank != "main"), app.actor.memory)
 
 
 @pytest.mark.parametrize("pure", [False, True], ids=["C", "python"])

@@ -121,7 +121,7 @@ def test_the_daemon_alerts_once_and_binds_again_once_the_port_is_free() -> None:
 
     from phasewatch.clock import FakeClock
     from phasewatch.sinks.http import Rebinder
-    from phasewatch.sinks.metrics import Exporter
+    from phasewatch.sinks.metrics.exporter import Exporter
 
     squatter = socket.create_server(("127.0.0.1", 0))
     port = squatter.getsockname()[1]

@@ -15,16 +15,16 @@ from prometheus_client import CollectorRegistry
 from fakes import ScriptedJournal
 from phasewatch.app import Daemon
 from phasewatch.clock import FakeClock
-from phasewatch.compose import compose
+from phasewatch.compose import Extras, World, compose
 from phasewatch.config.load import DEFAULT_ACTIONS, DEFAULT_LIMITS, Config, Hook, Leftovers, PhaseLimits, load_config
 from phasewatch.errors import ConfigError, UnitError
 from phasewatch.records import JournalRecord, Phase
-from phasewatch.sinks.acting import ActionRunner, Done, Job
+from phasewatch.sinks.acting.runner import ActionRunner, Done, Job
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
 from phasewatch.sinks.hold import HoldFile
 from phasewatch.sinks.hooks import HookRunner, env_safe, hook_env
-from phasewatch.sinks.metrics import Exporter
-from phasewatch.sinks.state import StateStore
+from phasewatch.sinks.metrics.exporter import Exporter
+from phasewatch.sinks.state.store import StateStore
 from phasewatch.sinks.unguarded_stops import UnguardedStops
 from phasewatch.sources.host.procs import ProcessTable
 from phasewatch.stages.s5_act.respond import Action, Hold
@@ -46,10 +46,10 @@ def make(tmp_path: Path, config: Config, *, worker: bool = False, unit: Recordin
     (tmp_path / "proc").mkdir(exist_ok=True)
     unit = unit or RecordingUnit(UnitFacts("activating", "start", INV, control_group=None, started_at=T0))
     alerter, notifier = RecordingAlerter(UNIT), RecordingNotifier()
-    app = compose(config, follower=journal, unit=unit, alerter=alerter, notifier=notifier,  # type: ignore[arg-type]
-                  store=StateStore(tmp_path, UNIT), clock=clock, watchdog_interval=30.0,
-                  processes=ProcessTable(proc=str(tmp_path / "proc"), cgroup_roots=(str(tmp_path / "cg"),)),
-                  actions_off_the_loop=worker, exporter=exporter)
+    app = compose(config, World(follower=journal, unit=unit, alerter=alerter, notifier=notifier,
+                        store=StateStore(tmp_path, UNIT), clock=clock,
+                        processes=ProcessTable(proc=str(tmp_path / "proc"), cgroup_roots=(str(tmp_path / "cg"),))),
+                  Extras(watchdog_interval=30.0, actions_off_the_loop=worker, exporter=exporter))
     return app, journal, unit, alerter, notifier, clock
 
 
@@ -80,7 +80,7 @@ class KilledMidAction:
 def killed_mid_action(tmp_path: Path) -> None:
     """A daemon that judges the hang, hands the actions to its worker, and is killed meanwhile."""
     app, journal, unit, _, _, clock = make(tmp_path, HOOKED)
-    app.responder.actor = KilledMidAction()  # type: ignore[assignment]
+    app.actor.worker = KilledMidAction()  # type: ignore[assignment]
     load_begins(journal)
     app.start()
     clock.jump(61)
@@ -152,7 +152,7 @@ def test_a_restart_refused_every_time_is_not_restarted_and_decided_again(tmp_pat
     for _ in range(3):
         clock.jump(5)
         app.step(max_wait=0)
-    assert unit.restarts == [] and INV not in app.responder.memory.restarted
+    assert unit.restarts == [] and INV not in app.actor.memory.restarted
     clock.jump(config.restart_budget.backoff + 1)
     app.step(max_wait=0)
     assert unit.restarts == [INV]
@@ -222,7 +222,8 @@ def test_eintr_is_retried_inside_a_facts_read() -> None:
 def test_nul_and_control_bytes_never_reach_a_hook_environment_raw() -> None:
     """H-1: `ValueError: embedded null byte` out of the spawn crashed the daemon."""
     assert env_safe("a\x00b\x1b[31m\tc\x7f") == "a\\x00b\\x1b[31m\tc\\x7f"
-    action = Action("hook", "TP4 crashed: RuntimeError: bad\x00byte\r\n$(id)", "crashed", 3, INV, hook="h")
+    action = Action(kind="hook", message="TP4 crashed: RuntimeError: bad\x00byte\r\n$(id)", verdict_kind="crashed",
+                    priority=3, invocation_id=INV, hook="h")
     env = hook_env(action, UNIT)
     assert all("\x00" not in v and "\r" not in v for v in env.values())
     assert env["PHASEWATCH_MESSAGE"] == "TP4 crashed: RuntimeError: bad\\x00byte\\x0d\\x0a$(id)"
@@ -230,7 +231,8 @@ def test_nul_and_control_bytes_never_reach_a_hook_environment_raw() -> None:
 
 def test_an_unknown_hook_is_logged(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.ERROR):
-        assert HookRunner(UNIT, {})(Action("hook", "m", "stalled", 4, INV, hook="gone")) is None
+        assert HookRunner(UNIT, {})(Action(kind="hook", message="m", verdict_kind="stalled", priority=4,
+                                           invocation_id=INV, hook="gone")) is None
     assert "hook gone is not configured" in caplog.text
 
 
@@ -241,19 +243,19 @@ def test_reload_rebuilds_hooks_evidence_and_the_guarded_restart(tmp_path: Path) 
     config = load_config(path)
     clock = FakeClock(wall=T0)
     unit = RecordingUnit(UnitFacts("activating", "start", INV, control_group=None, started_at=T0))
-    app = compose(config, follower=ScriptedJournal(), unit=unit, alerter=RecordingAlerter(UNIT),  # type: ignore
-                  notifier=RecordingNotifier(), store=StateStore(tmp_path, UNIT), clock=clock,
-                  processes=ProcessTable(proc=str(tmp_path / "proc"), cgroup_roots=(str(tmp_path / "cg"),)),
-                  reload=lambda: load_config(path))
-    assert app.responder.guarded is None
+    app = compose(config, World(follower=ScriptedJournal(), unit=unit, alerter=RecordingAlerter(UNIT),
+                        notifier=RecordingNotifier(), store=StateStore(tmp_path, UNIT), clock=clock,
+                        processes=ProcessTable(proc=str(tmp_path / "proc"), cgroup_roots=(str(tmp_path / "cg"),))),
+                  Extras(reload=lambda: load_config(path)))
+    assert app.actor.guarded is None
     path.write_text(f"unit: {UNIT}\nhooks:\n  h:\n    exec: [/bin/true]\n    timeout: 3s\nleftovers:\n"
                     "  check: true\nevidence:\n  timeout: 3s\nrank_processes: host\n"
                     "actions:\n  stalled: [evidence, alert, hook:h, restart]\n")
     assert app.reload()
-    runner = app.responder.runner
+    runner = app.actor.runner
     assert isinstance(runner.run_hook, HookRunner) and runner.run_hook.hooks["h"].timeout == 3.0
     assert runner.evidence is not None and runner.evidence.writer.settings.timeout == 3.0  # type: ignore
-    assert app.responder.guarded is not None and app.ranks.host_wide
+    assert app.actor.guarded is not None and app.ranks.host_wide
 
 
 def test_a_guarded_restart_waiting_for_leftovers_is_resumed_after_a_daemon_restart(tmp_path: Path) -> None:
@@ -271,7 +273,7 @@ def test_a_guarded_restart_waiting_for_leftovers_is_resumed_after_a_daemon_resta
     again, journal2, unit2, _, _, clock2 = make(tmp_path, config, unit=stopped)
     clock2.jump(65)
     again.start()
-    assert again.responder.guarded is not None and again.responder.guarded.pending is not None
+    assert again.actor.guarded is not None and again.actor.guarded.pending is not None
     clock2.jump(2)
     again.step(max_wait=0)
     assert unit2.calls == ["start"] and unit2.restarts == []
@@ -308,7 +310,7 @@ def test_config_refuses_an_action_chain_past_its_bound(tmp_path: Path, extra: st
 
 
 def test_pending_actions_in_a_hostile_state_file_are_dropped_not_fatal(tmp_path: Path) -> None:
-    from phasewatch.sinks.state import decode
+    from phasewatch.sinks.state.store import decode
 
     saved = decode({"pending": [{"kind": "restart", "message": 1}, {"kind": "rm -rf", "message": "m"}, "x",
                                 {"kind": "restart", "message": "m", "verdict_kind": "stalled", "priority": 4,
@@ -329,7 +331,7 @@ def test_a_restart_is_not_made_on_a_start_up_begun_while_its_hook_ran(tmp_path: 
     def operator_restarts_meanwhile(action: Action) -> None:
         unit.status = UnitFacts("activating", "start", new, control_group=None, started_at=T0 + 62)
 
-    app.responder.runner.run_hook = operator_restarts_meanwhile
+    app.actor.runner.run_hook = operator_restarts_meanwhile
     load_begins(journal)
     app.start()
     clock.jump(61)
@@ -337,10 +339,10 @@ def test_a_restart_is_not_made_on_a_start_up_begun_while_its_hook_ran(tmp_path: 
         app.step(max_wait=0)
     assert unit.restarts == [] and unit.calls == []
     assert f"the restart decided for {INV} (stalled) is not made: the unit was started again since" in caplog.text
-    assert app.store.load().pending == () and app.responder.restart_tries == {}
+    assert app.store.load().pending == () and app.actor.restart_tries == {}
     assert registry.get_sample_value("phasewatch_restarts_not_made_total",
                                      {"unit": UNIT, "why": "started_again"}) == 1.0
-    assert app.responder.why(new, clock.wall())["previous_startup"] is None  # phasewatch did not start it
+    assert app.actor.why(new, clock.wall())["previous_startup"] is None  # phasewatch did not start it
     for _ in range(3):
         clock.jump(10)
         app.step(max_wait=0)
@@ -355,7 +357,7 @@ def test_a_restart_is_made_as_decided_when_the_check_cannot_be_made(caplog: pyte
 
     unit = Unreadable(UnitFacts("activating", "start", INV))
     runner = ActionRunner(UNIT, unit, lambda action: None, wall=lambda: T0)
-    restart = Action("restart", "stuck", "stalled", 4, INV)
+    restart = Action(kind="restart", message="stuck", verdict_kind="stalled", priority=4, invocation_id=INV)
     with caplog.at_level(logging.WARNING):
         done = runner.run(Job((restart,), None, UnitFacts("activating", "start", INV)))
     assert unit.restarts == [INV] and done.job_path is not None and done.restart_skipped is None
@@ -374,7 +376,9 @@ def test_the_guarded_restart_is_not_begun_on_a_start_up_begun_since() -> None:
     guard = Guard()
     unit = RecordingUnit(UnitFacts("activating", "start", "f" * 32))
     runner = ActionRunner(UNIT, unit, lambda action: None, wall=lambda: T0, guarded=guard)
-    done = runner.run(Job((Action("restart", "stuck", "stalled", 4, INV),), None, unit.status))
+    done = runner.run(Job((Action(kind="restart", message="stuck", verdict_kind="stalled", priority=4,
+                                  invocation_id=INV),), None, unit.status))
     assert guard.begun == [] and done.restart_skipped is not None and done.job_path is None
-    same = runner.run(Job((Action("restart", "stuck", "stalled", 4, "f" * 32),), None, unit.status))
+    same = runner.run(Job((Action(kind="restart", message="stuck", verdict_kind="stalled", priority=4,
+                                  invocation_id="f" * 32),), None, unit.status))
     assert len(guard.begun) == 1 and same.job_path == "/job/stop"

@@ -11,12 +11,12 @@ from hypothesis import strategies as st
 from fakes import ScriptedJournal
 from phasewatch.app import Daemon
 from phasewatch.clock import FakeClock
-from phasewatch.compose import compose
+from phasewatch.compose import World, compose
 from phasewatch.config.load import DEFAULT_LIMITS, Config, PhaseLimits
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import JournalRecord, Phase
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
-from phasewatch.sinks.state import StateStore
+from phasewatch.sinks.state.store import StateStore
 from phasewatch.sources.host.procs import ProcessTable
 from phasewatch.systemd_unit import RecordingUnit, UnitFacts
 
@@ -36,9 +36,9 @@ def daemon(tmp_path: Path, config: Config) -> tuple[Daemon, ScriptedJournal, Rec
     unit = RecordingUnit(UnitFacts("activating", "start", INV, control_group=None, started_at=T0))
     alerter = RecordingAlerter(UNIT)
     notifier = RecordingNotifier()
-    app = compose(config, follower=journal, unit=unit, alerter=alerter, notifier=notifier,  # type: ignore[arg-type]
-                  store=StateStore(tmp_path, UNIT), clock=clock,
-                  processes=ProcessTable(proc=str(tmp_path / "proc"), cgroup_roots=(str(tmp_path / "cg"),)))
+    app = compose(config, World(follower=journal, unit=unit, alerter=alerter, notifier=notifier,
+                        store=StateStore(tmp_path, UNIT), clock=clock,
+                        processes=ProcessTable(proc=str(tmp_path / "proc"), cgroup_roots=(str(tmp_path / "cg"),))))
     return app, journal, unit, alerter, notifier, clock
 
 

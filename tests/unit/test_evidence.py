@@ -146,7 +146,8 @@ def test_the_start_ups_xids_and_nvidia_smi_q_of_the_culprits_gpu_go_in(tmp_path:
     asked: list[tuple[float | None, float | None]] = []
     taker = EvidenceTaker(smi, lambda group: [], xids=lambda began, end: asked.append((began, end)) or [(T0 + 5, xid)],
                           gpu_of={"TP3": 3}.get)
-    stall = Action("evidence", "TP3 stalled", "stalled", 4, "inv-1", "weight_load", "TP3", "deadline")
+    stall = Action(kind="evidence", message="TP3 stalled", verdict_kind="stalled", priority=4, invocation_id="inv-1",
+                   phase="weight_load", rank="TP3", cause="deadline")
     text = Path(taker.take(inv, [stall], UnitFacts("activating", "start", "inv-1")) or "").read_text()
     assert asked == [(inv.started_at, inv.stopped_at)]
     assert "=== XIDs of this start-up (the kernel's lines) ===" in text

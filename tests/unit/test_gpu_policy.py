@@ -104,7 +104,8 @@ def test_the_evidence_file_says_what_each_ranks_gpu_did() -> None:
     _gpu(pipeline, "TP1", T0 + 5, "waiting", WAITING, False)
     inv = pipeline.snapshot().current
     assert inv is not None
-    action = Action("evidence", "TP1 stalled", "stalled", 0, INV, "cuda_graph_capture", "TP1")
+    action = Action(kind="evidence", message="TP1 stalled", verdict_kind="stalled", priority=0, invocation_id=INV,
+                    phase="cuda_graph_capture", rank="TP1")
     EvidenceTaker(Writer(), lambda group: []).take(inv, [action], UnitFacts("activating", "start", INV))  # type: ignore[arg-type]
     assert "=== GPUs ===" in Writer.message and "TP1: GPU waiting since" in Writer.message
     assert "likely a collective" in Writer.message

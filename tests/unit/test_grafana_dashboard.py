@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry
 from dashboard_queries import load, panels, raw_queries
 from phasewatch.config.load import Config
 from phasewatch.records import PHASE_NAMES
-from phasewatch.sinks.metrics import Exporter
+from phasewatch.sinks.metrics.exporter import Exporter
 
 REPO = Path(__file__).resolve().parents[2]
 RULES = REPO / "config" / "prometheus" / "phasewatch-rules.yml"

@@ -17,9 +17,10 @@ from fakes import MAIN_PID, TP8, Journal, up_to_capture
 from phasewatch.config.load import Config, Group, parse_config
 from phasewatch.config.sections import GroupReceiver
 from phasewatch.errors import ConfigError
+from phasewatch.judge import Judge
 from phasewatch.records import MID_FAILED, MID_STARTED, GroupRestartRequest, JournalRecord, VerdictKind
 from phasewatch.sinks.group_metrics import HOLD_OVER, ended_failures
-from phasewatch.sinks.metrics import Exporter
+from phasewatch.sinks.metrics.exporter import Exporter
 from phasewatch.stages.s3_track.snapshot import InvocationView, Snapshot
 from phasewatch.stages.s4_judge.verdict import Verdict
 from phasewatch.stages.s5_act.group_decision import LocalStart, NotificationError, decide, parse_notification
@@ -156,7 +157,7 @@ def test_the_group_config_is_validated() -> None:
 
 def group_samples(j: Journal) -> dict[str, list[tuple[dict[str, str], float]]]:
     exporter = Exporter(j.config, CollectorRegistry(), j.clock)
-    exporter.publish(j.pipeline, Memory(), j.pipeline.judged(j.now))
+    exporter.publish(Judge(j.config, j.pipeline).judge(j.now), Memory())
     return {f.name: [(s.labels, s.value) for s in f.samples] for f in exporter.collect()
             if f.name.startswith("phasewatch_group_")}
 

@@ -13,12 +13,12 @@ from fakes import ScriptedJournal
 from phasewatch.app import Daemon
 from phasewatch.cli import main
 from phasewatch.clock import FakeClock
-from phasewatch.compose import compose
+from phasewatch.compose import World, compose
 from phasewatch.config.load import DEFAULT_LIMITS, Config, PhaseLimits
 from phasewatch.records import JournalRecord, Phase
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
 from phasewatch.sinks.hold import HoldFile
-from phasewatch.sinks.state import StateStore
+from phasewatch.sinks.state.store import StateStore
 from phasewatch.sources.host.procs import ProcessTable
 from phasewatch.stages.s5_act.respond import Hold
 from phasewatch.systemd_unit import RecordingUnit, UnitFacts
@@ -34,9 +34,9 @@ def daemon(tmp_path: Path, at: float) -> tuple[Daemon, ScriptedJournal, Recordin
     journal = ScriptedJournal()
     unit = RecordingUnit(UnitFacts("activating", "start", INV, control_group=None, started_at=T0))
     alerter = RecordingAlerter(UNIT)
-    app = compose(CONFIG, follower=journal, unit=unit, alerter=alerter,  # type: ignore[arg-type]
-                  notifier=RecordingNotifier(), store=StateStore(tmp_path, UNIT), clock=clock,
-                  processes=ProcessTable(proc=str(tmp_path / "proc"), cgroup_roots=(str(tmp_path / "cg"),)))
+    app = compose(CONFIG, World(follower=journal, unit=unit, alerter=alerter, notifier=RecordingNotifier(),
+                        store=StateStore(tmp_path, UNIT), clock=clock,
+                        processes=ProcessTable(proc=str(tmp_path / "proc"), cgroup_roots=(str(tmp_path / "cg"),))))
     journal.push(*(JournalRecord(f"[2026-11-29 08:00:00 TP{n}] Load weight begin. avail mem=137.95 GB", T0,
                                  pid=100 + n, invocation_id=INV) for n in range(8)))
     return app, journal, unit, alerter, clock
@@ -118,7 +118,7 @@ def test_why_the_last_restart_happened_survives_a_daemon_restart(tmp_path: Path)
 
 
 def test_a_broken_last_restart_in_the_state_file_is_dropped_not_fatal(tmp_path: Path) -> None:
-    from phasewatch.sinks.state import decode
+    from phasewatch.sinks.state.store import decode
 
     assert decode({"last_restart": {"invocation_id": 7}}).last_restart is None
     kept = decode({"last_restart": {"invocation_id": "a", "verdict": "stalled", "message": "m", "evidence": None,

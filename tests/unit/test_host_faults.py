@@ -15,13 +15,13 @@ from prometheus_client import CollectorRegistry
 
 from fakes import ScriptedJournal
 from phasewatch.clock import FakeClock
-from phasewatch.compose import compose
+from phasewatch.compose import Extras, World, compose
 from phasewatch.config.load import DEFAULT_LIMITS, Adaptive, Config, PhaseLimits
 from phasewatch.records import JournalRecord, Phase
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
 from phasewatch.sinks.history import History, PhaseRecord, StartupRecord
-from phasewatch.sinks.metrics import Exporter
-from phasewatch.sinks.state import Saved, StateStore
+from phasewatch.sinks.metrics.exporter import Exporter
+from phasewatch.sinks.state.store import Saved, StateStore
 from phasewatch.sources.host.procs import ProcessTable
 from phasewatch.stages.s4_judge.learn import limits_in_force
 from phasewatch.stages.s5_act.respond import MESSAGE_IDS, Budget, BudgetState, Memory
@@ -245,10 +245,10 @@ def test_daemon_on_unwritable_state_dir_keeps_acting_and_alerts_once(tmp_path: P
     alerter = RecordingAlerter(UNIT)
     notifier = RecordingNotifier()
     registry = CollectorRegistry()
-    app = compose(STALL_CONFIG, follower=journal, unit=unit, alerter=alerter, notifier=notifier,  # type: ignore[arg-type]
-                  store=StateStore(blocker, UNIT), clock=clock, history=History(blocker / "h.sqlite3"),
-                  exporter=Exporter(STALL_CONFIG, registry, clock),
-                  processes=ProcessTable(proc=str(tmp_path / "proc"), cgroup_roots=(str(tmp_path / "cg"),)))
+    app = compose(STALL_CONFIG, World(follower=journal, unit=unit, alerter=alerter, notifier=notifier,
+                        store=StateStore(blocker, UNIT), clock=clock,
+                        processes=ProcessTable(proc=str(tmp_path / "proc"), cgroup_roots=(str(tmp_path / "cg"),))),
+                  Extras(history=History(blocker / "h.sqlite3"), exporter=Exporter(STALL_CONFIG, registry, clock)))
     journal.push(*(JournalRecord(f"[2026-11-29 08:00:00 TP{n}] Load weight begin. avail mem=137.95 GB", T0,
                                  pid=100 + n, invocation_id=INV) for n in range(8)))
     app.start()
@@ -265,13 +265,13 @@ def test_daemon_on_unwritable_state_dir_keeps_acting_and_alerts_once(tmp_path: P
     sample = registry.get_sample_value
     assert sample("phasewatch_state_degraded", {"unit": UNIT, "what": "history"}) == 1.0
     assert sample("phasewatch_state_degraded", {"unit": UNIT, "what": "state"}) == 1.0
-    assert set(app.exporter.status()["degraded"]) == {"history", "state"}  # type: ignore[union-attr]
+    assert set(app.metrics.exporter.status()["degraded"]) == {"history", "state"}  # type: ignore[union-attr]
     # The directory comes back: state is saved again and the gauge goes back to 0; history stays in memory.
     blocker.unlink()
     blocker.mkdir()
     clock.jump(1)
-    app._save()
-    app._publish(app.responder.judge())
+    app.actor.save()
+    app._report(app.judged())
     assert sample("phasewatch_state_degraded", {"unit": UNIT, "what": "state"}) == 0.0
     assert sample("phasewatch_state_degraded", {"unit": UNIT, "what": "history"}) == 1.0
     assert StateStore(blocker, UNIT).load().memory.restarted == frozenset({INV})
@@ -281,10 +281,10 @@ def test_healthy_state_dir_reports_nothing_degraded(tmp_path: Path) -> None:
     registry = CollectorRegistry()
     clock = FakeClock(wall=T0)
     alerter = RecordingAlerter(UNIT)
-    app = compose(STALL_CONFIG, follower=ScriptedJournal(),  # type: ignore[arg-type]
-                  unit=RecordingUnit(UnitFacts("inactive", "dead", None)), alerter=alerter,
-                  notifier=RecordingNotifier(), store=StateStore(tmp_path, UNIT), clock=clock,
-                  history=History(tmp_path / "h.sqlite3"), exporter=Exporter(STALL_CONFIG, registry, clock))
+    app = compose(STALL_CONFIG, World(
+            follower=ScriptedJournal(), unit=RecordingUnit(UnitFacts("inactive", "dead", None)),
+                        alerter=alerter, notifier=RecordingNotifier(), store=StateStore(tmp_path, UNIT), clock=clock),
+                  Extras(history=History(tmp_path / "h.sqlite3"), exporter=Exporter(STALL_CONFIG, registry, clock)))
     app.start()
-    assert alerter.sent == [] and app.responder.degraded == {}
+    assert alerter.sent == [] and app.actor.parts.host.degraded == {}
     assert registry.get_sample_value("phasewatch_state_degraded", {"unit": UNIT, "what": "state"}) == 0.0

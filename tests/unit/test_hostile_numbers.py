@@ -13,13 +13,13 @@ from fakes import ScriptedJournal
 from phasewatch.app import Daemon
 from phasewatch.cli import main
 from phasewatch.clock import FakeClock
-from phasewatch.compose import compose
+from phasewatch.compose import World, compose
 from phasewatch.config.load import DEFAULT_LIMITS, Config, PhaseLimits
 from phasewatch.pipeline import Pipeline
 from phasewatch.prefixes import bounded_int
 from phasewatch.records import JournalRecord, Phase
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
-from phasewatch.sinks.state import StateStore
+from phasewatch.sinks.state.store import StateStore
 from phasewatch.sources.host.procs import ProcessTable
 from phasewatch.systemd_unit import RecordingUnit, UnitFacts
 
@@ -48,9 +48,9 @@ def _daemon(tmp_path: Path) -> tuple[Daemon, ScriptedJournal, RecordingUnit, Rec
     journal = ScriptedJournal()
     unit = RecordingUnit(UnitFacts("activating", "start", INV, control_group=None, started_at=T0))
     alerter = RecordingAlerter(UNIT)
-    app = compose(CONFIG, follower=journal, unit=unit, alerter=alerter,  # type: ignore[arg-type]
-                  notifier=RecordingNotifier(), store=StateStore(tmp_path, UNIT), clock=clock,
-                  processes=ProcessTable(proc=str(tmp_path / "proc"), cgroup_roots=(str(tmp_path / "cg"),)))
+    app = compose(CONFIG, World(follower=journal, unit=unit, alerter=alerter, notifier=RecordingNotifier(),
+                        store=StateStore(tmp_path, UNIT), clock=clock,
+                        processes=ProcessTable(proc=str(tmp_path / "proc"), cgroup_roots=(str(tmp_path / "cg"),))))
     return app, journal, unit, alerter, clock
 
 

@@ -244,7 +244,8 @@ def test_limits_in_force_and_eta_are_exported(history: History, records: list[St
     from prometheus_client import CollectorRegistry
 
     from phasewatch.clock import FakeClock
-    from phasewatch.sinks.metrics import Exporter
+    from phasewatch.judge import Judge
+    from phasewatch.sinks.metrics.exporter import Exporter
     from phasewatch.stages.s5_act.respond import Memory
 
     config = learned(history, records[0].fingerprint)
@@ -253,7 +254,8 @@ def test_limits_in_force_and_eta_are_exported(history: History, records: list[St
     now = BASE + 90 * 10_000 + 1000
     exporter = Exporter(CONFIG, registry, FakeClock(wall=now))
     reasons = {"weight_load": "learned: 1.5 x p95 9m7s of 6 start-ups, within 0.25-2 x configured"}
-    exporter.publish(pipeline, Memory(), pipeline.judged(now), eta=321.0, limit_reasons=reasons)
+    step = Judge(config, pipeline).judge(now)
+    exporter.publish(replace(step, eta=321.0, limit_reasons=reasons), Memory())
     sample = registry.get_sample_value
     assert sample("phasewatch_startup_eta_seconds", {"unit": UNIT}) == 321.0
     assert sample("phasewatch_phase_deadline_learned", {"unit": UNIT, "phase": "weight_load"}) == 1.0

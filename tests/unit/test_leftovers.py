@@ -15,7 +15,8 @@ from phasewatch.systemd_unit import RecordingUnit, UnitFacts
 UNIT = "sglang-kimi.service"
 T0 = 1_800_000_000.0
 GROUP = "/system.slice/sglang-kimi.service"
-RESTART = Action("restart", f"{UNIT}: TP3 stalled", "stalled", 4, "inv-1", "draft_cuda_graph_capture", "TP3")
+RESTART = Action(kind="restart", message=f"{UNIT}: TP3 stalled", verdict_kind="stalled", priority=4,
+                 invocation_id="inv-1", phase="draft_cuda_graph_capture", rank="TP3")
 ESCAPED = Survivor(4711, "sglang::scheduler_TP3", 2048 * 1024, "/system.slice/run-r1.scope")
 
 

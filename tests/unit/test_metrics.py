@@ -34,17 +34,19 @@ from fakes import (
 )
 from phasewatch import __version__
 from phasewatch.clock import FakeClock
-from phasewatch.compose import compose
+from phasewatch.compose import Extras, World, compose
 from phasewatch.config.load import DEFAULT_LIMITS, VERDICT_KINDS, Config, PhaseLimits, RestartBudget
-from phasewatch.pipeline import Judgement, Pipeline, StepJudgement
-from phasewatch.records import MAIN, MID_STARTED, MID_SUPPRESSED, PHASE_NAMES, JournalRecord, Phase
+from phasewatch.judge import JournalState, Judge, Step
+from phasewatch.pipeline import Judgement, Pipeline
+from phasewatch.records import MAIN, MID_STARTED, MID_SUPPRESSED, PHASE_NAMES, GroupRestartRequest, JournalRecord, Phase
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
 from phasewatch.sinks.http import parse_listen
-from phasewatch.sinks.metrics import PHASE_BUCKETS, Exporter
-from phasewatch.sinks.responder import Responder
-from phasewatch.sinks.state import StateStore
+from phasewatch.sinks.metrics.exporter import PHASE_BUCKETS, Exporter
+from phasewatch.sinks.state.store import StateStore
 from phasewatch.sources.host.procs import ProcessTable
 from phasewatch.stages.s3_track.snapshot import InvocationView
+from phasewatch.stages.s4_judge.remedies import NO_UNIT, UnitSettings
+from phasewatch.stages.s4_judge.vitals import Vitals
 from phasewatch.stages.s5_act.respond import Budget, BudgetState, Memory
 from phasewatch.systemd_unit import RecordingUnit, UnitFacts
 
@@ -349,10 +351,10 @@ def test_daemon_publishes_and_counts_its_restart(tmp_path: Path) -> None:
                                    started_at=clock.wall()))
     registry = CollectorRegistry()
     exporter = Exporter(config, registry, clock)
-    app = compose(config, follower=journal, unit=unit, alerter=RecordingAlerter(config.unit),  # type: ignore[arg-type]
-                  notifier=RecordingNotifier(), store=StateStore(tmp_path, config.unit), clock=clock,
-                  processes=ProcessTable(proc=str(tmp_path / "proc"), cgroup_roots=(str(tmp_path / "cg"),)),
-                  exporter=exporter)
+    app = compose(config, World(follower=journal, unit=unit, alerter=RecordingAlerter(config.unit),
+                        notifier=RecordingNotifier(), store=StateStore(tmp_path, config.unit), clock=clock,
+                        processes=ProcessTable(proc=str(tmp_path / "proc"), cgroup_roots=(str(tmp_path / "cg"),))),
+                  Extras(exporter=exporter))
     journal.push(*(JournalRecord(f"[2026-11-29 08:00:00 TP{n}] Load weight begin. avail mem=137.95 GB", clock.wall(),
                                  pid=100 + n, invocation_id="0123456789abcdef0123456789abcdef") for n in range(8)))
     app.start()
@@ -376,7 +378,7 @@ def test_daemon_publishes_and_counts_its_restart(tmp_path: Path) -> None:
 
 
 def test_one_judgement_per_step_read_by_every_sink(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The responder judges each start-up once a step; the metrics publish that same judgement and
+    """The judge judges each start-up once a step; the metrics publish that same judgement and
     judge nothing themselves (a second judge call per step was the metrics sink's own)."""
     config = Config(unit="sglang-kimi.service", phases={**DEFAULT_LIMITS, Phase.WEIGHT_LOAD: PhaseLimits(60, None)})
     journal = ScriptedJournal()
@@ -384,24 +386,26 @@ def test_one_judgement_per_step_read_by_every_sink(tmp_path: Path, monkeypatch: 
     invocation = "0123456789abcdef0123456789abcdef"
     unit = RecordingUnit(UnitFacts("activating", "start", invocation, control_group=None, started_at=clock.wall()))
     exporter = Exporter(config, CollectorRegistry(), clock)
-    app = compose(config, follower=journal, unit=unit, alerter=RecordingAlerter(config.unit),  # type: ignore[arg-type]
-                  notifier=RecordingNotifier(), store=StateStore(tmp_path, config.unit), clock=clock,
-                  processes=ProcessTable(proc=str(tmp_path / "proc"), cgroup_roots=(str(tmp_path / "cg"),)),
-                  exporter=exporter)
-    judged: list[StepJudgement] = []
-    judge_one, respond_judge = Pipeline.judge_one, Responder.judge
+    app = compose(config, World(follower=journal, unit=unit, alerter=RecordingAlerter(config.unit),
+                        notifier=RecordingNotifier(), store=StateStore(tmp_path, config.unit), clock=clock,
+                        processes=ProcessTable(proc=str(tmp_path / "proc"), cgroup_roots=(str(tmp_path / "cg"),))),
+                  Extras(exporter=exporter))
+    judged: list[Step] = []
+    judge_one, judge = Pipeline.judge_one, Judge.judge
     calls: list[str] = []
 
-    def counted(self: Pipeline, inv: InvocationView, now: float, config: Config | None = None) -> Judgement:
+    def counted(self: Pipeline, inv: InvocationView, now: float, config: Config | None = None,
+                unit: UnitSettings = NO_UNIT) -> Judgement:
         calls.append(inv.invocation_id)
-        return judge_one(self, inv, now, config)
+        return judge_one(self, inv, now, config, unit)
 
-    def kept(self: Responder) -> StepJudgement:
-        judged.append(respond_judge(self))
+    def kept(self: Judge, now: float, journal: JournalState | None = None, vitals: Vitals | None = None,
+             requests: tuple[GroupRestartRequest, ...] = ()) -> Step:
+        judged.append(judge(self, now, journal, vitals, requests))
         return judged[-1]
 
     monkeypatch.setattr(Pipeline, "judge_one", counted)
-    monkeypatch.setattr(Responder, "judge", kept)
+    monkeypatch.setattr(Judge, "judge", kept)
     journal.push(*(JournalRecord(f"[2026-11-29 08:00:00 TP{n}] Load weight begin. avail mem=137.95 GB", clock.wall(),
                                  pid=100 + n, invocation_id=invocation) for n in range(8)))
     app.start()

@@ -11,7 +11,7 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from phasewatch.config.load import Config, Group
-from phasewatch.sinks.metrics import Exporter
+from phasewatch.sinks.metrics.exporter import Exporter
 
 RULES_DIR = Path(__file__).resolve().parents[2] / "config" / "prometheus"
 RULES = RULES_DIR / "phasewatch-rules.yml"

@@ -1,4 +1,4 @@
-"""PROBE-S4 C-3: the line a crash verdict quotes is masked (stages/s4_judge/redact.py) wherever the verdict goes, and
+"""PROBE-S4 C-3: the line a crash verdict quotes is masked (redact.py) wherever the verdict goes, and
 /status holds it only for a reader who may read the unit's journal (sinks/peers.py may_read_journal);
 anyone else gets the verdict with the line withheld, and the document says so."""
 
@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from fakes import INV, UNIT, Journal, MetricsFixture, capture_bar, up_to_capture
+from phasewatch.judge import Judge
 from phasewatch.output.render import WITHHELD, status_document, verdict_json, without_quote
 from phasewatch.sinks.http import PEER_UID, phasewatch_app
 from phasewatch.sinks.peers import JOURNAL_GROUPS, groups_of, may_read_journal
@@ -78,7 +79,7 @@ def test_the_status_document_without_quotes_says_so_and_drops_the_bars_descripti
     up_to_capture(m.journal)
     m.journal.wait(1)
     capture_bar(m.journal, 3)
-    judgement = m.journal.pipeline.judged(m.journal.now).current
+    judgement = Judge(m.journal.config, m.journal.pipeline).judge(m.journal.now).current
     shown = status_document(judgement, m.journal.now, m.journal.config)
     withheld = status_document(judgement, m.journal.now, m.journal.config, quotes=False)
     assert shown["log_text_withheld"] is False and withheld["log_text_withheld"] is True
@@ -93,7 +94,7 @@ def _exporter_after_a_crash_restarted() -> MetricsFixture:
     crash_with_credentials(m.journal)
     m.publish()
     verdict = m.journal.verdicts()[0]
-    # what the responder keeps after its restart (sinks/responding.py), shown as previous_startup
+    # what the actor keeps after its restart (sinks/acting/actor.py), shown as previous_startup
     m.exporter.set_why({"previous_startup": {"invocation_id": "an-older-one", "verdict": "crashed",
                                              "message": verdict.message, "evidence": None, "quote": verdict.quote,
                                              "outcome": "restarted by phasewatch"}})

@@ -14,7 +14,7 @@ from phasewatch.pipeline import Pipeline
 from phasewatch.profile.load import load_builtin_profile
 from phasewatch.profile.remedy_table import RemedyRule, parse_remedies
 from phasewatch.records import JournalRecord
-from phasewatch.stages.s4_judge.remedies import UnitSettings, argv_arguments, choose, line_facts
+from phasewatch.stages.s4_judge.remedies import NO_UNIT, UnitSettings, argv_arguments, choose, line_facts
 
 ENGINES = ("sglang", "vllm")
 RULES = [(engine, rule) for engine in ENGINES for rule in load_builtin_profile(engine).remedies]
@@ -120,11 +120,9 @@ CAPTURE_OOM = ["[2026-03-01 10:05:00 TP{r}] Capture cuda graph begin. This can t
 def _replayed(lines: list[str], engine: str = "sglang", unit: UnitSettings | None = None,
               now: float = 1772359509.0 + 5) -> list:  # type: ignore[type-arg]
     pipeline = Pipeline(Config(unit="x.service", engine=engine))
-    if unit is not None:
-        pipeline.unit_settings = unit
     for line in lines:
         pipeline.feed(JournalRecord(line, None, pid=10, invocation_id="inv"), None)
-    return [v for j in pipeline.judge(now) for v in j.verdicts]
+    return [v for j in pipeline.judge(now, unit=unit or NO_UNIT) for v in j.verdicts]
 
 
 @settings(max_examples=25, deadline=None, derandomize=True)

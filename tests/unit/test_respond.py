@@ -7,7 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from phasewatch.config.load import Config, RestartBudget
-from phasewatch.sinks.state import Saved, StateStore
+from phasewatch.sinks.state.store import Saved, StateStore
 from phasewatch.stages.s4_judge.verdict import MemoryKey, Verdict
 from phasewatch.stages.s5_act.respond import (
     CRASH_SETTLE,

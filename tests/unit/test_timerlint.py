@@ -11,11 +11,11 @@ from pathlib import Path
 from fakes import ScriptedJournal
 from phasewatch.clock import FakeClock
 from phasewatch.commands.status import render_table
-from phasewatch.compose import compose
+from phasewatch.compose import World, compose
 from phasewatch.config.load import DEFAULT_LIMITS, Config, PhaseLimits
 from phasewatch.records import JournalRecord, Phase
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
-from phasewatch.sinks.state import StateStore
+from phasewatch.sinks.state.store import StateStore
 from phasewatch.sources.host.procs import ProcessTable
 from phasewatch.stages.s4_judge.timerlint import UnitTimers, engine_timers, lint
 from phasewatch.stages.s5_act.respond import MESSAGE_IDS
@@ -114,9 +114,9 @@ def test_the_daemon_warns_once_per_start_up_with_its_message_id(tmp_path: Path) 
     unit = RecordingUnit(UnitFacts("activating", "start", INV, control_group=None, started_at=T0),
                          unit_timers=UnitTimers(timeout_start=600, service_type="notify"))
     alerter = RecordingAlerter(UNIT)
-    app = compose(QUIET, follower=journal, unit=unit, alerter=alerter, notifier=RecordingNotifier(),  # type: ignore[arg-type]
-                  store=StateStore(tmp_path, UNIT), clock=clock,
-                  processes=ProcessTable(proc=str(tmp_path / "proc"), cgroup_roots=(str(tmp_path / "cg"),)))
+    app = compose(QUIET, World(follower=journal, unit=unit, alerter=alerter, notifier=RecordingNotifier(),
+                        store=StateStore(tmp_path, UNIT), clock=clock,
+                        processes=ProcessTable(proc=str(tmp_path / "proc"), cgroup_roots=(str(tmp_path / "cg"),))))
     journal.push(JournalRecord("[2026-11-29 08:00:00] server_args=ServerArgs(model_path='m', tp_size=2, "
                                "dist_timeout=300, watchdog_timeout=300)", T0, pid=100, invocation_id=INV))
     app.start()

@@ -27,8 +27,9 @@ from forged_entries import (
     phantom_rank,
 )
 from phasewatch.clock import FakeClock
-from phasewatch.compose import compose
+from phasewatch.compose import World, compose
 from phasewatch.config.load import Config
+from phasewatch.judge import Judge
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import (
     MID_STARTED,
@@ -37,8 +38,8 @@ from phasewatch.records import (
     record_from_fields,
 )
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
-from phasewatch.sinks.metrics import Exporter
-from phasewatch.sinks.state import StateStore
+from phasewatch.sinks.metrics.exporter import Exporter
+from phasewatch.sinks.state.store import StateStore
 from phasewatch.sources.host.procs import ProcessTable
 from phasewatch.sources.journal.trust import (
     LIFECYCLE_NOT_FROM_PID1,
@@ -116,7 +117,7 @@ def test_rejected_entries_are_a_metric() -> None:
     assert registry.get_sample_value("phasewatch_entries_rejected_total", {**labels, "reason": LINE_NOT_FROM_UNIT}) == 0
     exporter.saw_rejected({LINE_NOT_FROM_UNIT: 3, SUPPRESSION_NOT_FROM_JOURNALD: 1})
     pipeline = Pipeline(Config(unit=UNIT))
-    exporter.publish(pipeline, Memory(), pipeline.judged(BASE))
+    exporter.publish(Judge(pipeline.config, pipeline).judge(BASE), Memory())
     assert registry.get_sample_value("phasewatch_entries_rejected_total", {**labels, "reason": LINE_NOT_FROM_UNIT}) == 3
     assert registry.get_sample_value("phasewatch_entries_rejected_total",
                                      {**labels, "reason": SUPPRESSION_NOT_FROM_JOURNALD}) == 1
@@ -143,10 +144,9 @@ def test_daemon_reads_on_past_a_flood_of_forged_entries(tmp_path: Path) -> None:
     clock = FakeClock(wall=BASE)
     journal = FloodedJournal()
     unit = RecordingUnit(UnitFacts("activating", "start", INVOCATION, control_group=None, started_at=BASE))
-    app = compose(Config(unit=UNIT), follower=journal, unit=unit,  # type: ignore[arg-type]
-                  alerter=RecordingAlerter(UNIT), notifier=RecordingNotifier(), store=StateStore(tmp_path, UNIT),
-                  clock=clock,
-                  processes=ProcessTable(proc=str(tmp_path / "proc"), cgroup_roots=(str(tmp_path / "cg"),)))
+    app = compose(Config(unit=UNIT), World(follower=journal, unit=unit, alerter=RecordingAlerter(UNIT),
+                        notifier=RecordingNotifier(), store=StateStore(tmp_path, UNIT), clock=clock,
+                        processes=ProcessTable(proc=str(tmp_path / "proc"), cgroup_roots=(str(tmp_path / "cg"),))))
     app.start()
     journal.empty_reads = 12  # more than one step reads (10): the next step must not wait for the journal
     journal.push(*(JournalRecord(f"[2026-11-29 08:00:00 TP{n}] Load weight begin. avail mem=137.95 GB", BASE,

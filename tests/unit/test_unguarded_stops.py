@@ -12,13 +12,13 @@ from fakes import ScriptedJournal
 from learn_startups import BASE, UNIT, run
 from phasewatch.app import Daemon
 from phasewatch.clock import FakeClock
-from phasewatch.compose import compose
+from phasewatch.compose import Extras, World, compose
 from phasewatch.config.load import Config
 from phasewatch.records import record_from_fields
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
 from phasewatch.sinks.history import History
 from phasewatch.sinks.leftovers import LeftoverScan, Survivor
-from phasewatch.sinks.state import StateStore
+from phasewatch.sinks.state.store import StateStore
 from phasewatch.sinks.unguarded_stops import GRACE, UnguardedStops
 from phasewatch.sources.host.procs import ProcessTable
 from phasewatch.stages.s5_act.respond import Action
@@ -105,10 +105,11 @@ def daemon_with_history(tmp_path: Path) -> tuple[Daemon, ScriptedJournal, Histor
     journal = ScriptedJournal()
     unit = RecordingUnit(UnitFacts("failed", "failed", f"{1:032x}", control_group=None, started_at=BASE))
     history = History(tmp_path / "h.sqlite3")
-    app = compose(Config(unit=UNIT), follower=journal, unit=unit, alerter=RecordingAlerter(UNIT),  # type: ignore[arg-type]
-                  notifier=RecordingNotifier(), store=StateStore(tmp_path, UNIT), clock=FakeClock(wall=BASE + 600),
-                  processes=ProcessTable(proc=str(tmp_path / "proc"), cgroup_roots=(str(tmp_path / "cg"),)),
-                  history=history)
+    app = compose(Config(unit=UNIT), World(follower=journal, unit=unit, alerter=RecordingAlerter(UNIT),
+                        notifier=RecordingNotifier(), store=StateStore(tmp_path, UNIT),
+                        clock=FakeClock(wall=BASE + 600),
+                        processes=ProcessTable(proc=str(tmp_path / "proc"), cgroup_roots=(str(tmp_path / "cg"),))),
+                  Extras(history=history))
     for n, faults in ((1, OOM), (2, Faults())):  # the OOM start-up is recorded once a newer one began
         journal.push(*(record_from_fields(e) for e in journal_json(build(0.01, faults), base=BASE + (n - 1) * 300,
                                                                    unit=UNIT, invocation=f"{n:032x}")))
@@ -117,7 +118,7 @@ def daemon_with_history(tmp_path: Path) -> tuple[Daemon, ScriptedJournal, Histor
 
 def test_an_oom_right_after_leftovers_is_recorded_as_such(tmp_path: Path) -> None:
     app, _, history = daemon_with_history(tmp_path)
-    app.responder.leftovers_seen = lambda: BASE - 5  # a guarded start waited for survivors until then
+    app.history.leftovers_seen = lambda: BASE - 5  # a guarded start waited for survivors until then
     app.start()
     record = history.startups(UNIT)[0]
     assert (record.invocation_id, record.outcome, record.cause) == (f"{1:032x}", "crashed", "oom after leftovers")
@@ -125,7 +126,7 @@ def test_an_oom_right_after_leftovers_is_recorded_as_such(tmp_path: Path) -> Non
 
 def test_an_oom_without_leftovers_is_the_models(tmp_path: Path) -> None:
     app, _, history = daemon_with_history(tmp_path)
-    app.responder.leftovers_seen = lambda: BASE - 3600  # an old episode
+    app.history.leftovers_seen = lambda: BASE - 3600  # an old episode
     app.start()
     record = history.startups(UNIT)[0]
     assert (record.invocation_id, record.outcome, record.cause) == (f"{1:032x}", "crashed", "oom")
@@ -133,7 +134,7 @@ def test_an_oom_without_leftovers_is_the_models(tmp_path: Path) -> None:
 
 def test_a_failed_start_up_is_recorded_with_its_failures_fingerprint_a_ready_one_without(tmp_path: Path) -> None:
     app, _, history = daemon_with_history(tmp_path)
-    app.responder.leftovers_seen = lambda: BASE - 3600
+    app.history.leftovers_seen = lambda: BASE - 3600
     app.start()
     failed, *later = history.startups(UNIT)
     assert failed.failure is not None and failed.failure.startswith("crashed in ") and "(oom)" in failed.failure

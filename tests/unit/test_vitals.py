@@ -9,12 +9,12 @@ from pathlib import Path
 
 from fakes import ScriptedJournal
 from phasewatch.clock import FakeClock
-from phasewatch.compose import compose
+from phasewatch.compose import Extras, World, compose
 from phasewatch.config.load import DEFAULT_LIMITS, Config, PhaseLimits, VitalsSampling, parse_config
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import Event, EventKind, JournalRecord, Phase
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
-from phasewatch.sinks.state import StateStore
+from phasewatch.sinks.state.store import StateStore
 from phasewatch.sources.host.procs import ProcessTable
 from phasewatch.sources.host.procstat import ProcSampler, parse_io_stat, parse_stat
 from phasewatch.stages.s4_judge import policy
@@ -259,9 +259,9 @@ def test_daemon_samples_the_cgroup_and_a_loading_rank_is_not_stalled(tmp_path: P
     alerter = RecordingAlerter(UNIT)
     config = Config(unit=UNIT, phases=STALL_LIMITS, actions={"stalled": ("alert",)},  # (RAS asks on a thread:
                     vitals=VitalsSampling(period=5.0, ras=False))  # tests/integration/test_ras_client.py)
-    app = compose(config, follower=journal, unit=unit, alerter=alerter,  # type: ignore[arg-type]
-                  notifier=RecordingNotifier(), store=StateStore(tmp_path, UNIT), clock=clock,
-                  processes=ProcessTable(proc=str(tmp_path / "proc"), cgroup_roots=(str(tmp_path / "cg"),)))
+    app = compose(config, World(follower=journal, unit=unit, alerter=alerter, notifier=RecordingNotifier(),
+                        store=StateStore(tmp_path, UNIT), clock=clock,
+                        processes=ProcessTable(proc=str(tmp_path / "proc"), cgroup_roots=(str(tmp_path / "cg"),))))
     stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(T0))
     journal.push(*(JournalRecord(f"[{stamp} TP{n}] Load weight begin. avail mem=137.95 GB", T0, pid=101 + n,
                                  invocation_id=INV) for n in range(2)))
@@ -304,9 +304,9 @@ def test_a_failing_sample_is_logged_and_the_loop_goes_on_and_sampling_ends_with_
     unit = RecordingUnit(UnitFacts("activating", "start", INV, control_group=f"/system.slice/{UNIT}", started_at=T0))
     alerter = RecordingAlerter(UNIT)
     config = Config(unit=UNIT, phases=STALL_LIMITS, actions={"stalled": ("alert",)}, vitals=VitalsSampling(ras=False))
-    app = compose(config, follower=journal, unit=unit, alerter=alerter,  # type: ignore[arg-type]
-                  notifier=RecordingNotifier(), store=StateStore(tmp_path, UNIT), clock=clock,
-                  sampler=_BrokenSampler(ProcessTable(str(tmp_path / "proc"), (str(tmp_path / "cg"),))))
+    app = compose(config, World(follower=journal, unit=unit, alerter=alerter, notifier=RecordingNotifier(),
+                        store=StateStore(tmp_path, UNIT), clock=clock),
+                  Extras(sampler=_BrokenSampler(ProcessTable(str(tmp_path / "proc"), (str(tmp_path / "cg"),)))))
     stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(T0))
     journal.push(JournalRecord(f"[{stamp} TP0] Load weight begin. avail mem=137.95 GB", T0, pid=101,
                                invocation_id=INV))
@@ -326,9 +326,9 @@ def test_signs_of_life_are_dropped_once_the_start_up_is_over(tmp_path: Path) -> 
     clock = FakeClock(wall=T0)
     journal = ScriptedJournal()
     unit = RecordingUnit(UnitFacts("activating", "start", INV, control_group=f"/system.slice/{UNIT}", started_at=T0))
-    app = compose(Config(unit=UNIT), follower=journal, unit=unit, alerter=RecordingAlerter(UNIT),  # type: ignore[arg-type]
-                  notifier=RecordingNotifier(), store=StateStore(tmp_path, UNIT), clock=clock,
-                  processes=ProcessTable(proc=str(tmp_path / "proc"), cgroup_roots=(str(tmp_path / "cg"),)))
+    app = compose(Config(unit=UNIT), World(follower=journal, unit=unit, alerter=RecordingAlerter(UNIT),
+                        notifier=RecordingNotifier(), store=StateStore(tmp_path, UNIT), clock=clock,
+                        processes=ProcessTable(proc=str(tmp_path / "proc"), cgroup_roots=(str(tmp_path / "cg"),))))
     stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(T0))
     journal.push(JournalRecord(f"[{stamp} TP0] Load weight begin. avail mem=137.95 GB", T0, pid=101,
                                invocation_id=INV))

@@ -1,5 +1,5 @@
 """When the daemon's loop wakes: the pure plan (stages/s4_judge/wakeups.py), the cgroup scan triggered by the
-journal instead of a timer (sources/host/unit_processes.py), a silent start-up on a fake clock that wakes
+journal instead of a timer (sources/unit_processes.py), a silent start-up on a fake clock that wakes
 only for the watchdog, the signs-of-life sampling and the policy's deadlines; and when the memory a
 burst took is given back (sources/journal/journal_feed.py)."""
 
@@ -14,12 +14,12 @@ import pytest
 from fakes import ScriptedJournal
 from phasewatch.app import Daemon
 from phasewatch.clock import FakeClock
-from phasewatch.compose import compose
+from phasewatch.compose import Extras, World, compose
 from phasewatch.config.load import Config
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import JournalRecord
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
-from phasewatch.sinks.state import StateStore
+from phasewatch.sinks.state.store import StateStore
 from phasewatch.sources.base import Instant
 from phasewatch.sources.host.procs import ProcessTable, RankProcess
 from phasewatch.sources.host.unit_processes import SCAN_SPACING, RankProcesses, UnitFactsReader
@@ -145,9 +145,10 @@ def silent_daemon(tmp_path: Path) -> tuple[Daemon, FakeClock, ScriptedJournal, C
     journal = ScriptedJournal()
     table = CountingTable(tmp_path)
     unit = RecordingUnit(UnitFacts("activating", "start", INV, control_group=GROUP, started_at=T0))
-    app = compose(Config(unit=UNIT), follower=journal, unit=unit, alerter=RecordingAlerter(UNIT),  # type: ignore[arg-type]
-                  notifier=RecordingNotifier(), store=StateStore(tmp_path / "state", UNIT), clock=clock,
-                  processes=table, watchdog_interval=30.0)
+    app = compose(Config(unit=UNIT), World(follower=journal, unit=unit, alerter=RecordingAlerter(UNIT),
+                        notifier=RecordingNotifier(), store=StateStore(tmp_path / "state", UNIT), clock=clock,
+                        processes=table),
+                  Extras(watchdog_interval=30.0))
     journal.push(JournalRecord("[2026-11-29 08:00:00 TP0] Load weight begin. avail mem=70.00 GB", T0, pid=4301,
                                invocation_id=INV))
     return app, clock, journal, table

@@ -23,16 +23,16 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from ..app import watchdog_interval_from_env
     from ..clock import SystemClock
-    from ..compose import compose
+    from ..compose import Extras, World, compose
     from ..config.host import check_on_host
     from ..sinks.actions import JournalAlerter, Notifier
     from ..sinks.history import History
     from ..sinks.http import Rebinder, start_metrics
     from ..sinks.peers import peer_key
-    from ..sinks.state import StateStore
+    from ..sinks.state.store import StateStore
     from ..sources.journal.follow import JournalFollower
     from ..sources.receiver.alert_receiver import start_receiver
-    from ..stages.s5_act.respond import PRIORITY, Action
+    from ..stages.s5_act.respond import PRIORITY, Action, ActionKind
     from ..systemd_unit import SystemdUnit
     from .checkconfig import check_instance
 
@@ -56,20 +56,24 @@ def cmd_run(args: argparse.Namespace) -> int:
     alerter = JournalAlerter(config.unit)
     rebinder = None if metrics_server is not None else Rebinder(
         config.metrics_listen, exporter,
-        lambda why: alerter.alert(Action("alert", why, "metrics_unbound", PRIORITY["metrics_unbound"], cause="listen")))
+        lambda why: alerter.alert(Action(kind=ActionKind.ALERT, message=why, verdict_kind="metrics_unbound",
+                                         priority=PRIORITY["metrics_unbound"], cause="listen")))
     from ..sources.host.gpu import NvmlSource
     from ..sources.host.gpu_health import STARTUP_LOOKBACK, KernelXids
 
     # Unbindable: alerted once, tried again; never bound within GIVE_UP_AFTER: the loop raises (exit 69).
-    receiver = start_receiver(config, lambda why: alerter.alert(Action(
-        "alert", why, "receiver_unbound", PRIORITY["receiver_unbound"], cause="listen")), peer_of=peer_key)
-    daemon = compose(config, follower=JournalFollower(config.unit, args.directory), unit=unit,
-                     alerter=alerter, notifier=Notifier(), store=StateStore(state_dir, config.unit),
-                     clock=SystemClock(), watchdog_interval=watchdog_interval_from_env(), exporter=exporter,
-                     history=History(Path(state_dir) / f"{config.unit}.history.sqlite3"), reload=read_config,
-                     actions_off_the_loop=True, action_unit=SystemdUnit(config.unit),  # (its own D-Bus connection)
-                     gpu=NvmlSource(), receiver=receiver,
-                     kernel=KernelXids(args.directory, since=SystemClock().wall() - STARTUP_LOOKBACK))
+    receiver = start_receiver(config, lambda why: alerter.alert(Action(kind=ActionKind.ALERT, message=why,
+                                                                       verdict_kind="receiver_unbound",
+                                                                       priority=PRIORITY["receiver_unbound"],
+                                                                       cause="listen")), peer_of=peer_key)
+    world = World(JournalFollower(config.unit, args.directory), unit, alerter, Notifier(),
+                  StateStore(state_dir, config.unit), SystemClock(),
+                  action_unit=SystemdUnit(config.unit))  # (its own D-Bus connection)
+    daemon = compose(config, world, Extras(
+        watchdog_interval=watchdog_interval_from_env(), exporter=exporter,
+        history=History(Path(state_dir) / f"{config.unit}.history.sqlite3"), reload=read_config,
+        actions_off_the_loop=True, gpu=NvmlSource(), receiver=receiver,
+        kernel=KernelXids(args.directory, since=SystemClock().wall() - STARTUP_LOOKBACK)))
 
     _serve(daemon, config, metrics_server, rebinder, receiver)
     return EX_OK
@@ -98,7 +102,7 @@ def _serve(daemon: Daemon, config: Config, *closing: Closable | None) -> None:
     try:
         daemon.run()
     finally:
-        daemon.notifier.send("STOPPING=1")
+        daemon.parts.notifier.send("STOPPING=1")
         for part in closing:
             if part is not None:
                 part.close()

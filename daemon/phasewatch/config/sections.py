@@ -131,7 +131,7 @@ class Adaptive:
     ceiling: float = 2.0
 
 
-# The action chain of one verdict runs off the loop, in the action worker (sinks/acting.py): the
+# The action chain of one verdict runs off the loop, in the action worker (sinks/acting/runner.py): the
 # watchdog never waits on it. What it delays is the restart: a hung start-up waits for its evidence
 # and its hooks. CHAIN_LIMIT bounds that wait; each child may also take CHILD_REAP to be killed and
 # reaped (then it is abandoned), and one D-Bus call DBUS_CALL (sd-bus's default call timeout).

@@ -20,7 +20,7 @@ from .evidence import EvidenceTaker, EvidenceWriter
 from .gpu_memory import GpuMemory
 from .hooks import HookRunner
 from .leftovers import GuardedRestart, LeftoverScan, StopStart
-from .state import Saved, action_from
+from .state.store import Saved, action_from
 from .unguarded_stops import UnguardedStops
 
 logger = logging.getLogger(__name__)
@@ -34,23 +34,35 @@ class Actors:
     unguarded: UnguardedStops | None
 
 
-def build_actors(config: Config, unit: StopStart, alert: Callable[[Action], None], processes: ProcessTable,
-                 state_dir: Path, gpu: GpuMemory | None = None,
-                 rank_pids: Callable[[], Iterable[int]] = tuple,
-                 rank_starts: Callable[[], Mapping[int, int] | None] = lambda: None,
-                 ras: Callable[[str], RasFinding | None] = lambda invocation: None,
-                 xids: Callable[[float | None, float | None], Sequence[tuple[float, XidLine]]] = lambda b, e: (),
-                 gpu_of: Callable[[str], int | None] = lambda rank: None) -> Actors:
-    """`rank_pids`: the start-up's rank processes as phasewatch knows them (also those outside the
-    unit's cgroup); `rank_starts`: their start times (pid -> ticks), to tell a PID reused; `xids`
-    and `gpu_of`: the kernel's XIDs of a start-up and a rank's GPU, for the evidence."""
-    scan = LeftoverScan(processes, gpu or GpuMemory())
+@dataclass(frozen=True)
+class ActorInputs:
+    """What the actors read and act on, whatever the config. `rank_pids`: the start-up's rank
+    processes as phasewatch knows them (also those outside the unit's cgroup); `rank_starts`: their
+    start times (pid -> ticks), to tell a PID reused; `ras`, `xids` and `gpu_of`: NCCL RAS's finding,
+    the kernel's XIDs of a start-up and a rank's GPU, for the evidence."""
+
+    unit: StopStart
+    alert: Callable[[Action], None]
+    processes: ProcessTable
+    state_dir: Path
+    gpu: GpuMemory | None = None
+    rank_pids: Callable[[], Iterable[int]] = tuple
+    rank_starts: Callable[[], Mapping[int, int] | None] = lambda: None
+    ras: Callable[[str], RasFinding | None] = lambda invocation: None
+    xids: Callable[[float | None, float | None], Sequence[tuple[float, XidLine]]] = lambda b, e: ()
+    gpu_of: Callable[[str], int | None] = lambda rank: None
+
+
+def build_actors(config: Config, given: ActorInputs) -> Actors:
+    unit, alert, processes, rank_pids = given.unit, given.alert, given.processes, given.rank_pids
+    scan = LeftoverScan(processes, given.gpu or GpuMemory())
     guarded = GuardedRestart(unit, scan, alert, config.leftovers.wait,
                              lambda group: scan.before_stop(group, rank_pids())) if config.leftovers.check else None
-    unguarded = UnguardedStops(config.unit, lambda old: scan.unguarded(old, rank_starts()), alert,
+    unguarded = UnguardedStops(config.unit, lambda old: scan.unguarded(old, given.rank_starts()), alert,
                                lambda: scan.gpu_checked) if config.leftovers.after_any_stop else None
-    evidence = EvidenceTaker(EvidenceWriter(state_dir, config.unit, config.evidence),
-                             lambda group: [(p.rank, p.pid) for p in processes.ranks(group)], ras, xids, gpu_of)
+    evidence = EvidenceTaker(EvidenceWriter(given.state_dir, config.unit, config.evidence),
+                             lambda group: [(p.rank, p.pid) for p in processes.ranks(group)], given.ras, given.xids,
+                             given.gpu_of)
     return Actors(HookRunner(config.unit, dict(config.hooks)), evidence, guarded, unguarded)
 
 

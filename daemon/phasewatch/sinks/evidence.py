@@ -207,7 +207,7 @@ def targets(named: Sequence[str], phase: str | None, rank_phases: dict[str, str]
 
 
 class EvidenceTaker:
-    """The `evidence` action for the responder: which processes, then one file."""
+    """The `evidence` action for the actor: which processes, then one file."""
 
     def __init__(self, writer: EvidenceWriter, processes: Callable[[str], Sequence[tuple[str, int]]],
                  ras: Callable[[str], RasFinding | None] = lambda invocation: None,

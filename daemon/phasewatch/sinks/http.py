@@ -26,7 +26,7 @@ from .. import __version__
 from ..clock import Clock
 from ..config.load import Config
 from ..errors import ListenError
-from .metrics import Exporter
+from .metrics.exporter import Exporter
 from .peers import key_of, may_read_journal, peer_uid
 
 logger = logging.getLogger(__name__)

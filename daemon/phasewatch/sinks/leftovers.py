@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 from ..durations import format_duration
 from ..sources.host.procs import Identity, ProcessTable, rank_from_title
-from ..stages.s5_act.respond import Action
+from ..stages.s5_act.respond import Action, ActionKind
 from ..systemd_unit import UnitFacts
 from .gpu_memory import GpuHolder, GpuMemory
 
@@ -265,5 +265,6 @@ class GuardedRestart:
 
 
 def _blocked(action: Action, message: str) -> Action:
-    return Action("alert", message, "restart_blocked", CRITICAL, action.invocation_id, action.phase, action.rank,
-                  "leftovers", action.dry_run)
+    return Action(kind=ActionKind.ALERT, message=message, verdict_kind="restart_blocked", priority=CRITICAL,
+                  invocation_id=action.invocation_id, phase=action.phase, rank=action.rank, cause="leftovers",
+                  dry_run=action.dry_run)

@@ -14,7 +14,7 @@ from typing import Callable, Sequence
 
 from ..records import MAIN, Phase
 from ..stages.s3_track.snapshot import InvocationView, UnitState
-from ..stages.s5_act.respond import Action
+from ..stages.s5_act.respond import Action, ActionKind
 from .leftovers import CRITICAL, Survivor
 
 logger = logging.getLogger(__name__)
@@ -76,9 +76,11 @@ class UnguardedStops:
                 continue
             self.survivors_seen_at = now
             listed = "; ".join(s.text() for s in left)
-            self.alert(Action("alert", f"{self.unit}: start-up {due.invocation_id} ended before ready by a stop "
+            self.alert(Action(
+                kind=ActionKind.ALERT, verdict_kind="restart_blocked", priority=CRITICAL,
+                invocation_id=due.invocation_id, cause="leftovers",
+                message=f"{self.unit}: start-up {due.invocation_id} ended before ready by a stop "
                               f"phasewatch did not check (the operator's, a crash and Restart=, or a restart "
                               f"without leftovers.check) and processes of it survived: {listed}. phasewatch "
                               "cannot hold a start systemd makes by itself: the next start-up may fail with OOM "
-                              "until they end", "restart_blocked", CRITICAL, due.invocation_id,
-                              cause="leftovers"))
+                              "until they end"))

@@ -2,8 +2,9 @@
 
 A source names the file descriptors it waits on (`fds()`: none, one, or a pidfd per rank), says when
 it wants to be asked next (`next_deadline(now)`, on the monotonic clock; None: only when an fd is
-readable), and `collect(now, readable)` returns what it saw as tracker events. The loop applies those
-through `Pipeline.apply`; no source touches the tracker.
+readable), and `collect(now, readable)` returns what it saw: tracker events, which the loop applies
+through `Pipeline.apply` (no source touches the tracker), and the group's restart requests, which the
+loop puts in the step (`Step.requests`) for the group's sink.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Protocol, Sequence
 
-from ..records import Event
+from ..records import Event, GroupRestartRequest
 from ..stages.s3_track.snapshot import InvocationView
 
 
@@ -24,6 +25,7 @@ class Instant:
     monotonic: float
 
 
+Seen = Event | GroupRestartRequest  # what a source's collect returns
 Current = Callable[[], "InvocationView | None"]  # the start-up the tracker sees now (read only)
 
 
@@ -32,4 +34,4 @@ class Source(Protocol):
 
     def next_deadline(self, now: Instant) -> float | None: ...
 
-    def collect(self, now: Instant, readable: Sequence[int]) -> list[Event]: ...
+    def collect(self, now: Instant, readable: Sequence[int]) -> Sequence[Seen]: ...

@@ -74,7 +74,7 @@ class StartTelling:
 
 
 class JudgedClock:
-    """The responder's clock: wall time, or the last entry read while the reading is behind."""
+    """The judging clock (judge.py, the actor): wall time, or the last entry read while the reading is behind."""
 
     def __init__(self, clock: Clock, feed: Lagging) -> None:
         self.clock, self.feed = clock, feed

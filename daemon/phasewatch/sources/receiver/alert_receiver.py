@@ -9,7 +9,7 @@ at least one PhasewatchGroupRestart of this node's group. Everything else is ref
 reason (phasewatch_group_webhook_refused_total), and logged at most once a minute per reason:
 no_token, bad_token, method, path, too_large, bad_payload, other_group, timeout, tls, busy (answered
 503), error. An accepted notification's firing alerts become `GroupRestartRequest`s, handed to the
-loop through a pipe (`fds()`), taken by `take()`; the responder decides
+loop through a pipe (`fds()`), taken by `take()`; the group sink (sinks/acting/group.py) decides
 (stages/s5_act/group_decision.py).
 
 The listening socket is the one systemd passed (units/phasewatch-receiver@.socket: bound by PID 1
@@ -35,7 +35,7 @@ from ...clock import Clock, SystemClock
 from ...config.load import Config
 from ...config.sections import Group, GroupReceiver
 from ...errors import ConfigError, UnavailableError
-from ...records import Event, GroupRestartRequest
+from ...records import GroupRestartRequest
 from ...stages.s5_act.group_decision import NotificationError, parse_notification
 from ..base import Instant
 from .listen_fds import receiver_socket
@@ -164,10 +164,12 @@ class AlertReceiver:
     def next_deadline(self, now: Instant) -> float | None:
         return None
 
-    def collect(self, now: Instant, readable: Sequence[int]) -> list[Event]:
+    def collect(self, now: Instant, readable: Sequence[int]) -> list[GroupRestartRequest]:
+        """The requests taken in since the last step (no tracker events): the loop puts them in the
+        step for the group's sink (sinks/acting/group.py)."""
         if self.gave_up is not None:
             raise UnavailableError(self.gave_up)
-        return []  # (no tracker events: the requests go to the responder, take())
+        return self.take()
 
     def take(self) -> list[GroupRestartRequest]:
         try:

@@ -1,5 +1,5 @@
 """The group's decision on this node: Alertmanager's webhook notification -> restart requests ->
-what to do here. Pure (the listener is sources/receiver/alert_receiver.py, the acting sinks/responder.py).
+what to do here. Pure (the listener is sources/receiver/alert_receiver.py, the acting sinks/acting/group.py).
 
 A firing PhasewatchGroupRestart of this node's group restarts the local unit once per decision:
 only when the local start-up began before the alert's `startsAt` (a repeat, a resend after the

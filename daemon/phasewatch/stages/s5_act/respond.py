@@ -22,11 +22,42 @@ from .restart_gate import Refusal, fingerprint, refusal, with_print
 FAILURE_KINDS = FAILED_STARTUP
 Done = tuple[str, str, str | None, str | None]  # a MemoryKey (a state file's: its tuple)
 CRASH_SETTLE = 5.0  # seconds between a crash verdict and a restart decision about it
-# syslog priorities
-PRIORITY = {"stalled": 4, "straggler": 4, "lines_lost": 4, "unhealthy": 4, "rank_died": 3, "crashed": 3,
-            "gave_up": 2, "restart_failed": 3, "state_degraded": 3, "timer_lint": 4,
-            "restart_blocked": 2, "metrics_unbound": 3, "waiting_for_node": 5, "group_restart": 4,
-            "receiver_unbound": 2, "gpu_fault": 3, "restart_refused": 2}
+
+
+class Priority(enum.IntEnum):
+    """syslog priorities of the alerts' journal entries."""
+
+    CRITICAL = 2
+    ERROR = 3
+    WARNING = 4
+    NOTICE = 5
+
+    @classmethod
+    def of(cls, verdict_kind: str) -> Priority:
+        return PRIORITY[verdict_kind]
+
+
+PRIORITY: dict[str, Priority] = {
+    "stalled": Priority.WARNING, "straggler": Priority.WARNING, "lines_lost": Priority.WARNING,
+    "unhealthy": Priority.WARNING, "rank_died": Priority.ERROR, "crashed": Priority.ERROR,
+    "gave_up": Priority.CRITICAL, "restart_failed": Priority.ERROR, "state_degraded": Priority.ERROR,
+    "timer_lint": Priority.WARNING, "restart_blocked": Priority.CRITICAL, "metrics_unbound": Priority.ERROR,
+    "waiting_for_node": Priority.NOTICE, "group_restart": Priority.WARNING, "receiver_unbound": Priority.CRITICAL,
+    "gpu_fault": Priority.ERROR, "restart_refused": Priority.CRITICAL}
+
+
+class ActionKind(enum.StrEnum):
+    """What an action does; run in this order (sinks/acting/runner.py): evidence first, the restart last."""
+
+    EVIDENCE = "evidence"
+    ALERT = "alert"
+    HOOK = "hook"
+    RESTART = "restart"
+
+
+ACTION_ORDER = (ActionKind.EVIDENCE, ActionKind.ALERT, ActionKind.HOOK, ActionKind.RESTART)
+
+
 # journal MESSAGE_IDs, one per kind of alert (records.MessageId; docs: units/phasewatch.catalog)
 MESSAGE_IDS = {kind.value: MessageId[kind.name] for kind in (*VerdictKind, *AlertKind)}
 
@@ -71,9 +102,11 @@ class UnitStatus:
         return self.sub_state == "auto-restart"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Action:
-    kind: str  # "evidence", "alert", "hook" or "restart"
+    """One thing to do about a verdict, built by keyword; persisted while pending (sinks/state/store.py)."""
+
+    kind: ActionKind
     message: str
     verdict_kind: str
     priority: int
@@ -86,6 +119,9 @@ class Action:
     hook: str | None = None  # kind "hook": the name of the hook to run
     remedy: str | None = None  # what to do about it (stages/s4_judge/remedies.py): PHASEWATCH_REMEDY
     quote: str | None = None  # kind "restart": the log line the message quotes (Verdict.quote)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", ActionKind(self.kind))  # (a pending action read back: a string)
 
     @property
     def message_id(self) -> str:
@@ -140,25 +176,27 @@ def respond(verdicts: list[Verdict], memory: Memory, status: UnitStatus, now: fl
     actions: list[Action] = []
     budget = memory.budget
     retry_at: float | None = None
-    alerted, restarted = set(memory.alerted), set(memory.restarted)
+    alerted = set(memory.alerted)
+    restarted = set(memory.restarted)
 
-    failing = [v for v in verdicts if v.kind in FAILURE_KINDS or "restart" in config.actions.get(v.kind, ())]
-    for invocation in dict.fromkeys(v.invocation_id for v in failing):
-        if invocation not in {f[0] for f in budget.failures}:
-            budget = replace(budget, failures=budget.failures + ((invocation, now),))
-        first = next((v for v in failing if v.invocation_id == invocation and v.kind in FAILURE_KINDS), None)
-        if first is not None:  # a failed start-up (not a server unhealthy after ready): its fingerprint
-            within = {i for i, _ in budget.within(now, config.restart_budget.window)}
-            prints = tuple(p for p in budget.prints if p[0] in within)
-            budget = replace(budget, prints=with_print(prints, invocation, fingerprint(first)))
+    budget = _with_failures(budget, verdicts, now, config)
     refusals: dict[str, Refusal | None] = {}
 
     for verdict in verdicts:
         wanted = config.actions.get(verdict.kind, ("alert",))
         note = ""
         remedy = verdict.remedy.text if verdict.remedy is not None else None
+        evidence_key = verdict.key.evidence()
+        if "evidence" in wanted and evidence_key not in alerted:
+            alerted.add(evidence_key)
+            actions.append(_about(verdict, config, ActionKind.EVIDENCE,
+                                  verdict.message + (f"; remedy: {remedy}" if remedy else ""), remedy=remedy))
         held = hold is not None and hold.active(now)
-        actions.extend(_evidence_and_hooks(verdict, wanted, alerted, held, config))
+        for hook in (a.removeprefix("hook:") for a in wanted if a.startswith("hook:") and not held):
+            hook_key = verdict.key.of_hook(hook)
+            if hook_key not in alerted:
+                alerted.add(hook_key)
+                actions.append(_about(verdict, config, ActionKind.HOOK, verdict.message, hook=hook, remedy=remedy))
         if "restart" in wanted and held and hold is not None:
             note = f"not restarting: held by the operator for {format_duration(hold.until - now)} ({hold.reason})"
         elif "restart" in wanted and verdict.invocation_id not in restarted and (refused := refusals.setdefault(
@@ -168,65 +206,55 @@ def respond(verdicts: list[Verdict], memory: Memory, status: UnitStatus, now: fl
             refused_key = MemoryKey.refused_restart(verdict.invocation_id)
             if refused_key not in alerted:
                 alerted.add(refused_key)
-                actions.append(Action("alert", f"{config.unit}: {refused.words} ({verdict.message})"
-                                      + (f"; remedy: {refused.remedy}" if refused.remedy else ""), "restart_refused",
-                                      PRIORITY["restart_refused"], verdict.invocation_id, verdict.phase, verdict.rank,
-                                      refused.why, config.dry_run, remedy=refused.remedy))
+                words = f"{config.unit}: {refused.words} ({verdict.message})" + (
+                    f"; remedy: {refused.remedy}" if refused.remedy else "")
+                actions.append(_about(verdict, config, ActionKind.ALERT, words, verdict_kind="restart_refused",
+                                      cause=refused.why, remedy=refused.remedy))
         elif "restart" in wanted and config.group is not None and config.group.receiver is not None:
             note = f"not restarting alone: a node of group {config.group.name}, whose restarts the group decides"
         elif "restart" in wanted and verdict.invocation_id not in restarted:
-            restart_now, budget, note, wait_until = _restart_decision(verdict, budget, status, now, config)
-            if restart_now:
+            decision = _restart_decision(verdict, budget, status, now, config)
+            budget, note = decision.budget, decision.note
+            if decision.restart:
                 restarted.add(verdict.invocation_id)
-                actions.append(Action("restart", verdict.message, verdict.kind, PRIORITY[verdict.kind],
-                                      verdict.invocation_id, verdict.phase, verdict.rank, verdict.cause,
-                                      config.dry_run, quote=verdict.quote))
-            if wait_until is not None:
-                retry_at = wait_until if retry_at is None else min(retry_at, wait_until)
+                actions.append(_about(verdict, config, ActionKind.RESTART, verdict.message, quote=verdict.quote))
+            if decision.wait_until is not None:
+                retry_at = decision.wait_until if retry_at is None else min(retry_at, decision.wait_until)
             gave_up_now = budget.state is BudgetState.GAVE_UP and memory.budget.state is BudgetState.ARMED
             if gave_up_now and not any(a.verdict_kind == "gave_up" for a in actions):
                 actions.append(_gave_up(verdict, budget, now, config))
         if "alert" in wanted and verdict.key not in alerted:
             alerted.add(verdict.key)
             message = verdict.message + (f"; {note}" if note else "") + (f"; remedy: {remedy}" if remedy else "")
-            actions.append(Action("alert", message, verdict.kind, PRIORITY[verdict.kind], verdict.invocation_id,
-                                  verdict.phase, verdict.rank, verdict.cause, config.dry_run, remedy=remedy))
+            actions.append(_about(verdict, config, ActionKind.ALERT, message, remedy=remedy))
     # Evidence first (before anything changes), restart actions last: alerts first tell why.
     actions = _grouped(actions)
-    actions.sort(key=lambda a: {"evidence": 0, "alert": 1, "hook": 2}.get(a.kind, 3))
+    actions.sort(key=lambda a: ACTION_ORDER.index(a.kind))
     return Response(tuple(actions), Memory(frozenset(alerted), frozenset(restarted), budget), retry_at)
 
 
-def _evidence_and_hooks(verdict: Verdict, wanted: tuple[str, ...], alerted: set[Done],
-                        held: bool, config: Config) -> list[Action]:
-    """The verdict's evidence and hooks that were not done yet (noted in `alerted`); no hook while held."""
-    actions = []
-    remedy = verdict.remedy.text if verdict.remedy is not None else None
-    evidence_key = verdict.key.evidence()
-    if "evidence" in wanted and evidence_key not in alerted:
-        alerted.add(evidence_key)
-        actions.append(Action("evidence", verdict.message + (f"; remedy: {remedy}" if remedy else ""),
-                              verdict.kind, PRIORITY[verdict.kind], verdict.invocation_id, verdict.phase,
-                              verdict.rank, verdict.cause, config.dry_run, remedy=remedy))
-    for hook in (a.removeprefix("hook:") for a in wanted if a.startswith("hook:") and not held):
-        hook_key = verdict.key.of_hook(hook)
-        if hook_key not in alerted:
-            alerted.add(hook_key)
-            actions.append(Action("hook", verdict.message, verdict.kind, PRIORITY[verdict.kind],
-                                  verdict.invocation_id, verdict.phase, verdict.rank, verdict.cause,
-                                  config.dry_run, hook=hook, remedy=remedy))
-    return actions
+def _with_failures(budget: Budget, verdicts: list[Verdict], now: float, config: Config) -> Budget:
+    """The budget with the start-ups that fail (or that phasewatch restarts for) counted once each,
+    and a failed start-up's fingerprint (restart_gate.py)."""
+    failing = [v for v in verdicts if v.kind in FAILURE_KINDS or "restart" in config.actions.get(v.kind, ())]
+    for invocation in dict.fromkeys(v.invocation_id for v in failing):
+        if invocation not in {f[0] for f in budget.failures}:
+            budget = replace(budget, failures=budget.failures + ((invocation, now),))
+        first = next((v for v in failing if v.invocation_id == invocation and v.kind in FAILURE_KINDS), None)
+        if first is not None:  # a failed start-up (not a server unhealthy after ready): its fingerprint
+            within = {i for i, _ in budget.within(now, config.restart_budget.window)}
+            prints = tuple(p for p in budget.prints if p[0] in within)
+            budget = replace(budget, prints=with_print(prints, invocation, fingerprint(first)))
+    return budget
 
 
 def _gave_up(verdict: Verdict, budget: Budget, now: float, config: Config) -> Action:
-    """The one critical alert that the restart budget is spent."""
     spent = len(budget.within(now, config.restart_budget.window))
-    return Action(
-        "alert", f"{config.unit}: restart budget spent ({spent} failed start-ups in "
-        f"{format_duration(config.restart_budget.window)}, at most {config.restart_budget.max}); "
-        "phasewatch gave up and will not restart it until a start-up reaches ready or an operator "
-        "restarts it", "gave_up", PRIORITY["gave_up"], verdict.invocation_id, verdict.phase,
-        verdict.rank, verdict.cause, config.dry_run)
+    return _about(verdict, config, ActionKind.ALERT,
+                  f"{config.unit}: restart budget spent ({spent} failed start-ups in "
+                  f"{format_duration(config.restart_budget.window)}, at most {config.restart_budget.max}); "
+                  "phasewatch gave up and will not restart it until a start-up reaches ready or an operator "
+                  "restarts it", verdict_kind="gave_up")
 
 
 def _grouped(actions: list[Action]) -> list[Action]:
@@ -254,30 +282,48 @@ def _grouped(actions: list[Action]) -> list[Action]:
     return out
 
 
+@dataclass(frozen=True)
+class RestartDecision:
+    restart: bool  # restart now
+    budget: Budget  # the budget after
+    note: str  # for the alert
+    wait_until: float | None = None  # when to look again
+
+
+def _about(verdict: Verdict, config: Config, kind: ActionKind, message: str, **extra: str | None) -> Action:
+    """An action about `verdict` (its kind, start-up, phase, rank and cause unless `extra` says)."""
+    about: dict[str, str | None] = {"verdict_kind": verdict.kind, "invocation_id": verdict.invocation_id,
+                                    "phase": verdict.phase, "rank": verdict.rank, "cause": verdict.cause, **extra}
+    return Action(kind=kind, message=message, priority=PRIORITY[about["verdict_kind"] or verdict.kind],
+                  dry_run=config.dry_run, **about)  # type: ignore[arg-type]
+
+
 def _restart_decision(verdict: Verdict, budget: Budget, status: UnitStatus, now: float, config: Config
-                      ) -> tuple[bool, Budget, str, float | None]:
-    """(restart now?, budget after, a note for the alert, when to look again)."""
+                      ) -> RestartDecision:
     limits = config.restart_budget
     if verdict.kind == VerdictKind.CRASHED and now < verdict.at + CRASH_SETTLE:
         # Let the crash finish (the parent kills its children, then itself) and systemd react.
-        return False, budget, "", verdict.at + CRASH_SETTLE
+        return RestartDecision(False, budget, "", verdict.at + CRASH_SETTLE)
     if status.invocation_id is not None and status.invocation_id != verdict.invocation_id:
-        return False, budget, "not restarting: the unit was already started again", None
+        return RestartDecision(False, budget, "not restarting: the unit was already started again")
     if status.systemd_restarting:
-        return False, budget, "not restarting: systemd has a restart scheduled (Restart=)", None
+        return RestartDecision(False, budget, "not restarting: systemd has a restart scheduled (Restart=)")
     crashed_and_down = (verdict.kind == VerdictKind.CRASHED and status.active_state == "failed"
                         and not status.job_pending)
     if not status.restartable and not crashed_and_down:
-        return False, budget, f"not restarting: the unit is {status.active_state} (stopped by the operator?)", None
+        return RestartDecision(False, budget,
+                               f"not restarting: the unit is {status.active_state} (stopped by the operator?)")
     if budget.state is BudgetState.GAVE_UP:
-        return False, budget, "not restarting: restart budget spent", None
+        return RestartDecision(False, budget, "not restarting: restart budget spent")
     failures = len(budget.within(now, limits.window))
     if failures > limits.max:
-        return False, replace(budget, state=BudgetState.GAVE_UP), "not restarting: restart budget spent", None
+        return RestartDecision(False, replace(budget, state=BudgetState.GAVE_UP),
+                               "not restarting: restart budget spent")
     if budget.last_restart is not None and now < budget.last_restart + limits.backoff:
         wait_until = budget.last_restart + limits.backoff
-        return False, budget, f"restarting in {format_duration(wait_until - now)} (backoff)", wait_until
+        return RestartDecision(False, budget, f"restarting in {format_duration(wait_until - now)} (backoff)",
+                               wait_until)
     count = budget.restarts + 1
     after = replace(budget, last_restart=now, restarts=count)
     verb = "would restart (dry run)" if config.dry_run else "restarting"
-    return True, after, (f"{verb} ({failures} of {limits.max} in {format_duration(limits.window)})"), None
+    return RestartDecision(True, after, f"{verb} ({failures} of {limits.max} in {format_duration(limits.window)})")

@@ -24,22 +24,22 @@ from prometheus_client.metrics_core import (
     Metric,
 )
 
-from ..clock import Clock, SystemClock
-from ..config.load import VERDICT_KINDS, Config
-from ..engines import ServerInfo
-from ..output.render import iso, status_document, without_quote
-from ..pipeline import Pipeline, StepJudgement
-from ..records import MAIN, PHASE_NAMES, Phase
-from ..sources.journal import trust
-from ..stages.s3_track.snapshot import InvocationView, Snapshot
-from ..stages.s4_judge.ras_culprit import RasFinding
-from ..stages.s4_judge.timerlint import TimerWarning
-from ..stages.s4_judge.verdict import Verdict
-from ..stages.s4_judge.vitals import Vitals
-from ..stages.s4_judge.vitals import document as vitals_document
-from ..stages.s5_act.respond import Memory
-from .group_metrics import ended_failures, group_document, group_families
-from .metric_families import (
+from ...clock import Clock, SystemClock
+from ...config.load import VERDICT_KINDS, Config
+from ...engines import ServerInfo
+from ...judge import Step
+from ...output.render import iso, status_document, without_quote
+from ...records import MAIN, PHASE_NAMES, Phase
+from ...sources.journal import trust
+from ...stages.s3_track.snapshot import InvocationView, Snapshot
+from ...stages.s4_judge.ras_culprit import RasFinding
+from ...stages.s4_judge.timerlint import TimerWarning
+from ...stages.s4_judge.verdict import Verdict
+from ...stages.s4_judge.vitals import Vitals
+from ...stages.s4_judge.vitals import document as vitals_document
+from ...stages.s5_act.respond import Memory
+from ..group_metrics import ended_failures, group_document, group_families
+from ..metric_families import (
     PHASE_BUCKETS,
     RANK_PHASES,
     STARTUP_BUCKETS,
@@ -51,10 +51,10 @@ from .metric_families import (
     families,
     vitals_families,
 )
-from .ras_metrics import ras_families
+from ..ras_metrics import ras_families
 
 logger = logging.getLogger(__name__)
-REOPEN_REASONS = ("changed", "read_error", "retry", "catch_up_error")  # sources/journal_feed.py
+REOPEN_REASONS = ("changed", "read_error", "retry", "catch_up_error")  # sources/journal/journal_feed.py
 
 class Exporter:
     """Counters fed by the daemon, a snapshot published by it, metrics and /status read from them."""
@@ -82,7 +82,7 @@ class Exporter:
         self._server: ServerInfo | None = None
         self._known: frozenset[str] = frozenset()
         self._degraded: dict[str, str] = {}
-        self._why: dict[str, Any] = {}  # hold, previous start-up, evidence (responder.why)
+        self._why: dict[str, Any] = {}  # hold, previous start-up, evidence (Step.why)
         # read by the server threads
         self._published = self._freeze(Published())
         self._probes = Probes()
@@ -127,7 +127,7 @@ class Exporter:
         self._restarts[reason] = self._restarts.get(reason, 0) + 1
 
     def restart_not_made(self, why: str) -> None:
-        """A restart decided and not made on purpose (sinks/acting.py: `started_again`)."""
+        """A restart decided and not made on purpose (sinks/acting/runner.py: `started_again`)."""
         self._restarts_not_made[why] = self._restarts_not_made.get(why, 0) + 1
 
     def saw_rejected(self, rejected: Mapping[str, int]) -> None:
@@ -151,21 +151,20 @@ class Exporter:
             probes = self._probes
             self._probes = Probes(probes.seconds.observe(max(seconds, 0.0)), probes.failures + (0 if ok else 1))
 
-    def publish(self, pipeline: Pipeline, memory: Memory, judged: StepJudgement, eta: float | None = None,
-                limit_reasons: Mapping[str, str] | None = None) -> None:
-        """After a loop step: observe what completed, then replace the published reference. `judged`:
-        the step's judgement (the responder's), read here, never made again."""
-        now, snapshot = judged.at, judged.snapshot
+    def publish(self, step: Step, memory: Memory) -> None:
+        """After a loop step: observe what completed, then replace the published reference. `step`:
+        the step's judgement (judge.py), read here, never made again."""
+        now, snapshot = step.at, step.snapshot
         self._observe(snapshot)
         current = snapshot.current
-        judgement = judged.current
+        judgement = step.current
         for verdict in judgement.verdicts if judgement is not None else ():
             self._saw_verdict(verdict, now)  # a standing verdict stays recent
         if self.config.group is not None:
-            self._group_ended = ended_failures(snapshot, memory, now, lambda inv: _verdicts_of(judged, inv))
+            self._group_ended = ended_failures(snapshot, memory, now, lambda inv: _verdicts_of(step, inv))
         self._published = self._freeze(Published(now, current, judgement, BudgetView.of(memory, now, self.config),
-                                                 self._server, pipeline.entries, judged_with=pipeline.config,
-                                                 limit_reasons=dict(limit_reasons or {}), eta=eta))
+                                                 self._server, step.journal.read, judged_with=step.limits,
+                                                 limit_reasons=dict(step.limit_reasons), eta=step.eta))
 
     def _freeze(self, published: Published) -> Published:
         return Published(published.now, published.invocation, published.judgement, published.budget,
@@ -279,6 +278,6 @@ def _ready_at(inv: InvocationView) -> float | None:
     return next((s.start for s in main.spans if s.phase is Phase.READY), None)
 
 
-def _verdicts_of(judged: StepJudgement, inv: InvocationView) -> tuple[Verdict, ...]:
+def _verdicts_of(judged: Step, inv: InvocationView) -> tuple[Verdict, ...]:
     judgement = judged.of(inv)
     return judgement.verdicts if judgement is not None else ()

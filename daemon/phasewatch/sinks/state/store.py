@@ -3,7 +3,7 @@
 One JSON file, written atomically (temporary file, fsync, rename): the journal cursor, the
 invocation it belongs to, which verdicts were alerted, which invocations were restarted, the
 restart budget, the alerts and restart decided and not yet done (`pending`, done at the next start:
-sinks/responding.py) and a guarded restart's start that waits for leftovers (`guarded`). A corrupt
+sinks/acting/actor.py) and a guarded restart's start that waits for leftovers (`guarded`). A corrupt
 or unreadable file, or a corrupt value in it, is reported and dropped, never fatal; a write the host
 refuses leaves the old file whole.
 """
@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Callable
 
-from ..stages.s5_act.respond import PRIORITY, Action, Budget, BudgetState, Memory
+from ...stages.s5_act.respond import PRIORITY, Action, Budget, BudgetState, Memory
 
 logger = logging.getLogger(__name__)
 KEEP_INVOCATIONS = 32

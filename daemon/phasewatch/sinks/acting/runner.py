@@ -11,7 +11,7 @@ never tried again. When the check cannot be made (the facts read fails) the rest
 and the log says so: a stuck start-up must still be restarted within its bound.
 
 A restart that systemd refused (a transient D-Bus or polkit error) is reported as such; the
-responder tries it again after RESTART_BACKOFF seconds, RESTART_TRIES times in all (sinks/responder.py).
+actor tries it again after RESTART_BACKOFF seconds, RESTART_TRIES times in all (sinks/acting/actor.py).
 `Inline` runs a job at once in the caller's thread (tests, replay).
 """
 
@@ -25,12 +25,12 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Callable, Protocol
 
-from ..errors import UnitError
-from ..stages.s3_track.snapshot import InvocationView
-from ..stages.s4_judge.remedies import naming_evidence
-from ..stages.s5_act.respond import Action
-from ..systemd_unit import UnitFacts
-from .actions import stderr_is_journal
+from ...errors import UnitError
+from ...stages.s3_track.snapshot import InvocationView
+from ...stages.s4_judge.remedies import naming_evidence
+from ...stages.s5_act.respond import Action
+from ...systemd_unit import UnitFacts
+from ..actions import stderr_is_journal
 
 logger = logging.getLogger(__name__)
 RESTART_TRIES = 4
@@ -148,7 +148,7 @@ class ActionRunner:
         return path
 
     def _restart(self, done: Done, action: Action) -> Done:
-        """One try (a signal's EINTR is retried inside the call: systemd_unit.py); the responder
+        """One try (a signal's EINTR is retried inside the call: systemd_unit.py); the actor
         tries again after RESTART_BACKOFF, on the loop's clock."""
         why = self._not_now(action)
         if why is not None:

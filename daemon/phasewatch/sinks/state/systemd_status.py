@@ -5,17 +5,16 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass, field
-from typing import Mapping, Protocol
+from typing import Protocol
 
-from ..config.load import Config
-from ..durations import format_duration
-from ..output.render import current_phase
-from ..records import Phase
-from ..stages.s3_track.snapshot import InvocationView
-from ..stages.s4_judge.vitals import Vitals
-from ..stages.s5_act.respond import Memory
-from .state import StateStore
+from ...clock import Clock
+from ...config.load import Config
+from ...durations import format_duration
+from ...judge import Step
+from ...output.render import current_phase
+from ...records import Phase
+from ...stages.s3_track.snapshot import InvocationView
+from .store import StateStore
 
 logger = logging.getLogger(__name__)
 BEHIND_SHOWN = 2  # seconds behind the journal from which the STATUS= line says so
@@ -25,26 +24,11 @@ class Notify(Protocol):
     def send(self, state: str) -> None: ...
 
 
-@dataclass(frozen=True)
-class StepResult:
-    """What one step of the loop found, read by every sink after it."""
-
-    now: float  # wall clock
-    current: InvocationView | None
-    limits: Config  # with the limits in force for the current start-up
-    eta: float | None
-    memory: Memory
-    degraded: Mapping[str, str]
-    vitals: Vitals | None
-    entries: int  # journal entries of the current start-up
-    rejected: Mapping[str, int]  # entries that only claimed to be the unit's, by reason
-    timer_warnings: tuple[str, ...] = ()  # engine or systemd timers that pre-empt a limit (timerlint)
-    why: Mapping[str, object] = field(default_factory=dict)  # hold, previous start-up, evidence (responder.why)
-
-
-class SystemdStatus:
-    def __init__(self, config: Config, notifier: Notify, store: StateStore, watchdog_interval: float | None) -> None:
+class SystemdStatusSink:
+    def __init__(self, config: Config, notifier: Notify, store: StateStore, watchdog_interval: float | None,
+                 clock: Clock) -> None:
         self.config = config
+        self.clock = clock  # STATUS= and the status file say how things stand now (not the judging clock)
         self.notifier = notifier
         self.store = store
         self.watchdog_interval = watchdog_interval
@@ -57,17 +41,17 @@ class SystemdStatus:
     def next_deadline(self) -> float | None:
         return None if self.watchdog_interval is None else self.last_watchdog + self.watchdog_interval / 2
 
-    def tell(self, result: StepResult, monotonic: float) -> None:
-        parts = [f"STATUS={status_line(result.current, result.now, result.limits, result.eta)}"]
-        if result.degraded:
-            parts[0] += f" ({' and '.join(sorted(result.degraded))} in memory only: state directory not writable)"
-        journal = result.why.get("journal")
-        behind = journal.get("behind_seconds") if isinstance(journal, Mapping) else None
+    def tell(self, step: Step) -> None:
+        monotonic, now, inv = self.clock.monotonic(), self.clock.wall(), step.snapshot.current
+        parts = [f"STATUS={status_line(inv, now, step.limits, step.eta)}"]
+        if step.acted.degraded:
+            parts[0] += f" ({' and '.join(sorted(step.acted.degraded))} in memory only: state directory not writable)"
+        behind = step.journal.document.get("behind_seconds")
         if isinstance(behind, (int, float)) and behind > BEHIND_SHOWN:
             parts[0] += f" (reading {format_duration(behind)} behind the journal)"
         if self.refused_reload is not None:
             parts[0] += f" (reload refused, the old config stays in force: {self.refused_reload})"
-        self._write_status(result)
+        self._write_status(step)
         deadline = self.next_deadline()
         ping = deadline is not None and monotonic >= deadline
         if parts[0] == self.last_sent and not ping:
@@ -78,21 +62,22 @@ class SystemdStatus:
             self.last_watchdog = monotonic
         self.notifier.send("\n".join(parts))
 
-    def _write_status(self, result: StepResult) -> None:
-        inv = result.current
+    def _write_status(self, step: Step) -> None:
+        inv = step.snapshot.current
         status: dict[str, object] = {"unit": self.config.unit}
         if inv is not None:
-            status.update({"invocation_id": inv.invocation_id, "state": inv.state.value, "eta_seconds": result.eta,
+            status.update({"invocation_id": inv.invocation_id, "state": inv.state.value, "eta_seconds": step.eta,
                            "phase": current_phase(inv), "ranks": {r.rank: r.phase.value for r in inv.ranks},
-                           "entries": result.entries, "lines_lost": inv.lines_lost})
-            if result.vitals is not None:
-                status["vitals"] = {r.rank: r.text() for r in result.vitals.ranks}
-            if result.timer_warnings:
-                status["timer_warnings"] = list(result.timer_warnings)
-        status["budget"] = result.memory.budget.state.value
-        status["restarted"] = sorted(result.memory.restarted)
-        status["entries_rejected"] = dict(result.rejected)
-        status.update(result.why)
+                           "entries": step.journal.entries, "lines_lost": inv.lines_lost})
+            if step.vitals is not None:
+                status["vitals"] = {r.rank: r.text() for r in step.vitals.ranks}
+            if step.timer_warnings:
+                status["timer_warnings"] = [w.message for w in step.timer_warnings]
+        memory = step.acted.memory
+        status["budget"] = memory.budget.state.value
+        status["restarted"] = sorted(memory.restarted)
+        status["entries_rejected"] = dict(step.journal.rejected)
+        status.update(step.why)
         if status != self.last_status:
             self.last_status = status
             try:

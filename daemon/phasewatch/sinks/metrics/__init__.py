@@ -1,0 +1,1 @@
+"""Sinks that publish: the metrics exporter's step."""
