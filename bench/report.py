@@ -87,9 +87,14 @@ MIXES = {
                     "traceback with a long CUDA out-of-memory line."),
     "access-heavy": ("catchup_access", "one start-up, then uvicorn access lines only, each with its own hex "
                      "request id: lines that form no runs (PROBE-S3 H-3)."),
+    "decode-heavy": ("catchup_decode", "one start-up of 8 ranks with tqdm frames, a `server_args=` line of "
+                     "about 400 fields and an ASGI traceback, then TP0's `Decode batch` lines, each different "
+                     "(a busy server's numbers, of varying widths: few runs form), with the main process's "
+                     "uvicorn access line every 50: the journal a server that has served for days leaves."),
 }
 
-MIX_ARGS = {"catchup": "serving", "catchup_crash": "crash", "catchup_access": "access"}
+MIX_ARGS = {"catchup": "serving", "catchup_crash": "crash", "catchup_access": "access",
+            "catchup_decode": "decode"}
 
 
 def catchup_rows(c: dict[str, Any]) -> list[str]:
@@ -219,7 +224,8 @@ def markdown(r: dict[str, Any]) -> str:
         cm = r.get(key_)
         if not cm:
             continue
-        starts = {"catchup": s["invocations"], "catchup_access": 1}.get(key_, s.get("crash_invocations"))
+        starts = {"catchup": s["invocations"], "catchup_access": 1, "catchup_decode": 1}.get(
+            key_, s.get("crash_invocations"))
         out += [f"### {mix}: `{cm['unit']}`, {cm['entries']:,} entries", "",
                 f"{starts} start-ups written by `bench/writer.py catchup --mix {MIX_ARGS[key_]}` from inside the "
                 f"sandbox: {shape}", ""]
@@ -228,7 +234,8 @@ def markdown(r: dict[str, Any]) -> str:
         if found:
             out += ["What each found: " + "; ".join(f"{k[0]}: {v}" for k, v in found.items()), ""]
     rebuilds = [(mix, r[key]) for mix, key in (("serving-heavy", "rebuild"), ("crash-heavy", "rebuild_crash"),
-                                                ("access-heavy", "rebuild_access")) if r.get(key)]
+                                                ("access-heavy", "rebuild_access"), ("decode-heavy", "rebuild_decode"))
+                if r.get(key)]
     if rebuilds:
         out += ["### The daemon's own catch-up at its start", "",
                 "`bench/rebuild.py`: `Daemon.start` in a process of its own, with the daemon's `JournalFollower` "
@@ -260,7 +267,8 @@ def markdown(r: dict[str, Any]) -> str:
                        f"{max(v['max_rss_kib']['a_raw_reader']) / 1024:.0f} MB | "
                        f"{max(v['max_rss_kib']['d_phasewatch_replay']) / 1024:.0f} MB | {own_rss(v) / 1024:.1f} MB |")
         out.append("")
-    for key_, mix in (("profile", "serving-heavy"), ("profile_crash", "crash-heavy")):
+    for key_, mix in (("profile", "serving-heavy"), ("profile_crash", "crash-heavy"),
+                      ("profile_decode", "decode-heavy")):
         p = r.get(key_)
         if p and p.get("samples"):
             out += [f"## Where replay's time goes (py-spy, one replay of the {mix} catch-up journal)", "",

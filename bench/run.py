@@ -173,20 +173,24 @@ class Bench:
         n, k = self.s["n"], self.s["crash_invocations"]
         self.box.write(f"/run/systemd/system/{crash_unit(n)}",
                        CATCHUP_UNIT.format(n=n, k=k, per=n // k, venv=VENV, repo=REPO, mix="crash"))
-        self.box.write(f"/run/systemd/system/{access_unit(n)}",
-                       CATCHUP_UNIT.format(n=n, k=1, per=n, venv=VENV, repo=REPO, mix="access"))
+        for name, mix in ((access_unit(n), "access"), (decode_unit(n), "decode")):
+            self.box.write(f"/run/systemd/system/{name}",
+                           CATCHUP_UNIT.format(n=n, k=1, per=n, venv=VENV, repo=REPO, mix=mix))
         self.box.systemctl("daemon-reload")
 
     def write_journals(self, parts: set[str] | None = None) -> dict[str, Any]:
         """Each catch-up unit started `invocations` times (the crash-heavy one `crash_invocations`
-        times, the access-heavy one once): the journals the readers race over. With `parts` of
-        `catchup_access` alone, only the access-heavy one."""
+        times, the access-heavy and decode-heavy ones once): the journals the readers race over.
+        With `parts` of single mixes alone (`catchup_access`, `catchup_decode`), only theirs."""
         out = {}
         units = [(str(n), catchup_unit(n), self.s["invocations"]) for n in self.s["scale"]]
         units.append((f"crash-{self.s['n']}", crash_unit(self.s["n"]), self.s["crash_invocations"]))
-        if parts is not None and not parts & {"catchup", "rebuild", "scale", "profile"}:
+        everything = parts is None or bool(parts & {"catchup", "rebuild", "scale", "profile"})
+        if not everything:
             units = []
-        units.append((f"access-{self.s['n']}", access_unit(self.s["n"]), 1))
+        for mix, unit_of in (("access", access_unit), ("decode", decode_unit)):
+            if everything or f"catchup_{mix}" in parts:  # type: ignore[operator]
+                units.append((f"{mix}-{self.s['n']}", unit_of(self.s["n"]), 1))
         for key, unit, starts in units:
             began = time.perf_counter()
             for _ in range(starts):
@@ -465,6 +469,10 @@ def access_unit(n: int) -> str:
     return f"bench-access-{n}.service"
 
 
+def decode_unit(n: int) -> str:
+    return f"bench-decode-{n}.service"
+
+
 def at(entry: dict[str, Any]) -> float:
     return int(entry["__REALTIME_TIMESTAMP"]) / 1e6
 
@@ -495,8 +503,9 @@ def main() -> int:
     parser.add_argument("--out", type=Path, help="write results.json and performance.md here instead of "
                         "bench/ and docs/")
     parser.add_argument("--only", help="comma-separated parts: "
-                        "catchup,rebuild,scale,profile,follow,action,idle,burst,pages (catchup_access: the "
-                        "access-heavy catch-up and rebuild rows alone)")
+                        "catchup,rebuild,scale,profile,follow,action,idle,burst,pages (catchup_access, "
+                        "catchup_decode: that mix's catch-up and rebuild rows alone, with profile its py-spy "
+                        "summary too)")
     args = parser.parse_args()
     settings = PROFILES["quick" if args.quick else "full"]
     parts = set((args.only or "catchup,rebuild,scale,profile,follow,action,idle,burst,pages").split(","))
@@ -511,22 +520,28 @@ def main() -> int:
         bench.install()
         if parts & {"catchup", "rebuild", "scale", "profile", "catchup_access"}:
             results["journal"] = bench.write_journals(parts)
-        if "catchup_access" in parts and "catchup" not in parts:  # (the access-heavy rows alone)
-            results["catchup_access"] = bench.catchup(access_unit(settings["n"]))
-            results["rebuild_access"] = bench.rebuild(access_unit(settings["n"]))
+        for mix, unit_of in (("access", access_unit), ("decode", decode_unit)):
+            if f"catchup_{mix}" in parts and "catchup" not in parts:  # (one mix's rows alone)
+                results[f"catchup_{mix}"] = bench.catchup(unit_of(settings["n"]))
+                results[f"rebuild_{mix}"] = bench.rebuild(unit_of(settings["n"]))
+                if "profile" in parts and settings["profile"]:
+                    results[f"profile_{mix}"] = bench.profile(unit_of(settings["n"]))
         if "catchup" in parts:
             results["catchup"] = bench.catchup(catchup_unit(settings["n"]))
             results["catchup_crash"] = bench.catchup(crash_unit(settings["n"]))
             results["catchup_access"] = bench.catchup(access_unit(settings["n"]))
+            results["catchup_decode"] = bench.catchup(decode_unit(settings["n"]))
         if "rebuild" in parts:
             results["rebuild"] = bench.rebuild(catchup_unit(settings["n"]))
             results["rebuild_crash"] = bench.rebuild(crash_unit(settings["n"]))
             results["rebuild_access"] = bench.rebuild(access_unit(settings["n"]))
+            results["rebuild_decode"] = bench.rebuild(decode_unit(settings["n"]))
         if "scale" in parts:
             results["scale"] = bench.scale()
         if "profile" in parts and settings["profile"]:
             results["profile"] = bench.profile(catchup_unit(settings["n"]))
             results["profile_crash"] = bench.profile(crash_unit(settings["n"]))
+            results["profile_decode"] = bench.profile(decode_unit(settings["n"]))
         if "follow" in parts:
             results["follow"] = bench.follow()
             results["follow_rate"] = bench.follow_rate()
