@@ -121,7 +121,8 @@ class Pipeline:
     def feed_run(self, messages: list[bytes], stamps: list[float], pid: int | None, invocation: str | None,
                  now: float | None) -> list[Transition]:
         """Consecutive whole lines of one writer, the same but for digits (a run the C journal reader
-        found: `FastPath.apply`'s `repeats`), as `feed_line` takes them one by one."""
+        found: `FastPath.apply`'s `repeats`), as `feed_line` takes them one by one: the lines alike
+        at once, a line the fast path declines by the full path, the rest as a run again."""
         fast = self.fast
         if fast is None:
             return [t for message, ts in zip(messages, stamps, strict=True)
@@ -131,7 +132,8 @@ class Pipeline:
         while done < len(messages):
             self.entries += 1
             try:
-                taken = fast.apply(messages[done], stamps[done], pid, invocation, stamps[done + 1:])
+                taken = fast.apply(messages[done], stamps[done], pid, invocation, stamps[done + 1:],
+                                   messages[done + 1:])
                 if taken:
                     self.entries += taken - 1
                     done += taken
