@@ -21,6 +21,9 @@ writer, `_LINE_BREAK=pid-change` where a tqdm frame was cut by another rank's li
     paced --lines L          a start-up line by line, timing when each one shows in the daemon's
                              status file and, for reference, in a bare journal reader
     rate --per-second R      a quick start-up to ready, then R Decode lines a second
+    steps --steps S          a quick start-up into cuda graph capture, then TP0's capture bar: S
+                             progress steps at --per-second, each its own entry; the time of
+                             each write to --out (the follow row: journal -> /status)
     silent [--starting]      a quick start-up to ready (or into cuda graph capture), then nothing
     burst --lines L          a quick start-up to ready, then, once a trigger file appears, 8 ranks
                              writing L lines in --seconds
@@ -402,6 +405,29 @@ def rate(per_second: float, seconds: float) -> None:
         write(decode_line(0, n) + "\n")
 
 
+def steps(count: int, per_second: float, out: str) -> None:
+    """The start-up into cuda graph capture, then `count` steps of TP0's capture bar, `per_second`,
+    each frame a line of its own; when each was written goes to `out` (JSON), at the end."""
+    play_startup("cuda_graph_capture", ready=False)
+    begin = "Capture cuda graph begin. This can take up to several minutes. avail mem=24.60 GB"
+    write("".join(prefixed(rank, begin) + "\n" for rank in range(RANKS)))
+    time.sleep(1.0)  # (as SGLang: the bar begins about a second after the begin lines)
+    written = []
+    start = time.time()
+    for n in range(1, count + 1):
+        delay = start + n / per_second - time.time()
+        if delay > 0:
+            time.sleep(delay)
+        frame = (f"\rCapturing batches (bs={max(512 - 2 * n, 1)} avail_mem={24.6 - 0.01 * n:.2f} GB): "
+                 f"{100 * n // count:3d}%|{'#' * (10 * n // count):<10}| {n}/{count} [00:{n // 10 % 60:02d}<00:"
+                 f"{(count - n) // 10 % 60:02d}, {per_second:.2f}it/s]\n")
+        written.append(time.time())
+        write(frame)
+    with open(out + ".tmp", "w", encoding="utf-8") as handle:
+        json.dump({"written": written, "count": count}, handle)
+    os.replace(out + ".tmp", out)
+
+
 def burst(lines: int, seconds: float, trigger: str, out: str) -> None:
     play_startup()
     while not os.path.exists(trigger):
@@ -458,6 +484,10 @@ def main() -> int:
     p = sub.add_parser("rate")
     p.add_argument("--per-second", type=float, default=100)
     p.add_argument("--seconds", type=float, default=60)
+    p = sub.add_parser("steps")
+    p.add_argument("--steps", type=int, default=250)
+    p.add_argument("--per-second", type=float, default=10)
+    p.add_argument("--out", required=True)
     p = sub.add_parser("silent")
     p.add_argument("--starting", action="store_true")
     p = sub.add_parser("burst")
@@ -476,6 +506,8 @@ def main() -> int:
         paced(args.lines, args.interval, args.status, args.out)
     elif args.mode == "rate":
         rate(args.per_second, args.seconds)
+    elif args.mode == "steps":
+        steps(args.steps, args.per_second, args.out)
     elif args.mode == "silent":
         play_startup("cuda_graph_capture" if args.starting else None, ready=not args.starting)
     elif args.mode == "burst":

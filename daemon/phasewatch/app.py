@@ -46,7 +46,9 @@ logger = logging.getLogger(__name__)
 
 REBUILD_MARGIN = 5.0  # read from this long before the unit's start
 # The metrics exporter's view is rebuilt at most this often while entries stream in (a step every
-# 50 ms at 100 lines/s would otherwise rebuild it 20 times a second for a scrape every 15 s).
+# 50 ms at 100 lines/s would otherwise rebuild it 20 times a second for a scrape every 15 s), unless
+# the step read a line that may change more than a rank's last activity (a progress step, a phase):
+# /status shows that at once.
 PUBLISH_SPACING = 0.25
 
 
@@ -108,6 +110,7 @@ class Daemon:
         self.wakeup_fd: int | None = None  # signal.set_wakeup_fd's pipe: a signal ends the wait
         self.last_publish = -math.inf  # monotonic
         self.publish_due = False  # a publish was put off by PUBLISH_SPACING: it has a deadline
+        self.published_full_entries = 0  # the pipeline's full_entries at the last publish
         self.journal.after_batch = self._on_invocation_change
         self.responder.leftovers_seen = self._leftovers_seen
 
@@ -299,11 +302,12 @@ class Daemon:
         self._publish(judged)
 
     def _publish(self, judged: StepJudgement) -> None:
-        monotonic = self.clock.monotonic()
-        if self.exporter is not None and monotonic - self.last_publish < PUBLISH_SPACING:
+        monotonic, news = self.clock.monotonic(), self.pipeline.full_entries
+        if (self.exporter is not None and monotonic - self.last_publish < PUBLISH_SPACING
+                and news == self.published_full_entries):
             self.publish_due = True
         elif self.exporter is not None:
-            self.last_publish, self.publish_due = monotonic, False
+            self.last_publish, self.publish_due, self.published_full_entries = monotonic, False, news
             inv = judged.snapshot.current
             limits = self.responder.learned_for(inv).limits if inv else {}
             self.exporter.saw_rejected(self.follower.rejected)

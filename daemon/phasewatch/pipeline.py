@@ -82,6 +82,9 @@ class Pipeline:
         self.mapper = EventMapper(self.profile)
         self.tracker = Tracker(self.profile.proof_of_life_rules, self.profile.lockstep, self.profile.draft_phases)
         self.entries = 0
+        # Entries the stages took one by one: those that may change more than a rank's last activity
+        # (the fast path takes the rest), so the daemon shows them at once (app.py `_publish`).
+        self.full_entries = 0
         self.quarantined = 0  # records that raised in a stage: skipped, the rest goes on
         self._fast_wanted = fast
         self.fast = self._fast_path()
@@ -187,6 +190,7 @@ class Pipeline:
         return self._full(record, now)
 
     def _full(self, record: JournalRecord, now: float | None) -> list[Transition]:
+        self.full_entries += 1
         if is_lifecycle_record(record):
             event = lifecycle_event(record)
             return self.tracker.apply(event, now) if event is not None else []
