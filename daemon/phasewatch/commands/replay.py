@@ -26,7 +26,6 @@ from ..sources.formats import parse_source
 from ..sources.journal_source import UnitRecords
 from ..sources.pastes import unit_named
 from ..stages.s2_interpret.ruletally import RuleTally
-from .logs import parse_since
 from .target import resolve
 
 
@@ -127,7 +126,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
     warnings: list[str] = []
     records: Iterable[JournalRecord]
     unit_records: UnitRecords | None = None
-    since = parse_since(args.since, time.time()) if args.since else None  # as logs reads it: ISO or 30m ago
+    since = None
+    if args.since:
+        from .logs import parse_since  # (when asked: logs' imports are a tenth of replay's start)
+
+        since = parse_since(args.since, time.time())  # as logs reads it: ISO or 30m ago
     if args.unit:
         records = unit_records = UnitRecords(config.unit, args.directory, since)  # streamed: memory does not grow
     else:
