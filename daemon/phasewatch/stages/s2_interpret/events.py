@@ -215,8 +215,7 @@ class EventMapper:
                 self._long_memo_chars += len(key)
             elif len(memo) >= MEMO_ENTRIES:
                 memo.clear()
-            found = memo[key] = (self._needled_search(self._blind_needled, message) if long
-                                 else tuple(r for r in self._blind_rules if r.pattern.search(message)))
+            found = memo[key] = self.blind_matches(message)
         if long:
             others = list(self._needled_search(self._other_needled, message))
         else:
@@ -224,6 +223,13 @@ class EventMapper:
         if others:
             return tuple(sorted((*found, *others), key=lambda r: self._position[r.id]))
         return found
+
+    def blind_matches(self, message: str) -> tuple[Rule, ...]:
+        """The digit-blind rules `message` matches, in profile order: each searched only when the
+        message holds one of the texts every match of it holds (`needles`; a substring test costs a
+        fraction of a search: a line unlike every rule, such as an access line with its own request
+        id, is searched by the few rules whose texts it holds instead of by all of them)."""
+        return self._needled_search(self._blind_needled, message)
 
     @staticmethod
     def _needled_search(rules: tuple[tuple[Rule, tuple[str, ...] | None], ...], message: str) -> tuple[Rule, ...]:

@@ -85,7 +85,7 @@ class FastPath:
 
     def _quiet_plan(self, key: bytes, rest: bytes) -> Plan:
         message = rest.decode("ascii")
-        rules = tuple(r for r in self._mapper._blind_rules if r.pattern.search(message))
+        rules = self._mapper.blind_matches(message)
         if not all(_quiet(r) for r in rules):
             return ()
         # The other rules this text may match (searched line by line): those whose text it holds.
