@@ -559,8 +559,11 @@ def main() -> int:
                         "/status row alone; catchup_access, "
                         "catchup_decode: that mix's catch-up and rebuild rows alone, with profile its py-spy "
                         "summary too)")
+    parser.add_argument("--reps", type=int, help="runs of each catch-up reader (default: 5, quick 1)")
     args = parser.parse_args()
-    settings = PROFILES["quick" if args.quick else "full"]
+    settings = dict(PROFILES["quick" if args.quick else "full"])
+    if args.reps:
+        settings["reps"] = args.reps
     parts = set((args.only or "catchup,rebuild,scale,profile,follow,action,idle,burst,pages").split(","))
     box = BenchSandbox()
     box.boot()
