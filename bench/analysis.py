@@ -165,11 +165,21 @@ call of its own in three out of four lines (the prefix parsed, the rest masked a
 writer, start-up, rank and phase checked, the state changed): the pipeline's thread was the longer
 of the two. After, the pipeline waits for the reader (`Condition.wait`), whose thread is the
 critical path, as on the serving-heavy journal: replay takes about the reader's time plus the
-interpreter's start. In the sandbox run of the decode-heavy mix at 13:32 UTC (the bench above,
-`--only catchup_decode,profile,follow_steps`), (d) took 3.27 s against (a) 1.375 s (0.42 ×; CPU
-2.27 s against 0.97 s) with the load average at 4-7: with both cores taken by other jobs the two
-threads of replay no longer overlap and the ratio falls to that of CPU seconds (0.43 ×); the lead's
-run on a quiet machine gives the row its verdict. What would lower replay's CPU further: its
+interpreter's start.
+
+Measured (issue 39), all on the shared 2-core machine:
+- Same moment, same journal copy, outside the sandbox (load average 2-3), 3 runs each,
+  interleaved: (a) 0.86 / 1.22 / 1.61 s, replay at this branch 1.54 / 1.83 / 1.96 s, replay at the
+  branch's start (2a77f6a, its own C module built) 3.47 / 4.54 / 4.60 s: 0.67 × (a) now, 0.27-0.35 ×
+  before (the issue's 0.35 ×), medians. Outputs byte-identical.
+- In the sandbox (the tables above, load average 4-8): `--only catchup_decode,profile,follow_steps`
+  at 13:32 UTC, 5 runs: (d) 3.27 s against (a) 1.375 s, 0.42 ×, ahead of grep (1.12 ×); `--only
+  catchup --reps 3` at 14:14 UTC: 0.38 × and 0.82 × grep. With both cores taken by other jobs the
+  two threads of replay no longer overlap and the ratio falls towards that of CPU seconds (replay
+  2.2-3.0 s, (a) 1.0-1.35 s). The crash-heavy row of that run (0.26 ×) had the bench's smoke test
+  running beside it; outside the sandbox, same moment, replay of a crash-heavy copy took 4.4-5.4 s of
+  CPU at this branch and 4.4-5.4 s at its start: no change there. The lead's `make bench` on a quiet
+  machine gives every row its verdict. What would lower replay's CPU further: its
 start (`imports, config, start-up`, 0.3-0.4 s of the 2.3 s: 67 modules, many compiling patterns at
 import) and the reader's object building (a bytes and a float per line).
 
