@@ -3,7 +3,7 @@
 TEXT = """
 ## What the numbers mean
 
-**1. Catch-up (met).** The reference (a) is two C calls per entry (`_next()`, one
+**1. Catch-up.** The reference (a) is two C calls per entry (`_next()`, one
 `_get("MESSAGE")`). The catch-up path is now, step by step:
 
 - *Reading, in C, a batch ahead.* `replay --unit` reads the journal with a small C module of the
@@ -43,6 +43,22 @@ are
   (runs and single entries) for 300,007 entries, now 14,907. A run is not joined where a rule that
   tells digits apart matches (the access lines). vLLM's module gives no `fast_prefix` yet, so it
   has no runs.
+- *Runs of any width (issue 39).* A busy server's numbers grow and shrink (`#running-req: 9` then
+  `48`, `#token: 9813` then `112406`): with runs of one length only, the decode-heavy journal came
+  as 238,881 items for 300,002 entries (42,669 runs of 2.4 lines on average), and the fast path
+  took each item through `FastPath.apply` (prefix, mask, memo, state checks): 42 % of replay's
+  samples, `FastPath.apply` alone 21 % (profile below). Now the C reader joins a writer's lines
+  that are the same after the head but for runs of digits of any width (`continues()`), and the
+  fast path takes a run's lines as far as each one's own digit-masked text has the first line's
+  plan (`FastPath._alike`: one slice, one `translate`, one memo lookup per line; a line whose
+  plan differs ends the taking there, and `Pipeline.feed_run` gives the rest to `apply` again):
+  12,305 items for the same journal. What a line changes is decided by its own plan, as line by
+  line: `tests/unit/test_fastpath_runs.py` (a config rule that tells widths apart, `#queue-req:
+  \d\d\d` as fatal, inside a run: fails with the previous `apply`, which took the whole run).
+- *Rule matching of a text not seen before.* Each digit-blind rule is searched only when the
+  text holds one of the literal texts every match of it holds (`events.needles`, used for long
+  lines before; now for every memo miss, `EventMapper.blind_matches`, and for the fast path's
+  plans): an access line with its own request id is searched by about 6 of the 72 rules.
 - *The fast path* (`stages/s3_track/fastpath.py`). Most entries of a serving journal change nothing but a
   rank's last activity. The fast path recognises them from the MESSAGE bytes and makes those
   changes itself, without `Line`, `Prefix` or `Event` objects: the engine module's `fast_prefix`
@@ -120,7 +136,82 @@ N as the raw reader's does: sd-journal's mapping of the journal files (a tmpfs h
 bounds what grows (16 start-ups, 200 texts per fatal record, the rule memo at 4,096 messages, the
 splitter keeps one small state per PID).
 
-**2. Follow latency (met).** journald tells followers that entries were appended only through
+**Issue 39: the decode-heavy mix, profiled.** Where a line that no phase rule moves spends its
+time, `py-spy record --format raw --rate 250 -o OUT -- .venv/bin/phasewatch replay --unit
+bench-decode-300000.service --directory DIR --json` over a copy of the bench's decode-heavy
+journal (`DIR`: the sandbox's `/var/log/journal/*`, copied after `journalctl --rotate`), outside
+the sandbox, on the shared 2-core machine (load average 5-8: three other sessions' tests), both
+threads sampled, summarised by `bench/report.py summarize_profile`:
+
+| stage | before (4,187 samples) | after (2,367 samples) |
+|---|---:|---:|
+| read ahead: the C reader's thread | 41 % | 41 % |
+| fast path: whole lines (FastPath.apply, with _alike and _repeat) | 42 % | 34 % |
+| the rest of the loop (feed_entries, feed_line, feed_run, TimeClamp) | 6 % | 8 % |
+| imports, config, start-up | 10 % | 15 % |
+
+| function (self time) | before | after |
+|---|---:|---:|
+| `_ReadAhead._read` (the C reader's walk and its objects) | 37.0 % | 32.8 % |
+| `FastPath.apply` | 20.6 % | 7.4 % |
+| `fast_prefix` (a new prefix every second of the server's clock) | 7.9 % | 3.9 % |
+| `FastPath._alike` | – | 8.4 % |
+| `FastPath._repeat` | 3.6 % | 4.9 % |
+| `alive` | 2.5 % | – |
+| `Condition.wait` (the pipeline waits for the reader) | 3.2 % | 8.8 % |
+
+Before, a Decode line that changes nothing but TP0's last activity cost one `FastPath.apply`
+call of its own in three out of four lines (the prefix parsed, the rest masked and looked up, the
+writer, start-up, rank and phase checked, the state changed): the pipeline's thread was the longer
+of the two. After, the pipeline waits for the reader (`Condition.wait`), whose thread is the
+critical path, as on the serving-heavy journal: replay takes about the reader's time plus the
+interpreter's start.
+
+Measured (issue 39), all on the shared 2-core machine:
+- Same moment, same journal copy, outside the sandbox (load average 2-3), 3 runs each,
+  interleaved: (a) 0.86 / 1.22 / 1.61 s, replay at this branch 1.54 / 1.83 / 1.96 s, replay at the
+  branch's start (2a77f6a, its own C module built) 3.47 / 4.54 / 4.60 s: 0.67 × (a) now, 0.27-0.35 ×
+  before (the issue's 0.35 ×), medians. Outputs byte-identical.
+- In the sandbox (the tables above, load average 4-8): `--only catchup_decode,profile,follow_steps`
+  at 13:32 UTC, 5 runs: (d) 3.27 s against (a) 1.375 s, 0.42 ×, ahead of grep (1.12 ×); `--only
+  catchup --reps 3` at 14:14 UTC: 0.38 × and 0.82 × grep. With both cores taken by other jobs the
+  two threads of replay no longer overlap and the ratio falls towards that of CPU seconds (replay
+  2.2-3.0 s, (a) 1.0-1.35 s). The crash-heavy row of that run (0.26 ×) had the bench's smoke test
+  running beside it; outside the sandbox, same moment, replay of a crash-heavy copy took 4.4-5.4 s of
+  CPU at this branch and 4.4-5.4 s at its start: no change there. The lead's `make bench` on a quiet
+  machine gives every row its verdict. What would lower replay's CPU further: its
+start (`imports, config, start-up`, 0.3-0.4 s of the 2.3 s: 67 modules, many compiling patterns at
+import) and the reader's object building (a bytes and a float per line).
+
+Not met: the access-heavy mix against (b). Its lines each hold a request id of 32 hex digits, so
+every digit-masked text is new: the rule memo and the fast path's plans miss on every line, each
+a search of the profile's rules (now about 6 of 72, was 72) and of the rules that tell digits apart.
+In-process (`Pipeline.feed_line` over 5,000 such lines, loaded machine) that went from 240 to 190 µs
+a line; grep reads about 7 µs a line. Staying ahead of grep there needs a memo that can ignore the
+id (a letter-blind test like `digit_blind`, or the needles of every rule tested in one pass over
+the text): left for a later issue.
+
+**2. Follow latency (met).** *Progress steps to `/status` (issue 39).* Measured first, before any
+change (row above, run of 13:39 UTC): p50 137 ms, p99 261 ms, max 295 ms for 250 capture-bar steps
+at 10/s. Of that, journald took p99 3 ms (written → the entry's timestamp), HTTP p50 9 ms and p99
+29 ms (`published_at` → the poll that saw it, polling every 5 ms included), and the daemon, from
+the entry to the `/status` document that holds it, p50 126 ms, p99 252 ms: the daemon's loop
+published the metrics view at most every 250 ms (`PUBLISH_SPACING` in app.py, there so that 100
+Decode lines a second do not rebuild the view 20 times a second for a scrape every 15 s), so a step
+10 steps a second waited for the next allowed publish. Now a step whose lines the stages took one
+by one (a progress step, a phase, anything the fast path declines: `Pipeline.full_entries` grew)
+publishes at once; a step of lines that only say a rank is alive (the fast path's) still publishes
+at most every 250 ms, so the 100 lines/s serving cost is unchanged (`tests/unit/test_publish_latency.py`;
+its first test fails on the previous `_publish`). After (run of 13:41 UTC): p50 23 ms, p99 94 ms, max
+132 ms; the daemon's part p50 10 ms, p99 62 ms (the 50 ms looks while the unit talks, and the step);
+HTTP p99 47 ms, max 132 ms (one poll), which is `/status` rendered in the server's thread for each
+request (`Exporter.status`: the document aged to now) against the loop's thread for the GIL, with the
+poller, the daemon and journald on 2 cores with three other sessions' tests (load average 7-8).
+The first step after more than 2 s of silence would wait for journald's notification (the start-up
+row below): the writer begins its bar a second after the capture's begin lines, as SGLang does.
+A first measurement with a 3 s pause put steps 1-3 at 279, 184 and 84 ms for that reason.
+
+*Lines of a start-up to the status file.* journald tells followers that entries were appended only through
 inotify, and posts such changes through a coalescing timer (`POST_CHANGE_TIMER_INTERVAL_USEC`,
 250 ms, in journald-server.c): a bare reader waiting on the journal's fd (what `journalctl -f` does)
 wakes 0.25–0.5 s after the write (reference row), while the entry is in the file within a
@@ -219,8 +310,12 @@ own RSS back, now holds with room.
     make bench            # = bash scripts/bench.sh: apt fail2ban + strace, py-spy in .venv,
     then bench/run.py
 
-`bench/run.py --quick --out DIR` is the short version CI runs (`tests/e2e/test_e2e_bench_smoke.py`).
-`--only catchup,rebuild,scale,profile,follow,action,idle,burst,pages` runs some parts. The journal
+That one command makes every table of this page (the four mixes, the follow rows with the
+progress steps to `/status`, the profiles of three mixes) and writes `bench/results.json` and this
+file. `bench/run.py --quick --out DIR` is the short version CI runs (`tests/e2e/test_e2e_bench_smoke.py`).
+`--only catchup,rebuild,scale,profile,follow,action,idle,burst,pages` runs some parts
+(`--only follow_steps`: the progress-step row alone; `--only catchup_decode,profile`: the
+decode-heavy rows and its profile alone). The journal
 is written
 live by `bench/writer.py` running as a unit inside the sandbox (not imported with
 systemd-journal-remote), so every reader sees what journald really stores: one stream per unit,

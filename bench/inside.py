@@ -9,6 +9,8 @@
                                             the daemon's own catch-up at its start (bench/rebuild.py)
     inside.py watch-status --status F --out O   each new status file (inotify): "time entries invocation"
     inside.py latency --unit U --seen O --since T --until T2   entry -> status latencies of that window
+    inside.py poll-status --url URL --out O    GET the daemon's /status every 5 ms; each change of
+                                            a rank's progress step: "time step published_at"
 
 Every reader is timed as a whole process (interpreter start included), from the same journal.
 """
@@ -188,6 +190,36 @@ def watch_status(status: str, out: str) -> None:
                 sink.flush()
 
 
+def poll_status(url: str, out: str, interval: float = 0.005) -> None:
+    """GET `url` (the daemon's /status) every `interval`, one connection each, as a client would; append
+    "time step published_at" each time the furthest progress step of a rank changes. Until killed."""
+    import http.client
+    import urllib.parse
+
+    where = urllib.parse.urlsplit(url)
+    last = None
+    with open(out, "a", encoding="utf-8") as sink:
+        while True:
+            began = time.time()
+            try:
+                connection = http.client.HTTPConnection(where.hostname, where.port, timeout=1.0)
+                connection.request("GET", where.path)
+                body = connection.getresponse().read()
+                connection.close()
+                seen = time.time()
+                document = json.loads(body)
+                ranks = ((document.get("invocation") or {}).get("ranks") or {}).values()
+                step = max(((rank.get("progress") or {}).get("n") or 0 for rank in ranks), default=0)
+                published = document.get("published_at")
+                if step != last:
+                    last = step
+                    sink.write(f"{seen:.6f} {step} {published}\n")
+                    sink.flush()
+            except (OSError, ValueError):
+                pass
+            time.sleep(max(interval - (time.time() - began), 0.0))
+
+
 def latency(unit: str, seen_path: str, since: float, until: float) -> dict[str, object]:
     """For each entry of the unit's current start-up journald stamped within [since, until]: the time
     from its journal timestamp to the first status whose `entries` count includes it. The entries are
@@ -223,11 +255,13 @@ def latency(unit: str, seen_path: str, since: float, until: float) -> dict[str, 
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="inside.py")
-    parser.add_argument("command", choices=("raw", "count", "settle", "catchup", "watch-status", "latency"))
+    parser.add_argument("command", choices=("raw", "count", "settle", "catchup", "watch-status", "latency",
+                                            "poll-status"))
     parser.add_argument("--unit")
     parser.add_argument("--status")
     parser.add_argument("--out")
     parser.add_argument("--seen")
+    parser.add_argument("--url")
     parser.add_argument("--since", type=float, default=0.0)
     parser.add_argument("--until", type=float, default=float("inf"))
     parser.add_argument("--reps", type=int, default=5)
@@ -235,6 +269,9 @@ def main() -> int:
     args = parser.parse_args()
     if args.command == "watch-status":
         watch_status(args.status, args.out)
+        return 0
+    if args.command == "poll-status":
+        poll_status(args.url, args.out)
         return 0
     if args.command == "latency":
         print(json.dumps(latency(args.unit, args.seen, args.since, args.until)))

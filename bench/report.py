@@ -87,9 +87,14 @@ MIXES = {
                     "traceback with a long CUDA out-of-memory line."),
     "access-heavy": ("catchup_access", "one start-up, then uvicorn access lines only, each with its own hex "
                      "request id: lines that form no runs (PROBE-S3 H-3)."),
+    "decode-heavy": ("catchup_decode", "one start-up of 8 ranks with tqdm frames, a `server_args=` line of "
+                     "about 400 fields and an ASGI traceback, then TP0's `Decode batch` lines, each different "
+                     "(a busy server's numbers, of varying widths: few runs form), with the main process's "
+                     "uvicorn access line every 50: the journal a server that has served for days leaves."),
 }
 
-MIX_ARGS = {"catchup": "serving", "catchup_crash": "crash", "catchup_access": "access"}
+MIX_ARGS = {"catchup": "serving", "catchup_crash": "crash", "catchup_access": "access",
+            "catchup_decode": "decode"}
 
 
 def catchup_rows(c: dict[str, Any]) -> list[str]:
@@ -151,6 +156,14 @@ def markdown(r: dict[str, Any]) -> str:
                        f"{ms(f['status_p99'])} ({f['lines']} lines) | a bare `_Reader` waiting on the journal fd: "
                        f"p50 {ms(f.get('waiting_reader_p50'))}, p99 {ms(f.get('waiting_reader_p99'))} (polling the "
                        f"file: p99 {ms(f['reader_p99'])}) | {verdict(f['status_p99'] < 0.1)} |")
+    fs = r.get("follow_steps")
+    if fs:
+        parts = step_parts(fs)
+        summary.append(f"| 2 | progress step → `/status` over HTTP, p99 < 100 ms ({fs['steps']} steps at 10/s, "
+                       f"polled every 5 ms) | p50 {ms(fs['p50'])}, p99 {ms(fs['p99'])}, max {ms(fs['max'])} | "
+                       f"p99 of its parts: journald {ms(parts['journald'][1])}, the daemon (entry → published) "
+                       f"{ms(parts['daemon'][1])}, HTTP (published → seen) {ms(parts['http'][1])} | "
+                       f"{verdict(fs['p99'] < 0.1 and fs['missed'] == 0)} |")
     for label, lat in (("100 lines/s, serving", (r.get("follow_rate") or {})),
                        ("during the burst", (r.get("burst") or {}).get("follow") or {})):
         if lat:
@@ -211,7 +224,7 @@ def markdown(r: dict[str, Any]) -> str:
                        + verdict(linear and flat) + " |")
     out += summary + [""]
     if c:
-        out += [f"## 1. Catch-up: {c['entries']:,} entries of one unit, two journal mixes", "",
+        out += [f"## 1. Catch-up: {c['entries']:,} entries of one unit, four journal mixes", "",
                 "Every reader is a whole process, timed from inside the sandbox, interleaved, "
                 f"{s['reps']} runs each; each reads the same match (`_SYSTEMD_UNIT=`, PID 1's `UNIT=`, "
                 "`OBJECT_SYSTEMD_UNIT=`).", ""]
@@ -219,7 +232,8 @@ def markdown(r: dict[str, Any]) -> str:
         cm = r.get(key_)
         if not cm:
             continue
-        starts = {"catchup": s["invocations"], "catchup_access": 1}.get(key_, s.get("crash_invocations"))
+        starts = {"catchup": s["invocations"], "catchup_access": 1, "catchup_decode": 1}.get(
+            key_, s.get("crash_invocations"))
         out += [f"### {mix}: `{cm['unit']}`, {cm['entries']:,} entries", "",
                 f"{starts} start-ups written by `bench/writer.py catchup --mix {MIX_ARGS[key_]}` from inside the "
                 f"sandbox: {shape}", ""]
@@ -228,7 +242,8 @@ def markdown(r: dict[str, Any]) -> str:
         if found:
             out += ["What each found: " + "; ".join(f"{k[0]}: {v}" for k, v in found.items()), ""]
     rebuilds = [(mix, r[key]) for mix, key in (("serving-heavy", "rebuild"), ("crash-heavy", "rebuild_crash"),
-                                                ("access-heavy", "rebuild_access")) if r.get(key)]
+                                                ("access-heavy", "rebuild_access"), ("decode-heavy", "rebuild_decode"))
+                if r.get(key)]
     if rebuilds:
         out += ["### The daemon's own catch-up at its start", "",
                 "`bench/rebuild.py`: `Daemon.start` in a process of its own, with the daemon's `JournalFollower` "
@@ -260,7 +275,8 @@ def markdown(r: dict[str, Any]) -> str:
                        f"{max(v['max_rss_kib']['a_raw_reader']) / 1024:.0f} MB | "
                        f"{max(v['max_rss_kib']['d_phasewatch_replay']) / 1024:.0f} MB | {own_rss(v) / 1024:.1f} MB |")
         out.append("")
-    for key_, mix in (("profile", "serving-heavy"), ("profile_crash", "crash-heavy")):
+    for key_, mix in (("profile", "serving-heavy"), ("profile_crash", "crash-heavy"),
+                      ("profile_decode", "decode-heavy")):
         p = r.get(key_)
         if p and p.get("samples"):
             out += [f"## Where replay's time goes (py-spy, one replay of the {mix} catch-up journal)", "",
@@ -269,8 +285,26 @@ def markdown(r: dict[str, Any]) -> str:
             out += ["", "| function (self time) | share |", "|---|---:|"]
             out += [f"| `{name}` | {share * 100:.1f} % |" for name, share in p["self"]]
             out.append("")
+    if fs:
+        parts = step_parts(fs)
+        out += ["## 2. Follow latency", "", "### A progress step, journal → `/status` over HTTP", "",
+                f"`bench/writer.py steps`: the watched unit's start-up into `cuda_graph_capture`, then TP0's "
+                f"capture bar, {fs['steps']} steps at 10 a second, each frame its own entry; `inside.py "
+                "poll-status` GETs the daemon's `/status` every 5 ms (a new connection each) and notes when a "
+                "rank's progress step changes and the document's `published_at`. Each step's latency is the "
+                "first poll showing it less the time the writer wrote it; its parts: the entry's journal "
+                "timestamp (journald), `published_at` (the daemon's step that read it), the poll that saw it "
+                "(HTTP, with up to 5 ms of polling).", "",
+                "| | p50 | p99 | max |", "|---|---:|---:|---:|",
+                f"| written → shown by `/status` | {ms(fs['p50'])} | {ms(fs['p99'])} | {ms(fs['max'])} |"]
+        out += [f"| {label} | {ms(p50)} | {ms(p99)} | {ms(top)} |" for label, (p50, p99, top) in (
+            ("written → in the journal (journald)", parts["journald"]),
+            ("in the journal → published (the daemon)", parts["daemon"]),
+            ("published → seen over HTTP", parts["http"]))]
+        out += ["", f"Steps never shown: {fs['missed']}.", ""]
     if f:
-        out += ["## 2. Follow latency", "", f"`bench/writer.py paced`: {f['lines']} lines (a start-up's lines in "
+        out += [*([] if fs else ["## 2. Follow latency", ""]), "### A start-up's lines, journal → status file", "",
+                f"`bench/writer.py paced`: {f['lines']} lines (a start-up's lines in "
                 "random order, without the ready line so that it stays a start-up, then TP0 Decode lines) written "
                 "one at a time, 15–45 ms apart, by the watched unit; for each, the "
                 "writer polls (every 0.5 ms) the daemon's status file until its `entries` count includes the "
@@ -367,6 +401,24 @@ def markdown(r: dict[str, Any]) -> str:
         out.append("")
     out += ANALYSIS
     return "\n".join(out) + "\n"
+
+
+def step_parts(fs: dict[str, Any]) -> dict[str, tuple[float, float, float]]:
+    """The follow_steps row's parts, each (p50, p99, max): journald, the daemon, HTTP."""
+    journal, published, seen = fs.get("to_journal") or [], fs.get("to_publish") or [], fs.get("delays") or []
+    both = bool(journal) and len(journal) == len(published) == len(seen)  # (each shown step's parts)
+    rows = {"journald": journal, "daemon": [p - j for p, j in zip(published, journal, strict=True)] if both else [],
+            "http": [d - p for d, p in zip(seen, published, strict=True)] if both else []}
+    return {k: (pct(v, 50), pct(v, 99), max(v, default=float("nan"))) for k, v in rows.items()}
+
+
+def pct(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    k = (len(ordered) - 1) * p / 100
+    low, high = int(k), min(int(k) + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (k - low)
 
 
 def linear_fit(points: list[tuple[float, float]]) -> tuple[float, float, float]:

@@ -34,11 +34,11 @@ PROFILES: dict[str, dict[str, Any]] = {
     "full": {"n": 300_000, "scale": [30_000, 100_000, 300_000, 1_000_000], "reps": 5, "scale_reps": 3,
              "invocations": 3, "crash_invocations": 12, "follow_lines": 220, "action_reps": 5, "idle_seconds": 60,
              "silent_seconds": 60,
-             "burst_lines": 50_000, "burst_seconds": 2.0, "profile": True},
+             "burst_lines": 50_000, "burst_seconds": 2.0, "profile": True, "follow_steps": 250},
     "quick": {"n": 3_000, "scale": [1_000, 3_000], "reps": 1, "scale_reps": 1, "invocations": 1,
               "crash_invocations": 2,
               "follow_lines": 12, "action_reps": 1, "idle_seconds": 2, "silent_seconds": 2,
-              "burst_lines": 2_000, "burst_seconds": 0.5, "profile": False},
+              "burst_lines": 2_000, "burst_seconds": 0.5, "profile": False, "follow_steps": 20},
 }
 STATUS = f"{STATE_DIR}/{UNIT}.status.json"
 WORK = "/run/bench"  # inside the sandbox
@@ -173,20 +173,24 @@ class Bench:
         n, k = self.s["n"], self.s["crash_invocations"]
         self.box.write(f"/run/systemd/system/{crash_unit(n)}",
                        CATCHUP_UNIT.format(n=n, k=k, per=n // k, venv=VENV, repo=REPO, mix="crash"))
-        self.box.write(f"/run/systemd/system/{access_unit(n)}",
-                       CATCHUP_UNIT.format(n=n, k=1, per=n, venv=VENV, repo=REPO, mix="access"))
+        for name, mix in ((access_unit(n), "access"), (decode_unit(n), "decode")):
+            self.box.write(f"/run/systemd/system/{name}",
+                           CATCHUP_UNIT.format(n=n, k=1, per=n, venv=VENV, repo=REPO, mix=mix))
         self.box.systemctl("daemon-reload")
 
     def write_journals(self, parts: set[str] | None = None) -> dict[str, Any]:
         """Each catch-up unit started `invocations` times (the crash-heavy one `crash_invocations`
-        times, the access-heavy one once): the journals the readers race over. With `parts` of
-        `catchup_access` alone, only the access-heavy one."""
+        times, the access-heavy and decode-heavy ones once): the journals the readers race over.
+        With `parts` of single mixes alone (`catchup_access`, `catchup_decode`), only theirs."""
         out = {}
         units = [(str(n), catchup_unit(n), self.s["invocations"]) for n in self.s["scale"]]
         units.append((f"crash-{self.s['n']}", crash_unit(self.s["n"]), self.s["crash_invocations"]))
-        if parts is not None and not parts & {"catchup", "rebuild", "scale", "profile"}:
+        everything = parts is None or all_journals(parts)
+        if not everything:
             units = []
-        units.append((f"access-{self.s['n']}", access_unit(self.s["n"]), 1))
+        for mix, unit_of in (("access", access_unit), ("decode", decode_unit)):
+            if everything or f"catchup_{mix}" in parts:  # type: ignore[operator]
+                units.append((f"{mix}-{self.s['n']}", unit_of(self.s["n"]), 1))
         for key, unit, starts in units:
             began = time.perf_counter()
             for _ in range(starts):
@@ -252,6 +256,43 @@ class Bench:
                 "first_line_status": samples[0]["status"] if samples else None,
                 "lines_after_silence": sum(1 for s in samples if s.get("after_silence")),
                 "reader_missed": len(samples) - len(reader)}
+
+    def follow_steps(self) -> dict[str, Any]:
+        """Journal -> /status: TP0's capture bar, `steps` progress steps at 10 a second (each its own
+        entry), while `inside.py poll-status` GETs /status every 5 ms; each step's latency is the
+        first poll that shows it (or a later step) less the time the writer wrote it."""
+        count = self.s["follow_steps"]
+        log(f"follow latency: {count} progress steps at 10/s, /status polled every 5 ms")
+        out, seen = f"{WORK}/steps.json", f"{WORK}/steps-seen.txt"
+        self.box.run("rm", "-f", out, seen)
+        self.reset(f"steps --steps {count} --per-second 10 --out {out}",
+                   {"phases": {"cuda_graph_capture": {"deadline": "30m", "stall": "none"}}})
+        self.box.systemctl("stop", "bench-poll-status.service", check=False)
+        self.box.run("systemd-run", "--quiet", "--collect", "--unit=bench-poll-status", f"{VENV}/bin/python",
+                     f"{REPO}/bench/inside.py", "poll-status", "--url",
+                     f"http://{BASE_CONFIG['metrics']['listen']}/status", "--out", seen)
+        self.start()
+        text = self.box.wait_for(lambda: self.box.read(out), 90 + count * 0.2, "the step writer's times", 0.5)
+        time.sleep(1.0)
+        self.box.systemctl("stop", "bench-poll-status.service", WATCHER, UNIT, check=False)
+        written = json.loads(text)["written"]
+        polls = [(float(at), int(step), published) for at, step, published in
+                 (line.split() for line in (self.box.read(seen) or "").splitlines() if line.strip())]
+        stamps = [at(e) for e in self.journal_since(0, f"_SYSTEMD_UNIT={UNIT}")
+                  if b"Capturing batches" in message_bytes(e)][-len(written):]
+        delays, to_journal, to_publish, missed = [], [], [], 0
+        for step, wrote in enumerate(written, start=1):
+            shown = next(((t, p) for t, n, p in polls if n >= step and t >= wrote), None)
+            if shown is None:
+                missed += 1
+                continue
+            delays.append(shown[0] - wrote)
+            if len(stamps) == len(written):  # where the time went: journald, the daemon, the HTTP answer
+                to_journal.append(stamps[step - 1] - wrote)
+                to_publish.append(dt.datetime.fromisoformat(shown[1]).timestamp() - wrote)
+        return {"steps": len(written), "missed": missed, "p50": percentile(delays, 50),
+                "p99": percentile(delays, 99), "max": max(delays, default=float("nan")), "delays": delays,
+                "to_journal": to_journal, "to_publish": to_publish}
 
     def watch_status(self) -> str:
         """Start inside.py watch-status in the background (a transient unit); returns its output file."""
@@ -453,6 +494,13 @@ def journal_pages(box: Sandbox, lines: int) -> dict[str, Any]:
     return {"rounds": rounds}
 
 
+def all_journals(parts: set[str]) -> bool:
+    """Whether these parts read every catch-up journal (not a single mix's alone: catchup_access,
+    catchup_decode, each with profile or not)."""
+    return bool(parts & {"catchup", "rebuild", "scale"}) or (
+        "profile" in parts and not parts & {"catchup_access", "catchup_decode"})
+
+
 def catchup_unit(n: int) -> str:
     return f"bench-catchup-{n}.service"
 
@@ -465,8 +513,20 @@ def access_unit(n: int) -> str:
     return f"bench-access-{n}.service"
 
 
+def decode_unit(n: int) -> str:
+    return f"bench-decode-{n}.service"
+
+
 def at(entry: dict[str, Any]) -> float:
     return int(entry["__REALTIME_TIMESTAMP"]) / 1e6
+
+
+def message_bytes(entry: dict[str, Any]) -> bytes:
+    """MESSAGE as journalctl -o json gives it: text, or a list of byte values (control characters)."""
+    message = entry.get("MESSAGE")
+    if isinstance(message, list):
+        return bytes(message)
+    return str(message or "").encode()
 
 
 def parse_seconds(text: str) -> float:
@@ -495,10 +555,15 @@ def main() -> int:
     parser.add_argument("--out", type=Path, help="write results.json and performance.md here instead of "
                         "bench/ and docs/")
     parser.add_argument("--only", help="comma-separated parts: "
-                        "catchup,rebuild,scale,profile,follow,action,idle,burst,pages (catchup_access: the "
-                        "access-heavy catch-up and rebuild rows alone)")
+                        "catchup,rebuild,scale,profile,follow,action,idle,burst,pages (follow_steps: the journal -> "
+                        "/status row alone; catchup_access, "
+                        "catchup_decode: that mix's catch-up and rebuild rows alone, with profile its py-spy "
+                        "summary too)")
+    parser.add_argument("--reps", type=int, help="runs of each catch-up reader (default: 5, quick 1)")
     args = parser.parse_args()
-    settings = PROFILES["quick" if args.quick else "full"]
+    settings = dict(PROFILES["quick" if args.quick else "full"])
+    if args.reps:
+        settings["reps"] = args.reps
     parts = set((args.only or "catchup,rebuild,scale,profile,follow,action,idle,burst,pages").split(","))
     box = BenchSandbox()
     box.boot()
@@ -511,22 +576,30 @@ def main() -> int:
         bench.install()
         if parts & {"catchup", "rebuild", "scale", "profile", "catchup_access"}:
             results["journal"] = bench.write_journals(parts)
-        if "catchup_access" in parts and "catchup" not in parts:  # (the access-heavy rows alone)
-            results["catchup_access"] = bench.catchup(access_unit(settings["n"]))
-            results["rebuild_access"] = bench.rebuild(access_unit(settings["n"]))
+        for mix, unit_of in (("access", access_unit), ("decode", decode_unit)):
+            if f"catchup_{mix}" in parts and "catchup" not in parts:  # (one mix's rows alone)
+                results[f"catchup_{mix}"] = bench.catchup(unit_of(settings["n"]))
+                results[f"rebuild_{mix}"] = bench.rebuild(unit_of(settings["n"]))
+                if "profile" in parts and settings["profile"]:
+                    results[f"profile_{mix}"] = bench.profile(unit_of(settings["n"]))
         if "catchup" in parts:
             results["catchup"] = bench.catchup(catchup_unit(settings["n"]))
             results["catchup_crash"] = bench.catchup(crash_unit(settings["n"]))
             results["catchup_access"] = bench.catchup(access_unit(settings["n"]))
+            results["catchup_decode"] = bench.catchup(decode_unit(settings["n"]))
         if "rebuild" in parts:
             results["rebuild"] = bench.rebuild(catchup_unit(settings["n"]))
             results["rebuild_crash"] = bench.rebuild(crash_unit(settings["n"]))
             results["rebuild_access"] = bench.rebuild(access_unit(settings["n"]))
+            results["rebuild_decode"] = bench.rebuild(decode_unit(settings["n"]))
         if "scale" in parts:
             results["scale"] = bench.scale()
-        if "profile" in parts and settings["profile"]:
+        if "profile" in parts and settings["profile"] and all_journals(parts):
             results["profile"] = bench.profile(catchup_unit(settings["n"]))
             results["profile_crash"] = bench.profile(crash_unit(settings["n"]))
+            results["profile_decode"] = bench.profile(decode_unit(settings["n"]))
+        if "follow" in parts or "follow_steps" in parts:
+            results["follow_steps"] = bench.follow_steps()
         if "follow" in parts:
             results["follow"] = bench.follow()
             results["follow_rate"] = bench.follow_rate()

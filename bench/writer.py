@@ -11,12 +11,19 @@ writer, `_LINE_BREAK=pid-change` where a tqdm frame was cut by another rank's li
     catchup --mix access     one start-up of 8 ranks, then serving that is uvicorn access lines only,
                              each with its own hex request id (lines alike but for letters too: no
                              run of the C reader forms; SGLang's `--log-requests` style, PROBE-S3 H-3)
+    catchup --mix decode     one start-up of 8 ranks with the ~400-field server_args line and a
+                             traceback, then TP0's `Decode batch` lines, each different (numbers of
+                             a busy server's, of varying widths: few runs form), a uvicorn access
+                             line every 50 (from the main process: another writer)
     catchup --mix crash      one turn of a crash-looping server: the start-up, a short serving spell
                              with long lines (KB-sized batch dumps and warnings) and many tracebacks,
                              then every rank's fatal traceback (the unit is started again and again)
     paced --lines L          a start-up line by line, timing when each one shows in the daemon's
                              status file and, for reference, in a bare journal reader
     rate --per-second R      a quick start-up to ready, then R Decode lines a second
+    steps --steps S          a quick start-up into cuda graph capture, then TP0's capture bar: S
+                             progress steps at --per-second, each its own entry; the time of
+                             each write to --out (the follow row: journal -> /status)
     silent [--starting]      a quick start-up to ready (or into cuda graph capture), then nothing
     burst --lines L          a quick start-up to ready, then, once a trigger file appears, 8 ranks
                              writing L lines in --seconds
@@ -136,10 +143,13 @@ def startup_lines(until_phase: str | None = None) -> dict[int, list[str]]:
     return by_writer
 
 
-def play_startup(until_phase: str | None = None, ready: bool = True) -> int:
-    """Every rank in its own process at full speed, then the main process's lines. Entries written."""
+def play_startup(until_phase: str | None = None, ready: bool = True, server_args: str | None = None) -> int:
+    """Every rank in its own process at full speed, then the main process's lines. Entries written.
+    `server_args`: the main process's server_args line instead of the simulator's."""
     lines = startup_lines(until_phase)
     main = lines.pop(sglang_sim.MAIN, [])
+    if server_args is not None:
+        main = [server_args + "\n" if "server_args=" in t else t for t in main]
     head = [t for t in main if "server_args" in t or "Max running" in t]
     write("".join(head))
     children = []
@@ -217,6 +227,61 @@ def catchup(entries: int) -> None:
             write("".join(chunk))
             chunk.clear()
     write("".join(chunk))
+    os.waitpid(pid, 0)
+
+
+def long_server_args() -> str:
+    """A `server_args=ServerArgs(...)` line of about 400 fields, as v0.5.x prints every option."""
+    extra = ", ".join(f"{name}_{k}={value}" for k in range(100) for name, value in (
+        ("enable_option", "False"), ("max_size", str(4096 + k)), ("backend_name", f"'flashinfer{k}'"),
+        ("timeout_s", "None")))
+    return prefixed(sglang_sim.MAIN, "server_args=ServerArgs(model_path='Qwen/Qwen3-235B-A22B', "
+                    "tokenizer_path='Qwen/Qwen3-235B-A22B', tp_size=8, dp_size=1, pp_size=1, ep_size=1, "
+                    f"speculative_algorithm='EAGLE3', enable_metrics=True, {extra})")
+
+
+def busy_decode_line(rng: random.Random) -> str:
+    """TP0's `Decode batch` of a busy server (v0.5.9, speculative): each one different, of varying widths."""
+    running = rng.choice((rng.randint(1, 9), rng.randint(10, 48), 48))
+    tokens = running * rng.randint(300, 9000)
+    return prefixed(0, f"Decode batch, #running-req: {running}, #token: {tokens}, token usage: "
+                    f"{tokens / 2_400_000:.2f}, accept len: {rng.uniform(2.9, 3.6):.2f}, accept rate: "
+                    f"{rng.uniform(0.36, 0.46):.2f}, cuda graph: True, gen throughput (token/s): "
+                    f"{running * rng.uniform(40, 90):.2f}, #queue-req: {rng.choice((0, 0, 0, rng.randint(1, 20)))}")
+
+
+def decode_heavy(entries: int) -> None:
+    """The start-up with the long server_args line and a traceback, then TP0's Decode lines, each
+    different, with the main process's access line every 50 (the two writers take turns by a pipe)."""
+    written = play_startup(server_args=long_server_args())
+    write("".join(line + "\n" for line in ASGI_TRACEBACK))
+    bulk = max(entries - written - len(ASGI_TRACEBACK), 0)
+    start = time.time()
+    to_rank, from_main = os.pipe()
+    to_main, from_rank = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # TP0: 49 Decode lines, then the main process's turn
+        rng = random.Random(39)
+        n = 0
+        while n < bulk:
+            chunk = []
+            while n < bulk and len(chunk) < 49:
+                serve_at(start + n / LINES_PER_SECOND)
+                chunk.append(busy_decode_line(rng) + "\n")
+                n += 1
+            write("".join(chunk))
+            if n < bulk:
+                os.write(from_rank, b"x")
+                os.read(to_rank, 1)
+                n += 1
+        os._exit(0)
+    n = 49
+    while n < bulk:
+        os.read(to_main, 1)
+        serve_at(start + n / LINES_PER_SECOND)
+        write(access_line(n) + "\n")
+        os.write(from_main, b"x")
+        n += 50
     os.waitpid(pid, 0)
 
 
@@ -340,6 +405,29 @@ def rate(per_second: float, seconds: float) -> None:
         write(decode_line(0, n) + "\n")
 
 
+def steps(count: int, per_second: float, out: str) -> None:
+    """The start-up into cuda graph capture, then `count` steps of TP0's capture bar, `per_second`,
+    each frame a line of its own; when each was written goes to `out` (JSON), at the end."""
+    play_startup("cuda_graph_capture", ready=False)
+    begin = "Capture cuda graph begin. This can take up to several minutes. avail mem=24.60 GB"
+    write("".join(prefixed(rank, begin) + "\n" for rank in range(RANKS)))
+    time.sleep(1.0)  # (as SGLang: the bar begins about a second after the begin lines)
+    written = []
+    start = time.time()
+    for n in range(1, count + 1):
+        delay = start + n / per_second - time.time()
+        if delay > 0:
+            time.sleep(delay)
+        frame = (f"\rCapturing batches (bs={max(512 - 2 * n, 1)} avail_mem={24.6 - 0.01 * n:.2f} GB): "
+                 f"{100 * n // count:3d}%|{'#' * (10 * n // count):<10}| {n}/{count} [00:{n // 10 % 60:02d}<00:"
+                 f"{(count - n) // 10 % 60:02d}, {per_second:.2f}it/s]\n")
+        written.append(time.time())
+        write(frame)
+    with open(out + ".tmp", "w", encoding="utf-8") as handle:
+        json.dump({"written": written, "count": count}, handle)
+    os.replace(out + ".tmp", out)
+
+
 def burst(lines: int, seconds: float, trigger: str, out: str) -> None:
     play_startup()
     while not os.path.exists(trigger):
@@ -387,7 +475,7 @@ def main() -> int:
     sub = parser.add_subparsers(dest="mode", required=True)
     p = sub.add_parser("catchup")
     p.add_argument("--entries", type=int, required=True)
-    p.add_argument("--mix", choices=("serving", "crash", "access"), default="serving")
+    p.add_argument("--mix", choices=("serving", "crash", "access", "decode"), default="serving")
     p = sub.add_parser("paced")
     p.add_argument("--lines", type=int, default=220)
     p.add_argument("--interval", type=float, default=0.03)
@@ -396,6 +484,10 @@ def main() -> int:
     p = sub.add_parser("rate")
     p.add_argument("--per-second", type=float, default=100)
     p.add_argument("--seconds", type=float, default=60)
+    p = sub.add_parser("steps")
+    p.add_argument("--steps", type=int, default=250)
+    p.add_argument("--per-second", type=float, default=10)
+    p.add_argument("--out", required=True)
     p = sub.add_parser("silent")
     p.add_argument("--starting", action="store_true")
     p = sub.add_parser("burst")
@@ -408,12 +500,14 @@ def main() -> int:
     p.add_argument("--marker", required=True)
     args = parser.parse_args()
     if args.mode == "catchup":
-        {"crash": crash_loop, "access": access_only}.get(args.mix, catchup)(args.entries)
+        {"crash": crash_loop, "access": access_only, "decode": decode_heavy}.get(args.mix, catchup)(args.entries)
         return 0
     if args.mode == "paced":
         paced(args.lines, args.interval, args.status, args.out)
     elif args.mode == "rate":
         rate(args.per_second, args.seconds)
+    elif args.mode == "steps":
+        steps(args.steps, args.per_second, args.out)
     elif args.mode == "silent":
         play_startup("cuda_graph_capture" if args.starting else None, ready=not args.starting)
     elif args.mode == "burst":

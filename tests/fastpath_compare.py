@@ -92,18 +92,22 @@ def as_journal(messages: Iterable[str], start: float = 1_780_000_000.0,
 
 
 def continues(previous: bytes, message: bytes, shape: tuple[int, int] = TIME_DIGITS) -> bool:
-    """Whether the C reader joins `message` to a run ending with `previous` (_journal_lines.c): the same
-    length, the same bytes up to the first ']' and two more but for digits in `shape`'s span (the
-    engine's `run_time_digits`), the same bytes after but for digits."""
-    if len(previous) != len(message):
-        return False
+    """Whether the C reader joins `message` to a run ending with `previous` (_journal_lines.c): the
+    same bytes up to the first ']' and two more but for digits in `shape`'s span (the engine's
+    `run_time_digits`; a line without ']', or that ends there, is all head: the same length too),
+    the same bytes after but for runs of digits, each of any width."""
     bracket = message.find(b"]")
     head = len(message) if bracket < 0 else min(len(message), bracket + 3)
+    if len(previous) < head or (head == len(message) and len(previous) != len(message)):
+        return False
     digits = bytes.maketrans(b"123456789", b"000000000")
     start, end = min(shape[0], head), min(shape[1], head)
     return (previous[:start] == message[:start] and previous[end:head] == message[end:head]
             and previous[start:end].translate(digits) == message[start:end].translate(digits)
-            and previous[head:].translate(digits) == message[head:].translate(digits))
+            and _DIGIT_RUNS.sub(b"0", previous[head:]) == _DIGIT_RUNS.sub(b"0", message[head:]))
+
+
+_DIGIT_RUNS = re.compile(rb"[0-9]+")
 
 
 def whole_line(record: JournalRecord) -> bool:

@@ -336,27 +336,38 @@ typedef struct {
 static int is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
 
 /* Whether `message` may join a run that ends with `previous` (both lines of one writer): the
- * same length, the same bytes up to the first ']' and the two after it but for digits in the
- * shape's free span, the same bytes after that but for digits (which may differ from one to the
- * other). */
+ * same bytes up to the first ']' and the two after it but for digits in the shape's free span (a
+ * line without ']', or that ends there, is all head: the same length too), and after that the same
+ * bytes but for runs of digits, each of any width (a busy server's numbers grow and shrink: `#token:
+ * 9813` then `#token: 112406`). Which of a run's lines the fast path takes is its own to say (each
+ * line's digit-masked text is looked up there); a run only says which lines may be alike. */
 static int continues(PyObject *previous, PyObject *message, const RunShape *shape) {
-    Py_ssize_t length = PyBytes_GET_SIZE(message);
-    if (PyBytes_GET_SIZE(previous) != length) return 0;
+    Py_ssize_t la = PyBytes_GET_SIZE(previous), lb = PyBytes_GET_SIZE(message);
     const unsigned char *a = (const unsigned char *)PyBytes_AS_STRING(previous);
     const unsigned char *b = (const unsigned char *)PyBytes_AS_STRING(message);
-    const unsigned char *bracket = memchr(b, ']', (size_t)length);
-    Py_ssize_t head = bracket == NULL ? length : (bracket - b) + 3;
-    if (head > length) head = length;
+    const unsigned char *bracket = memchr(b, ']', (size_t)lb);
+    Py_ssize_t head = bracket == NULL ? lb : (bracket - b) + 3;
+    if (head > lb) head = lb;
+    if (la < head || (head == lb && la != lb)) return 0;
     if (memcmp(a, b, (size_t)head) != 0) {
         for (Py_ssize_t i = 0; i < head; i++) {
             if (a[i] != b[i] && !(i >= shape->free_start && i < shape->free_end && is_digit(a[i]) && is_digit(b[i])))
                 return 0;
         }
     }
-    for (Py_ssize_t i = head; i < length; i++) {
-        if (a[i] != b[i] && !(is_digit(a[i]) && is_digit(b[i]))) return 0;
+    Py_ssize_t i = head, j = head;
+    while (i < la && j < lb) {
+        if (is_digit(a[i]) && is_digit(b[j])) {
+            while (i < la && is_digit(a[i])) i++;
+            while (j < lb && is_digit(b[j])) j++;
+        } else if (a[i] == b[j]) {
+            i++;
+            j++;
+        } else {
+            return 0;
+        }
     }
-    return 1;
+    return i == la && j == lb;
 }
 
 /* A whole line's `items` (references stolen) appended to `out` as a UnitLine, or, with `runs`, to

@@ -194,7 +194,8 @@ class Daemon:
         inv, wall = self.pipeline.current(), self.clock.wall()
         rejected = dict(self.follower.rejected)
         journal = JournalState(self.journal.entries_by_invocation.get(inv.invocation_id, 0) if inv else 0,
-                               rejected, self.journal.document(wall), self.pipeline.entries)
+                               rejected, self.journal.document(wall), self.pipeline.entries,
+                               self.pipeline.full_entries)
         return self.judge.judge(self.parts.judging_clock.wall(), journal, self.signs.vitals, requests)
 
     def _act(self, step: Step) -> None:

@@ -37,6 +37,7 @@ class JournalState:
     rejected: Mapping[str, int] = field(default_factory=dict)  # entries that only claimed the unit, by reason
     document: Mapping[str, object] = field(default_factory=dict)  # behind, reopens (JournalFeed.document)
     read: int = 0  # entries read in all (Pipeline.entries)
+    read_whole: int = 0  # of them, those the stages took one by one, not the fast path (Pipeline.full_entries)
 
 
 @dataclass(frozen=True)

@@ -78,6 +78,9 @@ class Pipeline:
         self.mapper = EventMapper(self.profile)
         self.tracker = Tracker(self.profile.proof_of_life_rules, self.profile.lockstep, self.profile.draft_phases)
         self.entries = 0
+        # Entries the stages took one by one: those that may change more than a rank's last activity
+        # (the fast path takes the rest), so the daemon shows them at once (app.py `_publish`).
+        self.full_entries = 0
         self.quarantined = 0  # records that raised in a stage: skipped, the rest goes on
         self._fast_wanted = fast
         self.fast = self._fast_path()
@@ -115,7 +118,8 @@ class Pipeline:
 
     def feed_run(self, run: UnitRun, now: float | None) -> list[Transition]:
         """Consecutive whole lines of one writer, the same but for digits (a run the C journal reader
-        found: `FastPath.apply`'s `repeats`), as `feed_line` takes them one by one."""
+        found: `FastPath.apply`'s `repeats`), as `feed_line` takes them one by one: the lines alike
+        at once, a line the fast path declines by the full path, the rest as a run again."""
         messages, stamps, pid, invocation = run.messages, run.realtimes, run.pid, run.invocation_id
         fast = self.fast
         if fast is None:
@@ -126,7 +130,8 @@ class Pipeline:
         while done < len(messages):
             self.entries += 1
             try:
-                taken = fast.apply(messages[done], stamps[done], pid, invocation, stamps[done + 1:])
+                taken = fast.apply(messages[done], stamps[done], pid, invocation, stamps[done + 1:],
+                                   messages[done + 1:])
                 if taken:
                     self.entries += taken - 1
                     done += taken
@@ -198,6 +203,7 @@ class Pipeline:
             return []
 
     def _full(self, record: JournalRecord, now: float | None, tell: TellLine | None = None) -> list[Transition]:
+        self.full_entries += 1
         if is_lifecycle_record(record):
             event = lifecycle_event(record)
             return self.tracker.apply(event, now) if event is not None else []

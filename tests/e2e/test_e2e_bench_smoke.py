@@ -22,14 +22,16 @@ def test_quick_bench_produces_every_row(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr[-4000:]
     r = json.loads((tmp_path / "results.json").read_text())
 
-    for key, starts in (("catchup", "invocations"), ("catchup_crash", "crash_invocations")):  # both journal mixes
+    settings = r["settings"]
+    for key, starts in (("catchup", settings["invocations"]), ("catchup_crash", settings["crash_invocations"]),
+                        ("catchup_access", 1), ("catchup_decode", 1)):  # the four journal mixes
         catchup = r[key]
         assert set(catchup["median"]) == READERS
         assert catchup["found"]["a_raw_reader"]["entries"] == catchup["entries"] > 0
         assert catchup["found"]["b_journalctl_grep"]["marker_lines"] > 0
         assert "matched" in catchup["found"]["c_fail2ban_regex"]["lines"]
-        assert catchup["found"]["d_phasewatch_replay"]["invocations"] == r["settings"][starts]
-    for key in ("rebuild", "rebuild_crash"):  # the daemon's own catch-up, with the C reader and without
+        assert catchup["found"]["d_phasewatch_replay"]["invocations"] == starts
+    for key in ("rebuild", "rebuild_crash", "rebuild_decode"):  # the daemon's own catch-up, in C and not
         rebuilt = r[key]["found"]
         assert rebuilt["e_daemon_rebuild"]["reader"] == "C" and rebuilt["f_daemon_rebuild_python"]["reader"] == "Python"
         assert rebuilt["e_daemon_rebuild"]["entries"] == rebuilt["f_daemon_rebuild_python"]["entries"] > 0
@@ -39,6 +41,9 @@ def test_quick_bench_produces_every_row(tmp_path: Path) -> None:
         assert row["max_rss_kib"]["d_phasewatch_replay"][0] > 0
 
     assert r["follow"]["lines"] == r["settings"]["follow_lines"]
+    steps = r["follow_steps"]  # progress steps, journal -> /status over HTTP, with where the time went
+    assert steps["steps"] == r["settings"]["follow_steps"] and len(steps["delays"]) + steps["missed"] == steps["steps"]
+    assert len(steps["to_journal"]) == len(steps["to_publish"]) == len(steps["delays"]) > 0
     for key in ("action_idle", "action_busy"):
         assert len(r[key]["runs"]) == r["settings"]["action_reps"]
     for key in ("idle_rate", "idle_silent_ready", "idle_silent_starting"):
@@ -55,7 +60,8 @@ def test_quick_bench_produces_every_row(tmp_path: Path) -> None:
     for heading in ("## Targets", "## 1. Catch-up", "## 2. Follow latency", "## 3. Action latency",
                     "## 4. Idle cost", "## 5. Burst", "## 6. Scale", "## Reproduce"):
         assert heading in doc
-    assert doc.count(": replay ≥") == 9  # three references, three mixes
+    assert doc.count(": replay ≥") == 12  # three references, four mixes
     assert "### serving-heavy" in doc and "### crash-heavy" in doc and "### access-heavy" in doc
+    assert "### decode-heavy" in doc and "| 2 | progress step → `/status` over HTTP" in doc
     assert "### The daemon's own catch-up at its start" in doc
     assert doc.count("| 2 | entry → daemon status") == 2

@@ -98,6 +98,19 @@ def test_a_serving_journal_in_runs_takes_them_at_once() -> None:
     assert in_runs > 600 and grouped.taken >= len(pieces) - 2
 
 
+def test_a_busy_servers_decode_lines_of_every_width_are_one_run_taken_at_once() -> None:
+    """A busy server's numbers grow and shrink (`#running-req: 9` then `48`, `#token: 9813` then
+    `112406`): its Decode lines are one run, and the fast path takes all of them at once, as the
+    same lines one by one, whatever their digit-masked texts (each line's plan is looked up)."""
+    pieces = [("TP0", decode(n * 7919 % 10_000), "line") for n in range(300)]
+    for k in range(0, 300, 50):  # the main process's access line every 50
+        pieces.insert(k, (None, f'INFO:     127.0.0.1:{40000 + k} - "POST /generate HTTP/1.1" 200 OK', "line"))
+    records = journal(pieces, [0.25], startup=True)
+    assert len({len(r.message) for r in records[-300:]}) > 5  # (of many widths)
+    grouped, in_runs = assert_runs_agree(records)
+    assert in_runs >= 290 and grouped.taken >= len(pieces) - 2
+
+
 def test_a_run_past_the_record_ranks_bound_keeps_what_line_by_line_keeps() -> None:
     """The mapper's record -> rank map is cleared past 4096 records, inside a run as line by line."""
     pieces = [("TP0", same_width(n), "line") for n in range(4090)] + [(None, "asgi", "asgi")]
@@ -128,7 +141,9 @@ def test_the_run_model_joins_what_differs_only_in_digits_after_the_head_or_in_th
     with_ms = prefixed("TP0", same_width(1)).replace(STAMP, STAMP + ".123").encode()
     assert not continues(with_ms, with_ms.replace(b".123", b".124"))  # nor its milliseconds
     assert not continues(b"[2026-05-28 20:26:40 TP1] x", b"[2026-05-28 20:26:40 TP2] x")
-    assert not continues(line, prefixed("TP0", decode(1)).encode())  # another width
+    assert continues(line, prefixed("TP0", decode(1)).encode())  # numbers of other widths
+    assert not continues(b"[x] 1a", b"[x] a") and not continues(b"[x] a1", b"[x] a")  # a number, not none
+    assert not continues(b"[x]", b"[x]0") and continues(b"[x] a10 b", b"[x] a2 b")
     assert not continues(b"[x] 1a", b"[x] 1b") and continues(b"no bracket", b"no bracket")
     assert not continues(b"abc 1", b"abc 2")  # no ']': the whole line is its head
     records = journal([("TP0", same_width(n), "line") for n in range(3)], [0.001], startup=False)
@@ -184,4 +199,25 @@ def test_a_digit_telling_rule_of_a_config_is_asked_line_by_line(
         pieces.append((None, f'INFO:     127.0.0.1:{port} - "POST /generate HTTP/1.1" {status} OK', "line"))
         pieces += [("TP0", same_width(port + k), "line") for k in range(decodes)]
     grouped, _ = assert_runs_agree(journal(pieces, step), ANSWERED)
+    assert grouped.taken > 0
+
+
+# A config's own rule that is blind to which digits a line holds but not to how many: a queue of
+# 100 requests or more is fatal (a config may say so; the built-in rules tell no widths apart).
+LONG_QUEUE = load_builtin_profile("sglang").with_overrides([
+    {"id": "long_queue", "event": "fatal", "scope": "rank", "cause": "python_exception",
+     "match": r"#queue-req: \d\d\d"}])
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.sampled_from([0, 7, 42, 130, 999, 1500]), min_size=2, max_size=30), steps)
+@example([0, 130, 0], [0.25])
+def test_a_run_of_other_widths_is_taken_only_as_far_as_each_lines_own_rules_go(
+        queues: list[int], step: list[float]) -> None:
+    """The lines of a run may hold numbers of other widths than its first line's, and a rule may
+    tell widths apart: each line's own rules decide (here a fatal line inside a run), as line by line."""
+    pieces = [("TP0", same_width(n).replace(f"#queue-req: {n % 3}", f"#queue-req: {queue}"), "line")
+              for n, queue in enumerate(queues)]
+    records = journal(pieces, step, startup=True)
+    grouped, _ = assert_runs_agree(records, LONG_QUEUE)
     assert grouped.taken > 0

@@ -27,7 +27,6 @@ from ..sources.journal.journal_source import UnitRecords
 from ..sources.journal.pastes import unit_named
 from ..stages.s2_interpret.ruletally import RuleTally
 from ..stages.s3_track.snapshot import Snapshot
-from .logs import parse_since
 from .target import resolve
 
 
@@ -167,7 +166,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
 def _read(args: argparse.Namespace, config: Config) -> tuple[Iterable[JournalRecord], UnitRecords | None]:
     """The records to replay (the unit's journal, streamed, or the file's) and the unit's reader, if any;
     what is wrong with the input said on stderr."""
-    since = parse_since(args.since, time.time()) if args.since else None  # as logs reads it: ISO or 30m ago
+    since = None
+    if args.since:
+        from .logs import parse_since  # (when asked: logs' imports are a tenth of replay's start)
+
+        since = parse_since(args.since, time.time())  # as logs reads it: ISO or 30m ago
     if args.unit:
         unit_records = UnitRecords(config.unit, args.directory, since)  # streamed: memory does not grow
         return unit_records, unit_records

@@ -1,7 +1,9 @@
 """Sink: the metrics exporter (sinks/metrics/exporter.py) told each step. Its counters take what the
 step and the actor's report say at every step; the published view is rebuilt at most every
 PUBLISH_SPACING seconds while entries stream in (a step every 50 ms at 100 lines/s would otherwise
-rebuild it 20 times a second for a scrape every 15 s); one put off has a deadline."""
+rebuild it 20 times a second for a scrape every 15 s), unless the step read a line the fast path did
+not take (one that may change more than a rank's last activity: a progress step, a phase), which
+/status shows at once; one put off has a deadline."""
 
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ class MetricsSink:
         self.clock = clock  # the loop's (monotonic: the spacing)
         self.last_publish = -math.inf  # monotonic
         self.publish_due = False  # a publish was put off by PUBLISH_SPACING: it has a deadline
+        self.published_whole = 0  # the step's journal.read_whole at the last publish
 
     def next_deadline(self, now: Instant) -> float | None:
         return self.last_publish + PUBLISH_SPACING if self.publish_due else None
@@ -40,9 +43,10 @@ class MetricsSink:
         exporter.set_why(step.why)
         exporter.saw_timer_warnings(step.timer_warnings)
         monotonic = self.clock.monotonic()
-        if monotonic - self.last_publish < PUBLISH_SPACING:
+        news = step.journal.read_whole
+        if monotonic - self.last_publish < PUBLISH_SPACING and news == self.published_whole:
             self.publish_due = True
             return
-        self.last_publish, self.publish_due = monotonic, False
+        self.last_publish, self.publish_due, self.published_whole = monotonic, False, news
         exporter.saw_rejected(step.journal.rejected)
         exporter.publish(step, acted.memory)

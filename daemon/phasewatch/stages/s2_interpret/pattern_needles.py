@@ -6,7 +6,15 @@ alike, and the mapper remembers them by their digits masked) and the texts every
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Protocol, TypeVar
+
+
+class _Searched(Protocol):
+    @property
+    def pattern(self) -> re.Pattern[str]: ...
+
+
+R = TypeVar("R", bound=_Searched)  # a profile's Rule
 
 
 def digit_blind(pattern: re.Pattern[str]) -> bool:
@@ -104,3 +112,10 @@ def _needles(items: list[Any], c: Any) -> tuple[str, ...] | None:
         if inner:
             return inner
     return None
+
+
+def needled_search(rules: tuple[tuple[R, tuple[str, ...] | None], ...], message: str) -> tuple[R, ...]:
+    """The rules `message` matches, each (rule, texts) only searched when it holds one of the texts
+    (a substring test is far cheaper than a search through kilobytes)."""
+    holds = message.__contains__
+    return tuple(r for r, texts in rules if (texts is None or any(map(holds, texts))) and r.pattern.search(message))

@@ -87,7 +87,7 @@ class FastPath:
 
     def _quiet_plan(self, key: bytes, rest: bytes) -> Plan:
         message = rest.decode("ascii")
-        rules = tuple(r for r in self._mapper.blind_rules if r.pattern.search(message))
+        rules = self._mapper.blind_matches(message)
         if not all(_quiet(r) for r in rules):
             return ()
         # The other rules this text may match (searched line by line): those whose text it holds.
@@ -124,12 +124,13 @@ class FastPath:
         return merged
 
     def apply(self, message: bytes, ts: float, pid: int | None, invocation: str | None,
-              repeats: list[float] | None = None) -> int:
+              repeats: list[float] | None = None, repeated: list[bytes] | None = None) -> int:
         """Take the line if it qualifies (1: done); 0: nothing was changed. `repeats`: the times of the
-        lines that follow it, of its writer, each of its length and the same but for digits after its
-        first ']' and the two bytes after that, and in the engine's `run_time_digits` (a run the C
-        reader found): taken too when that leaves what taking them one by one would (then
-        1 + len(repeats) is returned)."""
+        lines that follow it, of its writer, `repeated` their MESSAGEs, each the same as it up to its
+        first ']' and the two bytes after that but for the engine's `run_time_digits`, and the same
+        after but for digits (a run the C reader found): those of them up to the first whose
+        digit-masked text has another plan are taken too when that leaves what taking them one by one
+        would (then 1 + how many is returned)."""
         prefix = self._find(message)
         if prefix is None or pid is None or prefix.header is not None or prefix.untagged_rank is not None:
             return 0
@@ -165,12 +166,29 @@ class FastPath:
         self._took_record(invocation, record_id, ranks[0].rank, prefix.rank is not None, prefix.anonymous)
         self._alive(inv, ranks, ts, proves)
         self.taken += 1
-        if repeats and prefix.end < _head_length(message):
+        if repeats and repeated and prefix.end < _head_length(message):
             # The same prefix but for its time, which is not read here (`fast_prefix` reads no further
-            # than the byte after it; `run_time_digits`), the same digit-masked text (the same plan
-            # and rules), the same state met: each line of the run would be taken, with these changes.
-            return 1 + self._repeat(repeats, ts, stream, inv, ranks, proves)
+            # than the byte after it; `run_time_digits`), the same plan (the same rules), the same
+            # state met: each of those lines would be taken, with these changes.
+            alike = self._alike(repeated, prefix.end, plan)
+            if alike:
+                return 1 + self._repeat(repeats[:alike], ts, stream, inv, ranks, proves)
         return 1
+
+    def _alike(self, messages: list[bytes], end: int, plan: Plan) -> int:
+        """How many of `messages`, from the first, have `plan` for their text after `end`."""
+        plans = self._plans
+        count = 0
+        for message in messages:
+            rest = message[end:]
+            masked = rest.translate(_MASK_DIGITS)
+            found = plans.get(masked)
+            if found is None:
+                found = self._plan(masked, rest)
+            if found is not plan and found != plan:
+                break
+            count += 1
+        return count
 
     def _ranks_met(self, inv: InvocationState, prefix: Prefix, key: tuple[str | None, int], rules: tuple[Rule, ...],
                    orders: tuple[int, ...]) -> list[RankState] | None:
