@@ -21,10 +21,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [os.path.join(os.path.dirname(HERE), "daemon")]
 
 from phasewatch.clock import FakeClock  # noqa: E402
-from phasewatch.compose import compose  # noqa: E402
+from phasewatch.compose import World, compose  # noqa: E402
 from phasewatch.config.load import Config  # noqa: E402
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier  # noqa: E402
-from phasewatch.sinks.state import StateStore  # noqa: E402
+from phasewatch.sinks.state.store import StateStore  # noqa: E402
 from phasewatch.sources.host.procs import ProcessTable  # noqa: E402
 from phasewatch.sources.journal.follow import JournalFollower  # noqa: E402
 from phasewatch.sources.journal.journal_source import reader_name  # noqa: E402
@@ -38,10 +38,10 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         state = Path(tmp)
         facts = UnitFacts("active", "running", "0" * 32, control_group=None, started_at=1_000_000_000.0)
-        app = compose(Config(unit=args.unit), follower=JournalFollower(args.unit), unit=RecordingUnit(facts),
-                      alerter=RecordingAlerter(args.unit), notifier=RecordingNotifier(),
-                      store=StateStore(state, args.unit), clock=FakeClock(wall=4_000_000_000.0),
-                      processes=ProcessTable(proc=str(state / "proc"), cgroup_roots=(str(state / "cg"),)))
+        app = compose(Config(unit=args.unit), World(
+            follower=JournalFollower(args.unit), unit=RecordingUnit(facts), alerter=RecordingAlerter(args.unit),
+            notifier=RecordingNotifier(), store=StateStore(state, args.unit), clock=FakeClock(wall=4_000_000_000.0),
+            processes=ProcessTable(proc=str(state / "proc"), cgroup_roots=(str(state / "cg"),))))
         app.start()
         print(json.dumps({"reader": reader_name(), "entries": app.pipeline.entries,
                           "invocations": len(app.pipeline.snapshot().invocations)}))
