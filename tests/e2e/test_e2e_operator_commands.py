@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from e2e_env import STATE_DIR, UNIT, VENV, WATCHER, Scenario
+from e2e_env import CONFIG_PATH, STATE_DIR, UNIT, VENV, WATCHER, Scenario
 
 
 def test_logs_prints_whole_decoded_lines_where_journalctl_shows_blobs(scenario: Scenario) -> None:
@@ -135,6 +135,11 @@ def test_a_start_up_ended_after_ready_as_every_command_says_it(scenario: Scenari
     scenario.start()
     scenario.wait_state("ready", 90)
     phasewatch = f"{VENV}/bin/phasewatch"
+    # One configured unit (earlier modules leave configs of their own in the shared sandbox).
+    scenario.box.write("/run/phasewatch/other-unit.yaml", "unit: other-unit.service\n")
+    assert scenario.box.run(phasewatch, "status", check=False).returncode == 64  # two: name one
+    scenario.box.run("find", "/run/phasewatch", "-maxdepth", "1", "-name", "*.yaml", "!", "-path", CONFIG_PATH,
+                     "-delete")
     bare = scenario.box.run(phasewatch, "status", check=False)
     assert bare.returncode == 0 and f"{UNIT}" in bare.stdout, bare.stdout + bare.stderr
     scenario.box.systemctl("stop", UNIT)
