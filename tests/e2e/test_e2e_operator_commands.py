@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 
 from e2e_env import CONFIG_PATH, STATE_DIR, UNIT, VENV, WATCHER, Scenario
@@ -98,7 +99,8 @@ def test_one_unit_one_config_for_every_command(scenario: Scenario) -> None:
     typo = scenario.box.run(phasewatch, "status", "sglang-kimmi", check=False)
     assert (typo.returncode, typo.stdout) == (3, ""), typo.stderr
     assert f"units it knows like it: {UNIT}" in " ".join(typo.stderr.split())
-    replay = scenario.box.run(phasewatch, "replay", "--unit", "sglang-kimi", "--since", "5m", check=False)
+    since = dt.datetime.fromtimestamp(scenario.started_at, dt.timezone.utc).isoformat()  # (not an earlier test's)
+    replay = scenario.box.run(phasewatch, "replay", "--unit", "sglang-kimi", "--since", since, check=False)
     assert replay.returncode == 0, replay.stderr
     assert "no invocations found" not in replay.stdout
     last = replay.stdout[replay.stdout.rindex("invocation "):]
