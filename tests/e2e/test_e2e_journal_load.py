@@ -8,12 +8,13 @@ The flood comes from tests/e2e/journal_flood.py, started by an ExecStartPost= of
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Iterator
 
 import pytest
-from e2e_env import REPO, UNIT, VENV, WATCHER, Scenario, restarts_by_phasewatch
+from e2e_env import REPO, UNIT, VENV, WATCHER, Scenario, message_of, restarts_by_phasewatch
 
 GO, DONE = "/run/flood-go", "/run/flood-done"
 FLOOD_DROPIN = "/run/systemd/system/sglang-kimi.service.d/flood.conf"
@@ -85,6 +86,12 @@ def test_rotation_and_vacuum_during_a_50k_lines_a_second_flood_cost_no_crash_and
     flood.sim("--scale 0.004")  # the next start-up is a healthy one
     box.wait_for(lambda: [e for e in flood.lines("Capture draft cuda graph begin") if "TP3]" in e["MESSAGE"]], 90,
                  "TP3 in draft capture")
+    # The other ranks end the phase 1.6 s later. Under the flood journald takes their lines in seconds
+    # late (it reads the server's stdout when it gets to it), and lines it has not taken are lines no
+    # reader can see: released before them, the flood would turn TP3's hang into all eight ranks'.
+    box.wait_for(lambda: len({rank for e in flood.lines("Capture draft cuda graph end")
+                              for rank in re.findall(r"\bTP\d+\b", message_of(e))}) == 7, 60,
+                 "the other ranks' draft capture end")
     box.write(GO, "")  # the flood, while TP3 hangs
     stop = threading.Event()
     rotations = [0]
