@@ -2,7 +2,7 @@
 
 Each step waits on every source's file descriptors (the journal, the rank processes' pidfds, the
 health probe's pipe, the action worker's) until the earliest deadline (a source's, a sink's, the
-policy's, the watchdog's), collects what the sources saw into the pipeline, has the judge (judge.py)
+policy's, the watchdog's), feeds what the sources saw (`collect`) to the pipeline, has the judge (judge.py)
 make the step's one `Step`, and tells it to the sinks: the history and the actor (alerts, restarts)
 act on it, the group's restarts after them; systemd's status (STATUS=, WATCHDOG=1, the status file)
 and the metrics are told it with what the actor did (`Acted`). The loop's timers run on the monotonic
@@ -16,7 +16,7 @@ import math
 import os
 import select
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from .clock import Clock
 from .config.load import Config
@@ -33,7 +33,7 @@ from .sinks.metrics.sink import MetricsSink
 from .sinks.state.history_sink import HistorySink
 from .sinks.state.store import StateStore
 from .sinks.state.systemd_status import Notify, SystemdStatusSink
-from .sources.base import Instant, Source
+from .sources.base import Instant, JournalBatch, Seen, Source
 from .sources.host.health import HealthProbes
 from .sources.host.signs_of_life import SignsOfLife
 from .sources.host.unit_processes import RankProcesses, UnitFactsReader
@@ -154,7 +154,8 @@ class Daemon:
         readable = self._wait(wait.seconds if max_wait is None else min(wait.seconds, max_wait))
         if self.reload_requested:
             self.reload()
-        self.journal.collect(now, readable)  # (the journal feeds the pipeline as it reads)
+        requests: list[GroupRestartRequest] = []
+        self._feed(self.journal.collect(now, readable), requests)  # (first: whether the step was only a look)
         self.actor.finish()  # what the action worker did since
         if wait.look and max_wait is None and not readable and not self.journal.read_any and \
                 self.clock.monotonic() < now.monotonic + full - 0.05:
@@ -162,19 +163,31 @@ class Daemon:
             # (next_deadline() forgets a deadline once it is past: it must be judged in this step).
             return
         self.ranks.saw_pids(self.journal.take_pids())
-        now, requests = self.now(), []
+        now = self.now()
         for source in self.sources[1:]:
-            for seen in source.collect(now, readable):
-                if isinstance(seen, GroupRestartRequest):
-                    requests.append(seen)
-                else:
-                    self.pipeline.apply(seen, now.wall)
+            self._feed(source.collect(now, readable), requests, now.wall)
         step = self.judged(tuple(requests))
         self._act(step)
         self.group.tell(step)
         self._tick_guarded()
         self._report(step)
         self.journal.release_memory()
+
+    def _feed(self, seen: Iterable[Seen], requests: list[GroupRestartRequest], wall: float | None = None) -> None:
+        """What a source saw, into the pipeline (events at `wall`, else the clock's time as they come; the
+        journal's batches in order, a new start-up looked for after each) or the step (the group's
+        requests)."""
+        pipeline = self.pipeline
+        for item in seen:
+            if isinstance(item, JournalBatch):
+                feed = pipeline.feed
+                for record in item.records:
+                    feed(record, item.wall)
+                self._on_invocation_change()
+            elif isinstance(item, GroupRestartRequest):
+                requests.append(item)
+            else:
+                pipeline.apply(item, self.clock.wall() if wall is None else wall)
 
     def _wait(self, timeout: float) -> list[int]:
         """Until a source's, a sink's or a signal's descriptor is readable, or `timeout` seconds."""

@@ -13,7 +13,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
-from phasewatch.sources.receiver.alert_receiver import AlertReceiver, read_token
 
 from phasewatch.app import Daemon
 from phasewatch.clock import FakeClock
@@ -25,6 +24,7 @@ from phasewatch.records import JournalRecord, Phase
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
 from phasewatch.sinks.state.store import StateStore
 from phasewatch.sources.host.procs import ProcessTable
+from phasewatch.sources.receiver.alert_receiver import AlertReceiver, read_token
 from phasewatch.systemd_unit import RecordingUnit, UnitFacts
 
 GROUP = Group("kimi-tp16", 2)

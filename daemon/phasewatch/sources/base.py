@@ -2,17 +2,18 @@
 
 A source names the file descriptors it waits on (`fds()`: none, one, or a pidfd per rank), says when
 it wants to be asked next (`next_deadline(now)`, on the monotonic clock; None: only when an fd is
-readable), and `collect(now, readable)` returns what it saw: tracker events, which the loop applies
-through `Pipeline.apply` (no source touches the tracker), and the group's restart requests, which the
+readable), and `collect(now, readable)` returns what it saw: the journal's entries (`JournalBatch`),
+which the loop feeds through `Pipeline.feed`, tracker events, which it applies through
+`Pipeline.apply` (no source touches the pipeline), and the group's restart requests, which the
 loop puts in the step (`Step.requests`) for the group's sink.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Protocol, Sequence
+from typing import Callable, Iterable, Protocol, Sequence
 
-from ..records import Event, GroupRestartRequest
+from ..records import Event, GroupRestartRequest, JournalRecord
 from ..stages.s3_track.snapshot import InvocationView
 
 
@@ -25,7 +26,16 @@ class Instant:
     monotonic: float
 
 
-Seen = Event | GroupRestartRequest  # what a source's collect returns
+@dataclass(frozen=True)
+class JournalBatch:
+    """Entries read together from the journal (sources/journal/journal_feed.py), fed in order with
+    the time they were read at; the loop looks for a new start-up after each batch."""
+
+    records: Sequence[JournalRecord]
+    wall: float
+
+
+Seen = Event | GroupRestartRequest | JournalBatch  # what a source's collect returns
 Current = Callable[[], "InvocationView | None"]  # the start-up the tracker sees now (read only)
 
 
@@ -34,4 +44,4 @@ class Source(Protocol):
 
     def next_deadline(self, now: Instant) -> float | None: ...
 
-    def collect(self, now: Instant, readable: Sequence[int]) -> Sequence[Seen]: ...
+    def collect(self, now: Instant, readable: Sequence[int]) -> Iterable[Seen]: ...
