@@ -33,7 +33,7 @@ from .sinks.metrics.sink import MetricsSink
 from .sinks.state.history_sink import HistorySink
 from .sinks.state.store import StateStore
 from .sinks.state.systemd_status import Notify, SystemdStatusSink
-from .sources.base import Instant, JournalBatch, Seen, Source
+from .sources.base import GpuFaults, Instant, JournalBatch, Seen, Source
 from .sources.host.health import HealthProbes
 from .sources.host.signs_of_life import SignsOfLife
 from .sources.host.unit_processes import RankProcesses, UnitFactsReader
@@ -42,6 +42,7 @@ from .sources.journal.follow import JournalFollower
 from .sources.journal.journal_feed import JournalFeed
 from .sources.journal.rebuild import StartTelling
 from .stages.s4_judge import policy, wakeups
+from .stages.s4_judge.ras_culprit import RasFinding
 from .stages.s4_judge.vitals import Vitals
 
 logger = logging.getLogger(__name__)
@@ -175,8 +176,8 @@ class Daemon:
 
     def _feed(self, seen: Iterable[Seen], requests: list[GroupRestartRequest], wall: float | None = None) -> None:
         """What a source saw, into the pipeline (events at `wall`, else the clock's time as they come; the
-        journal's batches in order, a new start-up looked for after each) or the step (the group's
-        requests)."""
+        journal's batches in order, a new start-up looked for after each), the judge (the GPUs' faults,
+        NCCL RAS's findings) or the step (the group's requests)."""
         pipeline = self.pipeline
         for item in seen:
             if isinstance(item, JournalBatch):
@@ -186,6 +187,10 @@ class Daemon:
                 self._on_invocation_change()
             elif isinstance(item, GroupRestartRequest):
                 requests.append(item)
+            elif isinstance(item, GpuFaults):
+                self.judge.saw_gpu_faults(item.faults)
+            elif isinstance(item, RasFinding):
+                self.judge.saw_ras(item)
             else:
                 pipeline.apply(item, self.clock.wall() if wall is None else wall)
 

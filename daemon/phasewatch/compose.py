@@ -95,13 +95,13 @@ def compose(config: Config, world: World, extras: Extras = Extras()) -> Daemon:
                         exporter.saw_vitals if exporter is not None else None, extras.gpu)
     judge = Judge(config, pipeline, HistoryReaders(history, fingerprint),
                   UnitReaders(unit.timers, _control_group(facts), port_holders, ras_port_holder))
-    ras = RasAdvisor(lambda: judge.limits, facts, processes, ranks, current, _ras_seen(pipeline, exporter),
+    ras = RasAdvisor(lambda: judge.limits, facts, processes, ranks, current,
                      unit_environment=lambda: judge.unit_settings.environment)
-    faults = GpuHealthSource(pipeline, current, gpu_ranks(signs), signs.gpu, extras.kernel)
+    faults = GpuHealthSource(current, gpu_ranks(signs), signs.gpu, extras.kernel)
     sources: Sequence[Source] = (journal, health, ranks, signs, ras, faults,
                                  *((receiver,) if receiver is not None else ()))
     acting_unit = world.action_unit or unit
-    make_actors = ActorsFactory(acting_unit, alerter, processes, store, ranks, pipeline.ras_advice.get, faults)
+    make_actors = ActorsFactory(acting_unit, alerter, processes, store, ranks, judge.ras_advice.get, faults)
     actors = make_actors(config)
     judging_clock = JudgedClock(clock, journal)
     hold = HoldFile(store.path.parent, config.unit).read
@@ -154,20 +154,6 @@ def _probe_observer(exporter: Exporter) -> Callable[[ProbeResult], None]:
     def observe(result: ProbeResult) -> None:
         exporter.observe_probe(result.seconds, result.ok)
     return observe
-
-
-def _ras_seen(pipeline: Pipeline, exporter: Exporter | None) -> Callable[[RasFinding], None]:
-    """A finding of NCCL RAS: advice for this start-up's stall verdicts (the last few start-ups kept),
-    and the metrics' lags."""
-    def seen(finding: RasFinding) -> None:
-        advice = pipeline.ras_advice
-        advice.pop(finding.invocation_id, None)
-        advice[finding.invocation_id] = finding
-        for old in list(advice)[:-3]:
-            del advice[old]
-        if exporter is not None:
-            exporter.saw_ras(finding)
-    return seen
 
 
 def _control_group(facts: UnitFactsReader) -> Callable[[], str | None]:

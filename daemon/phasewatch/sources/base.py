@@ -4,7 +4,8 @@ A source names the file descriptors it waits on (`fds()`: none, one, or a pidfd 
 it wants to be asked next (`next_deadline(now)`, on the monotonic clock; None: only when an fd is
 readable), and `collect(now, readable)` returns what it saw: the journal's entries (`JournalBatch`),
 which the loop feeds through `Pipeline.feed`, tracker events, which it applies through
-`Pipeline.apply` (no source touches the pipeline), and the group's restart requests, which the
+`Pipeline.apply` (no source touches the pipeline), the GPUs' faults and NCCL RAS's findings, which
+it hands to the judge (judge.py: `Judge.took`), and the group's restart requests, which the
 loop puts in the step (`Step.requests`) for the group's sink.
 """
 
@@ -15,6 +16,8 @@ from typing import Callable, Iterable, Protocol, Sequence
 
 from ..records import Event, GroupRestartRequest, JournalRecord
 from ..stages.s3_track.snapshot import InvocationView
+from ..stages.s4_judge.gpu_fault import GpuFault
+from ..stages.s4_judge.ras_culprit import RasFinding
 
 
 @dataclass(frozen=True)
@@ -35,7 +38,15 @@ class JournalBatch:
     wall: float
 
 
-Seen = Event | GroupRestartRequest | JournalBatch  # what a source's collect returns
+@dataclass(frozen=True)
+class GpuFaults:
+    """The GPUs' reports of faults as they stand at a step (sources/host/gpu_health.py): they replace
+    the last ones; the judge judges the start-ups with them."""
+
+    faults: tuple[GpuFault, ...]
+
+
+Seen = Event | GroupRestartRequest | JournalBatch | GpuFaults | RasFinding  # what a source's collect returns
 Current = Callable[[], "InvocationView | None"]  # the start-up the tracker sees now (read only)
 
 

@@ -42,6 +42,8 @@ class MetricsSink:
         exporter.set_degraded(acted.degraded)
         exporter.set_why(step.why)
         exporter.saw_timer_warnings(step.timer_warnings)
+        for finding in step.ras_found:
+            exporter.saw_ras(finding)
         monotonic = self.clock.monotonic()
         news = step.journal.read_whole
         if monotonic - self.last_publish < PUBLISH_SPACING and news == self.published_whole:
