@@ -24,7 +24,7 @@ from .durations import format_duration
 from .errors import ConfigError, UnitError
 from .judge import JournalState, Judge, Step
 from .pipeline import Pipeline
-from .records import GroupRestartRequest
+from .records import GroupRestartRequest, ProbeAnswered
 from .sinks.acting.actor import ActorSink
 from .sinks.acting.group import GroupRestartsSink
 from .sinks.acting.runner import ActionUnit
@@ -155,8 +155,8 @@ class Daemon:
         readable = self._wait(wait.seconds if max_wait is None else min(wait.seconds, max_wait))
         if self.reload_requested:
             self.reload()
-        requests: list[GroupRestartRequest] = []
-        self._feed(self.journal.collect(now, readable), requests)  # (first: whether the step was only a look)
+        taken: list[GroupRestartRequest | ProbeAnswered] = []  # (for the step)
+        self._feed(self.journal.collect(now, readable), taken)  # (first: whether the step was only a look)
         self.actor.finish()  # what the action worker did since
         if wait.look and max_wait is None and not readable and not self.journal.read_any and \
                 self.clock.monotonic() < now.monotonic + full - 0.05:
@@ -166,18 +166,19 @@ class Daemon:
         self.ranks.saw_pids(self.journal.take_pids())
         now = self.now()
         for source in self.sources[1:]:
-            self._feed(source.collect(now, readable), requests, now.wall)
-        step = self.judged(tuple(requests))
+            self._feed(source.collect(now, readable), taken, now.wall)
+        step = self.judged(taken)
         self._act(step)
         self.group.tell(step)
         self._tick_guarded()
         self._report(step)
         self.journal.release_memory()
 
-    def _feed(self, seen: Iterable[Seen], requests: list[GroupRestartRequest], wall: float | None = None) -> None:
+    def _feed(self, seen: Iterable[Seen], taken: list[GroupRestartRequest | ProbeAnswered],
+              wall: float | None = None) -> None:
         """What a source saw, into the pipeline (events at `wall`, else the clock's time as they come; the
         journal's batches in order, a new start-up looked for after each), the judge (the GPUs' faults,
-        NCCL RAS's findings) or the step (the group's requests)."""
+        NCCL RAS's findings) or the step (the group's requests, the health probe's times)."""
         pipeline = self.pipeline
         for item in seen:
             if isinstance(item, JournalBatch):
@@ -185,8 +186,8 @@ class Daemon:
                 for record in item.records:
                     feed(record, item.wall)
                 self._on_invocation_change()
-            elif isinstance(item, GroupRestartRequest):
-                requests.append(item)
+            elif isinstance(item, (GroupRestartRequest, ProbeAnswered)):
+                taken.append(item)
             elif isinstance(item, GpuFaults):
                 self.judge.saw_gpu_faults(item.faults)
             elif isinstance(item, RasFinding):
@@ -207,14 +208,17 @@ class Daemon:
             _drain(self.wakeup_fd)
         return readable
 
-    def judged(self, requests: tuple[GroupRestartRequest, ...] = ()) -> Step:
-        """The step's one judgement (judge.py), which every sink reads."""
+    def judged(self, taken: Sequence[GroupRestartRequest | ProbeAnswered] = ()) -> Step:
+        """The step's one judgement (judge.py), which every sink reads, with what the sources saw for it."""
         inv, wall = self.pipeline.current(), self.clock.wall()
         rejected = dict(self.follower.rejected)
         journal = JournalState(self.journal.entries_by_invocation.get(inv.invocation_id, 0) if inv else 0,
                                rejected, self.journal.document(wall), self.pipeline.entries,
                                self.pipeline.full_entries)
-        return self.judge.judge(self.parts.judging_clock.wall(), journal, self.signs.vitals, requests)
+        requests = tuple(item for item in taken if isinstance(item, GroupRestartRequest))
+        probes = tuple(item for item in taken if isinstance(item, ProbeAnswered))
+        return self.judge.judge(self.parts.judging_clock.wall(), journal, self.signs.vitals, requests, probes,
+                                self.signs.shown)
 
     def _act(self, step: Step) -> None:
         """The sinks that act on the judgement: the history first (as the actor did before it acted)."""

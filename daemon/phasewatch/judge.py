@@ -15,7 +15,7 @@ from .config.load import Config
 from .engines import ServerInfo
 from .errors import UnitError
 from .pipeline import Judgement, Pipeline
-from .records import GroupRestartRequest, Phase
+from .records import GroupRestartRequest, Phase, ProbeAnswered
 from .stages.s3_track.snapshot import InvocationView, Snapshot, UnitState
 from .stages.s4_judge.gpu_fault import GpuFault
 from .stages.s4_judge.learn import LimitInForce, adapted, eta_seconds, limits_in_force, typical_durations
@@ -82,6 +82,8 @@ class Step:
     ras: RasFinding | None = None  # NCCL RAS's last finding for the current start-up (sources/ras.py)
     requests: tuple[GroupRestartRequest, ...] = ()  # the group's restart requests taken in at this step
     ras_found: tuple[RasFinding, ...] = ()  # NCCL RAS's findings taken in since the last step (any start-up)
+    probes: tuple[ProbeAnswered, ...] = ()  # the health probes answered, taken in at this step
+    shown_vitals: Vitals | None = None  # the vitals last sampled, kept over a new start-up until its first sample
     acted: Acted = field(default_factory=Acted)  # (filled in after the actor: app.py)
 
     def of(self, inv: InvocationView | None) -> Judgement | None:
@@ -165,7 +167,8 @@ class Judge:
         self.gpu_faults = faults
 
     def judge(self, now: float, journal: JournalState | None = None, vitals: Vitals | None = None,
-              requests: tuple[GroupRestartRequest, ...] = ()) -> Step:
+              requests: tuple[GroupRestartRequest, ...] = (), probes: tuple[ProbeAnswered, ...] = (),
+              shown_vitals: Vitals | None = None) -> Step:
         """The current start-up and the two before it (the one that just ended, a crash then systemd's
         Restart=, may have news too), each judged once with the limits in force for it. The current
         one's limits, ETA and timer check come first: its verdicts' remedies read the unit's settings."""
@@ -185,7 +188,8 @@ class Judge:
         ras = self.ras_advice.get(current.invocation_id) if current is not None else None
         found, self.ras_found = tuple(self.ras_found), []
         return Step(now, snapshot, judgements, self.limits, reasons, eta, self.timer_warnings, linted,
-                    journal or JournalState(read=self.pipeline.entries), vitals, ras, requests, found)
+                    journal or JournalState(read=self.pipeline.entries), vitals, ras, requests, found, probes,
+                    shown_vitals)
 
     def _judge_one(self, inv: InvocationView, now: float, config: Config) -> Judgement:
         return self.pipeline.judge_one(inv, now, config, self.unit_settings, self.gpu_faults,

@@ -401,8 +401,8 @@ def test_one_judgement_per_step_read_by_every_sink(tmp_path: Path, monkeypatch: 
         return judge_one(self, inv, now, config, unit, *rest)
 
     def kept(self: Judge, now: float, journal: JournalState | None = None, vitals: Vitals | None = None,
-             requests: tuple[GroupRestartRequest, ...] = ()) -> Step:
-        judged.append(judge(self, now, journal, vitals, requests))
+             requests: tuple[GroupRestartRequest, ...] = (), *rest: Any) -> Step:
+        judged.append(judge(self, now, journal, vitals, requests, *rest))
         return judged[-1]
 
     monkeypatch.setattr(Pipeline, "judge_one", counted)

@@ -5,8 +5,9 @@ it wants to be asked next (`next_deadline(now)`, on the monotonic clock; None: o
 readable), and `collect(now, readable)` returns what it saw: the journal's entries (`JournalBatch`),
 which the loop feeds through `Pipeline.feed`, tracker events, which it applies through
 `Pipeline.apply` (no source touches the pipeline), the GPUs' faults and NCCL RAS's findings, which
-it hands to the judge (judge.py: `Judge.took`), and the group's restart requests, which the
-loop puts in the step (`Step.requests`) for the group's sink.
+it hands to the judge (judge.py: `Judge.saw_gpu_faults`, `saw_ras`), and the group's restart
+requests and the health probe's times, which it puts in the step (`Step.requests`, `Step.probes`)
+for the sinks.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterable, Protocol, Sequence
 
-from ..records import Event, GroupRestartRequest, JournalRecord
+from ..records import Event, GroupRestartRequest, JournalRecord, ProbeAnswered
 from ..stages.s3_track.snapshot import InvocationView
 from ..stages.s4_judge.gpu_fault import GpuFault
 from ..stages.s4_judge.ras_culprit import RasFinding
@@ -46,7 +47,7 @@ class GpuFaults:
     faults: tuple[GpuFault, ...]
 
 
-Seen = Event | GroupRestartRequest | JournalBatch | GpuFaults | RasFinding  # what a source's collect returns
+Seen = Event | GroupRestartRequest | JournalBatch | GpuFaults | RasFinding | ProbeAnswered  # what collect returns
 Current = Callable[[], "InvocationView | None"]  # the start-up the tracker sees now (read only)
 
 
