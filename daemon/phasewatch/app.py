@@ -2,7 +2,7 @@
 
 Each step waits on every source's file descriptors (the journal, the rank processes' pidfds, the
 health probe's pipe, the action worker's) until the earliest deadline (a source's, a sink's, the
-policy's, the watchdog's), collects what the sources saw into the pipeline, has the judge (judge.py)
+policy's, the watchdog's), feeds what the sources saw (`collect`) to the pipeline, has the judge (judge.py)
 make the step's one `Step`, and tells it to the sinks: the history and the actor (alerts, restarts)
 act on it, the group's restarts after them; systemd's status (STATUS=, WATCHDOG=1, the status file)
 and the metrics are told it with what the actor did (`Acted`). The loop's timers run on the monotonic
@@ -16,7 +16,7 @@ import math
 import os
 import select
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from .clock import Clock
 from .config.load import Config
@@ -24,7 +24,7 @@ from .durations import format_duration
 from .errors import ConfigError, UnitError
 from .judge import JournalState, Judge, Step
 from .pipeline import Pipeline
-from .records import GroupRestartRequest
+from .records import GroupRestartRequest, ProbeAnswered
 from .sinks.acting.actor import ActorSink
 from .sinks.acting.group import GroupRestartsSink
 from .sinks.acting.runner import ActionUnit
@@ -33,7 +33,7 @@ from .sinks.metrics.sink import MetricsSink
 from .sinks.state.history_sink import HistorySink
 from .sinks.state.store import StateStore
 from .sinks.state.systemd_status import Notify, SystemdStatusSink
-from .sources.base import Instant, Source
+from .sources.base import GpuFaults, Instant, JournalBatch, Seen, Source
 from .sources.host.health import HealthProbes
 from .sources.host.signs_of_life import SignsOfLife
 from .sources.host.unit_processes import RankProcesses, UnitFactsReader
@@ -42,6 +42,7 @@ from .sources.journal.follow import JournalFollower
 from .sources.journal.journal_feed import JournalFeed
 from .sources.journal.rebuild import StartTelling
 from .stages.s4_judge import policy, wakeups
+from .stages.s4_judge.ras_culprit import RasFinding
 from .stages.s4_judge.vitals import Vitals
 
 logger = logging.getLogger(__name__)
@@ -154,7 +155,8 @@ class Daemon:
         readable = self._wait(wait.seconds if max_wait is None else min(wait.seconds, max_wait))
         if self.reload_requested:
             self.reload()
-        self.journal.collect(now, readable)  # (the journal feeds the pipeline as it reads)
+        taken: list[GroupRestartRequest | ProbeAnswered] = []  # (for the step)
+        self._feed(self.journal.collect(now, readable), taken)  # (first: whether the step was only a look)
         self.actor.finish()  # what the action worker did since
         if wait.look and max_wait is None and not readable and not self.journal.read_any and \
                 self.clock.monotonic() < now.monotonic + full - 0.05:
@@ -162,19 +164,36 @@ class Daemon:
             # (next_deadline() forgets a deadline once it is past: it must be judged in this step).
             return
         self.ranks.saw_pids(self.journal.take_pids())
-        now, requests = self.now(), []
+        now = self.now()
         for source in self.sources[1:]:
-            for seen in source.collect(now, readable):
-                if isinstance(seen, GroupRestartRequest):
-                    requests.append(seen)
-                else:
-                    self.pipeline.apply(seen, now.wall)
-        step = self.judged(tuple(requests))
+            self._feed(source.collect(now, readable), taken, now.wall)
+        step = self.judged(taken)
         self._act(step)
         self.group.tell(step)
         self._tick_guarded()
         self._report(step)
         self.journal.release_memory()
+
+    def _feed(self, seen: Iterable[Seen], taken: list[GroupRestartRequest | ProbeAnswered],
+              wall: float | None = None) -> None:
+        """What a source saw, into the pipeline (events at `wall`, else the clock's time as they come; the
+        journal's batches in order, a new start-up looked for after each), the judge (the GPUs' faults,
+        NCCL RAS's findings) or the step (the group's requests, the health probe's times)."""
+        pipeline = self.pipeline
+        for item in seen:
+            if isinstance(item, JournalBatch):
+                feed = pipeline.feed
+                for record in item.records:
+                    feed(record, item.wall)
+                self._on_invocation_change()
+            elif isinstance(item, (GroupRestartRequest, ProbeAnswered)):
+                taken.append(item)
+            elif isinstance(item, GpuFaults):
+                self.judge.saw_gpu_faults(item.faults)
+            elif isinstance(item, RasFinding):
+                self.judge.saw_ras(item)
+            else:
+                pipeline.apply(item, self.clock.wall() if wall is None else wall)
 
     def _wait(self, timeout: float) -> list[int]:
         """Until a source's, a sink's or a signal's descriptor is readable, or `timeout` seconds."""
@@ -189,14 +208,17 @@ class Daemon:
             _drain(self.wakeup_fd)
         return readable
 
-    def judged(self, requests: tuple[GroupRestartRequest, ...] = ()) -> Step:
-        """The step's one judgement (judge.py), which every sink reads."""
+    def judged(self, taken: Sequence[GroupRestartRequest | ProbeAnswered] = ()) -> Step:
+        """The step's one judgement (judge.py), which every sink reads, with what the sources saw for it."""
         inv, wall = self.pipeline.current(), self.clock.wall()
         rejected = dict(self.follower.rejected)
         journal = JournalState(self.journal.entries_by_invocation.get(inv.invocation_id, 0) if inv else 0,
                                rejected, self.journal.document(wall), self.pipeline.entries,
                                self.pipeline.full_entries)
-        return self.judge.judge(self.parts.judging_clock.wall(), journal, self.signs.vitals, requests)
+        requests = tuple(item for item in taken if isinstance(item, GroupRestartRequest))
+        probes = tuple(item for item in taken if isinstance(item, ProbeAnswered))
+        return self.judge.judge(self.parts.judging_clock.wall(), journal, self.signs.vitals, requests, probes,
+                                self.signs.shown)
 
     def _act(self, step: Step) -> None:
         """The sinks that act on the judgement: the history first (as the actor did before it acted)."""

@@ -35,7 +35,7 @@ from .sources.host.gpu import NvmlSource
 from .sources.host.gpu_health import GpuHealthSource, KernelXids, gpu_ranks
 from .sources.host.health import HealthProbes
 from .sources.host.listeners import port_holders
-from .sources.host.probe import BackgroundProbe, ProbeResult
+from .sources.host.probe import BackgroundProbe
 from .sources.host.procs import ProcessTable
 from .sources.host.procstat import ProcSampler
 from .sources.host.ras import RasAdvisor
@@ -88,20 +88,18 @@ def compose(config: Config, world: World, extras: Extras = Extras()) -> Daemon:
     facts = UnitFactsReader(unit, config.unit)
     processes = world.processes or ProcessTable()
     journal = JournalFeed(follower, pipeline, config.unit, clock, after_batch=lambda: None)  # (the loop's, below)
-    health = HealthProbes(config, extras.health_probe or BackgroundProbe(), current, clock,
-                          _probe_observer(exporter) if exporter is not None else None)
+    health = HealthProbes(config, extras.health_probe or BackgroundProbe(), current, clock)
     ranks = RankProcesses(facts, processes, current, config.rank_processes == "host")
-    signs = SignsOfLife(config, extras.sampler or ProcSampler(processes), facts, current,
-                        exporter.saw_vitals if exporter is not None else None, extras.gpu)
+    signs = SignsOfLife(config, extras.sampler or ProcSampler(processes), facts, current, extras.gpu)
     judge = Judge(config, pipeline, HistoryReaders(history, fingerprint),
                   UnitReaders(unit.timers, _control_group(facts), port_holders, ras_port_holder))
-    ras = RasAdvisor(lambda: judge.limits, facts, processes, ranks, current, _ras_seen(pipeline, exporter),
+    ras = RasAdvisor(lambda: judge.limits, facts, processes, ranks, current,
                      unit_environment=lambda: judge.unit_settings.environment)
-    faults = GpuHealthSource(pipeline, current, gpu_ranks(signs), signs.gpu, extras.kernel)
+    faults = GpuHealthSource(current, gpu_ranks(signs), signs.gpu, extras.kernel)
     sources: Sequence[Source] = (journal, health, ranks, signs, ras, faults,
                                  *((receiver,) if receiver is not None else ()))
     acting_unit = world.action_unit or unit
-    make_actors = ActorsFactory(acting_unit, alerter, processes, store, ranks, pipeline.ras_advice.get, faults)
+    make_actors = ActorsFactory(acting_unit, alerter, processes, store, ranks, judge.ras_advice.get, faults)
     actors = make_actors(config)
     judging_clock = JudgedClock(clock, journal)
     hold = HoldFile(store.path.parent, config.unit).read
@@ -148,26 +146,6 @@ class ActorsFactory:
 
     def _rank_starts(self) -> dict[int, int]:
         return self.ranks.started
-
-
-def _probe_observer(exporter: Exporter) -> Callable[[ProbeResult], None]:
-    def observe(result: ProbeResult) -> None:
-        exporter.observe_probe(result.seconds, result.ok)
-    return observe
-
-
-def _ras_seen(pipeline: Pipeline, exporter: Exporter | None) -> Callable[[RasFinding], None]:
-    """A finding of NCCL RAS: advice for this start-up's stall verdicts (the last few start-ups kept),
-    and the metrics' lags."""
-    def seen(finding: RasFinding) -> None:
-        advice = pipeline.ras_advice
-        advice.pop(finding.invocation_id, None)
-        advice[finding.invocation_id] = finding
-        for old in list(advice)[:-3]:
-            del advice[old]
-        if exporter is not None:
-            exporter.saw_ras(finding)
-    return seen
 
 
 def _control_group(facts: UnitFactsReader) -> Callable[[], str | None]:

@@ -15,8 +15,9 @@ from .config.load import Config
 from .engines import ServerInfo
 from .errors import UnitError
 from .pipeline import Judgement, Pipeline
-from .records import GroupRestartRequest, Phase
+from .records import GroupRestartRequest, Phase, ProbeAnswered
 from .stages.s3_track.snapshot import InvocationView, Snapshot, UnitState
+from .stages.s4_judge.gpu_fault import GpuFault
 from .stages.s4_judge.learn import LimitInForce, adapted, eta_seconds, limits_in_force, typical_durations
 from .stages.s4_judge.ras_culprit import RasFinding
 from .stages.s4_judge.remedies import NO_UNIT, UnitSettings
@@ -80,6 +81,9 @@ class Step:
     vitals: Vitals | None = None  # the ranks' signs of life (sources/signs_of_life.py)
     ras: RasFinding | None = None  # NCCL RAS's last finding for the current start-up (sources/ras.py)
     requests: tuple[GroupRestartRequest, ...] = ()  # the group's restart requests taken in at this step
+    ras_found: tuple[RasFinding, ...] = ()  # NCCL RAS's findings taken in since the last step (any start-up)
+    probes: tuple[ProbeAnswered, ...] = ()  # the health probes answered, taken in at this step
+    shown_vitals: Vitals | None = None  # the vitals last sampled, kept over a new start-up until its first sample
     acted: Acted = field(default_factory=Acted)  # (filled in after the actor: app.py)
 
     def of(self, inv: InvocationView | None) -> Judgement | None:
@@ -144,9 +148,27 @@ class Judge:
         self._fingerprinted: tuple[ServerInfo, bool, str] | None = None  # asked every step: the last one kept
         self.linted: set[str] = set()  # start-ups whose timers were checked (once each)
         self.timer_warnings: tuple[TimerWarning, ...] = ()
+        self.ras_advice: dict[str, RasFinding] = {}  # invocation -> NCCL RAS's last finding (the last few)
+        self.gpu_faults: tuple[GpuFault, ...] = ()  # the GPUs' reports as last taken
+        self.ras_found: list[RasFinding] = []  # since the last step (its Step's)
+
+    def saw_ras(self, finding: RasFinding) -> None:
+        """A finding of NCCL RAS (sources/host/ras.py): advice for its start-up's stall verdicts (the
+        last few start-ups kept)."""
+        advice = self.ras_advice
+        advice.pop(finding.invocation_id, None)
+        advice[finding.invocation_id] = finding
+        for old in list(advice)[:-3]:
+            del advice[old]
+        self.ras_found.append(finding)
+
+    def saw_gpu_faults(self, faults: tuple[GpuFault, ...]) -> None:
+        """The GPUs' reports as they stand (sources/host/gpu_health.py), replacing the last."""
+        self.gpu_faults = faults
 
     def judge(self, now: float, journal: JournalState | None = None, vitals: Vitals | None = None,
-              requests: tuple[GroupRestartRequest, ...] = ()) -> Step:
+              requests: tuple[GroupRestartRequest, ...] = (), probes: tuple[ProbeAnswered, ...] = (),
+              shown_vitals: Vitals | None = None) -> Step:
         """The current start-up and the two before it (the one that just ended, a crash then systemd's
         Restart=, may have news too), each judged once with the limits in force for it. The current
         one's limits, ETA and timer check come first: its verdicts' remedies read the unit's settings."""
@@ -163,12 +185,15 @@ class Judge:
             linted = self._lint_timers(current, learned)
             judgements[current.invocation_id] = self._judge_one(current, now, learned.config)
             reasons = {p.value: item.reason for p, item in learned.limits.items()}
-        ras = self.pipeline.ras_advice.get(current.invocation_id) if current is not None else None
+        ras = self.ras_advice.get(current.invocation_id) if current is not None else None
+        found, self.ras_found = tuple(self.ras_found), []
         return Step(now, snapshot, judgements, self.limits, reasons, eta, self.timer_warnings, linted,
-                    journal or JournalState(read=self.pipeline.entries), vitals, ras, requests)
+                    journal or JournalState(read=self.pipeline.entries), vitals, ras, requests, found, probes,
+                    shown_vitals)
 
     def _judge_one(self, inv: InvocationView, now: float, config: Config) -> Judgement:
-        return self.pipeline.judge_one(inv, now, config, self.unit_settings)
+        return self.pipeline.judge_one(inv, now, config, self.unit_settings, self.gpu_faults,
+                                       self.ras_advice.get(inv.invocation_id))
 
     def reconfigure(self, config: Config) -> None:
         """A reloaded config: the learned limits are derived from the config's, learned again."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, replace
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Sequence
 
 from .config.load import Config
 from .records import (
@@ -84,8 +84,6 @@ class Pipeline:
         self.quarantined = 0  # records that raised in a stage: skipped, the rest goes on
         self._fast_wanted = fast
         self.fast = self._fast_path()
-        self.ras_advice: dict[str, RasFinding] = {}  # invocation -> NCCL RAS's last finding (sources/ras.py)
-        self.gpu_faults: tuple[GpuFault, ...] = ()  # the GPUs' reports (sources/gpu_health.py sets them)
 
     def _fast_path(self) -> FastPath | None:
         engine = self.profile.engine_module
@@ -295,13 +293,15 @@ class Pipeline:
         return [self.judge_one(inv, now, unit=unit) for inv in (snapshot or self.snapshot()).invocations]
 
     def judge_one(self, inv: InvocationView, now: float, config: Config | None = None,
-                  unit: UnitSettings = NO_UNIT) -> Judgement:
-        """One start-up judged with `config`'s limits (this pipeline's by default)."""
+                  unit: UnitSettings = NO_UNIT, gpu_faults: Sequence[GpuFault] = (),
+                  ras: RasFinding | None = None) -> Judgement:
+        """One start-up judged with `config`'s limits (this pipeline's by default), the GPUs' faults
+        and NCCL RAS's last finding for it (the daemon's judge.Judge has them)."""
         config = config or self.config
         live = self.with_remedies(policy.evaluate(inv, now, config, self.profile), inv, unit)
-        if self.gpu_faults:
-            live = with_gpu_faults(live, inv, self.gpu_faults, config.unit)
-        live = with_culprit(live, self.ras_advice.get(inv.invocation_id), now)
+        if gpu_faults:
+            live = with_gpu_faults(live, inv, gpu_faults, config.unit)
+        live = with_culprit(live, ras, now)
         verdicts = live
         outcome = policy.outcome(inv, live)
         if inv.before_stop is not None and inv.stopped_at is not None:

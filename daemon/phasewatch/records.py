@@ -346,6 +346,14 @@ class Event:
 
 
 @dataclass(frozen=True)
+class ProbeAnswered:
+    """A health probe answered after `seconds` (sources/host/health.py): the metrics' histogram."""
+
+    seconds: float
+    ok: bool
+
+
+@dataclass(frozen=True)
 class GroupRestartRequest:
     """A firing PhasewatchGroupRestart alert from Alertmanager's webhook (sources/receiver/alert_receiver.py):
     the group decided that its nodes restart, because of `culprit_node`'s `reason` (stalled, crashed,

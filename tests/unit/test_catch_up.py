@@ -1,4 +1,4 @@
-"""The daemon's catch-up at its start (sources/journal/journal_feed.py `JournalFeed.catch_up`) with a follower
+"""The daemon's catch-up at its start (sources/journal/catch_up.py) with a follower
 whose catch-up reader hands over scripted batches: the loop is told of every change of start-up (as
 a follower's read ending there would tell it), a reader that cannot open the journal leaves the
 start-up to the follower, and the follower goes on after the last entry's cursor."""
@@ -15,6 +15,7 @@ from phasewatch.config.load import Config
 from phasewatch.errors import JournalUnavailable
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import JournalRecord, UnitLine, UnitRun
+from phasewatch.sources.journal.catch_up import catch_up
 from phasewatch.sources.journal.journal_feed import JournalFeed
 from phasewatch.sources.journal.journal_reader import ReadEnd
 
@@ -59,7 +60,7 @@ def test_the_loop_is_told_where_the_start_up_changes_inside_a_batch(monkeypatch:
              line("Load weight begin. avail mem=70.00 GB", NEW, pid=201, at=T0 + 2)]
     follower = CatchUpFollower([batch, [line("Load weight end. mem usage=38.0 GB.", NEW, pid=201, at=T0 + 3)]])
     feed, told = feed_for(follower)
-    assert feed.catch_up(T0 - 5)
+    assert catch_up(feed, T0 - 5)
     assert told == [OLD, NEW, NEW]  # the change inside the first batch, then each batch's end
     assert feed.entries_by_invocation == {OLD: 2, NEW: 3}
     assert feed.pids == {101, 200, 201} and feed.read_since_release == 5
@@ -71,7 +72,7 @@ def test_a_run_counts_as_its_lines(monkeypatch: pytest.MonkeyPatch) -> None:
     run = UnitRun([b"[2026-05-28 20:26:40 TP0] Decode batch, #token: 1"] * 3, [T0, T0 + 1, T0 + 2], 101, OLD)
     follower = CatchUpFollower([[line("Load weight begin. avail mem=70.00 GB", OLD, at=T0 - 1), run]])
     feed, _ = feed_for(follower)
-    assert feed.catch_up(T0 - 5)
+    assert catch_up(feed, T0 - 5)
     assert feed.entries_by_invocation == {OLD: 4} and feed.read_since_release == 4
     assert feed.pipeline.entries == 4
     assert follower.position == T0 + 2  # the run's last line's time
@@ -80,12 +81,12 @@ def test_a_run_counts_as_its_lines(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_catch_up_reader_that_cannot_open_the_journal_leaves_it_to_the_follower() -> None:
     follower = CatchUpFollower([[line("x", OLD)]], fail=True)
     feed, told = feed_for(follower)
-    assert not feed.catch_up(T0 - 5)
+    assert not catch_up(feed, T0 - 5)
     assert told == [] and feed.entries_by_invocation == {} and follower.sought == []
 
 
 def test_nothing_since_the_start_leaves_the_follower_where_it_is() -> None:
     follower = CatchUpFollower([], cursor=None)
     feed, told = feed_for(follower)
-    assert feed.catch_up(T0 - 5)
+    assert catch_up(feed, T0 - 5)
     assert told == [] and follower.sought == [] and follower.cursor is None

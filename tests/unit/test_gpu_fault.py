@@ -6,9 +6,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 from phasewatch.config.load import Config, RestartBudget
+from phasewatch.judge import Judge
 from phasewatch.pipeline import Pipeline
 from phasewatch.profile.xid_table import parse_xid, xid_table
 from phasewatch.records import JournalRecord, VerdictKind
+from phasewatch.sources.base import GpuFaults, Instant
+from phasewatch.sources.host.gpu_health import GpuHealthSource
 from phasewatch.stages.s4_judge.gpu_fault import GpuHealth, nvml_faults, with_gpu_faults, xid_fault
 from phasewatch.stages.s4_judge.verdict import Verdict
 from phasewatch.stages.s5_act.respond import Memory, UnitStatus, respond
@@ -168,3 +171,21 @@ def test_same_failure_is_configurable() -> None:
     third = respond([stalled("inv-3")], memory, UnitStatus("activating", "start", "inv-3"), T0 + 3, config)
     assert not any(a.kind == "restart" for a in third.actions)
     assert any("the same failure 3 times in a row" in a.message for a in third.actions)
+
+
+def test_the_faults_a_source_returns_are_judged_by_the_judge_the_pipeline_holds_none() -> None:
+    """GpuHealthSource returns what it saw (`GpuFaults`); the loop hands it to the judge, whose step
+    judges the start-up with it: no source writes into the pipeline."""
+    pipeline = Pipeline(CONFIG)
+    for n in range(8):
+        pipeline.feed(JournalRecord(f"[2026-11-29 08:00:00 TP{n}] Load weight begin. avail mem=137.95 GB", T0,
+                                    pid=100 + n, invocation_id=INV), T0)
+    source = GpuHealthSource(pipeline.current, lambda: RANKS, None, None)
+    source.faults = lambda now: [fault(79)]  # type: ignore[method-assign]  # (NVML and the kernel's lines: seams)
+    [seen] = source.collect(Instant(T0 + 31, 1000.0), [])
+    assert isinstance(seen, GpuFaults) and not hasattr(pipeline, "gpu_faults")
+    judge = Judge(CONFIG, pipeline)
+    assert [v.kind for v in judge.judge(T0 + 31).current.verdicts] == []  # type: ignore[union-attr]
+    judge.saw_gpu_faults(seen.faults)
+    step = judge.judge(T0 + 31)
+    assert [v.kind for v in step.current.verdicts] == [VerdictKind.GPU_FAULT]  # type: ignore[union-attr]

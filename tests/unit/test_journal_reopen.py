@@ -21,6 +21,7 @@ from phasewatch.pipeline import Pipeline
 from phasewatch.records import JournalRecord, VerdictKind
 from phasewatch.sources.base import Instant
 from phasewatch.sources.journal import rebuild
+from phasewatch.sources.journal.catch_up import catch_up
 from phasewatch.sources.journal.follow import JournalFollower
 from phasewatch.sources.journal.journal_feed import SAME_CURSOR_ERRORS, JournalFeed
 from phasewatch.sources.journal.journal_reader import ReadEnd
@@ -146,7 +147,7 @@ def test_a_catch_up_that_fails_midway_hands_the_rest_to_the_follower_after_its_l
     follower = FailingFollower([], [])
     follower.catch_up = [[record(1)], [record(2)], OSError(errno.EBADMSG, "Bad message"), [record(3)]]
     feed = feed_for(follower)
-    assert feed.catch_up(T0)
+    assert catch_up(feed, T0)
     assert feed.pipeline.entries == 2 and follower.sought == ["b1"] and follower.cursor == "b1"
     assert feed.reopens == {"catch_up_error": 1} and not follower.at_end
 
@@ -155,7 +156,7 @@ def test_a_catch_up_that_fails_at_once_leaves_the_start_up_to_the_follower() -> 
     follower = FailingFollower([], [])
     follower.catch_up = [OSError(errno.ENOENT, "No such file or directory")]
     feed = feed_for(follower)
-    assert not feed.catch_up(T0) and feed.pipeline.entries == 0
+    assert not catch_up(feed, T0) and feed.pipeline.entries == 0
 
 
 def test_the_judge_clock_is_the_last_entry_read_while_behind_and_at_most_max_judge_lag_late() -> None:
@@ -221,5 +222,5 @@ def test_a_journal_that_cannot_be_reopened_is_tried_again_and_the_old_reader_sta
     assert follower.fileno() == fd and feed.reopen_at is not None and feed.reopens == {}
     del follower.open  # (the class's again)
     clock.jump(2)
-    feed.collect(Instant(T0 + 2, 0.0), [])
+    list(feed.collect(Instant(T0 + 2, 0.0), []))
     assert feed.reopen_at is None and feed.reopens == {"retry": 1}

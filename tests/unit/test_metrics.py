@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -395,13 +396,13 @@ def test_one_judgement_per_step_read_by_every_sink(tmp_path: Path, monkeypatch: 
     calls: list[str] = []
 
     def counted(self: Pipeline, inv: InvocationView, now: float, config: Config | None = None,
-                unit: UnitSettings = NO_UNIT) -> Judgement:
+                unit: UnitSettings = NO_UNIT, *rest: Any) -> Judgement:
         calls.append(inv.invocation_id)
-        return judge_one(self, inv, now, config, unit)
+        return judge_one(self, inv, now, config, unit, *rest)
 
     def kept(self: Judge, now: float, journal: JournalState | None = None, vitals: Vitals | None = None,
-             requests: tuple[GroupRestartRequest, ...] = ()) -> Step:
-        judged.append(judge(self, now, journal, vitals, requests))
+             requests: tuple[GroupRestartRequest, ...] = (), *rest: Any) -> Step:
+        judged.append(judge(self, now, journal, vitals, requests, *rest))
         return judged[-1]
 
     monkeypatch.setattr(Pipeline, "judge_one", counted)

@@ -151,3 +151,29 @@ def test_the_metrics_count_what_the_actor_did_and_publish_at_most_every_spacing(
     sink.tell(replace(step, at=j.now + 0.1, acted=Acted()))  # within the spacing: counted, published later
     assert sink.exporter.published.now == j.now
     assert sink.next_deadline(None) == sink.last_publish + PUBLISH_SPACING  # type: ignore[arg-type]
+
+
+def test_the_metrics_take_the_sources_side_news_from_the_step(tmp_path: Path) -> None:
+    """What the sources saw for the metrics comes in the step: the health probes answered, NCCL RAS's
+    findings, the vitals last said (kept over a new start-up until its first sample)."""
+    from phasewatch.records import ProbeAnswered
+    from phasewatch.stages.s4_judge.ras_culprit import failed_finding
+    from phasewatch.stages.s4_judge.vitals import ProcessSample, Sample, compare
+
+    j = capturing()
+    registry = CollectorRegistry()
+    sink = MetricsSink(Exporter(Config(unit=UNIT), registry, j.clock), j.clock)
+    inv = j.invocation()
+    sample = Sample(j.now, (ProcessSample(11, 1, "python3", "TP0", 10, 0, 0, 100, 0),))
+    vitals = compare(None, sample)
+    finding = failed_finding(inv.invocation_id, j.now, "localhost:28028", "no answer from RAS")
+    sink.tell(step_of(inv, j.now, Config(unit=UNIT), probes=(ProbeAnswered(0.2, True), ProbeAnswered(3.0, False)),
+                      ras_found=(finding,), shown_vitals=vitals))
+    value = registry.get_sample_value
+    assert value("phasewatch_health_probe_seconds_count", {"unit": UNIT}) == 2
+    assert value("phasewatch_health_probe_failures_total", {"unit": UNIT}) == 1
+    status = sink.exporter.status()
+    assert status["vitals"] is not None and "TP0" in status["vitals"]["ranks"]
+    sink.tell(step_of(inv, j.now + 1, Config(unit=UNIT)))  # (no vitals said any more: none shown)
+    assert sink.exporter.status()["vitals"] is None
+    assert value("phasewatch_health_probe_seconds_count", {"unit": UNIT}) == 2  # (each probe counted once)

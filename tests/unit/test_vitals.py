@@ -341,3 +341,37 @@ def test_signs_of_life_are_dropped_once_the_start_up_is_over(tmp_path: Path) -> 
     clock.jump(5)
     app.step(max_wait=0)
     assert app.vitals is None and '"vitals"' not in StateStore(tmp_path, UNIT).status_path.read_text()
+
+
+def test_status_keeps_the_last_vitals_over_a_new_start_up_until_its_first_sample(tmp_path: Path) -> None:
+    """/status shows the vitals last said (Step.shown_vitals): a new start-up whose cgroup D-Bus has not
+    told yet leaves them as they were, while the daemon's own vitals (and the status file's) are gone."""
+    from prometheus_client import CollectorRegistry
+
+    from phasewatch.sinks.metrics.exporter import Exporter
+
+    group = tmp_path / "cg" / "system.slice" / UNIT
+    group.mkdir(parents=True)
+    (group / "cgroup.procs").write_text("101\n")
+    _proc(tmp_path, 101, b"sglang::scheduler_TP0\0", "python3", 1, 10, None)
+    clock = FakeClock(wall=T0)
+    journal = ScriptedJournal()
+    unit = RecordingUnit(UnitFacts("activating", "start", INV, control_group=f"/system.slice/{UNIT}", started_at=T0))
+    exporter = Exporter(Config(unit=UNIT), CollectorRegistry(), clock)
+    app = compose(Config(unit=UNIT), World(follower=journal, unit=unit, alerter=RecordingAlerter(UNIT),
+                        notifier=RecordingNotifier(), store=StateStore(tmp_path, UNIT), clock=clock,
+                        processes=ProcessTable(proc=str(tmp_path / "proc"), cgroup_roots=(str(tmp_path / "cg"),))),
+                  Extras(exporter=exporter))
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(T0))
+    journal.push(JournalRecord(f"[{stamp} TP0] Load weight begin. avail mem=137.95 GB", T0, pid=101,
+                               invocation_id=INV))
+    app.start()
+    clock.jump(5)
+    app.step(max_wait=0)
+    assert app.vitals is not None and exporter.status()["vitals"] is not None
+    journal.push(JournalRecord(f"[{stamp} TP0] Load weight begin. avail mem=137.95 GB", T0 + 6, pid=201,
+                               invocation_id="f" * 32))
+    clock.jump(5)
+    app.step(max_wait=0)
+    assert app.vitals is None and '"vitals"' not in StateStore(tmp_path, UNIT).status_path.read_text()
+    assert exporter.status()["vitals"] is not None and "TP0" in exporter.status()["vitals"]["ranks"]

@@ -20,7 +20,7 @@ from phasewatch.pipeline import Pipeline
 from phasewatch.records import JournalRecord
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
 from phasewatch.sinks.state.store import StateStore
-from phasewatch.sources.base import Instant
+from phasewatch.sources.base import Instant, JournalBatch
 from phasewatch.sources.host.procs import ProcessTable, RankProcess
 from phasewatch.sources.host.unit_processes import SCAN_SPACING, RankProcesses, UnitFactsReader
 from phasewatch.sources.journal.journal_feed import (
@@ -204,15 +204,15 @@ def test_memory_is_released_once_caught_up_after_a_burst_not_during_it() -> None
     feed = JournalFeed(journal, Pipeline(Config(unit=UNIT)), UNIT, clock, lambda: None)  # type: ignore[arg-type]
     journal.push(*(JournalRecord(f"[2026-11-29 08:00:00 TP0] Decode batch, #running-req: {n}", T0, pid=101,
                                  invocation_id=INV) for n in range(RELEASE_AFTER + READ_BATCH * READS_PER_STEP)))
-    feed.collect(Instant(T0, 1000.0), [])
+    list(feed.collect(Instant(T0, 1000.0), []))
     assert feed.entries_left and not feed.release_memory()  # still reading the burst
     while feed.entries_left:
-        feed.collect(Instant(T0, 1000.0), [])
+        list(feed.collect(Instant(T0, 1000.0), []))
     assert feed.release_memory() and journal.dropped == 1
     assert not feed.release_memory()  # not again until RELEASE_AFTER more entries
     journal.push(JournalRecord("[2026-11-29 08:00:01 TP0] Decode batch, #running-req: 1", T0 + 1, pid=101,
                                invocation_id=INV))
-    feed.collect(Instant(T0 + 1, 1001.0), [])
+    list(feed.collect(Instant(T0 + 1, 1001.0), []))
     assert not feed.release_memory() and journal.dropped == 1
 
 
@@ -229,11 +229,11 @@ def test_the_end_of_a_burst_releases_its_memory_once_the_journal_is_quiet() -> N
     line = "[2026-11-29 08:00:00 TP0] Decode batch, #running-req: {}"
     journal.push(*(JournalRecord(line.format(n), T0, pid=101, invocation_id=INV)
                    for n in range(QUIET_RELEASE_AFTER - 1)))
-    feed.collect(now(clock), [])
+    list(feed.collect(now(clock), []))
     clock.jump(60)
     assert feed.next_deadline(now(clock)) is None and not feed.release_memory()  # a start-up's few lines
     journal.push(JournalRecord(line.format(1), T0, pid=101, invocation_id=INV))
-    feed.collect(now(clock), [])
+    list(feed.collect(now(clock), []))
     read_at = clock.monotonic()
     assert feed.next_deadline(now(clock)) == read_at + RELEASE_QUIET
     clock.jump(RELEASE_QUIET / 2)
@@ -241,3 +241,18 @@ def test_the_end_of_a_burst_releases_its_memory_once_the_journal_is_quiet() -> N
     clock.jump(RELEASE_QUIET / 2)
     assert feed.release_memory() and journal.dropped == 1
     assert feed.next_deadline(now(clock)) is None and not feed.release_memory()
+
+
+def test_collect_returns_the_batches_it_read_and_feeds_nothing_itself() -> None:
+    """The journal is a source like the others: what it read comes back from `collect` (a batch at a
+    time, counted), and the loop feeds it; the pipeline sees none of it before."""
+    journal = ScriptedJournal()
+    clock = FakeClock(wall=T0)
+    pipeline = Pipeline(Config(unit=UNIT))
+    feed = JournalFeed(journal, pipeline, UNIT, clock, lambda: None)  # type: ignore[arg-type]
+    journal.push(*(JournalRecord(f"[2026-11-29 08:00:00 TP0] Decode batch, #running-req: {n}", T0, pid=101,
+                                 invocation_id=INV) for n in range(READ_BATCH + 1)))
+    seen = list(feed.collect(Instant(T0, 1000.0), []))
+    assert [len(batch.records) for batch in seen if isinstance(batch, JournalBatch)] == [READ_BATCH, 1]
+    assert pipeline.entries == 0 and feed.entries_by_invocation == {INV: READ_BATCH + 1} and feed.read_any
+    assert feed.take_pids() == {101}

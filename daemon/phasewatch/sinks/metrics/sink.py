@@ -42,6 +42,11 @@ class MetricsSink:
         exporter.set_degraded(acted.degraded)
         exporter.set_why(step.why)
         exporter.saw_timer_warnings(step.timer_warnings)
+        for finding in step.ras_found:
+            exporter.saw_ras(finding)
+        for probe in step.probes:
+            exporter.observe_probe(probe.seconds, probe.ok)
+        exporter.saw_vitals(step.shown_vitals)
         monotonic = self.clock.monotonic()
         news = step.journal.read_whole
         if monotonic - self.last_publish < PUBLISH_SPACING and news == self.published_whole:

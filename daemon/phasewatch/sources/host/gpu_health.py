@@ -8,8 +8,8 @@
 - NVML's health of each GPU (the NVML worker's, sources/host/gpu.py) and its PCI addresses.
 - Which rank uses which GPU: the vitals' GPU contexts of each rank's processes (signs_of_life.py).
 
-Each step the faults seen are handed to the pipeline (`Pipeline.gpu_faults`), which judges them with
-the start-up they fall in. Needs read access to the system journal's kernel entries (the
+Each step `collect` returns the faults seen (`GpuFaults`); the loop hands them to the judge, which
+judges them with the start-up they fall in. Needs read access to the system journal's kernel entries (the
 systemd-journal group, as for the unit's lines) and, for NVML, what gpu.py needs.
 """
 
@@ -20,12 +20,10 @@ import logging
 from typing import Any, Callable, Sequence
 
 from ...errors import JournalError
-from ...pipeline import Pipeline
 from ...profile.xid_table import XidLine, parse_xid, xid_table
-from ...records import Event
 from ...stages.s3_track.snapshot import InvocationView
 from ...stages.s4_judge.gpu_fault import GpuFault, nvml_faults, xid_fault
-from ..base import Instant
+from ..base import GpuFaults, Instant
 from ..journal.journal_reader import INVALIDATE, _open_reader
 from .gpu import NvmlSource
 from .signs_of_life import SignsOfLife
@@ -117,10 +115,8 @@ def gpu_ranks(signs: SignsOfLife) -> Callable[[], dict[int, str]]:
 
 
 class GpuHealthSource:
-    def __init__(self, pipeline: Pipeline, current: Callable[[], InvocationView | None],
-                 gpu_ranks: Callable[[], dict[int, str]], nvml: NvmlSource | None,
-                 kernel: KernelXids | None) -> None:
-        self.pipeline = pipeline
+    def __init__(self, current: Callable[[], InvocationView | None], gpu_ranks: Callable[[], dict[int, str]],
+                 nvml: NvmlSource | None, kernel: KernelXids | None) -> None:
         self.current = current
         self.gpu_ranks = gpu_ranks  # NVML index -> rank, as the vitals last saw it
         self.nvml = nvml
@@ -142,7 +138,7 @@ class GpuHealthSource:
     def next_deadline(self, now: Instant) -> float | None:
         return now.monotonic if self.kernel is not None and self.kernel.behind else None
 
-    def collect(self, now: Instant, readable: Sequence[int]) -> list[Event]:
+    def collect(self, now: Instant, readable: Sequence[int]) -> list[GpuFaults]:
         if self.kernel is not None:
             for _, line in self.kernel.read(readable):
                 logger.warning("GPU PCI %s: XID %d in the kernel's lines: %s", line.pci, line.code, line.text)
@@ -151,8 +147,7 @@ class GpuHealthSource:
         if invocation != self.invocation:
             self.invocation, self.ranks = invocation, {}
         self.ranks.update(self.gpu_ranks())
-        self.pipeline.gpu_faults = tuple(self.faults(now.wall))
-        return []
+        return [GpuFaults(tuple(self.faults(now.wall)))]
 
     def faults(self, now: float) -> list[GpuFault]:
         pci = self.nvml.pci_addresses() if self.nvml is not None else {}

@@ -1,31 +1,29 @@
 """Source: the health probe after ready. Never during start-up; after ready every `health.interval`,
 unless batch lines proved life since; its answer (in a background thread, told through a pipe) becomes
-a PROBE_OK or PROBE_FAILED event."""
+a PROBE_OK or PROBE_FAILED event, returned with the probe's time (`ProbeAnswered`: the metrics')."""
 
 from __future__ import annotations
 
 import logging
 import math
-from typing import Callable, Sequence
+from typing import Sequence
 
 from ...clock import Clock
 from ...config.load import Config
-from ...records import MAIN, Event, EventKind, Phase
+from ...records import MAIN, Event, EventKind, Phase, ProbeAnswered
 from ...stages.s3_track.snapshot import UP_STATES, InvocationView
 from ..base import Current, Instant
-from .probe import BackgroundProbe, ProbeResult, default_url
+from .probe import BackgroundProbe, default_url
 
 logger = logging.getLogger(__name__)
 
 
 class HealthProbes:
-    def __init__(self, config: Config, probe: BackgroundProbe, current: Current, clock: Clock,
-                 observe: Callable[[ProbeResult], None] | None = None) -> None:
+    def __init__(self, config: Config, probe: BackgroundProbe, current: Current, clock: Clock) -> None:
         self.config = config
         self.probe = probe
         self.current = current
         self.clock = clock
-        self.observe = observe  # the metrics sink's probe histogram
         self.last_probe = -math.inf  # wall clock: compared with the journal's proof of life
 
     def fds(self) -> Sequence[int]:
@@ -53,7 +51,7 @@ class HealthProbes:
         due = self.due_at(self.current())
         return None if due is None else now.monotonic + (due - now.wall)
 
-    def collect(self, now: Instant, readable: Sequence[int]) -> list[Event]:
+    def collect(self, now: Instant, readable: Sequence[int]) -> list[Event | ProbeAnswered]:
         events = self._result() if self.probe.fileno() in readable else []
         self._start_if_due(now.wall)
         return events
@@ -68,15 +66,16 @@ class HealthProbes:
             self.last_probe = now
             self.probe.start(url, self.config.health.timeout)
 
-    def _result(self) -> list[Event]:
+    def _result(self) -> list[Event | ProbeAnswered]:
         result = self.probe.take()
         inv = self.current()
-        if result is not None and self.observe is not None:
-            self.observe(result)
-        if result is None or inv is None:
+        if result is None:
             return []
+        answered = ProbeAnswered(result.seconds, result.ok)
+        if inv is None:
+            return [answered]
         self.last_probe = self.clock.wall()
         kind = EventKind.PROBE_OK if result.ok else EventKind.PROBE_FAILED
         if not result.ok:
             logger.info("[%s] health probe %s failed: %s", self.config.unit, result.url, result.error)
-        return [Event(kind, self.last_probe, text=result.error or "", invocation_id=inv.invocation_id)]
+        return [answered, Event(kind, self.last_probe, text=result.error or "", invocation_id=inv.invocation_id)]

@@ -5,8 +5,8 @@ waits (stages/s4_judge/ras_culprit.py: `ask_at`), RAS is asked at the address th
 (NCCL_RAS_ADDR / NCCL_RAS_ENABLE in /proc/PID/environ; default localhost:28028), again every
 ASK_SPACING while it stays so. The exchange runs on a thread of its own, bounded (ras_client.py:
 QUERY_SECONDS in all, REPORT_LIMIT bytes); the loop never waits on it: an answer that comes is judged
-(`find_culprit`: the unit's cgroup's PIDs only, named by the rank titles) and handed to `saw` (the
-pipeline's advice for the stall verdicts' words, the metrics). No answer, a slow one or a lying one
+(`find_culprit`: the unit's cgroup's PIDs only, named by the rank titles) and returned by `collect`
+(the judge's advice for the stall verdicts' words, the metrics). No answer, a slow one or a lying one
 changes no verdict's kind or time: the stall verdict comes when the policy says, with "no culprit
 from RAS" or with nothing from RAS at all.
 """
@@ -20,7 +20,6 @@ import threading
 from typing import Callable, Mapping, Sequence
 
 from ...config.load import Config
-from ...records import Event
 from ...stages.s4_judge.ras_culprit import ASK_SPACING, RasFinding, ask_at, failed_finding, find_culprit
 from ...stages.s4_judge.ras_report import RasAddress, RasFormatError, parse_report
 from ..base import Current, Instant
@@ -35,14 +34,13 @@ Query = Callable[[RasAddress], RasAnswer]
 
 class RasAdvisor:
     def __init__(self, config: Callable[[], Config], facts: UnitFactsReader, processes: ProcessTable,
-                 ranks: RankProcesses, current: Current, saw: Callable[[RasFinding], None], ask: Query = query,
+                 ranks: RankProcesses, current: Current, ask: Query = query,
                  unit_environment: Callable[[], Mapping[str, str]] = dict) -> None:
         self.config = config  # the limits in force (the pipeline's: reloads and learned limits included)
         self.facts = facts
         self.processes = processes
         self.ranks = ranks
         self.current = current
-        self.saw = saw
         self.ask = ask
         self.unit_environment = unit_environment  # the unit's Environment= (D-Bus), when no environ reads
         self.answers: queue.Queue[RasFinding] = queue.Queue()
@@ -50,6 +48,7 @@ class RasAdvisor:
         self.last_asked = -math.inf  # monotonic
         self.asked_for: str | None = None  # the start-up asked about last
         self.findings = 0
+        self.found: list[RasFinding] = []  # by the collect under way
         self.thread: threading.Thread | None = None  # the query in flight (tests join it)
 
     def fds(self) -> Sequence[int]:
@@ -72,19 +71,26 @@ class RasAdvisor:
         when = ask_at(inv, now.wall, config)
         return when[0] if when is not None else None
 
-    def collect(self, now: Instant, readable: Sequence[int]) -> list[Event]:
+    def collect(self, now: Instant, readable: Sequence[int]) -> list[RasFinding]:
+        """The findings made since (answers come, or the ranks' setting says no RAS); a query started
+        when one is due."""
+        found = self.found = list[RasFinding]()
         self._take_answers()
+        self._ask(now)
+        return found
+
+    def _ask(self, now: Instant) -> None:
         inv = self.current()
         if inv is not None and inv.invocation_id != self.asked_for:
             self.last_asked = -math.inf
         due = self._due(now)
         if inv is None or due is None or due > now.wall or self.in_flight_since is not None \
                 or now.monotonic - self.last_asked < ASK_SPACING:
-            return []
+            return
         self.last_asked, self.asked_for = now.monotonic, inv.invocation_id  # (asked or not: again in ASK_SPACING)
         control_group = self.facts.control_group_of(inv)
         if control_group is None:
-            return []
+            return
         titled = {p.pid: p.rank for p in self.processes.ranks(control_group, self.ranks.host_wide, inv.started_at)}
         labels = {**titled, **self.ranks.watch.known_pids()}  # (rank_processes: host: the watched ones too)
         unit_pids = set(self.processes.pids(control_group)) | set(labels)
@@ -93,15 +99,14 @@ class RasAdvisor:
         if not address.enabled:
             self._found(failed_finding(inv.invocation_id, now.wall, str(address),
                                        f"RAS is off in the rank processes ({where}: NCCL_RAS_ENABLE=0)", told=False))
-            return []
+            return
         if address.problem is not None:
             self._found(failed_finding(inv.invocation_id, now.wall, str(address), address.problem))
-            return []
+            return
         self.in_flight_since = now.monotonic
         self.thread = threading.Thread(target=self._query, name="phasewatch-ras", daemon=True,
                                        args=(address, inv.invocation_id, now.wall, labels, frozenset(unit_pids)))
         self.thread.start()
-        return []
 
     def _query(self, address: RasAddress, invocation_id: str, at: float, labels: dict[int, str],
                unit_pids: frozenset[int]) -> None:
@@ -139,4 +144,4 @@ class RasAdvisor:
                            finding.address, len(finding.ignored_pids),
                            ", ".join(map(str, finding.ignored_pids[:10])))
         logger.info("[%s] %s", self.config().unit, finding.words())
-        self.saw(finding)
+        self.found.append(finding)

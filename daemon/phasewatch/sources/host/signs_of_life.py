@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import replace
-from typing import Callable, Sequence
+from typing import Sequence
 
 from ...config.load import Config
 from ...records import Event, EventKind
@@ -25,7 +25,7 @@ logger = logging.getLogger(__name__)
 
 class SignsOfLife:
     def __init__(self, config: Config, sampler: ProcSampler, facts: UnitFactsReader, current: Current,
-                 saw: Callable[[Vitals | None], None] | None = None, gpu: NvmlSource | None = None) -> None:
+                 gpu: NvmlSource | None = None) -> None:
         self.config = config
         self.gpu = gpu if config.vitals.gpu else None  # None: /proc only
         self.baselines: dict[int, GpuBaseline] = {}
@@ -33,9 +33,11 @@ class SignsOfLife:
         self.sampler = sampler
         self.facts = facts
         self.current = current
-        self.saw = saw  # the metrics sink's vitals view
         self.sample: Sample | None = None
         self.vitals: Vitals | None = None
+        # The vitals last said (the metrics' /status, Step.shown_vitals): kept over a new start-up
+        # until its first sample or the sampling's end.
+        self.shown: Vitals | None = None
         self.last_sample = -math.inf  # monotonic
 
     def new_startup(self) -> None:
@@ -63,8 +65,7 @@ class SignsOfLife:
         if not wanted:
             if self.vitals is not None and (inv is None or inv.state is not UnitState.STARTING):
                 self.sample, self.vitals = None, None
-                if self.saw is not None:
-                    self.saw(None)
+                self.shown = None
             return []
         if inv is None or now.monotonic - self.last_sample < self.config.vitals.period - 0.05:
             return []
@@ -83,8 +84,7 @@ class SignsOfLife:
             state, problem = self.gpu_state()
             vitals = replace(vitals, gpu_source=state, gpu_problem=problem, gpu_since=self._since(vitals))
         self.vitals, self.sample = vitals, sample
-        if self.saw is not None:
-            self.saw(self.vitals)
+        self.shown = vitals
         gpus = [Event(EventKind.RANK_GPU, vitals.at, rank=r.rank, cause=r.gpu.state, text=r.gpu.text(),
                       invocation_id=inv.invocation_id) for r in vitals.ranks if r.gpu is not None]
         return [*progress_events(self.vitals, inv.invocation_id), *gpus]

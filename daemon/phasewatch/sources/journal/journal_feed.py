@@ -1,5 +1,9 @@
-"""Source: the watched unit's journal, followed. Its entries go through the pipeline's line stages
-(`Pipeline.feed`); the source counts them per start-up and reopens the journal at its cursor when it
+"""Source: the watched unit's journal, followed. What `collect` reads it returns (`JournalBatch`es,
+and LINES_LOST events), one batch at a time as it reads: the loop feeds each through the pipeline's
+line stages (`Pipeline.feed`) and looks for a new start-up before the next is read, so the step's
+READ_TIME bound counts the feeding, as the reading's pace needs. The start-up's rebuild (`read`,
+catch_up.py with the C reader) feeds the pipeline itself. The source counts entries per start-up
+and reopens the journal at its cursor when it
 changed under it (INVALIDATE) or a read failed (EBADMSG, ENOENT, ESTALE of a file archived or deleted
 during the read), counted in `reopens`. A cursor the reopened journal no longer holds, while entries
 were left unread, is lines lost (`lost_unread`: the tracker's LINES_LOST). `lag` says how far behind
@@ -10,16 +14,16 @@ from __future__ import annotations
 import ctypes
 import logging
 import math
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 from ...clock import Clock
-from ...errors import JournalError, JournalUnavailable
+from ...errors import JournalError
 from ...pipeline import Pipeline
-from ...records import Entry, Event, EventKind, UnitRun
+from ...records import Event, EventKind, JournalRecord
 from ...stages.s4_judge.policy import LOST_UNREAD
-from ..base import Instant
+from ..base import Instant, JournalBatch, Seen
 from .follow import JournalFollower
-from .journal_reader import INVALIDATE, ReadEnd
+from .journal_reader import INVALIDATE
 
 logger = logging.getLogger(__name__)
 
@@ -56,12 +60,13 @@ class JournalFeed:
         self.entries_left = False  # the last collect stopped on its bound, not at the journal's end
         self.pids: set[int] = set()  # the `_PID`s of the entries read since the daemon last took them
         self.read_since_release = 0
-        self._last_invocation: str | None = None  # of the catch-up's last entry
+        self.last_invocation: str | None = None  # of the catch-up's last entry
         self.reopens: dict[str, int] = {}  # why ("changed", "read_error") -> reopens
         self.lost_unread = 0  # times the journal dropped entries not yet read
         self.stopped = False  # the last catch-up ended on its `stop`
         self.reopen_at: float | None = None  # monotonic: a reopen that failed is tried again then
         self._errors_at: tuple[str | None, int] = (None, 0)  # (cursor, failed reads there in a row)
+        self._news: list[Event] | None = None  # during a collect: the losses it returns (else applied)
 
     def fds(self) -> Sequence[int]:
         return (self.follower.fileno(),)
@@ -75,35 +80,42 @@ class JournalFeed:
             return self.last_entries_at + RELEASE_QUIET
         return None
 
-    def collect(self, now: Instant, readable: Sequence[int]) -> list[Event]:
+    def collect(self, now: Instant, readable: Sequence[int]) -> Iterator[Seen]:
+        """What the journal gives, read as the caller takes it: a batch only once the one before it was
+        fed (READ_TIME counts the feeding; a new start-up is noticed between batches)."""
         self.read_any = self.entries_left = False
+        self._news = news = list[Event]()
+        try:
+            if self._reopened(readable):
+                until = self.clock.monotonic() + READ_TIME
+                for _ in range(READS_PER_STEP):
+                    records = self._read()
+                    yield from _taken(news)
+                    if records is False:
+                        return
+                    if isinstance(records, list):
+                        yield JournalBatch(records, self.clock.wall())
+                    self.read_any = True
+                    if self.clock.monotonic() >= until:
+                        break
+                self.entries_left = True
+            yield from _taken(news)
+        finally:
+            self._news = None
+
+    def _reopened(self, readable: Sequence[int]) -> bool:
+        """Reopened if due (a retry, or the journal changed under the reader); False: cannot read now."""
         if self.reopen_at is not None:
-            if self.clock.monotonic() < self.reopen_at or not self.reopen("retry"):
-                return []
-        elif self.follower.fileno() in readable and self._changed():
+            return self.clock.monotonic() >= self.reopen_at and self.reopen("retry")
+        if self.follower.fileno() in readable and _changed(self.follower):
             logger.info("[%s] journal changed (rotation, vacuum or journald restart): reopening at the cursor",
                         self.unit)
-            if not self.reopen("changed"):
-                return []
-        until = self.clock.monotonic() + READ_TIME
-        for _ in range(READS_PER_STEP):
-            if not self.read():
-                return []
-            self.read_any = True
-            if self.clock.monotonic() >= until:
-                break
-        self.entries_left = True
-        return []
+            return self.reopen("changed")
+        return True
 
     def take_pids(self) -> set[int]:
         pids, self.pids = self.pids, set()
         return pids
-
-    def _changed(self) -> bool:
-        try:
-            return self.follower.wait_result() == INVALIDATE
-        except OSError:
-            return True  # (its files changed while it looked at them)
 
     def reopen(self, why: str) -> bool:
         """The follower reopened at its cursor (counted by `why`); a cursor that is gone while entries
@@ -130,8 +142,11 @@ class JournalFeed:
         current start-up (alerted once per start-up), logged."""
         self.lost_unread += 1
         logger.warning("[%s] lines lost: %s", self.unit, text)
-        self.pipeline.apply(Event(EventKind.LINES_LOST, self.follower.position, count=1, cause=LOST_UNREAD,
-                                  text=text), self.clock.wall())
+        event = Event(EventKind.LINES_LOST, self.follower.position, count=1, cause=LOST_UNREAD, text=text)
+        if self._news is not None:
+            self._news.append(event)  # (returned by the collect under way)
+        else:
+            self.pipeline.apply(event, self.clock.wall())
 
     @property
     def position(self) -> float | None:
@@ -153,22 +168,34 @@ class JournalFeed:
                 "lost_unread": self.lost_unread}
 
     def read(self) -> bool:
+        """One batch read and fed to the pipeline (the start-up's rebuild; the loop's `collect` returns
+        its batches instead). False at the journal's end."""
+        records = self._read()
+        if isinstance(records, bool):
+            return records
+        wall, feed = self.clock.wall(), self.pipeline.feed
+        for record in records:
+            feed(record, wall)
+        self.after_batch()
+        return True
+
+    def _read(self) -> list[JournalRecord] | bool:
+        """One batch read and counted; True/False when none came: more to come, or the end (or a read
+        that failed and could not go on)."""
         records = self.follower.read(READ_BATCH)
         if self.follower.read_error is not None:
             return self._read_failed()
         if not records:
             return self.follower.behind  # only forged entries in that read: more to come
-        wall, self.last_entries_at = self.clock.wall(), self.clock.monotonic()
+        self.last_entries_at = self.clock.monotonic()
         counts = self.entries_by_invocation
         for record in records:
-            self.pipeline.feed(record, wall)
             if record.invocation_id is not None:
                 counts[record.invocation_id] = counts.get(record.invocation_id, 0) + 1
         self.pids.update({record.pid for record in records if record.pid is not None})
         self.read_since_release += len(records)
-        self._forget_old_counts()
-        self.after_batch()
-        return True
+        self.forget_old_counts()
+        return records
 
     def _read_failed(self) -> bool:
         """A read failed (its batch not taken): reopen at the cursor and read on; the same cursor
@@ -187,86 +214,7 @@ class JournalFeed:
             return True
         return self.reopen("read_error")
 
-    def catch_up(self, since: float, stop: Callable[[], bool] | None = None,
-                 between: Callable[[], None] | None = None) -> bool:
-        """The unit's entries from `since` (wall seconds) to the journal's end, read by `replay --unit`'s
-        C reader (`JournalFollower.catch_up_entries`: runs, a read-ahead thread) and fed and counted as
-        `read` feeds and counts them, the loop told of each change of start-up (`after_batch`); the
-        follower then reads on after the last. `stop`, asked after each batch, ends it early (True:
-        `stopped` is set, and the follower is left where the caller puts it); `between` runs after
-        each batch (the daemon tells systemd it is still starting). False, having read nothing,
-        without the C reader or when it cannot open the journal: the follower reads them. An OSError
-        of the journal midway (a file archived or vacuumed under it) leaves the rest to the follower,
-        after the last batch taken."""
-        end, failed = ReadEnd(), False
-        self.stopped = False
-        batches = self.follower.catch_up_entries(since, self.pipeline.run_shape(), end)
-        if batches is None:
-            return False
-        try:
-            try:
-                first = next(batches, None)
-            except (JournalUnavailable, OSError) as exc:
-                logger.warning("[%s] the catch-up reader failed (%s): the follower reads the start-up", self.unit, exc)
-                return False
-            batch = first
-            while batch is not None:
-                self._take(batch)
-                if between is not None:
-                    between()
-                if stop is not None and stop():
-                    self.stopped = True
-                    return True
-                try:
-                    batch = next(batches, None)
-                except OSError as exc:
-                    self.reopens["catch_up_error"] = self.reopens.get("catch_up_error", 0) + 1
-                    logger.warning("[%s] the catch-up reader failed (%s): the follower reads on after the last "
-                                   "entry taken", self.unit, exc)
-                    end.cursor, failed = end.batch, True
-                    break
-        finally:
-            batches.close()  # (the read-ahead thread ends with it)
-        if end.cursor is not None:
-            if not self.follower.seek_cursor(end.cursor) and failed:
-                self.lost("the journal no longer holds the last entry the catch-up read: entries after it "
-                          "were vacuumed before they were read")
-            self.follower.cursor = end.cursor
-        self.follower.at_end = not failed
-        return True
-
-    def _take(self, batch: list[Entry]) -> None:
-        """A catch-up batch through the pipeline, counted; `after_batch` at its end and wherever the
-        start-up changes in it (as if a follower's read had ended there)."""
-        counts, start, last = self.entries_by_invocation, 0, self._last_invocation
-        final = batch[-1] if batch else None
-        if isinstance(final, UnitRun):
-            self.follower.position = final.realtimes[-1]
-        elif final is not None:
-            self.follower.position = final.realtime
-        for index, entry in enumerate(batch):
-            # (a line, a run and a record name their writer alike)
-            invocation, pid = entry.invocation_id, entry.pid
-            many = len(entry.messages) if isinstance(entry, UnitRun) else 1
-            if invocation is not None:
-                if invocation != last and last is not None and index > start:
-                    self._feed_part(batch[start:index])
-                    start = index
-                last = invocation
-                counts[invocation] = counts.get(invocation, 0) + many
-            if pid is not None:
-                self.pids.add(pid)
-            self.read_since_release += many
-        self._last_invocation = last
-        self._feed_part(batch[start:])
-
-    def _feed_part(self, entries: list[Entry]) -> None:
-        self.pipeline.feed_entries(entries, self.clock.wall())
-        self.last_entries_at = self.clock.monotonic()
-        self._forget_old_counts()
-        self.after_batch()
-
-    def _forget_old_counts(self) -> None:
+    def forget_old_counts(self) -> None:
         counts = self.entries_by_invocation
         if len(counts) > KEPT_COUNTS:
             for stale in list(counts)[:-KEPT_COUNTS]:
@@ -289,6 +237,19 @@ class JournalFeed:
         self.follower.drop_pages()
         _malloc_trim()
         return True
+
+
+def _changed(follower: JournalFollower) -> bool:
+    try:
+        return follower.wait_result() == INVALIDATE
+    except OSError:
+        return True  # (its files changed while it looked at them)
+
+
+def _taken(news: list[Event]) -> list[Event]:
+    taken = news[:]
+    news.clear()
+    return taken
 
 
 def _malloc_trim() -> None:

@@ -25,6 +25,7 @@ from ...clock import Clock
 from ...durations import format_duration
 from ...records import Event, EventKind
 from ...stages.s3_track.snapshot import UP_STATES
+from .catch_up import catch_up
 from .journal_feed import JournalFeed
 
 logger = logging.getLogger(__name__)
@@ -110,7 +111,7 @@ def rebuild_startup(journal: JournalFeed, since: float, started_at: float, invoc
             (current is not None and current.state in UP_STATES) or pipeline.entries >= START_ENTRIES
             or journal.clock.monotonic() >= until)
 
-    if not journal.catch_up(since, enough, telling):
+    if not catch_up(journal, since, enough, telling):
         while journal.read() and not enough():
             telling()
         journal.stopped = enough()
@@ -119,7 +120,7 @@ def rebuild_startup(journal: JournalFeed, since: float, started_at: float, invoc
         logger.info("[%s] read the start-up up to %s; skipping to its last %d entries", journal.unit,
                     current.state.value if current is not None else "?", RECENT_ENTRIES)
         follower.seek_realtime(skip_to)
-        if not journal.catch_up(skip_to, between=telling):
+        if not catch_up(journal, skip_to, between=telling):
             follower.cursor = None  # (a reopen goes on from here, not from before the skip)
     if forgotten and head is not None:
         journal.lost(f"the journal's oldest entry is {format_duration(head - started_at)} younger than the "
