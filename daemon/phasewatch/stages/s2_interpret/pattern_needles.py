@@ -126,7 +126,8 @@ _MASK_DIGITS = bytes.maketrans(b"123456789", b"000000000")
 # -- ids: runs of lowercase hex digits (request ids, hashes, UUIDs), in a line's digit-masked bytes --
 HEX = frozenset(b"0123456789abcdef")
 _DASH = frozenset(b"-")
-_ID_RUN = re.compile(rb"[0a-f]{8,}(?:-[0a-f]{4,})*|[0a-f]{4,}(?:-[0a-f]{4,}){2,}")
+# (the lookahead: both need 4 hex characters in a row, and the search tries far fewer places)
+_ID_RUN = re.compile(rb"(?=[0a-f]{4})(?:[0a-f]{8,}(?:-[0a-f]{4,})*|[0a-f]{4,}(?:-[0a-f]{4,}){2,})")
 _HEX_TO_ZERO = bytes.maketrans(b"abcdef", b"000000")
 
 
