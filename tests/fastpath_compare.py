@@ -59,7 +59,7 @@ def _outcome(pipeline: Pipeline, transitions: list[Any]) -> Run:
         "splitter": {k: v for k, v in vars(splitter).items() if k not in ("_streams", "_find")},
         "mapper": {k: v for k, v in vars(mapper).items()
                    if k not in ("profile", "_engine", "_memo", "_family_memo", "_line_rules", "blind_rules",
-                                "other_rules", "_position")},
+                                "other_rules", "_position", "ids")},
         # the tracker's own bookkeeping behind the views (a run's lines' gaps: each phase's silence)
         "phases": [(inv.phase_seen, inv.phase_silence, inv.proof_of_life, inv.last_ts, inv.started_at)
                    for inv in pipeline.tracker._invocations.values()],

@@ -29,7 +29,7 @@ from ...records import (
     Line,
     LineKind,
 )
-from .pattern_needles import digit_blind, needled_search, needles
+from .pattern_needles import IdMemo, digit_blind, mask_ids, needled_search, needles
 
 # Patterns see a line through pattern_view(): at most PATTERN_VIEW_CHARS from each end.
 PATTERN_VIEW_CHARS = 32 * 1024
@@ -112,17 +112,15 @@ class EventMapper:
         self._record_ranks: dict[int, str | None] = {}
         self._harmless: set[int] = set()  # records whose traceback is not fatal
         self._line_rules = tuple(r for r in profile.rules if r.event != "progress")
-        # Which rules a message matches, remembered by its digit-masked text ("Decode batch, #token:
-        # 00000, ..."): exact for the rules that cannot tell one digit from another (checked once,
-        # here); the others ("/v1/...") are searched every time.
+        # Which rules a message matches, remembered by its digit-masked text ("#token: 00000"): exact for
+        # the rules that cannot tell one digit from another (checked once, here); the others every time.
         self.blind_rules = tuple(r for r in self._line_rules if digit_blind(r.pattern))
         self.other_rules = tuple(r for r in self._line_rules if r not in self.blind_rules)
         self._position = {r.id: i for i, r in enumerate(self._line_rules)}
-        # For long lines (their own memo, bounded by its keys' size): each rule with the texts one of
-        # which its match holds (a substring test is far cheaper than a search through kilobytes).
-        needled = tuple((r, needles(r.pattern)) for r in self._line_rules)
+        needled = tuple((r, needles(r.pattern)) for r in self._line_rules)  # (`blind_matches`)
         self._blind_needled = tuple((r, texts) for r, texts in needled if r in self.blind_rules)
         self._other_needled = tuple((r, texts) for r, texts in needled if r not in self.blind_rules)
+        self.ids = IdMemo(needled, self.in_profile_order, MEMO_ENTRIES)  # lines with ids (`mask_ids`)
         self._memo: dict[bytes, tuple[Rule, ...]] = {}
         self._long_memo: dict[bytes, tuple[Rule, ...]] = {}
         self._long_memo_chars = 0
@@ -137,6 +135,8 @@ class EventMapper:
         # masking the text (and bytes.translate is eight times faster than str.translate).
         key = message.encode("utf-8", "surrogatepass").translate(_MASK_DIGITS)
         long = len(message) > MEMO_MAX_CHARS
+        if not long and (id_key := mask_ids(key)) is not key and id_key != key:
+            return self.ids.matching(id_key, message)
         memo = self._long_memo if long else self._memo
         found = memo.get(key)
         if found is None:

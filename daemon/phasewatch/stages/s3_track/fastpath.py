@@ -24,13 +24,16 @@ from ...profile.load import Rule
 from ...records import MAIN, Phase
 from ..s1_read.lines import LineSplitter, WriterState, opens_block
 from ..s2_interpret.events import MEMO_ENTRIES, MEMO_MAX_CHARS, EventMapper
-from ..s2_interpret.pattern_needles import needles
+from ..s2_interpret.pattern_needles import mask_ids, needles
 from .snapshot import UNIT_PHASE_ORDER, UnitState
 from .tracker import Tracker
 from .tracker_state import InvocationState, RankState
 
 _MASK_DIGITS = bytes.maketrans(b"123456789", b"000000000")
 Plan = Union[tuple[tuple[Rule, ...], bool, tuple[int, ...], bool, tuple[Rule, ...], bool], tuple[()]]
+# A line with ids (`mask_ids`): its plan by its ids masked; whether it opens a block and whether it
+# is a plain sign of life are asked line by line (None).
+IdPlan = Union[tuple[tuple[Rule, ...], None, tuple[int, ...], bool, tuple[Rule, ...], None], tuple[()]]
 Merged = Union[tuple[tuple[Rule, ...], tuple[int, ...], bool], tuple[()]]
 _READY_INDEX = UNIT_PHASE_ORDER.index(Phase.READY)
 _SERVING_INDEX = UNIT_PHASE_ORDER.index(Phase.SERVING)
@@ -69,6 +72,11 @@ class FastPath:
         self._plans: dict[bytes, Plan] = {}
         # (masked message, which of its plan's other rules match) -> `_with_others`'s answer
         self._merged: dict[tuple[bytes, int], Merged] = {}
+        # The same for lines with ids, by their `mask_ids` text; only when no mark of `_unsafe` holds
+        # a character that text changes or writes (then it holds a mark exactly when the line does).
+        self._id_plans: dict[bytes, IdPlan] | None = None if any(
+            set(u) & set(b"0abcdef") for u in self._unsafe) else {}
+        self._id_merged: dict[tuple[bytes, int], Merged] = {}
         # The rules that tell digits apart, each with a text any match of it contains (None: no such
         # text known), so that most lines are not searched with them.
         # Masked too: a text absent from a line's masked text is absent from the line.
@@ -83,6 +91,26 @@ class FastPath:
         if len(self._plans) >= MEMO_ENTRIES:
             self._plans.clear()
         self._plans[key] = plan
+        return plan
+
+    def _plan_of(self, masked: bytes, rest: bytes) -> tuple[Plan | IdPlan, bytes | None]:
+        """The plan of a line whose digit-masked text has none yet, and its `mask_ids` text if it has ids
+        (its digit-masked text is then its own: not remembered)."""
+        ids = masked if self._id_plans is None else mask_ids(masked)
+        if ids is masked or ids == masked or self._id_plans is None:
+            return self._plan(masked, rest), None
+        plan = self._id_plans.get(ids)
+        return (self._id_plan(ids, rest, self._id_plans) if plan is None else plan), ids
+
+    def _id_plan(self, ids: bytes, rest: bytes, plans: dict[bytes, IdPlan]) -> IdPlan:
+        plan: IdPlan = ()
+        if len(rest) <= MEMO_MAX_CHARS and ids.isascii() and not any(u in ids for u in self._unsafe):
+            rules, others = self._mapper.ids.plan(ids, rest.decode("ascii"))
+            if all(_quiet(r) for r in rules):
+                plan = rules, None, _orders(rules), self._proves(rules), others, None
+        if len(plans) >= MEMO_ENTRIES:
+            plans.clear()
+        plans[ids] = plan
         return plan
 
     def _quiet_plan(self, key: bytes, rest: bytes) -> Plan:
@@ -101,7 +129,7 @@ class FastPath:
         return not self._tracker.proof_of_life_rules.isdisjoint(r.id for r in rules)
 
     def _with_others(self, key: bytes, rules: tuple[Rule, ...], candidates: tuple[Rule, ...],
-                     rest: bytes) -> Merged | None:
+                     rest: bytes, merged_by: dict[tuple[bytes, int], Merged]) -> Merged | None:
         """`rules` and the `candidates` `rest` matches, in profile order, with their unit phases' places
         and whether one proves serving; None: none matches; (): one is not quiet."""
         text = rest.decode("ascii")
@@ -111,16 +139,16 @@ class FastPath:
                 found |= 1 << bit
         if not found:
             return None
-        merged = self._merged.get((key, found))
+        merged = merged_by.get((key, found))
         if merged is None:
             others = [rule for bit, rule in enumerate(candidates) if found >> bit & 1]
             merged = ()
             if all(_quiet(r) for r in others):
                 together = self._mapper.in_profile_order((*rules, *others))
                 merged = together, _orders(together), self._proves(together)
-            if len(self._merged) >= MEMO_ENTRIES:
-                self._merged.clear()
-            self._merged[key, found] = merged
+            if len(merged_by) >= MEMO_ENTRIES:
+                merged_by.clear()
+            merged_by[key, found] = merged
         return merged
 
     def apply(self, message: bytes, ts: float, pid: int | None, invocation: str | None,
@@ -140,19 +168,25 @@ class FastPath:
             return 0
         rest = message[prefix.end:]
         masked = rest.translate(_MASK_DIGITS)
-        plan = self._plans.get(masked)
+        plan: Plan | IdPlan | None = self._plans.get(masked)
+        merged_by = self._merged
         if plan is None:
-            plan = self._plan(masked, rest)
+            plan, ids = self._plan_of(masked, rest)
+            if ids is not None:  # a line with ids: planned by its `mask_ids` text, taken alone
+                repeats, masked, merged_by = None, ids, self._id_merged
         if not plan:
             return 0
         rules, block, orders, proves, others, plain = plan
         if others:
             repeats = None  # the rules that tell digits apart would see each line's own
-            merged = self._with_others(masked, rules, others, rest)
+            merged = self._with_others(masked, rules, others, rest, merged_by)
             if merged is not None:
                 if not merged:
                     return 0
                 rules, orders, proves = merged
+        if block is None:  # (a line with ids: asked line by line)
+            text = rest.decode("ascii")
+            block, plain = opens_block(text), not rules and self._mapper.reads_no_phase(text)
         if not rules and not plain:
             return 0
         inv = self._invocation(invocation)
@@ -175,7 +209,7 @@ class FastPath:
                 return 1 + self._repeat(repeats[:alike], ts, stream, inv, ranks, proves)
         return 1
 
-    def _alike(self, messages: list[bytes], end: int, plan: Plan) -> int:
+    def _alike(self, messages: list[bytes], end: int, plan: Plan | IdPlan) -> int:
         """How many of `messages`, from the first, have `plan` for their text after `end`."""
         plans = self._plans
         count = 0

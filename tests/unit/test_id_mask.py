@@ -1,0 +1,121 @@
+"""Lines that differ only in their ids (request ids, hashes, UUIDs): `mask_ids` and `id_blind`
+(stages/s2_interpret/pattern_needles.py) let the mapper's memo and the fast path's plans remember
+them by one text, and a rule that tells hex apart still sees each line's own."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fastpath_compare import assert_same
+from fastpath_journals import journal
+from phasewatch.config.load import Config
+from phasewatch.pipeline import Pipeline
+from phasewatch.profile.load import load_builtin_profile
+from phasewatch.records import JournalRecord
+from phasewatch.stages.s1_read.lines import LineSplitter
+from phasewatch.stages.s2_interpret.events import EventMapper
+from phasewatch.stages.s2_interpret.pattern_needles import id_blind, id_needles, mask_ids
+
+DIGITS = bytes.maketrans(b"123456789", b"000000000")
+# Rules of a config's `patterns:` that tell hex apart, beside the built-in ones that cannot.
+HEX_TELLING = [
+    ("all_digit_id", r"request_id=\d+\b"),
+    ("letter_id", r"request_id=[a-z]"),
+    ("beef", r"[0-9a-f]{4}beef"),
+    ("dead_any_case", r"(?i)=DEAD"),
+    ("uuid_tail", r"-[0-9]{12}\b"),
+    ("port_then_id", r":\d+ - \S+ trace=[0-9a-f]+0\b"),
+]
+PROFILE = load_builtin_profile("sglang").with_overrides(
+    [{"id": rule_id, "event": "activity", "match": pattern} for rule_id, pattern in HEX_TELLING])
+
+
+@pytest.mark.parametrize(("pattern", "blind"), [
+    (r"^Decode batch[.,\s\[]", True),
+    (r'"POST /\S+ HTTP', True),
+    (r"(?:^|\s)INFO:\s+(?:Started server process|Waiting for application startup)", True),
+    (r"id=\w+ ok", True),
+    (r"[^\"]+x", True),
+    *((pattern, False) for _, pattern in HEX_TELLING),
+    (r"deadbeef", False),
+    (r"(?i)A\b", False),
+    (r"\bcafe\b", False),  # not fenced: an id may run into it
+    (r"x-abcd-x", False),  # four hex in a row: an id's piece
+    (r"bs=[1-4]", False),  # not digit-blind either
+])
+def test_which_patterns_cannot_tell_hex_apart(pattern: str, blind: bool) -> None:
+    assert id_blind(re.compile(pattern)) is blind
+
+
+def test_mask_ids_masks_the_hex_of_ids_only() -> None:
+    masked = b"rid=0a00f0000c00ef00 u=000e0000-e00b-00d0-a000-000000000000 cafe facade dead-beef 0000000000"
+    assert mask_ids(masked) == (b"rid=0000000000000000 u=00000000-0000-0000-0000-000000000000 cafe facade "
+                                b"dead-beef 0000000000")
+    plain = b"Decode batch, #running-req: 00, #token: 00000"
+    assert mask_ids(plain) is plain
+
+
+def test_a_needle_an_id_may_run_into_is_trimmed_or_unknown() -> None:
+    assert id_needles(("INFO:", '"POST /', " scheduler ")) == (b"INFO:", b'"POST /', b" scheduler ")
+    assert id_needles(("abc_x1e", "-end")) == (b"_x", b"n")
+    assert id_needles(("deadbeef",)) is None
+    assert id_needles(("x0123abcdx",)) is None
+
+
+def hex_id(draw: st.DrawFn, width: int) -> str:
+    return "".join(draw(st.lists(st.sampled_from("0123456789abcdef" + "0123456789" * 2), min_size=width,
+                                 max_size=width)))
+
+
+@st.composite
+def id_line(draw: st.DrawFn) -> str:
+    rid = hex_id(draw, draw(st.sampled_from([8, 12, 32])))
+    uuid = "-".join(hex_id(draw, w) for w in (8, 4, 4, 4, 12))
+    port = draw(st.integers(1, 65_000))
+    return draw(st.sampled_from([
+        f'INFO:     10.0.3.17:{port} - "POST /v1/chat/completions HTTP/1.1" 200 OK request_id={rid}',
+        f"INFO:     10.0.3.17:{port} - {uuid} trace={rid}",
+        f"request_id={rid} =DEAD{rid[:4]} u={uuid}",
+        f"Decode batch, #running-req: {port % 40}, rid={rid}",
+        f"Scheduler hit an exception: {rid}",
+        f"{rid}beef {uuid}",
+    ]))
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.lists(id_line(), min_size=2, max_size=20))
+def test_lines_alike_but_for_their_ids_match_as_a_fresh_search_finds(texts: list[str]) -> None:
+    """A mapper that has seen lines with the same masked ids answers each line as a search of every rule
+    does: fails when a rule that tells hex apart is remembered by the masked text."""
+    warm = EventMapper(PROFILE)
+    for text in texts + texts[::-1]:
+        [line] = LineSplitter().feed(JournalRecord(text, 0.0, pid=1, invocation_id="inv"))
+        searched = tuple(r for r in warm._line_rules if r.pattern.search(line.message))
+        assert warm._matching(line.message) == searched, text
+        for rule in warm.ids.blind_rules:  # and each rule it remembers by the masked text answers alike
+            twin = mask_ids(text.encode().translate(DIGITS)).decode()
+            assert bool(rule.pattern.search(text)) is bool(rule.pattern.search(twin)), (rule.id, text)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(id_line(), min_size=1, max_size=30))
+def test_the_fast_path_agrees_on_lines_with_ids(texts: list[str]) -> None:
+    assert_same(journal([(None, text, "line") for text in texts] + [("TP0", text, "line") for text in texts],
+                        [0.001]))
+
+
+def test_access_lines_with_their_own_request_ids_are_planned_once() -> None:
+    """The access-heavy bench mix: every line's digit-masked text is new, its masked ids the same."""
+    texts = [f'INFO:     10.0.{n % 250}.{n % 7}:{40000 + n} - "POST /v1/chat/completions HTTP/1.1" 200 OK '
+             f"request_id={(n * 0x9E3779B97F4A7C15) & ((1 << 128) - 1):032x}" for n in range(200)]
+    records = journal([(None, text, "line") for text in texts], [0.001])
+    pipeline = Pipeline(Config(unit="sglang.service"), default_year=2026)
+    for record in records:
+        pipeline.feed(record, None)
+    assert pipeline.fast is not None and pipeline.fast.taken == len(texts)
+    assert len(pipeline.fast._id_plans or {}) == 3  # one a width of the address's third number
+    assert assert_same(records) == len(texts)
