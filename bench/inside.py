@@ -86,7 +86,7 @@ def settle(unit: str, quiet: float = 1.0, timeout: float = 600) -> int:
     return last
 
 
-def commands(unit: str) -> dict[str, list[str]]:
+def commands(unit: str, before: str | None = None) -> dict[str, list[str]]:
     journalmatch = f"_SYSTEMD_UNIT={unit} + UNIT={unit} _PID=1 + OBJECT_SYSTEMD_UNIT={unit}"
     return {
         "a_raw_reader": [os.path.join(VENV_BIN, "python"), __file__, "raw", "--unit", unit],
@@ -98,6 +98,9 @@ def commands(unit: str) -> dict[str, list[str]]:
         "e_daemon_rebuild": [os.path.join(VENV_BIN, "python"), os.path.join(HERE, "rebuild.py"), "--unit", unit],
         "f_daemon_rebuild_python": ["env", "PHASEWATCH_PURE_PYTHON=1", os.path.join(VENV_BIN, "python"),
                                     os.path.join(HERE, "rebuild.py"), "--unit", unit],
+        # the same replay by another tree (run.py --before: the code before a change), in the same run
+        **({"g_replay_before": [os.path.join(before, ".venv", "bin", "phasewatch"), "replay", "--unit", unit,
+                                "--json"]} if before else {}),
     }
 
 
@@ -134,9 +137,9 @@ def summary_of(name: str, output: str) -> dict[str, object]:
             "outcomes": [i["outcome"] for i in document["invocations"]]}
 
 
-def catchup(unit: str, reps: int, methods: list[str]) -> dict[str, object]:
+def catchup(unit: str, reps: int, methods: list[str], before: str | None = None) -> dict[str, object]:
     entries = settle(unit)
-    cmds = {k: v for k, v in commands(unit).items() if k in methods}
+    cmds = {k: v for k, v in commands(unit, before).items() if k in methods}
     times: dict[str, list[float]] = {k: [] for k in cmds}
     rss: dict[str, list[int]] = {k: [] for k in cmds}
     cpu: dict[str, list[float]] = {k: [] for k in cmds}
@@ -266,6 +269,7 @@ def main() -> int:
     parser.add_argument("--until", type=float, default=float("inf"))
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--methods", default="a_raw_reader,b_journalctl_grep,c_fail2ban_regex,d_phasewatch_replay")
+    parser.add_argument("--before", help="a tree (with its .venv) whose replay is method g_replay_before")
     args = parser.parse_args()
     if args.command == "watch-status":
         watch_status(args.status, args.out)
@@ -283,7 +287,7 @@ def main() -> int:
     elif args.command == "settle":
         print(settle(args.unit))
     else:
-        print(json.dumps(catchup(args.unit, args.reps, args.methods.split(","))))
+        print(json.dumps(catchup(args.unit, args.reps, args.methods.split(","), args.before)))
     return 0
 
 

@@ -104,7 +104,8 @@ def catchup_rows(c: dict[str, Any]) -> list[str]:
     names = {"a_raw_reader": "(a) `_Reader` `_next()` + `_get(\"MESSAGE\")` (the reading limit)",
              "b_journalctl_grep": "(b) `journalctl -u UNIT -o cat \\| grep -E '<phase markers>'`",
              "c_fail2ban_regex": "(c) `fail2ban-regex systemd-journal <filter>` (fail2ban 1.0.2)",
-             "d_phasewatch_replay": "(d) `phasewatch replay --unit UNIT --json`"}
+             "d_phasewatch_replay": "(d) `phasewatch replay --unit UNIT --json`",
+             "g_replay_before": "(g) the same replay by the tree before (`--before`)"}
     cpu = c.get("cpu_seconds", {})
     rows = ["| reader | median s | CPU s (every thread and process) | entries/s | (d) as a multiple of it | target | |",
             "|---|---:|---:|---:|---:|---:|---|"]

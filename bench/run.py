@@ -90,6 +90,9 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (k - low)
 
 
+DEFAULT_METHODS = "a_raw_reader,b_journalctl_grep,c_fail2ban_regex,d_phasewatch_replay"
+
+
 class Bench:
     def __init__(self, box: Sandbox, settings: dict[str, Any]) -> None:
         self.box = box
@@ -205,7 +208,10 @@ class Bench:
     # -- 1 and 6: catch-up -----------------------------------------------------------------------
     def catchup(self, unit: str) -> dict[str, Any]:
         log(f"catch-up (a)-(d) over {unit}, {self.s['reps']} runs each")
-        result: dict[str, Any] = json.loads(self.inside("catchup", "--unit", unit, "--reps", str(self.s["reps"])))
+        before = self.s.get("before")
+        extra = ("--before", before, "--methods", f"{DEFAULT_METHODS},g_replay_before") if before else ()
+        result: dict[str, Any] = json.loads(self.inside("catchup", "--unit", unit, "--reps", str(self.s["reps"]),
+                                                        *extra))
         return result
 
     def rebuild(self, unit: str) -> dict[str, Any]:
@@ -560,10 +566,14 @@ def main() -> int:
                         "catchup_decode: that mix's catch-up and rebuild rows alone, with profile its py-spy "
                         "summary too)")
     parser.add_argument("--reps", type=int, help="runs of each catch-up reader (default: 5, quick 1)")
+    parser.add_argument("--before", help="a tree with its .venv (an older commit's worktree): its replay is "
+                        "timed beside this tree's in every catch-up row, (g)")
     args = parser.parse_args()
     settings = dict(PROFILES["quick" if args.quick else "full"])
     if args.reps:
         settings["reps"] = args.reps
+    if args.before:
+        settings["before"] = str(Path(args.before).resolve())
     parts = set((args.only or "catchup,rebuild,scale,profile,follow,action,idle,burst,pages").split(","))
     box = BenchSandbox()
     box.boot()
