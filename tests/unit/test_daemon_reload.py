@@ -21,8 +21,8 @@ from phasewatch.compose import Extras, World, compose
 from phasewatch.config.load import Config, load_config
 from phasewatch.records import Event, EventKind, JournalRecord, Phase
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
-from phasewatch.sinks.actors import HookRunner
 from phasewatch.sinks.history import History
+from phasewatch.sinks.hooks import HookRunner
 from phasewatch.sinks.metrics.exporter import Exporter
 from phasewatch.sinks.state.store import StateStore
 from phasewatch.sources.host.gpu import NvmlSource
