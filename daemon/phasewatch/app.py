@@ -246,7 +246,8 @@ class Daemon:
             self.metrics.tell(told)
 
     def reload(self) -> bool:
-        """Read the config again (SIGHUP, `systemctl reload`). A config that does not load, or names
+        """Read the config again (SIGHUP, `systemctl reload`) and use the parts built again from it, the
+        old ones' state carried over (compose.build_parts). A config that does not load, or names
         another unit, is refused: the old one stays in force and the error (key, file, line) is logged.
         No RELOADING=1/READY=1: under systemd 252 that notification during ExecReload= fails the reload
         job (seen in tests/e2e); the reload is done before the next step, so there is nothing to wait for."""

@@ -1,5 +1,7 @@
-"""The daemon's parts, made and wired once (`compose`): the pipeline, the sources that feed it, the
-sinks that read its one judgement per step. The loop that runs them is app.py; this module holds no
+"""The daemon's parts, made and wired (`compose`): the pipeline, the sources that feed it, the sinks
+that read its one judgement per step; made again on a reload (`build_parts` with the parts in use
+carried: those that hold threads, fds or sockets are kept and told the new config, the others are
+made from it and carry their state over). The loop that runs them is app.py; this module holds no
 loop and the loop makes no part.
 
     journal, health probe, rank processes, signs of life, Alertmanager's webhook   (sources/)
