@@ -28,13 +28,16 @@ from .records import GroupRestartRequest, ProbeAnswered
 from .sinks.acting.actor import ActorSink
 from .sinks.acting.group import GroupRestartsSink
 from .sinks.acting.runner import ActionUnit
-from .sinks.actors import Actors, carry_over, resume_guarded
+from .sinks.actors import Actors, resume_guarded
 from .sinks.metrics.sink import MetricsSink
 from .sinks.state.history_sink import HistorySink
+from .sinks.state.host import DegradedHost
 from .sinks.state.store import StateStore
 from .sinks.state.systemd_status import Notify, SystemdStatusSink
 from .sources.base import GpuFaults, Instant, JournalBatch, Seen, Source
+from .sources.host.gpu_health import GpuHealthSource
 from .sources.host.health import HealthProbes
+from .sources.host.ras import RasAdvisor
 from .sources.host.signs_of_life import SignsOfLife
 from .sources.host.unit_processes import RankProcesses, UnitFactsReader
 from .sources.journal import rebuild
@@ -63,16 +66,19 @@ class Parts:
     judge: Judge
     judging_clock: Clock  # the judge's time: the journal's while the reading is behind (rebuild.JudgedClock)
     read_config: Callable[[], Config] | None  # SIGHUP: the config file read again (raises ConfigError)
+    rebuild: Callable[[Config, Parts], Parts]  # a reload: the parts for the new config, carrying these ones' state
     facts: UnitFactsReader
     journal: JournalFeed
     health: HealthProbes
     ranks: RankProcesses
     signs: SignsOfLife
+    ras: RasAdvisor
+    faults: GpuHealthSource
     sources: Sequence[Source]
     unit: ActionUnit  # the one restarted
-    make_actors: Callable[[Config], Actors]  # on a reload: the actors for the new config
     actors: Actors
     actor: ActorSink  # alerts, restarts, their memory
+    host: DegradedHost  # the history or state kept in memory only
     history: HistorySink | None  # start-ups recorded (None: no history)
     group: GroupRestartsSink  # the group's decisions from Alertmanager
     systemd: SystemdStatusSink  # STATUS=, WATCHDOG=1, the status file
@@ -81,17 +87,22 @@ class Parts:
 
 class Daemon:
     def __init__(self, parts: Parts) -> None:
+        self.read_config = parts.read_config
+        self.stopping = False
+        self.reload_requested = False
+        self.wakeup_fd: int | None = None  # signal.set_wakeup_fd's pipe: a signal ends the wait
+        self._use(parts)
+
+    def _use(self, parts: Parts) -> None:
+        """These parts from now on (at the start, and a reload's)."""
         self.parts = parts
         self.config, self.clock, self.pipeline, self.judge = parts.config, parts.clock, parts.pipeline, parts.judge
         self.journal, self.sources, self.ranks, self.signs = parts.journal, parts.sources, parts.ranks, parts.signs
         self.actor, self.group, self.systemd, self.metrics = parts.actor, parts.group, parts.systemd, parts.metrics
         self.history = parts.history
         self.store, self.facts, self.actors = parts.store, parts.facts, parts.actors
-        self.read_config, self.follower, self.notifier = parts.read_config, parts.follower, parts.notifier
+        self.follower, self.notifier = parts.follower, parts.notifier
         self.unguarded = self.actors.unguarded
-        self.stopping = False
-        self.reload_requested = False
-        self.wakeup_fd: int | None = None  # signal.set_wakeup_fd's pipe: a signal ends the wait
         self.journal.after_batch = self._on_invocation_change
         if self.history is not None:
             self.history.leftovers_seen = self._leftovers_seen
@@ -235,7 +246,8 @@ class Daemon:
             self.metrics.tell(told)
 
     def reload(self) -> bool:
-        """Read the config again (SIGHUP, `systemctl reload`). A config that does not load, or names
+        """Read the config again (SIGHUP, `systemctl reload`) and use the parts built again from it, the
+        old ones' state carried over (compose.build_parts). A config that does not load, or names
         another unit, is refused: the old one stays in force and the error (key, file, line) is logged.
         No RELOADING=1/READY=1: under systemd 252 that notification during ExecReload= fails the reload
         job (seen in tests/e2e); the reload is done before the next step, so there is nothing to wait for."""
@@ -246,18 +258,7 @@ class Daemon:
         self.systemd.refused_reload = refusals[0] if refusals else None  # STATUS= says so until a good reload
         if config is None:
             return False
-        self.group.reconfigured(config)
-        self.config = config
-        self.pipeline.reconfigure(config)
-        self.judge.reconfigure(config)  # (learned limits are derived from the config's)
-        self.parts.health.config = self.signs.config = self.actor.config = self.systemd.config = config
-        self.actors = carry_over(self.actors, self.parts.make_actors(config))
-        self.unguarded = self.actors.unguarded
-        runner = self.actor.runner
-        runner.run_hook, runner.evidence, runner.guarded = self.actors.hooks, self.actors.evidence, self.actors.guarded
-        self.ranks.host_wide = config.rank_processes == "host"
-        if self.metrics is not None:
-            self.metrics.reconfigure(config)
+        self._use(self.parts.rebuild(config, self.parts))  # (compose.py: the old parts' state carried over)
         logger.info("[%s] config reloaded from %s", self.config.unit, config.source)
         step = self.judged()
         self._act(step)

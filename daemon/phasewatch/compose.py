@@ -1,5 +1,7 @@
-"""The daemon's parts, made and wired once (`compose`): the pipeline, the sources that feed it, the
-sinks that read its one judgement per step. The loop that runs them is app.py; this module holds no
+"""The daemon's parts, made and wired (`compose`): the pipeline, the sources that feed it, the sinks
+that read its one judgement per step; made again on a reload (`build_parts` with the parts in use
+carried: those that hold threads, fds or sockets are kept and told the new config, the others are
+made from it and carry their state over). The loop that runs them is app.py; this module holds no
 loop and the loop makes no part.
 
     journal, health probe, rank processes, signs of life, Alertmanager's webhook   (sources/)
@@ -10,7 +12,8 @@ loop and the loop makes no part.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
 from typing import Callable, Sequence
 
 from .app import Daemon, Parts
@@ -21,7 +24,7 @@ from .pipeline import Pipeline
 from .sinks.acting.actor import ActorParts, ActorSink, Alerter
 from .sinks.acting.group import GroupRestartsSink
 from .sinks.acting.runner import ActionRunner, ActionUnit, Worker
-from .sinks.actors import ActorInputs, Actors, build_actors
+from .sinks.actors import ActorInputs, Actors, build_actors, carry_over
 from .sinks.history import History, fingerprint
 from .sinks.hold import HoldFile
 from .sinks.metrics.exporter import Exporter
@@ -81,48 +84,99 @@ class Extras:
 
 def compose(config: Config, world: World, extras: Extras = Extras()) -> Daemon:
     """A daemon watching `config.unit`."""
-    follower, unit, alerter, store, clock = world.follower, world.unit, world.alerter, world.store, world.clock
-    exporter, history, receiver = extras.exporter, extras.history, extras.receiver
+    processes = world.processes or ProcessTable()
+    world = replace(world, processes=processes)  # (made once: a reload's parts use the same)
+    extras = replace(extras, health_probe=extras.health_probe or BackgroundProbe(),
+                     sampler=extras.sampler or ProcSampler(processes))
+    return Daemon(build_parts(config, world, extras))
+
+
+@dataclass(frozen=True)
+class Kept:
+    """The parts a reload keeps, told the new config: they hold the start-ups tracked, the journal's
+    reading and fd, the rank processes' pidfds, RAS's query thread, the exporter's HTTP server."""
+
+    pipeline: Pipeline
+    facts: UnitFactsReader
+    journal: JournalFeed
+    ranks: RankProcesses
+    judge: Judge
+    ras: RasAdvisor
+    host: DegradedHost
+    metrics: MetricsSink | None
+
+
+def build_parts(config: Config, world: World, extras: Extras, carried: Parts | None = None) -> Parts:
+    """The parts for `config`; on a reload (`carried`: the parts in use) the kept ones (`Kept`) are
+    told the new config and the others are made again from it, carrying the old ones' state over."""
+    unit, alerter, store, clock = world.unit, world.alerter, world.store, world.clock
+    kept = _kept(config, world, extras) if carried is None else _told(config, carried)
+    pipeline, facts, journal, ranks, judge = kept.pipeline, kept.facts, kept.journal, kept.ranks, kept.judge
+    processes, current, old = world.processes or ProcessTable(), pipeline.current, carried
+    health = HealthProbes(config, extras.health_probe or BackgroundProbe(), current, clock).carrying(
+        old.health if old else None)
+    signs = SignsOfLife(config, extras.sampler or ProcSampler(processes), facts, current, extras.gpu).carrying(
+        old.signs if old else None)
+    faults = GpuHealthSource(current, gpu_ranks(signs), signs.gpu, extras.kernel if old is None else None).carrying(
+        old.faults if old else None)
+    acting_unit = world.action_unit or unit
+    make_actors = ActorsFactory(acting_unit, alerter, processes, store, ranks, judge.ras_advice.get, faults)
+    actors = make_actors(config) if old is None else carry_over(old.actors, make_actors(config))
+    judging_clock = JudgedClock(clock, journal)
+    hold = HoldFile(store.path.parent, config.unit).read
+    runner = ActionRunner(config.unit, acting_unit, alerter.alert, wall=judging_clock.wall, evidence=actors.evidence,
+                          run_hook=actors.hooks, guarded=actors.guarded)
+    worker = Worker() if extras.actions_off_the_loop and old is None else None
+    actor = ActorSink(config, ActorParts(facts.read, alerter, store, judging_clock, _cursor_of(world.follower), hold,
+                                         kept.host), runner, worker).carrying(old.actor if old else None)
+    group = GroupRestartsSink(config, actor, extras.receiver, hold, facts.read).carrying(old.group if old else None)
+    history = HistorySink(config.unit, extras.history, kept.host, judge.forget, group.ended_by.get).carrying(
+        old.history if old else None) if extras.history is not None else None
+    systemd = SystemdStatusSink(config, world.notifier, store, extras.watchdog_interval, clock).carrying(
+        old.systemd if old else None)
+    sources: Sequence[Source] = (journal, health, ranks, signs, kept.ras, faults,
+                                 *((extras.receiver,) if extras.receiver is not None else ()))
+    return Parts(config=config, clock=clock, follower=world.follower, notifier=world.notifier, store=store,
+                 pipeline=pipeline, judge=judge, judging_clock=judging_clock, read_config=extras.reload,
+                 rebuild=partial(_rebuilt, world, extras), facts=facts, journal=journal, health=health, ranks=ranks,
+                 signs=signs, ras=kept.ras, faults=faults, sources=sources, unit=acting_unit, actors=actors,
+                 actor=actor, host=kept.host, group=group, history=history, systemd=systemd, metrics=kept.metrics)
+
+
+def _kept(config: Config, world: World, extras: Extras) -> Kept:
+    """The parts a reload keeps, made at the start."""
+    unit, store, history, exporter, receiver = world.unit, world.store, extras.history, extras.exporter, extras.receiver
+    processes = world.processes or ProcessTable()
     pipeline = Pipeline(config)
     current = pipeline.current
     facts = UnitFactsReader(unit, config.unit)
-    processes = world.processes or ProcessTable()
-    journal = JournalFeed(follower, pipeline, config.unit, clock, after_batch=lambda: None)  # (the loop's, below)
-    health = HealthProbes(config, extras.health_probe or BackgroundProbe(), current, clock)
+    journal = JournalFeed(world.follower, pipeline, config.unit, world.clock, after_batch=lambda: None)  # (the loop's)
     ranks = RankProcesses(facts, processes, current, config.rank_processes == "host")
-    signs = SignsOfLife(config, extras.sampler or ProcSampler(processes), facts, current, extras.gpu)
     judge = Judge(config, pipeline, HistoryReaders(history, fingerprint),
                   UnitReaders(unit.timers, _control_group(facts), port_holders, ras_port_holder))
     ras = RasAdvisor(lambda: judge.limits, facts, processes, ranks, current,
                      unit_environment=lambda: judge.unit_settings.environment)
-    faults = GpuHealthSource(current, gpu_ranks(signs), signs.gpu, extras.kernel)
-    sources: Sequence[Source] = (journal, health, ranks, signs, ras, faults,
-                                 *((receiver,) if receiver is not None else ()))
-    acting_unit = world.action_unit or unit
-    make_actors = ActorsFactory(acting_unit, alerter, processes, store, ranks, judge.ras_advice.get, faults)
-    actors = make_actors(config)
-    judging_clock = JudgedClock(clock, journal)
-    hold = HoldFile(store.path.parent, config.unit).read
-    host = DegradedHost(config.unit, alerter.alert, history, store)
-    runner = ActionRunner(config.unit, acting_unit, alerter.alert, wall=judging_clock.wall, evidence=actors.evidence,
-                          run_hook=actors.hooks, guarded=actors.guarded)
-    actor = ActorSink(config, ActorParts(facts.read, alerter, store, judging_clock, _cursor_of(follower), hold, host),
-                      runner)
-    if extras.actions_off_the_loop:
-        actor.worker = Worker(runner)
-    group = GroupRestartsSink(config, actor, receiver, hold, facts.read)
     if exporter is not None and receiver is not None:
         exporter.group_counts = receiver.counts
-    parts = Parts(config=config, clock=clock, follower=follower, notifier=world.notifier, store=store,
-                  pipeline=pipeline,
-                  judge=judge, judging_clock=judging_clock, read_config=extras.reload, facts=facts, journal=journal,
-                  health=health, ranks=ranks, signs=signs, sources=sources, unit=acting_unit, make_actors=make_actors,
-                  actors=actors, actor=actor, group=group,
-                  history=HistorySink(config.unit, history, host, judge.forget, group.ended_by.get)
-                  if history is not None else None,
-                  systemd=SystemdStatusSink(config, world.notifier, store, extras.watchdog_interval, clock),
-                  metrics=MetricsSink(exporter, clock) if exporter is not None else None)
-    return Daemon(parts)
+    host = DegradedHost(config.unit, world.alerter.alert, history, store)
+    return Kept(pipeline, facts, journal, ranks, judge, ras, host,
+                MetricsSink(exporter, world.clock) if exporter is not None else None)
+
+
+def _told(config: Config, carried: Parts) -> Kept:
+    """The parts a reload keeps, told the new config."""
+    kept = Kept(carried.pipeline, carried.facts, carried.journal, carried.ranks, carried.judge, carried.ras,
+                carried.host, carried.metrics)
+    kept.pipeline.reconfigure(config)
+    kept.judge.reconfigure(config)  # (learned limits are derived from the config's)
+    kept.ranks.reconfigure(config)
+    if kept.metrics is not None:
+        kept.metrics.exporter.reconfigure(config)
+    return kept
+
+
+def _rebuilt(world: World, extras: Extras, config: Config, carried: Parts) -> Parts:
+    return build_parts(config, world, extras, carried)
 
 
 @dataclass(frozen=True)

@@ -70,7 +70,7 @@ class KilledMidAction:
     def fds(self) -> list[int]:
         return []
 
-    def submit(self, job: Job) -> None:
+    def submit(self, job: Job, runner: ActionRunner) -> None:
         self.jobs.append(job)
 
     def take_done(self) -> list[Done]:

@@ -64,11 +64,12 @@ class ActorParts:
 
 
 class ActorSink:
-    def __init__(self, config: Config, parts: ActorParts, runner: ActionRunner) -> None:
+    def __init__(self, config: Config, parts: ActorParts, runner: ActionRunner,
+                 worker: Inline | Worker | None = None) -> None:
         self.config = config
         self.parts = parts
         self.runner = runner  # evidence, hooks, the guarded restart (a reload gives it new ones)
-        self.worker: Inline | Worker = Inline(runner)  # the daemon's: a Worker (off the loop)
+        self.worker: Inline | Worker = worker or Inline()  # the daemon's: a Worker (off the loop)
         self.pending: tuple[Action, ...] = ()  # alerts and the restart decided and not yet done
         self.restart_tries: dict[str | None, tuple[Action, int, float]] = {}  # refused: (restart, tries, next)
         self.evidence_paths: dict[str, str] = {}  # invocation -> its last evidence file
@@ -80,6 +81,17 @@ class ActorSink:
         self._seen: tuple[Verdict, ...] = ()  # since the last report
         self._restarts: tuple[str, ...] = ()
         self._not_made: tuple[str, ...] = ()
+
+    def carrying(self, old: ActorSink | None) -> ActorSink:
+        """This actor (a reloaded config's) with what `old` remembered and was doing: its memory and
+        restart budget, the actions pending and the refused restarts to try again, its worker (the
+        thread and the jobs in it)."""
+        if old is not None:
+            self.worker, self.pending, self.restart_tries = old.worker, old.pending, old.restart_tries
+            self.evidence_paths, self.last_restart, self.memory = old.evidence_paths, old.last_restart, old.memory
+            self.retry_at, self.watched_invocation, self.refused = old.retry_at, old.watched_invocation, old.refused
+            self._seen, self._restarts, self._not_made = old._seen, old._restarts, old._not_made
+        return self
 
     @property
     def guarded(self) -> GuardedRestart | None:
@@ -162,7 +174,7 @@ class ActorSink:
                                  "message": restart.message, "evidence": None, "quote": restart.quote}
         self.pending += tuple(a for a in response.actions if a.kind == ActionKind.ALERT or a is restart)
         self.save()
-        self.worker.submit(Job(response.actions, inv, facts))
+        self.worker.submit(Job(response.actions, inv, facts), self.runner)
         self.finish()
 
     def why(self, current: str | None, now: float) -> dict[str, object]:
@@ -246,7 +258,7 @@ class ActorSink:
         for restart, tries, at in list(self.restart_tries.values()):
             if now >= at and not self.worker.busy:
                 self.restart_tries[restart.invocation_id] = (restart, tries, math.inf)  # (until it is done)
-                self.worker.submit(Job((restart,), None, self.parts.read_facts() or UNKNOWN))
+                self.worker.submit(Job((restart,), None, self.parts.read_facts() or UNKNOWN), self.runner)
         self.finish()
 
     def next_retry(self) -> float | None:
@@ -272,7 +284,7 @@ class ActorSink:
         self.pending = tuple(keep)
         self.save()
         if keep:
-            self.worker.submit(Job(self.pending, None, facts or UNKNOWN))
+            self.worker.submit(Job(self.pending, None, facts or UNKNOWN), self.runner)
             self.finish()
 
 

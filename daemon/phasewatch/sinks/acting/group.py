@@ -40,10 +40,13 @@ class GroupRestartsSink:
         for request in step.requests:
             self._handle(request, step)
 
-    def reconfigured(self, config: Config) -> None:
-        if config.group != self.config.group:
-            logger.warning("[%s] group changed: its receiver takes it when phasewatch restarts", config.unit)
-        self.config = config
+    def carrying(self, old: GroupRestartsSink | None) -> GroupRestartsSink:
+        """This sink (a reloaded config's) with the decisions `old` made (the receiver: the same one)."""
+        if old is not None:
+            if self.config.group != old.config.group:
+                logger.warning("[%s] group changed: its receiver takes it when phasewatch restarts", self.config.unit)
+            self.decided, self.ended_by = old.decided, old.ended_by
+        return self
 
     def _handle(self, request: GroupRestartRequest, step: Step) -> None:
         config, now, actor = self.config, step.at, self.actor

@@ -87,7 +87,6 @@ class ActionRunner:
     def __init__(self, name: str, unit: Unit, alert: Callable[[Action], None], *, wall: Callable[[], float],
                  evidence: Evidence | None = None, run_hook: Callable[[Action], object] | None = None,
                  guarded: Restarter | None = None) -> None:
-        self.progress: Callable[[Done], None] = lambda done: None  # told after each alert (Worker)
         self.name = name
         self.unit = unit
         self.alert = alert
@@ -96,7 +95,8 @@ class ActionRunner:
         self.run_hook = run_hook
         self.guarded = guarded  # restart as stop, leftovers check, start (None: RestartUnit)
 
-    def run(self, job: Job) -> Done:
+    def run(self, job: Job, progress: Callable[[Done], None] = lambda done: None) -> Done:
+        """`progress`: told after each alert (the Worker's)."""
         wanted = [a for a in job.actions if a.kind == "evidence"]
         path = self._take_evidence(job, wanted) if wanted and job.inv is not None else None
         done = Done(job, evidence=path)
@@ -120,7 +120,7 @@ class ActionRunner:
                     logger.info("[%s rank=%s phase=%s] alert %s: %s", self.name, action.rank, action.phase,
                                 action.verdict_kind, action.message)
                 self._guard("alert", partial(self.alert, action))
-                self.progress(Done(replace(job, actions=(original,)), partial=True))
+                progress(Done(replace(job, actions=(original,)), partial=True))
             elif action.kind == "restart" and action.dry_run:
                 logger.info("[%s] dry run: would restart (%s)", self.name, action.verdict_kind)
             elif action.kind == "restart":
@@ -183,8 +183,7 @@ class ActionRunner:
 class Inline:
     """Runs each job at once, in the caller's thread."""
 
-    def __init__(self, runner: ActionRunner) -> None:
-        self.runner = runner
+    def __init__(self) -> None:
         self.done: list[Done] = []
 
     @property
@@ -194,8 +193,8 @@ class Inline:
     def fds(self) -> list[int]:
         return []
 
-    def submit(self, job: Job) -> None:
-        self.done.append(self.runner.run(job))
+    def submit(self, job: Job, runner: ActionRunner) -> None:
+        self.done.append(runner.run(job))
 
     def take_done(self) -> list[Done]:
         done, self.done = self.done, []
@@ -203,15 +202,14 @@ class Inline:
 
 
 class Worker:
-    """One thread that runs jobs in turn; `fds()` is readable when one is done (the loop's poll)."""
+    """One thread that runs jobs in turn, each by the runner it was handed with (a reload's new one for
+    the jobs after it); `fds()` is readable when one is done (the loop's poll)."""
 
-    def __init__(self, runner: ActionRunner) -> None:
-        self.runner = runner
-        self.jobs: queue.SimpleQueue[Job] = queue.SimpleQueue()
+    def __init__(self) -> None:
+        self.jobs: queue.SimpleQueue[tuple[Job, ActionRunner]] = queue.SimpleQueue()
         self.done: queue.SimpleQueue[Done] = queue.SimpleQueue()
         self._read, self._write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._pending = 0  # jobs submitted and not taken back (the loop's thread only)
-        runner.progress = self._post
         self._thread = threading.Thread(target=self._work, name="phasewatch-actions", daemon=True)
         self._thread.start()
 
@@ -222,9 +220,9 @@ class Worker:
     def fds(self) -> list[int]:
         return [self._read]
 
-    def submit(self, job: Job) -> None:
+    def submit(self, job: Job, runner: ActionRunner) -> None:
         self._pending += 1
-        self.jobs.put(job)
+        self.jobs.put((job, runner))
 
     def take_done(self) -> list[Done]:
         try:
@@ -243,9 +241,9 @@ class Worker:
 
     def _work(self) -> None:
         while True:
-            job = self.jobs.get()
+            job, runner = self.jobs.get()
             try:
-                done = self.runner.run(job)
+                done = runner.run(job, self._post)
             except Exception as exc:  # never lose the worker: the job is reported as not restarted
                 logger.exception("actions failed: %s", exc)
                 restart = next((a for a in job.actions if a.kind == "restart"), None)

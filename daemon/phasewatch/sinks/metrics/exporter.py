@@ -96,6 +96,10 @@ class Exporter:
         self.registry.register(_Collector(self))
 
     # -- fed by the daemon (main thread) -------------------------------------------------------
+    def reconfigure(self, config: Config) -> None:
+        """A reloaded config (the exporter is carried over a reload: its HTTP server and registry stay)."""
+        self.config = config
+
     def saw_verdicts(self, verdicts: Iterable[Verdict]) -> None:
         """Counts each verdict once, when its key is first seen."""
         for verdict in verdicts:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 
 from ...clock import Clock
-from ...config.load import Config
 from ...judge import Step
 from ...sources.base import Instant
 from .exporter import Exporter
@@ -28,9 +27,6 @@ class MetricsSink:
 
     def next_deadline(self, now: Instant) -> float | None:
         return self.last_publish + PUBLISH_SPACING if self.publish_due else None
-
-    def reconfigure(self, config: Config) -> None:
-        self.exporter.config = config
 
     def tell(self, step: Step) -> None:
         exporter, acted = self.exporter, step.acted

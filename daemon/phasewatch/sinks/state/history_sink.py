@@ -34,6 +34,12 @@ class HistorySink:
         self.leftovers_seen: Callable[[], float | None] = lambda: None  # when survivors of a stop were last found
         self.recorded: set[str] = set()
 
+    def carrying(self, old: HistorySink | None) -> HistorySink:
+        """This sink (made again on a reload, for the judge and group it tells) with the start-ups `old` recorded."""
+        if old is not None:
+            self.recorded = old.recorded
+        return self
+
     def tell(self, step: Step) -> None:
         for judgement in step.judgements.values():
             self._record(judgement, judgement.invocation is step.snapshot.current, step.at)

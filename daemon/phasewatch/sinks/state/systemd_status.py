@@ -38,6 +38,13 @@ class SystemdStatusSink:
         self.status_unwritable = False
         self.refused_reload: str | None = None  # the error of the last reload refused, until one succeeds
 
+    def carrying(self, old: SystemdStatusSink | None) -> SystemdStatusSink:
+        """This sink (a reloaded config's) with what `old` last told systemd and wrote."""
+        if old is not None:
+            self.last_watchdog, self.last_status, self.last_sent = old.last_watchdog, old.last_status, old.last_sent
+            self.status_unwritable, self.refused_reload = old.status_unwritable, old.refused_reload
+        return self
+
     def next_deadline(self) -> float | None:
         return None if self.watchdog_interval is None else self.last_watchdog + self.watchdog_interval / 2
 

@@ -131,6 +131,13 @@ class GpuHealthSource:
                 logger.warning("kernel XID lines not read: %s", exc)
                 self.kernel = None
 
+    def carrying(self, old: GpuHealthSource | None) -> GpuHealthSource:
+        """This source (built without `kernel`, for a reloaded config's vitals) with `old`'s kernel reader,
+        open already, and the ranks' GPUs it knew."""
+        if old is not None:
+            self.kernel, self.ranks, self.invocation, self.said = old.kernel, old.ranks, old.invocation, old.said
+        return self
+
     def fds(self) -> Sequence[int]:
         fd = self.kernel.fileno() if self.kernel is not None else None
         return (fd,) if fd is not None else ()

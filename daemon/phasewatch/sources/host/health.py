@@ -26,6 +26,12 @@ class HealthProbes:
         self.clock = clock
         self.last_probe = -math.inf  # wall clock: compared with the journal's proof of life
 
+    def carrying(self, old: HealthProbes | None) -> HealthProbes:
+        """These probes (a reloaded config's) from when `old` probed last (its probe: the same one)."""
+        if old is not None:
+            self.last_probe = old.last_probe
+        return self
+
     def fds(self) -> Sequence[int]:
         return (self.probe.fileno(),)
 

@@ -40,6 +40,16 @@ class SignsOfLife:
         self.shown: Vitals | None = None
         self.last_sample = -math.inf  # monotonic
 
+    def carrying(self, old: SignsOfLife | None) -> SignsOfLife:
+        """This source (a reloaded config's) with `old`'s samples, vitals and GPU baselines; NVML sampling
+        stops when the new config reads /proc only."""
+        if old is not None:
+            self.baselines, self.gpu_states, self.sample = old.baselines, old.gpu_states, old.sample
+            self.vitals, self.shown, self.last_sample = old.vitals, old.shown, old.last_sample
+            if old.gpu is not None and self.gpu is None:
+                old.gpu.want(False)
+        return self
+
     def new_startup(self) -> None:
         self.sample, self.vitals, self.last_sample = None, None, -math.inf
         self.gpu_states = {}

@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass
 from typing import Iterable, Protocol, Sequence
 
+from ...config.load import Config
 from ...errors import UnitError
 from ...records import Event, EventKind
 from ...stages.s3_track.snapshot import InvocationView, UnitState
@@ -85,6 +86,10 @@ class RankProcesses:
         self.scan_wanted = True  # something happened that a read of the cgroup could explain
         self.previous_pids: dict[int, str] = {}  # the previous start-up's rank processes: pid -> rank
         self.started: dict[int, int] = {}  # this and the previous start-up's ranks: pid -> start time (ticks)
+
+    def reconfigure(self, config: Config) -> None:
+        """A reloaded config (these are carried over a reload: the pidfds are in the loop's wait)."""
+        self.host_wide = config.rank_processes == "host"
 
     def new_startup(self) -> None:
         self.previous_pids = self.watch.known_pids()
