@@ -19,7 +19,7 @@ MAX_FUNCTION_LINES = 60
 MAX_PARAMETERS = 8  # besides self and cls
 # Over the caps today, in modules other work is rewriting; each entry must still be over its cap (the
 # test says when one is not), so the set only shrinks.
-KNOWN_NEAR_CAP = {"sinks.history"}
+KNOWN_NEAR_CAP: set[str] = set()
 KNOWN_LONG = {"sinks.metric_families.families", "sources.journal.journal_reader.UnitJournalReader._read"}
 KNOWN_WIDE = {"sources.receiver.alert_receiver.AlertReceiver.__init__"}
 # Modules no test file names yet (by import, `phasewatch.<module>` or its path): each a debt.
