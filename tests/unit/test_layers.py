@@ -20,10 +20,10 @@ MAX_PARAMETERS = 8  # besides self and cls
 # Over the caps today, in modules other work is rewriting; each entry must still be over its cap (the
 # test says when one is not), so the set only shrinks.
 KNOWN_NEAR_CAP: set[str] = set()
-KNOWN_LONG = {"sinks.metric_families.families", "sources.journal.journal_reader.UnitJournalReader._read"}
+KNOWN_LONG: set[str] = set()
 KNOWN_WIDE = {"sources.receiver.alert_receiver.AlertReceiver.__init__"}
 # Modules no test file names yet (by import, `phasewatch.<module>` or its path): each a debt.
-KNOWN_UNNAMED = {"sinks.actors", "sinks.metric_families",
+KNOWN_UNNAMED = {"sinks.actors",
                  "sources.host.signs_of_life", "sources.journal.access",
                  "stages.s3_track.lockstep", "stages.s4_judge.group_wait"}
 # Modules that do I/O or run things in the background: never imported by a pure stage.
