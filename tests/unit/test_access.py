@@ -3,7 +3,7 @@ try said once, with what to do and its exit status from errors.EXIT_STATUSES. He
 socket and no journal: bus addresses that name no socket, journal directories as tmp trees, and
 preflight's choices with the host's answers (journal permission, system bus, systemd's load state)
 given in. The real socket, real journal files and the names a journal knows:
-tests/integration/test_access.py."""
+tests/integration/test_journal_access.py."""
 
 from __future__ import annotations
 
