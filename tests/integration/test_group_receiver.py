@@ -88,6 +88,7 @@ def receiver(tmp_path: Path) -> Iterator[AlertReceiver]:
     token_file.chmod(0o400)
     spec = GroupReceiver("127.0.0.1:0", str(token_file))
     made = AlertReceiver(UNIT, GROUP, spec, read_token(spec), clock=FakeClock(wall=T0 + 60))
+    made.listen()
     yield made
     made.close()
 
@@ -154,6 +155,7 @@ def test_the_receiver_speaks_tls_when_given_a_certificate_and_refuses_plain_http
     token_file.chmod(0o400)
     spec = GroupReceiver("127.0.0.1:0", str(token_file), str(cert), str(key))
     made = AlertReceiver(UNIT, GROUP, spec, read_token(spec), clock=FakeClock(wall=T0 + 60))
+    made.listen()
     try:
         host, port = made.address
         context = ssl.create_default_context(cafile=str(cert))

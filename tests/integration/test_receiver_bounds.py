@@ -93,6 +93,7 @@ def spec(tmp_path: Path, listen: str = "127.0.0.1:0") -> GroupReceiver:
 @pytest.fixture
 def receiver(tmp_path: Path) -> Iterator[AlertReceiver]:
     made = AlertReceiver(UNIT, GROUP, spec(tmp_path), read_token(spec(tmp_path)), peer_of=peer_key)
+    made.listen()
     yield made
     made.close()
 
@@ -118,6 +119,7 @@ def test_eight_trickling_connections_of_another_user_do_not_keep_a_notification_
 
 def test_a_trickling_connection_is_cut_at_the_deadline(tmp_path: Path) -> None:
     made = AlertReceiver(UNIT, GROUP, spec(tmp_path), read_token(spec(tmp_path)), deadline=1.5)
+    made.listen()
     try:
         conn = socket.create_connection(made.address)
         began = time.monotonic()
@@ -140,6 +142,7 @@ def test_a_trickling_connection_is_cut_at_the_deadline(tmp_path: Path) -> None:
 
 def test_a_busy_receiver_answers_503_with_retry_after(tmp_path: Path) -> None:
     made = AlertReceiver(UNIT, GROUP, spec(tmp_path), read_token(spec(tmp_path)), gate=Gate(total=1, kept=0))
+    made.listen()
     try:
         with socket.create_connection(made.address) as holder:
             holder.sendall(b"POST")

@@ -19,13 +19,11 @@ MAX_FUNCTION_LINES = 60
 MAX_PARAMETERS = 8  # besides self and cls
 # Over the caps today, in modules other work is rewriting; each entry must still be over its cap (the
 # test says when one is not), so the set only shrinks.
-KNOWN_NEAR_CAP = {"sinks.history"}
-KNOWN_LONG = {"sinks.metric_families.families", "sources.journal.journal_reader.UnitJournalReader._read"}
-KNOWN_WIDE = {"sources.receiver.alert_receiver.AlertReceiver.__init__"}
+KNOWN_NEAR_CAP: set[str] = set()
+KNOWN_LONG: set[str] = set()
+KNOWN_WIDE: set[str] = set()
 # Modules no test file names yet (by import, `phasewatch.<module>` or its path): each a debt.
-KNOWN_UNNAMED = {"sinks.actors", "sinks.metric_families",
-                 "sources.host.signs_of_life", "sources.journal.access",
-                 "stages.s3_track.lockstep", "stages.s4_judge.group_wait"}
+KNOWN_UNNAMED = {"sinks.actors"}
 # Modules that do I/O or run things in the background: never imported by a pure stage.
 IO_MODULES = {"systemd", "pystemd", "httpx", "sqlite3", "socket", "threading", "subprocess", "select", "http",
               "signal", "os", "io", "shutil", "selectors", "asyncio", "urllib", "multiprocessing", "prometheus_client"}

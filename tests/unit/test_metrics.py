@@ -42,6 +42,7 @@ from phasewatch.pipeline import Judgement, Pipeline
 from phasewatch.records import MAIN, MID_STARTED, MID_SUPPRESSED, PHASE_NAMES, GroupRestartRequest, JournalRecord, Phase
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
 from phasewatch.sinks.http import parse_listen
+from phasewatch.sinks.metric_families import Probes, Published, families
 from phasewatch.sinks.metrics.exporter import PHASE_BUCKETS, Exporter
 from phasewatch.sinks.state.store import StateStore
 from phasewatch.sources.host.procs import ProcessTable
@@ -326,6 +327,20 @@ def test_label_cardinality_is_ranks_times_phases(m: MetricsFixture) -> None:
     families = {f.name: f for f in m.registry.collect()}
     assert len(families["phasewatch_rank_phase"].samples) == len(RANKS) * len(PHASE_NAMES)
     assert len(families["phasewatch_verdicts"].samples) <= len(VERDICT_KINDS) * (len(PHASE_NAMES) + 1)
+
+
+def test_every_family_is_the_units_and_the_info_comes_last() -> None:
+    journal = Journal()
+    up_to_ready(journal)
+    published = Published(now=journal.now, invocation=journal.pipeline.current())
+    made = families(published, Probes(), journal.now, journal.config)
+    assert [f.name for f in made[:3]] == ["phasewatch_rank_phase", "phasewatch_phase_elapsed_seconds",
+                                          "phasewatch_rank_waiting"]
+    assert made[-1].name == "phasewatch" and made[-1].samples[0].labels["unit"] == UNIT
+    assert len({f.name for f in made}) == len(made)  # each family made once
+    for family in made[:-1]:
+        assert all(next(iter(s.labels)) == "unit" and s.labels["unit"] == UNIT for s in family.samples), family.name
+    assert len(made[0].samples) == len(RANKS) * len(PHASE_NAMES)
 
 
 def test_a_second_start_up_replaces_the_first_ranks(m: MetricsFixture) -> None:

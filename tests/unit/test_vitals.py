@@ -1,11 +1,14 @@
 """Signs of life beyond log lines: the pure stage (vitals.compare) over recorded samples, the /proc
-reader over fixture trees, the stall window with progress events, and the daemon's wiring."""
+reader over fixture trees, the stall window with progress events, the source (SignsOfLife: a scripted
+sampler, the NVML seam faked) and the daemon's wiring."""
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from fakes import ScriptedJournal
 from phasewatch.clock import FakeClock
@@ -15,9 +18,15 @@ from phasewatch.pipeline import Pipeline
 from phasewatch.records import Event, EventKind, JournalRecord, Phase
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
 from phasewatch.sinks.state.store import StateStore
+from phasewatch.sources.base import Instant
+from phasewatch.sources.host.gpu import NvmlSource
 from phasewatch.sources.host.procs import ProcessTable
 from phasewatch.sources.host.procstat import ProcSampler, parse_io_stat, parse_stat
+from phasewatch.sources.host.signs_of_life import SignsOfLife
+from phasewatch.sources.host.unit_processes import UnitFactsReader
+from phasewatch.stages.s3_track.snapshot import InvocationView
 from phasewatch.stages.s4_judge import policy
+from phasewatch.stages.s4_judge.gpu_vitals import GpuInfo, GpuReading
 from phasewatch.stages.s4_judge.vitals import CgroupSample, ProcessSample, Sample, compare, document, progress_events
 from phasewatch.systemd_unit import RecordingUnit, UnitFacts
 
@@ -375,3 +384,175 @@ def test_status_keeps_the_last_vitals_over_a_new_start_up_until_its_first_sample
     app.step(max_wait=0)
     assert app.vitals is None and '"vitals"' not in StateStore(tmp_path, UNIT).status_path.read_text()
     assert exporter.status()["vitals"] is not None and "TP0" in exporter.status()["vitals"]["ranks"]
+
+
+# --- the source itself (sources/host/signs_of_life.py): a scripted sampler, the NVML seam faked ----------
+
+
+class _ScriptedSampler(ProcSampler):
+    """Hands out the samples it is given (an OSError is raised), and records what it was asked."""
+
+    def __init__(self, *samples: Sample | OSError) -> None:
+        super().__init__(ProcessTable("/nonexistent/proc", ()), ticks=100)
+        self.samples = list(samples)
+        self.asked: list[tuple[str, float]] = []
+
+    def sample(self, control_group: str, now: float) -> Sample:
+        self.asked.append((control_group, now))
+        taken = self.samples.pop(0)
+        if isinstance(taken, OSError):
+            raise taken
+        return replace(taken, at=now)
+
+
+class _ScriptedNvml(NvmlSource):
+    """The NVML seam: readings queued by the test, no worker thread."""
+
+    def __init__(self) -> None:
+        super().__init__(load=lambda: (_ for _ in ()).throw(AssertionError("NVML is not loaded in a unit test")))
+        self.queued: list[GpuReading] = []
+        self.wants: list[bool] = []
+        self.takes = 0
+
+    def want(self, wanted: bool) -> None:
+        self.wants.append(wanted)
+
+    def take(self) -> list[GpuReading]:
+        self.takes += 1
+        out, self.queued = self.queued, []
+        return out
+
+    def infos(self) -> dict[int, GpuInfo]:
+        return {0: GpuInfo(0, "H200", 700_000)}
+
+    def state(self) -> str:
+        return "ok"
+
+    def problem(self) -> str | None:
+        return None
+
+
+CGROUP = f"/system.slice/{UNIT}"
+
+
+class _Unit:
+    """A start-up loading its weights, as the tracker sees it, and the unit's facts as D-Bus told them."""
+
+    def __init__(self, config: Config, control_group: str | None = CGROUP, invocation: str = INV) -> None:
+        self.pipeline = Pipeline(config)
+        _loading(self.pipeline)
+        self.facts = UnitFactsReader(RecordingUnit(UnitFacts("activating", "start", INV)), UNIT)
+        if control_group is not None:
+            self.facts.known = UnitFacts("activating", "start", invocation, control_group=control_group)
+
+    def current(self) -> InvocationView | None:
+        return self.pipeline.snapshot().current
+
+    def ready(self) -> None:
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(T0))
+        self.pipeline.feed(JournalRecord(f"[{stamp}] The server is fired up and ready to roll!", T0 + 30, pid=100,
+                                         invocation_id=INV), T0 + 30)
+
+
+def _signs(config: Config, sampler: ProcSampler, unit: _Unit, gpu: NvmlSource | None = None) -> SignsOfLife:
+    return SignsOfLife(config, sampler, unit.facts, unit.current, gpu)
+
+
+def at(seconds: float) -> Instant:
+    """`seconds` into the start-up, on both clocks (the monotonic one starts at 1000)."""
+    return Instant(T0 + seconds, 1000.0 + seconds)
+
+
+NO_GPU = Config(unit=UNIT, vitals=VitalsSampling(period=5.0, gpu=False, ras=False))
+
+
+def test_signs_of_life_are_sampled_while_the_unit_starts_and_its_cgroup_is_known() -> None:
+    unit = _Unit(NO_GPU)
+    signs = _signs(NO_GPU, _ScriptedSampler(BEFORE), unit)
+    assert signs.sampling(unit.current()) and signs.next_deadline(at(0)) == -math.inf  # at once
+    assert not signs.sampling(None)
+    off = replace(NO_GPU, vitals=VitalsSampling(enabled=False))
+    assert not _signs(off, _ScriptedSampler(), unit).sampling(unit.current())
+    assert _signs(off, _ScriptedSampler(), unit).next_deadline(at(0)) is None
+    for unknown in (_Unit(NO_GPU, control_group=None), _Unit(NO_GPU, invocation="f" * 32)):  # D-Bus not told yet
+        assert not _signs(NO_GPU, _ScriptedSampler(), unknown).sampling(unknown.current())
+    signs.collect(at(0), ())
+    assert signs.next_deadline(at(0)) == 1005.0  # a period after the last sample, on the monotonic clock
+    unit.ready()
+    assert not signs.sampling(unit.current()) and signs.next_deadline(at(31)) is None
+
+
+def test_each_period_what_moved_becomes_rank_progress_dated_at_the_sample() -> None:
+    reading = after(5, rank(TP0_PID, "TP0", rchar=10_000 + 6_000_000_000), rank(TP1_PID, "TP1"))
+    sampler = _ScriptedSampler(BEFORE, reading)
+    unit = _Unit(NO_GPU)
+    signs = _signs(NO_GPU, sampler, unit)
+    assert signs.collect(at(0), ()) == []  # the first sample has no period yet
+    assert signs.vitals is not None and signs.shown is signs.vitals
+    assert signs.collect(at(4.9), ()) == [] and len(sampler.asked) == 1  # not a period yet
+    assert signs.collect(at(4.96), ()) == [Event(EventKind.RANK_PROGRESS, T0 + 4.96, rank="TP0",
+                                                 text="reading 1.2 GB/s", invocation_id=INV)]
+    assert sampler.asked == [(CGROUP, T0), (CGROUP, T0 + 4.96)]
+    tp0 = signs.vitals.rank("TP0")
+    assert tp0 is not None and tp0.alive
+
+
+def test_a_failing_sample_is_no_sign_of_life_and_the_next_period_samples_again(caplog: Any) -> None:
+    sampler = _ScriptedSampler(OSError(5, "Input/output error"), BEFORE)
+    unit = _Unit(NO_GPU)
+    signs = _signs(NO_GPU, sampler, unit)
+    assert signs.collect(at(0), ()) == [] and signs.vitals is None
+    assert "cannot sample the unit's processes: [Errno 5] Input/output error" in caplog.text
+    assert signs.collect(at(5), ()) == [] and signs.vitals is not None and len(sampler.asked) == 2
+
+
+def test_the_vitals_are_dropped_once_the_start_up_is_over_and_a_new_one_starts_afresh() -> None:
+    unit = _Unit(NO_GPU)
+    signs = _signs(NO_GPU, _ScriptedSampler(BEFORE, BEFORE), unit)
+    signs.collect(at(0), ())
+    shown = signs.shown
+    signs.new_startup()  # its first sample is at once, and has no period yet
+    assert (signs.sample, signs.vitals, signs.shown) == (None, None, shown)
+    assert signs.next_deadline(at(1)) == -math.inf
+    signs.collect(at(1), ())
+    assert signs.vitals is not None
+    unit.ready()
+    assert signs.collect(at(31), ()) == []
+    assert (signs.sample, signs.vitals, signs.shown) == (None, None, None)
+
+
+def _computing(at_s: float, pid: int = TP0_PID) -> list[GpuReading]:
+    return [GpuReading(T0 + at_s + i, 0, 90.0, 0.0, (80 + 280 + d) * 1000, 500.0, 0.0, {pid: 1 << 30})
+            for i, d in enumerate((0, 30, -20, 10, -30))]
+
+
+def test_each_ranks_gpu_becomes_a_rank_gpu_event_and_since_when_it_is_in_its_state() -> None:
+    config = Config(unit=UNIT, vitals=VitalsSampling(period=5.0, ras=False))
+    nvml = _ScriptedNvml()
+    unit = _Unit(config)
+    signs = _signs(config, _ScriptedSampler(*[BEFORE] * 4), unit, nvml)  # (the host shows nothing moving)
+    assert signs.gpu is nvml and signs.gpu_state() == ("ok", None)
+    nvml.queued = _computing(-5)
+    assert signs.collect(at(0), ()) == []  # the first sample: the readings only set the GPU's baseline
+    assert nvml.wants == [True] and signs.baselines and signs.vitals is not None
+    assert signs.vitals.gpu_source == "ok"
+    nvml.queued = _computing(0)
+    events = signs.collect(at(5), ())
+    gpu = [e for e in events if e.kind is EventKind.RANK_GPU]
+    assert [(e.rank, e.cause, e.ts, e.invocation_id) for e in gpu] == [("TP0", "computing", T0 + 5, INV)]
+    assert [e.rank for e in events if e.kind is EventKind.RANK_PROGRESS] == ["TP0"]  # a computing GPU is alive
+    assert signs.vitals.gpu_since == {"TP0": T0 + 5}
+    nvml.queued = _computing(5)
+    signs.collect(at(10), ())
+    assert signs.vitals.gpu_since == {"TP0": T0 + 5}  # still computing: since the first period that said so
+    nvml.queued = [GpuReading(T0 + 10 + i, 0, 100.0, 0.0, (80 + 140) * 1000, 500.0, 0.0, {TP0_PID: 1 << 30})
+                   for i in range(5)]  # flat, a kernel resident: the waiting signature
+    [waiting] = signs.collect(at(15), ())
+    assert (waiting.kind, waiting.rank, waiting.cause) == (EventKind.RANK_GPU, "TP0", "waiting")
+    assert signs.vitals.gpu_since == {"TP0": T0 + 15}
+    signs.new_startup()  # the last start-up's readings are not this one's
+    assert nvml.takes == 5 and signs.gpu_states == {}
+    unit.ready()
+    signs.collect(at(31), ())
+    assert nvml.wants[-1] is False
+    assert _signs(NO_GPU, _ScriptedSampler(), unit, nvml).gpu_state() == ("off", "vitals.gpu is false")

@@ -129,44 +129,71 @@ def _rank_waits(inv: InvocationView, rank_label: str, phase: Phase, ended: bool)
     return rank_label == MAIN and phase not in UNIT_PHASES and any(r.seen for r in inv.scheduler_ranks)
 
 
+class _Families:
+    """The metric families made so far, in the order made; each labelled by the unit first."""
+
+    def __init__(self, unit: str) -> None:
+        self.unit = unit
+        self.out: list[Metric] = []
+
+    def gauge(self, name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
+        family = GaugeMetricFamily(name, doc, labels=["unit", *labels])
+        self.out.append(family)
+        return family
+
+    def counter(self, name: str, doc: str, labels: list[str]) -> CounterMetricFamily:
+        family = CounterMetricFamily(name, doc, labels=["unit", *labels])
+        self.out.append(family)
+        return family
+
+    def histogram(self, name: str, doc: str, labels: list[str]) -> HistogramMetricFamily:
+        family = HistogramMetricFamily(name, doc, labels=["unit", *labels])
+        self.out.append(family)
+        return family
+
+
 def families(published: Published, probes: Probes, now: float, config: Config) -> list[Metric]:
     """Every phasewatch metric family for `published`, ages measured at `now`. Pure."""
-    unit = config.unit
+    f = _Families(config.unit)
     inv = published.invocation
+    _rank_families(f, inv, now)
+    _limit_families(f, published, config)
+    _state_families(f, inv, now)
+    _verdict_families(f, published)
+    _journal_families(f, published)
+    _duration_families(f, published, probes)
+    server = published.server
+    info = InfoMetricFamily("phasewatch", "phasewatch and the watched server (version: phasewatch's own; server "
+                            "fields from SGLang's server_args, empty until seen)")
+    info.add_metric([], {"unit": config.unit, "engine": config.engine, "version": __version__,
+                         "tp": _text(server, "tp"), "dp": _text(server, "dp"), "pp": _text(server, "pp"),
+                         "nnodes": _text(server, "nnodes"), "node_rank": _text(server, "node_rank"),
+                         "speculative": "" if server is None else (server.speculative or "none"),
+                         **({"group": config.group.name} if config.group is not None else {})})
+    f.out.append(info)
+    return f.out
+
+
+def _rank_families(f: _Families, inv: InvocationView | None, now: float) -> None:
+    """Each rank's phase, time in it, waiting, phases entered, last activity, progress."""
+    unit = f.unit
     ranks = inv.ranks if inv is not None else ()
     live = inv is not None and inv.state in LIVE_STATES
-    out: list[Metric] = []
-
-    def gauge(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
-        family = GaugeMetricFamily(name, doc, labels=["unit", *labels])
-        out.append(family)
-        return family
-
-    def counter(name: str, doc: str, labels: list[str]) -> CounterMetricFamily:
-        family = CounterMetricFamily(name, doc, labels=["unit", *labels])
-        out.append(family)
-        return family
-
-    def histogram(name: str, doc: str, labels: list[str]) -> HistogramMetricFamily:
-        family = HistogramMetricFamily(name, doc, labels=["unit", *labels])
-        out.append(family)
-        return family
-
-    rank_phase = gauge("phasewatch_rank_phase", "1 for the phase each rank of the current start-up is in, "
+    rank_phase = f.gauge("phasewatch_rank_phase", "1 for the phase each rank of the current start-up is in, "
                        "0 for the others (state set over the canonical phases)", ["rank", "phase"])
     for rank in ranks:
         for phase in Phase:
             rank_phase.add_metric([unit, rank.rank, phase.value], 1.0 if rank.phase is phase else 0.0)
 
-    elapsed = gauge("phasewatch_phase_elapsed_seconds", "Seconds since the rank entered its current phase "
+    elapsed = f.gauge("phasewatch_phase_elapsed_seconds", "Seconds since the rank entered its current phase "
                     "(while the unit is starting, ready or serving)", ["rank"])
-    waiting = gauge("phasewatch_rank_waiting", "1 when the rank is not held to its phase's deadline: it finished "
+    waiting = f.gauge("phasewatch_rank_waiting", "1 when the rank is not held to its phase's deadline: it finished "
                     "the phase and waits for the others, or it is the main process waiting for the ranks", ["rank"])
-    entered = gauge("phasewatch_rank_phases_entered", "Number of per-rank phases (launch to "
+    entered = f.gauge("phasewatch_rank_phases_entered", "Number of per-rank phases (launch to "
                     "draft_cuda_graph_capture) the scheduler rank has entered in this start-up", ["rank"])
-    activity = gauge("phasewatch_last_activity_timestamp_seconds", "When the rank last printed a line or moved "
+    activity = f.gauge("phasewatch_last_activity_timestamp_seconds", "When the rank last printed a line or moved "
                      "a progress bar (Unix time)", ["rank"])
-    progress = gauge("phasewatch_phase_progress_ratio", "A rank's progress bar in its phase, n/total (0 to 1)",
+    progress = f.gauge("phasewatch_phase_progress_ratio", "A rank's progress bar in its phase, n/total (0 to 1)",
                      ["rank", "phase"])
     for rank in ranks:
         if live and rank.phase_start is not None:
@@ -182,11 +209,15 @@ def families(published: Published, probes: Probes, now: float, config: Config) -
         if bar is not None and bar.total and rank.progress_phase is not None:
             progress.add_metric([unit, rank.rank, rank.progress_phase.value], min(max(bar.n / bar.total, 0.0), 1.0))
 
-    deadline = gauge("phasewatch_phase_deadline_seconds", "Longest a rank may stay in the phase (config; "
+
+def _limit_families(f: _Families, published: Published, config: Config) -> None:
+    """The limits in force per phase, learned or configured, and the ETA."""
+    unit = f.unit
+    deadline = f.gauge("phasewatch_phase_deadline_seconds", "Longest a rank may stay in the phase (config; "
                      "absent: no limit)", ["phase"])
-    stall = gauge("phasewatch_phase_stall_seconds", "Longest a rank may stay silent in the phase (config; "
+    stall = f.gauge("phasewatch_phase_stall_seconds", "Longest a rank may stay silent in the phase (config; "
                   "absent: no limit)", ["phase"])
-    learned = gauge("phasewatch_phase_deadline_learned", "1 when the phase's limits in force were learned from "
+    learned = f.gauge("phasewatch_phase_deadline_learned", "1 when the phase's limits in force were learned from "
                     "past start-ups (adaptive), 0 when configured", ["phase"])
     for phase in Phase:
         limits = config.limits(phase)
@@ -196,94 +227,99 @@ def families(published: Published, probes: Probes, now: float, config: Config) -
             stall.add_metric([unit, phase.value], limits.stall)
         why = published.limit_reasons.get(phase.value, "configured")
         learned.add_metric([unit, phase.value], 1.0 if why.startswith("learned") else 0.0)
-    eta = gauge("phasewatch_startup_eta_seconds", "Estimated seconds until the current start-up is ready, from "
+    eta = f.gauge("phasewatch_startup_eta_seconds", "Estimated seconds until the current start-up is ready, from "
                 "past start-ups (absent: no history, or not starting)", [])
     if published.eta is not None:
         eta.add_metric([unit], published.eta)
 
-    state = gauge("phasewatch_unit_state", "1 for the state of the current start-up (starting, ready, serving, "
+
+def _state_families(f: _Families, inv: InvocationView | None, now: float) -> None:
+    """The current start-up's state, whether it is ready, the time since it began."""
+    unit = f.unit
+    state = f.gauge("phasewatch_unit_state", "1 for the state of the current start-up (starting, ready, serving, "
                   "stopping, stopped, failed), 0 for the others", ["state"])
     for value in UnitState:
         state.add_metric([unit, value.value], 1.0 if inv is not None and inv.state is value else 0.0)
-    ready = gauge("phasewatch_unit_ready", "1 when the current start-up reached ready (ready or serving)", [])
+    ready = f.gauge("phasewatch_unit_ready", "1 when the current start-up reached ready (ready or serving)", [])
     ready.add_metric([unit], 1.0 if inv is not None and inv.state in UP_STATES else 0.0)
-    startup = gauge("phasewatch_startup_elapsed_seconds", "Seconds since the current start-up began (while it "
+    startup = f.gauge("phasewatch_startup_elapsed_seconds", "Seconds since the current start-up began (while it "
                     "is starting)", [])
     if inv is not None and inv.state is UnitState.STARTING and inv.started_at is not None:
         startup.add_metric([unit], max(now - inv.started_at, 0.0))
 
-    active = gauge("phasewatch_active_verdicts", "Verdicts the latest judgement of the current start-up holds",
+
+def _verdict_families(f: _Families, published: Published) -> None:
+    """Verdicts held and seen, restarts made and not made, the restart budget."""
+    unit = f.unit
+    active = f.gauge("phasewatch_active_verdicts", "Verdicts the latest judgement of the current start-up holds",
                    ["kind"])
     held = [v.kind for v in published.judgement.verdicts] if published.judgement is not None else []
     for kind in VERDICT_KINDS:
         active.add_metric([unit, kind], float(held.count(kind)))
-    verdicts = counter("phasewatch_verdicts", "Verdicts, each counted once when first seen", ["kind", "phase"])
+    verdicts = f.counter("phasewatch_verdicts", "Verdicts, each counted once when first seen", ["kind", "phase"])
     for (kind_name, phase_name), count in sorted(published.verdicts.items()):
         verdicts.add_metric([unit, kind_name, phase_name], float(count))
-    seen = gauge("phasewatch_verdict_seen_timestamp_seconds", "Unix time a verdict of this kind for this rank "
+    seen = f.gauge("phasewatch_verdict_seen_timestamp_seconds", "Unix time a verdict of this kind for this rank "
                  "and phase was last seen (first judged, or still held)", ["kind", "rank", "phase"])
     for (kind_name, rank_label, phase_name), when in sorted(published.verdicts_seen.items()):
         seen.add_metric([unit, kind_name, rank_label, phase_name], when)
-    restarts = counter("phasewatch_restarts", "Restarts of the unit phasewatch asked systemd for, by the verdict "
+    restarts = f.counter("phasewatch_restarts", "Restarts of the unit phasewatch asked systemd for, by the verdict "
                        "that caused them", ["reason"])
     for reason, count in sorted(published.restarts.items()):
         restarts.add_metric([unit, reason], float(count))
-    not_made = counter("phasewatch_restarts_not_made", "Restarts phasewatch decided and did not make, by why "
+    not_made = f.counter("phasewatch_restarts_not_made", "Restarts phasewatch decided and did not make, by why "
                        "(started_again: the unit was started again before the action worker got to it)", ["why"])
     for why, count in sorted(published.restarts_not_made.items()):
         not_made.add_metric([unit, why], float(count))
-    remaining = gauge("phasewatch_restart_budget_remaining", "Failed start-ups the restart budget still allows "
+    remaining = f.gauge("phasewatch_restart_budget_remaining", "Failed start-ups the restart budget still allows "
                       "within its window (0 once given up)", [])
-    gave_up = gauge("phasewatch_restart_budget_gave_up", "1 when the restart budget is spent and phasewatch no "
+    gave_up = f.gauge("phasewatch_restart_budget_gave_up", "1 when the restart budget is spent and phasewatch no "
                     "longer restarts the unit (until a start-up reaches ready or an operator restarts it)", [])
     budget = published.budget
     if budget is not None:
         remaining.add_metric([unit], float(budget.remaining))
         gave_up.add_metric([unit], 1.0 if budget.state == BudgetState.GAVE_UP.value else 0.0)
 
-    degraded = gauge("phasewatch_state_degraded", "1 when the state directory cannot keep it (full, read-only "
+
+def _journal_families(f: _Families, published: Published) -> None:
+    """The state directory degraded; the journal's reading: entries, losses, lag, reopens, rejections."""
+    unit = f.unit
+    degraded = f.gauge("phasewatch_state_degraded", "1 when the state directory cannot keep it (full, read-only "
                      "or unwritable): history or state kept in memory only, lost when phasewatch restarts", ["what"])
     for what in DEGRADABLE:
         degraded.add_metric([unit, what], 1.0 if what in published.degraded else 0.0)
 
-    counter("phasewatch_journal_entries", "Journal entries of the unit read", []).add_metric(
+    f.counter("phasewatch_journal_entries", "Journal entries of the unit read", []).add_metric(
         [unit], float(published.entries))
-    counter("phasewatch_journal_lines_lost", "Lines journald dropped (rate limit) or elided", []).add_metric(
+    f.counter("phasewatch_journal_lines_lost", "Lines journald dropped (rate limit) or elided", []).add_metric(
         [unit], float(published.lines_lost))
-    gauge("phasewatch_journal_behind_seconds", "How far the reading is behind the journal's newest entries "
+    f.gauge("phasewatch_journal_behind_seconds", "How far the reading is behind the journal's newest entries "
           "(0: caught up); while over 2 s the start-up is judged at the last entry read", []).add_metric(
         [unit], float(published.behind_seconds))
-    reopens = counter("phasewatch_journal_reopens", "Journal reopens at the cursor: its files changed (rotation, "
+    reopens = f.counter("phasewatch_journal_reopens", "Journal reopens at the cursor: its files changed (rotation, "
                       "vacuum), a read failed (EBADMSG, ENOENT, ESTALE), the catch-up reader failed", ["reason"])
     for reason, count in published.reopens.items():
         reopens.add_metric([unit, reason], float(count))
-    rejected = counter("phasewatch_entries_rejected", "Journal entries that claimed the unit without the trusted "
+    rejected = f.counter("phasewatch_entries_rejected", "Journal entries that claimed the unit without the trusted "
                        "fields that vouch for it, ignored", ["reason"])
     for reason, count in published.rejected.items():
         rejected.add_metric([unit, reason], float(count))
 
-    durations = histogram("phasewatch_phase_duration_seconds", "Durations of completed phases: each rank's own "
+
+def _duration_families(f: _Families, published: Published, probes: Probes) -> None:
+    """Phase and start-up durations, health probe durations and failures."""
+    unit = f.unit
+    durations = f.histogram("phasewatch_phase_duration_seconds", "Durations of completed phases: each rank's own "
                           "phases per rank, http_server_start and warmup once per start-up", ["phase"])
     for phase_name, observed in published.phase_durations.items():
         durations.add_metric([unit, phase_name], observed.buckets(), observed.total)
-    startups = histogram("phasewatch_startup_duration_seconds", "From the start of an invocation to ready, once "
+    startups = f.histogram("phasewatch_startup_duration_seconds", "From the start of an invocation to ready, once "
                          "per start-up", [])
     startups.add_metric([unit], published.startup_durations.buckets(), published.startup_durations.total)
-    probe = histogram("phasewatch_health_probe_seconds", "Duration of the health probes after ready", [])
+    probe = f.histogram("phasewatch_health_probe_seconds", "Duration of the health probes after ready", [])
     probe.add_metric([unit], probes.seconds.buckets(), probes.seconds.total)
-    counter("phasewatch_health_probe_failures", "Health probes that failed (error, timeout, not 200)", []).add_metric(
+    f.counter("phasewatch_health_probe_failures", "Health probes that failed (error, timeout, not 200)", []).add_metric(
         [unit], float(probes.failures))
-
-    server = published.server
-    info = InfoMetricFamily("phasewatch", "phasewatch and the watched server (version: phasewatch's own; server "
-                            "fields from SGLang's server_args, empty until seen)")
-    info.add_metric([], {"unit": unit, "engine": config.engine, "version": __version__,
-                         "tp": _text(server, "tp"), "dp": _text(server, "dp"), "pp": _text(server, "pp"),
-                         "nnodes": _text(server, "nnodes"), "node_rank": _text(server, "node_rank"),
-                         "speculative": "" if server is None else (server.speculative or "none"),
-                         **({"group": config.group.name} if config.group is not None else {})})
-    out.append(info)
-    return out
 
 
 def vitals_families(vitals: Vitals | None, unit: str) -> list[Metric]:

@@ -14,7 +14,7 @@ OSError of a file being archived or deleted under it) returns nothing, keeps the
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from ...errors import JournalError
 from ...records import JournalRecord, record_from_fields
@@ -230,21 +230,28 @@ class UnitJournalReader:
                     line_break=line_break.decode() if isinstance(line_break, bytes) else line_break,
                 ))
             else:
-                fields: dict[str, object] = {}
-                for name in LIFECYCLE_FIELDS:
-                    try:
-                        fields[name] = get(name)
-                    except KeyError:
-                        pass
-                fields["__REALTIME_TIMESTAMP"] = stamp
-                record = record_from_fields(fields)
-                reason = rejection(record, unit_text)
-                if reason is None:
+                record = self._lifecycle_record(get, stamp)
+                if record is not None:
                     append(record)
-                else:
-                    self.rejected[reason] = self.rejected.get(reason, 0) + 1
         if read_any:
             self.cursor = reader._get_cursor()  # the last entry read: where a reopen goes on
             self.position = stamp / 1e6
         self.at_end = not self.behind
         return out
+
+    def _lifecycle_record(self, get: Callable[[str], Any], stamp: int) -> JournalRecord | None:
+        """An entry not written by the unit's processes that is to be believed (PID 1's or journald's
+        about the unit: trust.py), else None, counted in `rejected` by why."""
+        fields: dict[str, object] = {}
+        for name in LIFECYCLE_FIELDS:
+            try:
+                fields[name] = get(name)
+            except KeyError:
+                pass
+        fields["__REALTIME_TIMESTAMP"] = stamp
+        record = record_from_fields(fields)
+        reason = rejection(record, self.unit)
+        if reason is None:
+            return record
+        self.rejected[reason] = self.rejected.get(reason, 0) + 1
+        return None

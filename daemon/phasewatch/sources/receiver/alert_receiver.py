@@ -87,7 +87,7 @@ class AlertReceiver:
     """The listener (or the tries to bind it) and the requests it took in, for the daemon's loop."""
 
     def __init__(self, unit: str, group: Group, receiver: GroupReceiver, token: bytes, *,
-                 clock: Clock | None = None, peer_of: PeerOf = by_address, bind: bool = True,
+                 clock: Clock | None = None, peer_of: PeerOf = by_address,
                  deadline: float = CONNECTION_DEADLINE, gate: Gate | None = None) -> None:
         self.unit, self.group, self.receiver = unit, group, receiver
         self.deadline, self.peer_of = deadline, peer_of
@@ -103,9 +103,7 @@ class AlertReceiver:
         self._httpd: Server | None = None
         self._stop = threading.Event()
         self._rebinder: threading.Thread | None = None
-        self.gave_up: str | None = None
-        if bind:
-            self.listen()
+        self.gave_up: str | None = None  # (it serves once `listen` or `listen_later` is called)
 
     def listen(self, listening: socket.socket | None = None) -> None:
         """Serve on `listening` (passed by systemd) or on the configured address; raises OSError."""
@@ -262,7 +260,7 @@ def start_receiver(config: Config, unbound: Callable[[str], None], peer_of: Peer
     if group is None or group.receiver is None:
         return None
     token = read_token(group.receiver)
-    receiver = AlertReceiver(config.unit, group, group.receiver, token, clock=clock, peer_of=peer_of, bind=False)
+    receiver = AlertReceiver(config.unit, group, group.receiver, token, clock=clock, peer_of=peer_of)
     passed = receiver_socket()
     if passed is not None:
         receiver.listen(passed)
