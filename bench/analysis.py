@@ -114,7 +114,7 @@ reader needs only five), which the public sd-journal API does not offer.
 *The daemon's own catch-up* (table above). A daemon started while its unit runs rebuilds the
 current start-up from the journal, from the unit's start to the journal's end: after weeks of
 serving, millions of `Decode batch` lines. `Daemon.start` now reads them with the same C reader,
-runs and read-ahead (`JournalFeed.catch_up` through `JournalFollower.catch_up_entries`), counts them
+runs and read-ahead (`JournalFeedSource.catch_up` through `JournalFollower.catch_up_entries`), counts them
 as the follower counts them (entries per start-up, `_PID`s for the rank scan, rejected forgeries)
 and then puts the follower after the last entry read (`Lines.cursor`), which reads on from there:
 300,000 entries in 1.10 s instead of 4.02 s (serving-heavy), 1.47 s instead of 4.96 s (crash-heavy).

@@ -250,7 +250,7 @@ def markdown(r: dict[str, Any]) -> str:
                 "`bench/rebuild.py`: `Daemon.start` in a process of its own, with the daemon's `JournalFollower` "
                 "on the sandbox's journal, rebuilding a start-up that began before the unit's first entry, so "
                 "that it reads every entry of the catch-up journal (a daemon restarted after weeks of serving); "
-                "(e) with the C reader (`JournalFeed.catch_up`), (f) as built without it "
+                "(e) with the C reader (`JournalFeedSource.catch_up`), (f) as built without it "
                 "(`PHASEWATCH_PURE_PYTHON=1`: the follower reads them). No target; interleaved with (a), "
                 f"{s['reps']} runs each.", "",
                 "| journal | entries | (a) s | (e) s | (e) CPU s | (f) s | (e) as a multiple of (a) | "

@@ -36,13 +36,13 @@ from .sinks.state.store import StateStore
 from .sinks.state.systemd_status import Notify, SystemdStatusSink
 from .sources.base import GpuFaults, Instant, JournalBatch, Seen, Source
 from .sources.host.gpu_health import GpuHealthSource
-from .sources.host.health import HealthProbes
-from .sources.host.ras import RasAdvisor
-from .sources.host.signs_of_life import SignsOfLife
-from .sources.host.unit_processes import RankProcesses, UnitFactsReader
+from .sources.host.health import HealthProbeSource
+from .sources.host.ras import RasSource
+from .sources.host.signs_of_life import SignsOfLifeSource
+from .sources.host.unit_processes import RankProcessSource, UnitFactsReader
 from .sources.journal import rebuild
 from .sources.journal.follow import JournalFollower
-from .sources.journal.journal_feed import JournalFeed
+from .sources.journal.journal_feed import JournalFeedSource
 from .sources.journal.rebuild import StartTelling
 from .stages.s4_judge import policy, wakeups
 from .stages.s4_judge.ras_culprit import RasFinding
@@ -68,11 +68,11 @@ class Parts:
     read_config: Callable[[], Config] | None  # SIGHUP: the config file read again (raises ConfigError)
     rebuild: Callable[[Config, Parts], Parts]  # a reload: the parts for the new config, carrying these ones' state
     facts: UnitFactsReader
-    journal: JournalFeed
-    health: HealthProbes
-    ranks: RankProcesses
-    signs: SignsOfLife
-    ras: RasAdvisor
+    journal: JournalFeedSource
+    health: HealthProbeSource
+    ranks: RankProcessSource
+    signs: SignsOfLifeSource
+    ras: RasSource
     faults: GpuHealthSource
     sources: Sequence[Source]
     unit: ActionUnit  # the one restarted

@@ -36,19 +36,19 @@ from .sinks.state.systemd_status import Notify, SystemdStatusSink
 from .sources.base import Source
 from .sources.host.gpu import NvmlSource
 from .sources.host.gpu_health import GpuHealthSource, KernelXids, gpu_ranks
-from .sources.host.health import HealthProbes
+from .sources.host.health import HealthProbeSource
 from .sources.host.listeners import port_holders
 from .sources.host.probe import BackgroundProbe
 from .sources.host.procs import ProcessTable
 from .sources.host.procstat import ProcSampler
-from .sources.host.ras import RasAdvisor
+from .sources.host.ras import RasSource
 from .sources.host.ras_client import ras_port_holder
-from .sources.host.signs_of_life import SignsOfLife
-from .sources.host.unit_processes import RankProcesses, Unit, UnitFactsReader
+from .sources.host.signs_of_life import SignsOfLifeSource
+from .sources.host.unit_processes import RankProcessSource, Unit, UnitFactsReader
 from .sources.journal.follow import JournalFollower
-from .sources.journal.journal_feed import JournalFeed
+from .sources.journal.journal_feed import JournalFeedSource
 from .sources.journal.rebuild import JudgedClock
-from .sources.receiver.alert_receiver import AlertReceiver
+from .sources.receiver.alert_receiver import AlertReceiverSource
 from .stages.s4_judge.ras_culprit import RasFinding
 
 
@@ -78,7 +78,7 @@ class Extras:
     reload: Callable[[], Config] | None = None  # reads the config again on SIGHUP
     actions_off_the_loop: bool = False  # the actor's actions on a worker thread (the daemon's way)
     gpu: NvmlSource | None = None
-    receiver: AlertReceiver | None = None
+    receiver: AlertReceiverSource | None = None
     kernel: KernelXids | None = None
 
 
@@ -98,10 +98,10 @@ class Kept:
 
     pipeline: Pipeline
     facts: UnitFactsReader
-    journal: JournalFeed
-    ranks: RankProcesses
+    journal: JournalFeedSource
+    ranks: RankProcessSource
     judge: Judge
-    ras: RasAdvisor
+    ras: RasSource
     host: DegradedHost
     metrics: MetricsSink | None
 
@@ -113,9 +113,9 @@ def build_parts(config: Config, world: World, extras: Extras, carried: Parts | N
     kept = _kept(config, world, extras) if carried is None else _told(config, carried)
     pipeline, facts, journal, ranks, judge = kept.pipeline, kept.facts, kept.journal, kept.ranks, kept.judge
     processes, current, old = world.processes or ProcessTable(), pipeline.current, carried
-    health = HealthProbes(config, extras.health_probe or BackgroundProbe(), current, clock).carrying(
+    health = HealthProbeSource(config, extras.health_probe or BackgroundProbe(), current, clock).carrying(
         old.health if old else None)
-    signs = SignsOfLife(config, extras.sampler or ProcSampler(processes), facts, current, extras.gpu).carrying(
+    signs = SignsOfLifeSource(config, extras.sampler or ProcSampler(processes), facts, current, extras.gpu).carrying(
         old.signs if old else None)
     faults = GpuHealthSource(current, gpu_ranks(signs), signs.gpu, extras.kernel if old is None else None).carrying(
         old.faults if old else None)
@@ -150,11 +150,12 @@ def _kept(config: Config, world: World, extras: Extras) -> Kept:
     pipeline = Pipeline(config)
     current = pipeline.current
     facts = UnitFactsReader(unit, config.unit)
-    journal = JournalFeed(world.follower, pipeline, config.unit, world.clock, after_batch=lambda: None)  # (the loop's)
-    ranks = RankProcesses(facts, processes, current, config.rank_processes == "host")
+    journal = JournalFeedSource(world.follower, pipeline, config.unit, world.clock,
+                                after_batch=lambda: None)  # (the loop's)
+    ranks = RankProcessSource(facts, processes, current, config.rank_processes == "host")
     judge = Judge(config, pipeline, HistoryReaders(history, fingerprint),
                   UnitReaders(unit.timers, _control_group(facts), port_holders, ras_port_holder))
-    ras = RasAdvisor(lambda: judge.limits, facts, processes, ranks, current,
+    ras = RasSource(lambda: judge.limits, facts, processes, ranks, current,
                      unit_environment=lambda: judge.unit_settings.environment)
     if exporter is not None and receiver is not None:
         exporter.group_counts = receiver.counts
@@ -188,7 +189,7 @@ class ActorsFactory:
     alerter: Alerter
     processes: ProcessTable
     store: StateStore
-    ranks: RankProcesses
+    ranks: RankProcessSource
     ras: Callable[[str], RasFinding | None]  # invocation -> NCCL RAS's last finding, for the evidence
     faults: GpuHealthSource  # the kernel's XIDs and the ranks' GPUs, for the evidence
 

@@ -36,7 +36,7 @@ class JournalState:
 
     entries: int = 0  # entries of the current start-up
     rejected: Mapping[str, int] = field(default_factory=dict)  # entries that only claimed the unit, by reason
-    document: Mapping[str, object] = field(default_factory=dict)  # behind, reopens (JournalFeed.document)
+    document: Mapping[str, object] = field(default_factory=dict)  # behind, reopens (JournalFeedSource.document)
     read: int = 0  # entries read in all (Pipeline.entries)
     read_whole: int = 0  # of them, those the stages took one by one, not the fast path (Pipeline.full_entries)
 

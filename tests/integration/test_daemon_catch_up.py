@@ -1,6 +1,6 @@
 """A daemon (re)started while its unit has served for long rebuilds the start-up from the journal:
 with the C reader it reads from the start-up's beginning to the journal's end as `replay --unit` does
-(runs, read-ahead; `JournalFeed.catch_up`), and then follows from the last entry it read. Over real
+(runs, read-ahead; `JournalFeedSource.catch_up`), and then follows from the last entry it read. Over real
 journal files: the state, the counts and the ranks' PIDs are those the follower alone reaches, and
 entries written after the catch-up are read once."""
 

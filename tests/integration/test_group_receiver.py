@@ -24,7 +24,7 @@ from phasewatch.records import JournalRecord, Phase
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
 from phasewatch.sinks.state.store import StateStore
 from phasewatch.sources.host.procs import ProcessTable
-from phasewatch.sources.receiver.alert_receiver import AlertReceiver, read_token
+from phasewatch.sources.receiver.alert_receiver import AlertReceiverSource, read_token
 from phasewatch.systemd_unit import RecordingUnit, UnitFacts
 
 GROUP = Group("kimi-tp16", 2)
@@ -51,7 +51,7 @@ def notification(starts_at: float, group: str = "kimi-tp16", status: str = "firi
                        "groupLabels": {"group": group}, "alerts": [alert]}).encode()
 
 
-def daemon(tmp_path: Path, config: Config, receiver: AlertReceiver
+def daemon(tmp_path: Path, config: Config, receiver: AlertReceiverSource
            ) -> tuple[Daemon, RecordingUnit, RecordingAlerter, FakeClock]:
     from fakes import ScriptedJournal
 
@@ -82,18 +82,19 @@ def post(address: tuple[str, int], body: bytes, token: str | None = TOKEN, path:
 
 
 @pytest.fixture
-def receiver(tmp_path: Path) -> Iterator[AlertReceiver]:
+def receiver(tmp_path: Path) -> Iterator[AlertReceiverSource]:
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN + "\n")
     token_file.chmod(0o400)
     spec = GroupReceiver("127.0.0.1:0", str(token_file))
-    made = AlertReceiver(UNIT, GROUP, spec, read_token(spec), clock=FakeClock(wall=T0 + 60))
+    made = AlertReceiverSource(UNIT, GROUP, spec, read_token(spec), clock=FakeClock(wall=T0 + 60))
     made.listen()
     yield made
     made.close()
 
 
-def test_the_receiver_refuses_anything_but_this_groups_notification_with_the_token(receiver: AlertReceiver) -> None:
+def test_the_receiver_refuses_anything_but_this_groups_notification_with_the_token(
+        receiver: AlertReceiverSource) -> None:
     address = receiver.address
     assert post(address, notification(T0), token=None) == 401
     assert post(address, notification(T0), token="wrong-token-wrong-token") == 401
@@ -116,7 +117,7 @@ def test_a_short_token_file_stops_the_daemon(tmp_path: Path) -> None:
         read_token(GroupReceiver("127.0.0.1:0", str(tmp_path / "token")))
 
 
-def test_the_daemon_restarts_once_per_group_decision_and_never_alone(tmp_path: Path, receiver: AlertReceiver
+def test_the_daemon_restarts_once_per_group_decision_and_never_alone(tmp_path: Path, receiver: AlertReceiverSource
                                                                     ) -> None:
     group = replace(GROUP, receiver=GroupReceiver("127.0.0.1:0", "/t"))
     app, unit, alerter, clock = daemon(tmp_path, replace(STALL_CONFIG, group=group), receiver)
@@ -154,7 +155,7 @@ def test_the_receiver_speaks_tls_when_given_a_certificate_and_refuses_plain_http
     token_file.write_text(TOKEN + "\n")
     token_file.chmod(0o400)
     spec = GroupReceiver("127.0.0.1:0", str(token_file), str(cert), str(key))
-    made = AlertReceiver(UNIT, GROUP, spec, read_token(spec), clock=FakeClock(wall=T0 + 60))
+    made = AlertReceiverSource(UNIT, GROUP, spec, read_token(spec), clock=FakeClock(wall=T0 + 60))
     made.listen()
     try:
         host, port = made.address

@@ -12,7 +12,7 @@ from sglang_sim import Faults
 from learn_startups import run
 from phasewatch.sources.base import Instant
 from phasewatch.sources.host.procs import ProcessTable
-from phasewatch.sources.host.unit_processes import DEATH_GRACE, RankProcesses, UnitFactsReader
+from phasewatch.sources.host.unit_processes import DEATH_GRACE, RankProcessSource, UnitFactsReader
 from phasewatch.stages.s2_interpret.events import EventKind
 from phasewatch.systemd_unit import RecordingUnit, UnitFacts
 
@@ -27,7 +27,7 @@ def deaths_seen(tmp_path: Path, next_invocation: str | None) -> list[EventKind]:
         (tmp_path / "cg" / GROUP.lstrip("/")).mkdir(parents=True)
         (tmp_path / "cg" / GROUP.lstrip("/") / "cgroup.procs").write_text(f"{rank.pid}\n")
         unit = RecordingUnit(UnitFacts("activating", "start", starting.invocation_id, control_group=GROUP))
-        ranks = RankProcesses(UnitFactsReader(unit, "sglang-kimi.service"),
+        ranks = RankProcessSource(UnitFactsReader(unit, "sglang-kimi.service"),
                               ProcessTable(cgroup_roots=(str(tmp_path / "cg"),)), lambda: starting)
         time.sleep(0.2)  # its title is in /proc
         assert ranks.collect(Instant(time.time(), time.monotonic()), []) == []
@@ -63,7 +63,7 @@ def test_a_rank_of_the_previous_startup_left_in_the_cgroup_is_not_adopted(tmp_pa
         (tmp_path / "cg" / GROUP.lstrip("/")).mkdir(parents=True)
         (tmp_path / "cg" / GROUP.lstrip("/") / "cgroup.procs").write_text(f"{rank.pid}\n")
         unit = RecordingUnit(UnitFacts("activating", "start", first.invocation_id, control_group=GROUP))
-        ranks = RankProcesses(UnitFactsReader(unit, "sglang-kimi.service"),
+        ranks = RankProcessSource(UnitFactsReader(unit, "sglang-kimi.service"),
                               ProcessTable(cgroup_roots=(str(tmp_path / "cg"),)), lambda: current[0])
         time.sleep(0.2)
         ranks.collect(Instant(time.time(), time.monotonic()), [])

@@ -16,7 +16,7 @@ from phasewatch.pipeline import Pipeline
 from phasewatch.records import EventKind, JournalRecord
 from phasewatch.sources.base import Instant
 from phasewatch.sources.host.procs import ProcessTable, RankProcess
-from phasewatch.sources.host.unit_processes import DEATH_GRACE, SCAN_SPACING, RankProcesses, UnitFactsReader
+from phasewatch.sources.host.unit_processes import DEATH_GRACE, SCAN_SPACING, RankProcessSource, UnitFactsReader
 from phasewatch.systemd_unit import RecordingUnit, UnitFacts
 
 UNIT = "phasewatch-test.service"
@@ -60,7 +60,7 @@ def test_a_rank_is_looked_for_when_it_first_talks_and_its_death_comes_through_it
                                 invocation_id=INV), T0)
     facts = UnitFactsReader(RecordingUnit(UnitFacts("activating", "start", INV, control_group=GROUP,
                                                     started_at=T0)), UNIT)
-    ranks = RankProcesses(facts, table, pipeline.current)
+    ranks = RankProcessSource(facts, table, pipeline.current)
     ranks.collect(Instant(T0, 1000.0), [])  # the start-up's first read: nobody yet
     assert table.scans == 1 and ranks.fds() == []
 

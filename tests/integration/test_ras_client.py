@@ -23,7 +23,7 @@ from phasewatch.records import JournalRecord, Phase
 from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
 from phasewatch.sinks.state.store import StateStore
 from phasewatch.sources.host.procs import ProcessTable
-from phasewatch.sources.host.ras import RasAdvisor
+from phasewatch.sources.host.ras import RasSource
 from phasewatch.sources.host.ras_client import RasAnswer, address_of, query
 from phasewatch.stages.s4_judge.ras_report import RasAddress, parse_report
 from phasewatch.systemd_unit import RecordingUnit, UnitFacts
@@ -125,7 +125,7 @@ def run_until_stalled(tmp_path: Path, ask: Callable[[RasAddress], RasAnswer]) ->
     alerter = RecordingAlerter(UNIT)
     app: Daemon = compose(CONFIG, World(follower=journal, unit=unit, alerter=alerter, notifier=RecordingNotifier(),
                                 store=StateStore(tmp_path, UNIT), clock=clock, processes=unit_tree(tmp_path, 28555)))
-    [advisor] = [s for s in app.sources if isinstance(s, RasAdvisor)]
+    [advisor] = [s for s in app.sources if isinstance(s, RasSource)]
     advisor.ask = ask
     journal.push(*(JournalRecord(f"[2026-11-29 08:00:00 TP{n}] Load weight begin. avail mem=137.95 GB", T0, pid=pid,
                                  invocation_id=INV) for pid, n in PIDS.items()))
@@ -187,7 +187,7 @@ def test_an_unknown_cgroup_or_an_overdue_answer_never_spins_the_loop(tmp_path: P
     app: Daemon = compose(CONFIG, World(
             follower=journal, unit=unit, alerter=RecordingAlerter(UNIT), notifier=RecordingNotifier(),
                                 store=StateStore(tmp_path, UNIT), clock=clock, processes=unit_tree(tmp_path, 28555)))
-    [advisor] = [s for s in app.sources if isinstance(s, RasAdvisor)]
+    [advisor] = [s for s in app.sources if isinstance(s, RasSource)]
     journal.push(*(JournalRecord(f"[2026-11-29 08:00:00 TP{n}] Load weight begin. avail mem=137.95 GB", T0, pid=pid,
                                  invocation_id=INV) for pid, n in PIDS.items()))
     app.start()

@@ -25,7 +25,7 @@ from phasewatch.sinks.state.store import StateStore
 from phasewatch.sources.host.procs import ProcessTable
 from phasewatch.sources.journal import journal_source, rebuild
 from phasewatch.sources.journal.follow import JournalFollower
-from phasewatch.sources.journal.journal_feed import JournalFeed
+from phasewatch.sources.journal.journal_feed import JournalFeedSource
 from phasewatch.stages.s4_judge import policy
 from phasewatch.systemd_unit import RecordingUnit, UnitFacts
 
@@ -151,7 +151,7 @@ def test_a_cursor_in_a_file_vacuumed_before_the_rest_was_read_is_lines_lost(tmp_
     write_journal(directory, access_lines(STARTED + 100, 1000), name="new")
     follower = JournalFollower(UNIT, str(directory))
     follower.seek_head()
-    feed = JournalFeed(follower, app_pipeline(), UNIT, FakeClock(wall=STARTED + 200), lambda: None)
+    feed = JournalFeedSource(follower, app_pipeline(), UNIT, FakeClock(wall=STARTED + 200), lambda: None)
     assert feed.read() and not follower.at_end  # 250 of the old file's 1000 read: behind
     (directory / "old.journal").unlink()  # vacuumed
     assert feed.reopen("changed")
@@ -167,7 +167,7 @@ def test_a_vacuum_of_files_already_read_loses_nothing(tmp_path: Path) -> None:
     write_journal(directory, access_lines(STARTED + 100, 100), name="new")
     follower = JournalFollower(UNIT, str(directory))
     follower.seek_head()
-    feed = JournalFeed(follower, app_pipeline(), UNIT, FakeClock(wall=STARTED + 200), lambda: None)
+    feed = JournalFeedSource(follower, app_pipeline(), UNIT, FakeClock(wall=STARTED + 200), lambda: None)
     while feed.read():
         pass
     (directory / "old.journal").unlink()

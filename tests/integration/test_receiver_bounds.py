@@ -30,7 +30,7 @@ from phasewatch.config.sections import Group, GroupReceiver
 from phasewatch.errors import UnavailableError
 from phasewatch.sinks.peers import peer_key
 from phasewatch.sources.base import Instant
-from phasewatch.sources.receiver.alert_receiver import AlertReceiver, read_token, start_receiver
+from phasewatch.sources.receiver.alert_receiver import AlertReceiverSource, read_token, start_receiver
 from phasewatch.sources.receiver.receiver_gate import Gate
 
 UNIT = "sglang-kimi.service"
@@ -91,15 +91,16 @@ def spec(tmp_path: Path, listen: str = "127.0.0.1:0") -> GroupReceiver:
 
 
 @pytest.fixture
-def receiver(tmp_path: Path) -> Iterator[AlertReceiver]:
-    made = AlertReceiver(UNIT, GROUP, spec(tmp_path), read_token(spec(tmp_path)), peer_of=peer_key)
+def receiver(tmp_path: Path) -> Iterator[AlertReceiverSource]:
+    made = AlertReceiverSource(UNIT, GROUP, spec(tmp_path), read_token(spec(tmp_path)), peer_of=peer_key)
     made.listen()
     yield made
     made.close()
 
 
 @needs_stranger
-def test_eight_trickling_connections_of_another_user_do_not_keep_a_notification_out(receiver: AlertReceiver) -> None:
+def test_eight_trickling_connections_of_another_user_do_not_keep_a_notification_out(
+        receiver: AlertReceiverSource) -> None:
     trickler = subprocess.Popen([*STRANGER, sys.executable, "-c", TRICKLER, str(receiver.address[1]), "8", "2"],
                                 stdout=subprocess.PIPE, text=True)
     try:
@@ -118,7 +119,7 @@ def test_eight_trickling_connections_of_another_user_do_not_keep_a_notification_
 
 
 def test_a_trickling_connection_is_cut_at_the_deadline(tmp_path: Path) -> None:
-    made = AlertReceiver(UNIT, GROUP, spec(tmp_path), read_token(spec(tmp_path)), deadline=1.5)
+    made = AlertReceiverSource(UNIT, GROUP, spec(tmp_path), read_token(spec(tmp_path)), deadline=1.5)
     made.listen()
     try:
         conn = socket.create_connection(made.address)
@@ -141,7 +142,7 @@ def test_a_trickling_connection_is_cut_at_the_deadline(tmp_path: Path) -> None:
 
 
 def test_a_busy_receiver_answers_503_with_retry_after(tmp_path: Path) -> None:
-    made = AlertReceiver(UNIT, GROUP, spec(tmp_path), read_token(spec(tmp_path)), gate=Gate(total=1, kept=0))
+    made = AlertReceiverSource(UNIT, GROUP, spec(tmp_path), read_token(spec(tmp_path)), gate=Gate(total=1, kept=0))
     made.listen()
     try:
         with socket.create_connection(made.address) as holder:
@@ -156,7 +157,7 @@ def test_a_busy_receiver_answers_503_with_retry_after(tmp_path: Path) -> None:
         made.close()
 
 
-def test_refusals_are_counted_each_and_logged_once_a_minute(receiver: AlertReceiver,
+def test_refusals_are_counted_each_and_logged_once_a_minute(receiver: AlertReceiverSource,
                                                             caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="phasewatch")
     for _ in range(30):
@@ -166,7 +167,7 @@ def test_refusals_are_counted_each_and_logged_once_a_minute(receiver: AlertRecei
     assert lines == [f"[{UNIT}] webhook request from uid {os.geteuid()} refused: no_token"]
 
 
-def test_a_notification_nested_too_deep_is_a_400(receiver: AlertReceiver) -> None:
+def test_a_notification_nested_too_deep_is_a_400(receiver: AlertReceiverSource) -> None:
     assert post(receiver.address, b"[" * 100_000 + b"]" * 100_000) == 400
     assert post(receiver.address, notification(time.time() + 3600)) == 400  # startsAt an hour ahead
     assert receiver.counts()["refused"] == {"bad_payload": 2} and receiver.take() == []

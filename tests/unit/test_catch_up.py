@@ -16,7 +16,7 @@ from phasewatch.errors import JournalUnavailable
 from phasewatch.pipeline import Pipeline
 from phasewatch.records import JournalRecord, UnitLine, UnitRun
 from phasewatch.sources.journal.catch_up import catch_up
-from phasewatch.sources.journal.journal_feed import JournalFeed
+from phasewatch.sources.journal.journal_feed import JournalFeedSource
 from phasewatch.sources.journal.journal_reader import ReadEnd
 
 UNIT = "sglang.service"
@@ -33,7 +33,7 @@ class CatchUpFollower:
         self.batches, self.end_cursor, self.fail = batches, cursor, fail
         self.rejected: dict[str, int] = {}
         self.cursor: str | None = None
-        self.position: float | None = None  # (JournalFeed's: the last entry's time)
+        self.position: float | None = None  # (JournalFeedSource's: the last entry's time)
         self.sought: list[str] = []
 
     def catch_up_entries(self, since: float, runs: object, end: ReadEnd) -> Generator[list[Any], None, None]:
@@ -46,10 +46,10 @@ class CatchUpFollower:
         self.sought.append(cursor)
 
 
-def feed_for(follower: CatchUpFollower) -> tuple[JournalFeed, list[str | None]]:
+def feed_for(follower: CatchUpFollower) -> tuple[JournalFeedSource, list[str | None]]:
     pipeline = Pipeline(Config(unit=UNIT), default_year=2026)
     told: list[str | None] = []
-    feed = JournalFeed(follower, pipeline, UNIT, FakeClock(wall=T0), lambda: told.append(pipeline.current_id()))  # type: ignore[arg-type]
+    feed = JournalFeedSource(follower, pipeline, UNIT, FakeClock(wall=T0), lambda: told.append(pipeline.current_id()))  # type: ignore[arg-type]
     return feed, told
 
 

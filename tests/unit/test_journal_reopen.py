@@ -23,7 +23,7 @@ from phasewatch.sources.base import Instant
 from phasewatch.sources.journal import rebuild
 from phasewatch.sources.journal.catch_up import catch_up
 from phasewatch.sources.journal.follow import JournalFollower
-from phasewatch.sources.journal.journal_feed import SAME_CURSOR_ERRORS, JournalFeed
+from phasewatch.sources.journal.journal_feed import SAME_CURSOR_ERRORS, JournalFeedSource
 from phasewatch.sources.journal.journal_reader import ReadEnd
 from phasewatch.sources.journal.rebuild import JudgedClock, StartTelling
 
@@ -94,8 +94,8 @@ class FailingFollower:
         return True
 
 
-def feed_for(follower: FailingFollower) -> JournalFeed:
-    return JournalFeed(follower, Pipeline(Config(unit=UNIT), default_year=2026), UNIT,  # type: ignore[arg-type]
+def feed_for(follower: FailingFollower) -> JournalFeedSource:
+    return JournalFeedSource(follower, Pipeline(Config(unit=UNIT), default_year=2026), UNIT,  # type: ignore[arg-type]
                        FakeClock(wall=T0 + 100), lambda: None)
 
 
@@ -212,7 +212,7 @@ def test_a_journal_that_cannot_be_reopened_is_tried_again_and_the_old_reader_sta
     follower = JournalFollower(UNIT, str(tmp_path))  # (an empty journal directory)
     fd = follower.fileno()
     clock = FakeClock(wall=T0)
-    feed = JournalFeed(follower, Pipeline(Config(unit=UNIT)), UNIT, clock, lambda: None)
+    feed = JournalFeedSource(follower, Pipeline(Config(unit=UNIT)), UNIT, clock, lambda: None)
 
     def refuse() -> None:
         raise JournalError("cannot open the journal: Permission denied")

@@ -290,6 +290,34 @@ def test_every_module_is_named_by_a_test() -> None:
     assert KNOWN_UNNAMED - found == set(), "named by a test now: take them out of KNOWN_UNNAMED"
 
 
+def misnamed_parts(package: Path = PACKAGE) -> dict[str, str]:
+    """Classes that say their kind by shape and not by name: a source (sources/, `collect(now,
+    readable)`) must end in `Source`, a sink (sinks/, `tell(step)`) in `Sink`."""
+    shapes = (("sources", "collect", ("self", "now", "readable"), "Source"),
+              ("sinks", "tell", ("self", "step"), "Sink"))
+    found: dict[str, str] = {}
+    for room, method, params, suffix in shapes:
+        for path in sorted((package / room).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if not isinstance(node, ast.ClassDef) or node.name.endswith(suffix):
+                    continue
+                if any(isinstance(f, ast.FunctionDef) and f.name == method
+                       and tuple(a.arg for a in f.args.args) == params for f in node.body):
+                    found[f"{dotted(path, package)}.{node.name}"] = suffix
+    return found
+
+
+def test_sources_and_sinks_say_their_kind() -> None:
+    assert misnamed_parts() == {}
+
+
+def test_a_source_not_named_so_is_found(copy: Path) -> None:
+    (copy / "sources" / "host" / "newfeed.py").write_text(
+        "class Feed:\n    def collect(self, now, readable):\n        return []\n")
+    (copy / "sinks" / "newsink.py").write_text("class Teller:\n    def tell(self, step):\n        pass\n")
+    assert misnamed_parts(copy) == {"sources.host.newfeed.Feed": "Source", "sinks.newsink.Teller": "Sink"}
+
+
 def test_relative_and_absolute_imports_are_resolved() -> None:
     names = imported(PACKAGE / "stages" / "s3_track" / "tracker.py")
     assert {"records", "ranks", "stages.s3_track.snapshot"} <= names

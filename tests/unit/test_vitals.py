@@ -1,5 +1,5 @@
 """Signs of life beyond log lines: the pure stage (vitals.compare) over recorded samples, the /proc
-reader over fixture trees, the stall window with progress events, the source (SignsOfLife: a scripted
+reader over fixture trees, the stall window with progress events, the source (SignsOfLifeSource: a scripted
 sampler, the NVML seam faked) and the daemon's wiring."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from phasewatch.sources.base import Instant
 from phasewatch.sources.host.gpu import NvmlSource
 from phasewatch.sources.host.procs import ProcessTable
 from phasewatch.sources.host.procstat import ProcSampler, parse_io_stat, parse_stat
-from phasewatch.sources.host.signs_of_life import SignsOfLife
+from phasewatch.sources.host.signs_of_life import SignsOfLifeSource
 from phasewatch.sources.host.unit_processes import UnitFactsReader
 from phasewatch.stages.s3_track.snapshot import InvocationView
 from phasewatch.stages.s4_judge import policy
@@ -454,8 +454,8 @@ class _Unit:
                                          invocation_id=INV), T0 + 30)
 
 
-def _signs(config: Config, sampler: ProcSampler, unit: _Unit, gpu: NvmlSource | None = None) -> SignsOfLife:
-    return SignsOfLife(config, sampler, unit.facts, unit.current, gpu)
+def _signs(config: Config, sampler: ProcSampler, unit: _Unit, gpu: NvmlSource | None = None) -> SignsOfLifeSource:
+    return SignsOfLifeSource(config, sampler, unit.facts, unit.current, gpu)
 
 
 def at(seconds: float) -> Instant:

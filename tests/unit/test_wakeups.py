@@ -22,14 +22,14 @@ from phasewatch.sinks.actions import RecordingAlerter, RecordingNotifier
 from phasewatch.sinks.state.store import StateStore
 from phasewatch.sources.base import Instant, JournalBatch
 from phasewatch.sources.host.procs import ProcessTable, RankProcess
-from phasewatch.sources.host.unit_processes import SCAN_SPACING, RankProcesses, UnitFactsReader
+from phasewatch.sources.host.unit_processes import SCAN_SPACING, RankProcessSource, UnitFactsReader
 from phasewatch.sources.journal.journal_feed import (
     QUIET_RELEASE_AFTER,
     READ_BATCH,
     READS_PER_STEP,
     RELEASE_AFTER,
     RELEASE_QUIET,
-    JournalFeed,
+    JournalFeedSource,
 )
 from phasewatch.stages.s4_judge.wakeups import LOOK, TALKING, Wait, plan
 from phasewatch.systemd_unit import RecordingUnit, UnitFacts
@@ -94,14 +94,14 @@ def starting_pipeline() -> Pipeline:
     return pipeline
 
 
-def rank_processes(tmp_path: Path) -> tuple[RankProcesses, CountingTable]:
+def rank_processes(tmp_path: Path) -> tuple[RankProcessSource, CountingTable]:
     # Our own process plays TP0: a real pid, so that its pidfd opens.
     fixture_unit(tmp_path, {os.getpid(): b"sglang::scheduler_TP0", 4242: b"python3 -m sglang.launch_server"})
     table = CountingTable(tmp_path)
     facts = UnitFactsReader(RecordingUnit(UnitFacts("activating", "start", INV, control_group=GROUP,
                                                     started_at=T0)), UNIT)
     pipeline = starting_pipeline()
-    return RankProcesses(facts, table, pipeline.current), table
+    return RankProcessSource(facts, table, pipeline.current), table
 
 
 def test_a_new_start_up_is_scanned_at_once_then_only_when_the_journal_shows_a_new_pid(tmp_path: Path) -> None:
@@ -201,7 +201,7 @@ def test_a_line_from_a_new_process_wakes_a_scan_in_the_next_step(tmp_path: Path)
 def test_memory_is_released_once_caught_up_after_a_burst_not_during_it() -> None:
     journal = ScriptedJournal()
     clock = FakeClock(wall=T0)
-    feed = JournalFeed(journal, Pipeline(Config(unit=UNIT)), UNIT, clock, lambda: None)  # type: ignore[arg-type]
+    feed = JournalFeedSource(journal, Pipeline(Config(unit=UNIT)), UNIT, clock, lambda: None)  # type: ignore[arg-type]
     journal.push(*(JournalRecord(f"[2026-11-29 08:00:00 TP0] Decode batch, #running-req: {n}", T0, pid=101,
                                  invocation_id=INV) for n in range(RELEASE_AFTER + READ_BATCH * READS_PER_STEP)))
     list(feed.collect(Instant(T0, 1000.0), []))
@@ -225,7 +225,7 @@ def test_the_end_of_a_burst_releases_its_memory_once_the_journal_is_quiet() -> N
     pages go; no deadline before QUIET_RELEASE_AFTER entries or after the release (no periodic wake-up)."""
     journal = ScriptedJournal()
     clock = FakeClock(wall=T0)
-    feed = JournalFeed(journal, Pipeline(Config(unit=UNIT)), UNIT, clock, lambda: None)  # type: ignore[arg-type]
+    feed = JournalFeedSource(journal, Pipeline(Config(unit=UNIT)), UNIT, clock, lambda: None)  # type: ignore[arg-type]
     line = "[2026-11-29 08:00:00 TP0] Decode batch, #running-req: {}"
     journal.push(*(JournalRecord(line.format(n), T0, pid=101, invocation_id=INV)
                    for n in range(QUIET_RELEASE_AFTER - 1)))
@@ -249,7 +249,7 @@ def test_collect_returns_the_batches_it_read_and_feeds_nothing_itself() -> None:
     journal = ScriptedJournal()
     clock = FakeClock(wall=T0)
     pipeline = Pipeline(Config(unit=UNIT))
-    feed = JournalFeed(journal, pipeline, UNIT, clock, lambda: None)  # type: ignore[arg-type]
+    feed = JournalFeedSource(journal, pipeline, UNIT, clock, lambda: None)  # type: ignore[arg-type]
     journal.push(*(JournalRecord(f"[2026-11-29 08:00:00 TP0] Decode batch, #running-req: {n}", T0, pid=101,
                                  invocation_id=INV) for n in range(READ_BATCH + 1)))
     seen = list(feed.collect(Instant(T0, 1000.0), []))

@@ -20,7 +20,7 @@ logger = logging.getLogger(__name__)
 
 
 class Counted(Protocol):
-    """The receiver's count of decisions by act (sources/receiver/alert_receiver.AlertReceiver)."""
+    """The receiver's count of decisions by act (sources/receiver/alert_receiver.AlertReceiverSource)."""
 
     def handled(self, act: str) -> None: ...
 

@@ -26,7 +26,7 @@ from ...stages.s4_judge.gpu_fault import GpuFault, nvml_faults, xid_fault
 from ..base import GpuFaults, Instant
 from ..journal.journal_reader import INVALIDATE, _open_reader
 from .gpu import NvmlSource
-from .signs_of_life import SignsOfLife
+from .signs_of_life import SignsOfLifeSource
 
 logger = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ class KernelXids:
         return found
 
 
-def gpu_ranks(signs: SignsOfLife) -> Callable[[], dict[int, str]]:
+def gpu_ranks(signs: SignsOfLifeSource) -> Callable[[], dict[int, str]]:
     """NVML index -> the rank whose processes hold a context on it, as the last vitals saw it."""
     def ranks() -> dict[int, str]:
         vitals = signs.vitals

@@ -18,7 +18,7 @@ from .probe import BackgroundProbe, default_url
 logger = logging.getLogger(__name__)
 
 
-class HealthProbes:
+class HealthProbeSource:
     def __init__(self, config: Config, probe: BackgroundProbe, current: Current, clock: Clock) -> None:
         self.config = config
         self.probe = probe
@@ -26,7 +26,7 @@ class HealthProbes:
         self.clock = clock
         self.last_probe = -math.inf  # wall clock: compared with the journal's proof of life
 
-    def carrying(self, old: HealthProbes | None) -> HealthProbes:
+    def carrying(self, old: HealthProbeSource | None) -> HealthProbeSource:
         """These probes (a reloaded config's) from when `old` probed last (its probe: the same one)."""
         if old is not None:
             self.last_probe = old.last_probe

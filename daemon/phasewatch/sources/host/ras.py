@@ -25,16 +25,16 @@ from ...stages.s4_judge.ras_report import RasAddress, RasFormatError, parse_repo
 from ..base import Current, Instant
 from .procs import ProcessTable
 from .ras_client import QUERY_SECONDS, RasAnswer, address_of, query
-from .unit_processes import RankProcesses, UnitFactsReader
+from .unit_processes import RankProcessSource, UnitFactsReader
 
 logger = logging.getLogger(__name__)
 
 Query = Callable[[RasAddress], RasAnswer]
 
 
-class RasAdvisor:
+class RasSource:
     def __init__(self, config: Callable[[], Config], facts: UnitFactsReader, processes: ProcessTable,
-                 ranks: RankProcesses, current: Current, ask: Query = query,
+                 ranks: RankProcessSource, current: Current, ask: Query = query,
                  unit_environment: Callable[[], Mapping[str, str]] = dict) -> None:
         self.config = config  # the limits in force (the pipeline's: reloads and learned limits included)
         self.facts = facts

@@ -23,7 +23,7 @@ from .unit_processes import UnitFactsReader
 logger = logging.getLogger(__name__)
 
 
-class SignsOfLife:
+class SignsOfLifeSource:
     def __init__(self, config: Config, sampler: ProcSampler, facts: UnitFactsReader, current: Current,
                  gpu: NvmlSource | None = None) -> None:
         self.config = config
@@ -40,7 +40,7 @@ class SignsOfLife:
         self.shown: Vitals | None = None
         self.last_sample = -math.inf  # monotonic
 
-    def carrying(self, old: SignsOfLife | None) -> SignsOfLife:
+    def carrying(self, old: SignsOfLifeSource | None) -> SignsOfLifeSource:
         """This source (a reloaded config's) with `old`'s samples, vitals and GPU baselines; NVML sampling
         stops when the new config reads /proc only."""
         if old is not None:

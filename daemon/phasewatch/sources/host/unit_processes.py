@@ -73,7 +73,7 @@ class _PendingDeath:
     seen_mono: float
 
 
-class RankProcesses:
+class RankProcessSource:
     def __init__(self, facts: UnitFactsReader, processes: ProcessTable, current: Current,
                  host_wide: bool = False) -> None:
         self.facts = facts

@@ -10,13 +10,13 @@ from typing import Callable
 
 from ...errors import JournalUnavailable
 from ...records import Entry, UnitRun
-from .journal_feed import JournalFeed
+from .journal_feed import JournalFeedSource
 from .journal_reader import ReadEnd
 
 logger = logging.getLogger(__name__)
 
 
-def catch_up(feed: JournalFeed, since: float, stop: Callable[[], bool] | None = None,
+def catch_up(feed: JournalFeedSource, since: float, stop: Callable[[], bool] | None = None,
              between: Callable[[], None] | None = None) -> bool:
     """The unit's entries from `since` (wall seconds) to the journal's end, fed and counted. `stop`, asked after each
     batch, ends it early (True: the feed's `stopped` is set, and the follower is left where the caller puts it);
@@ -61,7 +61,7 @@ def catch_up(feed: JournalFeed, since: float, stop: Callable[[], bool] | None = 
     return True
 
 
-def _take(feed: JournalFeed, batch: list[Entry]) -> None:
+def _take(feed: JournalFeedSource, batch: list[Entry]) -> None:
     """A catch-up batch through the pipeline, counted; `after_batch` at its end and wherever the
     start-up changes in it (as if a follower's read had ended there)."""
     counts, start, last = feed.entries_by_invocation, 0, feed.last_invocation
@@ -87,7 +87,7 @@ def _take(feed: JournalFeed, batch: list[Entry]) -> None:
     _feed_part(feed, batch[start:])
 
 
-def _feed_part(feed: JournalFeed, entries: list[Entry]) -> None:
+def _feed_part(feed: JournalFeedSource, entries: list[Entry]) -> None:
     feed.pipeline.feed_entries(entries, feed.clock.wall())
     feed.last_entries_at = feed.clock.monotonic()
     feed.forget_old_counts()

@@ -46,7 +46,7 @@ SAME_CURSOR_ERRORS = 3
 REOPEN_RETRY = 1.0
 
 
-class JournalFeed:
+class JournalFeedSource:
     def __init__(self, follower: JournalFollower, pipeline: Pipeline, unit: str, clock: Clock,
                  after_batch: Callable[[], None]) -> None:
         self.follower = follower

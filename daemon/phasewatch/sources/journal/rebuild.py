@@ -26,7 +26,7 @@ from ...durations import format_duration
 from ...records import Event, EventKind
 from ...stages.s3_track.snapshot import UP_STATES
 from .catch_up import catch_up
-from .journal_feed import JournalFeed
+from .journal_feed import JournalFeedSource
 
 logger = logging.getLogger(__name__)
 
@@ -91,7 +91,7 @@ class JudgedClock:
         return min(wall, max(position, wall - MAX_JUDGE_LAG))
 
 
-def rebuild_startup(journal: JournalFeed, since: float, started_at: float, invocation: str | None,
+def rebuild_startup(journal: JournalFeedSource, since: float, started_at: float, invocation: str | None,
                     telling: Callable[[], None]) -> None:
     """The start-up's entries from `since` up to ready, then from the recent window on (read in C;
     weeks of serving between are skipped). A start the journal no longer holds is lines lost."""

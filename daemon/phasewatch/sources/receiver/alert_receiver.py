@@ -83,7 +83,7 @@ def by_address(address: Any) -> str:
     return f"host {address[0]}"
 
 
-class AlertReceiver:
+class AlertReceiverSource:
     """The listener (or the tries to bind it) and the requests it took in, for the daemon's loop."""
 
     def __init__(self, unit: str, group: Group, receiver: GroupReceiver, token: bytes, *,
@@ -251,7 +251,7 @@ class AlertReceiver:
 
 def start_receiver(config: Config, unbound: Callable[[str], None], peer_of: PeerOf = by_address,
                    clock: Clock | None = None, spacing: float = REBIND_SPACING,
-                   give_up_after: float = GIVE_UP_AFTER) -> AlertReceiver | None:
+                   give_up_after: float = GIVE_UP_AFTER) -> AlertReceiverSource | None:
     """The group's receiver when the config asks for one, on the socket systemd passed or else bound
     here. A token or TLS pair that cannot be read stops the daemon (ConfigError). An address that
     cannot be bound is said through `unbound(why)` (the receiver_unbound alert) and tried again in
@@ -260,7 +260,7 @@ def start_receiver(config: Config, unbound: Callable[[str], None], peer_of: Peer
     if group is None or group.receiver is None:
         return None
     token = read_token(group.receiver)
-    receiver = AlertReceiver(config.unit, group, group.receiver, token, clock=clock, peer_of=peer_of)
+    receiver = AlertReceiverSource(config.unit, group, group.receiver, token, clock=clock, peer_of=peer_of)
     passed = receiver_socket()
     if passed is not None:
         receiver.listen(passed)
