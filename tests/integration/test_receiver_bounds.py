@@ -32,6 +32,7 @@ from phasewatch.sinks.peers import peer_key
 from phasewatch.sources.base import Instant
 from phasewatch.sources.receiver.alert_receiver import AlertReceiverSource, read_token, start_receiver
 from phasewatch.sources.receiver.receiver_gate import Gate
+from phasewatch.sources.receiver.receiver_http import Deadlines
 
 UNIT = "sglang-kimi.service"
 GROUP = Group("kimi-tp16", 2)
@@ -252,3 +253,24 @@ print("taken", flush=True)
     finally:
         child.kill()
         child.communicate()
+
+
+def test_a_connection_handed_to_the_deadlines_as_the_receiver_closes_is_closed_not_collected() -> None:
+    """A refused (busy) connection lingers on the deadline thread, and is closed when the receiver
+    closes; one handed in after (a trickler connecting again during the close) is closed at once:
+    left in the stopped thread's list, the collector found it later, in another test, unclosed."""
+    deadlines = Deadlines()
+    lingering, peer = socket.socketpair()
+    late, late_peer = socket.socketpair()
+    try:
+        deadlines.add(time.monotonic() + 3600, lingering.close)
+        deadlines.stop()
+        assert deadlines.add(time.monotonic() + 3600, late.close) == -1
+        assert late.fileno() == -1
+        until = time.monotonic() + 5
+        while lingering.fileno() != -1 and time.monotonic() < until:
+            time.sleep(0.01)
+        assert lingering.fileno() == -1
+    finally:
+        for sock in (lingering, peer, late, late_peer):
+            sock.close()

@@ -66,12 +66,20 @@ class Deadlines:
         self._thread.start()
 
     def add(self, at: float, what: Callable[[], None]) -> int:
+        """`what` runs at `at`; once stopped, at once (nothing would run it later: a socket handed in
+        while the listener closes is closed, not left to the collector)."""
         with self._wake:
-            key = next(self._keys)
-            self._due[key] = what
-            heapq.heappush(self._heap, (at, key))
-            self._wake.notify()
-            return key
+            if not self._stopped:
+                key = next(self._keys)
+                self._due[key] = what
+                heapq.heappush(self._heap, (at, key))
+                self._wake.notify()
+                return key
+        try:
+            what()
+        except OSError:
+            pass
+        return -1
 
     def cancel(self, key: int) -> None:
         with self._wake:
