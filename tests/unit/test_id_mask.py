@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from fastpath_compare import assert_same
@@ -18,7 +18,7 @@ from phasewatch.profile.load import load_builtin_profile
 from phasewatch.records import JournalRecord
 from phasewatch.stages.s1_read.lines import LineSplitter
 from phasewatch.stages.s2_interpret.events import EventMapper
-from phasewatch.stages.s2_interpret.pattern_needles import id_blind, id_needles, mask_ids
+from phasewatch.stages.s2_interpret.pattern_needles import _ID_RUN, _zeros, id_blind, id_needles, mask_ids
 
 DIGITS = bytes.maketrans(b"123456789", b"000000000")
 # Rules of a config's `patterns:` that tell hex apart, beside the built-in ones that cannot.
@@ -57,6 +57,18 @@ def test_mask_ids_masks_the_hex_of_ids_only() -> None:
                                 b"dead-beef 0000000000")
     plain = b"Decode batch, #running-req: 00, #token: 00000"
     assert mask_ids(plain) is plain
+
+
+@given(st.binary(max_size=120) | st.lists(st.sampled_from([b"0", b"a", b"f", b"-", b"g", b" ", b"0000", b"beef",
+                                                           b"\xff"]), max_size=60).map(b"".join))
+@example(b"u=dead-beef-cafe ok")
+@example(b"0a0-00b00-0c00-0d000")
+@example(b"x 00000000 y")
+@settings(max_examples=400, deadline=None)
+def test_the_quick_look_for_ids_finds_every_run_the_search_finds(text: bytes) -> None:
+    assert mask_ids(text) == _ID_RUN.sub(_zeros, text)
+    if _ID_RUN.search(text) is None:
+        assert mask_ids(text) is text
 
 
 def test_a_needle_an_id_may_run_into_is_trimmed_or_unknown() -> None:

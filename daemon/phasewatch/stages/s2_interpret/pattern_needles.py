@@ -135,11 +135,20 @@ def _zeros(run: re.Match[bytes]) -> bytes:
     return run[0].translate(_HEX_TO_ZERO)
 
 
+# Every hex character as 'h', '-' as itself, anything else as ' ': a text holds a run `_ID_RUN` takes
+# only where this holds 8 'h' in a row or 4 'h', '-', 4 'h' (two substring tests, in C, where the
+# search tries its lookahead at every place: 7 µs for a line of 180 characters, 1 µs this way).
+_HEX_SHAPE = bytes(ord("h") if c in b"0123456789abcdef" else c if c == ord("-") else ord(" ") for c in range(256))
+
+
 def mask_ids(masked: bytes) -> bytes:
     """`masked` (a text with its digits masked) with the hex letters of its ids masked too: runs of
     8 or more of `[0-9a-f]`, or of hex joined by '-' (a UUID). A rule that is `id_blind` matches a
     text exactly when it matches this (it cannot tell one of those characters from another, and
     only they change). The same object when there is no such run."""
+    shape = masked.translate(_HEX_SHAPE)
+    if b"hhhhhhhh" not in shape and b"hhhh-hhhh" not in shape:
+        return masked
     return _ID_RUN.sub(_zeros, masked)
 
 
