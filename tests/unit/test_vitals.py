@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from fakes import ScriptedJournal
+from phasewatch.app import Daemon
 from phasewatch.clock import FakeClock
 from phasewatch.compose import Extras, World, compose
 from phasewatch.config.load import DEFAULT_LIMITS, Config, PhaseLimits, VitalsSampling, parse_config
@@ -327,23 +328,32 @@ def test_a_failing_sample_is_logged_and_the_loop_goes_on_and_sampling_ends_with_
     assert [a["PHASEWATCH_RANK"] for a in alerter.sent] == ["TP0"]  # judged on its log lines, as before
 
 
-def test_signs_of_life_are_dropped_once_the_start_up_is_over(tmp_path: Path) -> None:
+def _sampling_daemon(tmp_path: Path, clock: FakeClock,
+                     extras: Extras | None = None) -> tuple[Daemon, ScriptedJournal, str]:
+    """A daemon whose unit is starting with TP0 (pid 101) in its cgroup, started and stepped once
+    the period after TP0's first line: its vitals sampled. Returns it, its journal and the lines' stamp."""
     group = tmp_path / "cg" / "system.slice" / UNIT
     group.mkdir(parents=True)
     (group / "cgroup.procs").write_text("101\n")
     _proc(tmp_path, 101, b"sglang::scheduler_TP0\0", "python3", 1, 10, None)
-    clock = FakeClock(wall=T0)
     journal = ScriptedJournal()
     unit = RecordingUnit(UnitFacts("activating", "start", INV, control_group=f"/system.slice/{UNIT}", started_at=T0))
     app = compose(Config(unit=UNIT), World(follower=journal, unit=unit, alerter=RecordingAlerter(UNIT),
                         notifier=RecordingNotifier(), store=StateStore(tmp_path, UNIT), clock=clock,
-                        processes=ProcessTable(proc=str(tmp_path / "proc"), cgroup_roots=(str(tmp_path / "cg"),))))
+                        processes=ProcessTable(proc=str(tmp_path / "proc"), cgroup_roots=(str(tmp_path / "cg"),))),
+                  extras or Extras())
     stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(T0))
     journal.push(JournalRecord(f"[{stamp} TP0] Load weight begin. avail mem=137.95 GB", T0, pid=101,
                                invocation_id=INV))
     app.start()
     clock.jump(5)
     app.step(max_wait=0)
+    return app, journal, stamp
+
+
+def test_signs_of_life_are_dropped_once_the_start_up_is_over(tmp_path: Path) -> None:
+    clock = FakeClock(wall=T0)
+    app, journal, stamp = _sampling_daemon(tmp_path, clock)
     assert app.vitals is not None and '"vitals"' in StateStore(tmp_path, UNIT).status_path.read_text()
     journal.push(JournalRecord(f"[{stamp}] The server is fired up and ready to roll!", T0 + 6, pid=100,
                                invocation_id=INV))
@@ -359,24 +369,9 @@ def test_status_keeps_the_last_vitals_over_a_new_start_up_until_its_first_sample
 
     from phasewatch.sinks.metrics.exporter import Exporter
 
-    group = tmp_path / "cg" / "system.slice" / UNIT
-    group.mkdir(parents=True)
-    (group / "cgroup.procs").write_text("101\n")
-    _proc(tmp_path, 101, b"sglang::scheduler_TP0\0", "python3", 1, 10, None)
     clock = FakeClock(wall=T0)
-    journal = ScriptedJournal()
-    unit = RecordingUnit(UnitFacts("activating", "start", INV, control_group=f"/system.slice/{UNIT}", started_at=T0))
     exporter = Exporter(Config(unit=UNIT), CollectorRegistry(), clock)
-    app = compose(Config(unit=UNIT), World(follower=journal, unit=unit, alerter=RecordingAlerter(UNIT),
-                        notifier=RecordingNotifier(), store=StateStore(tmp_path, UNIT), clock=clock,
-                        processes=ProcessTable(proc=str(tmp_path / "proc"), cgroup_roots=(str(tmp_path / "cg"),))),
-                  Extras(exporter=exporter))
-    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(T0))
-    journal.push(JournalRecord(f"[{stamp} TP0] Load weight begin. avail mem=137.95 GB", T0, pid=101,
-                               invocation_id=INV))
-    app.start()
-    clock.jump(5)
-    app.step(max_wait=0)
+    app, journal, stamp = _sampling_daemon(tmp_path, clock, Extras(exporter=exporter))
     assert app.vitals is not None and exporter.status()["vitals"] is not None
     journal.push(JournalRecord(f"[{stamp} TP0] Load weight begin. avail mem=137.95 GB", T0 + 6, pid=201,
                                invocation_id="f" * 32))
