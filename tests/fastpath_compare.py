@@ -110,6 +110,14 @@ def continues(previous: bytes, message: bytes, shape: tuple[int, int] = TIME_DIG
 _DIGIT_RUNS = re.compile(rb"[0-9]+")
 
 
+def shifts_of(messages: list[bytes]) -> list[int]:
+    """A run's `shifts` as the C reader gives them: the indexes of its lines whose digit-masked text is
+    not the line's before (in a run, where some run of digits has another width)."""
+    digits = bytes.maketrans(b"123456789", b"000000000")
+    masked = [m.translate(digits) for m in messages]
+    return [i for i in range(1, len(masked)) if masked[i] != masked[i - 1]]
+
+
 def whole_line(record: JournalRecord) -> bool:
     """An entry `journal_source.unit_entries` gives as a line tuple (the unit's, in one piece)."""
     return (isinstance(record.message, bytes) and record.line_break is None and record.unit is None
@@ -143,9 +151,10 @@ def run_in_runs(records: list[JournalRecord], profile: Profile | None = None) ->
     transitions = []
     for entry in runs_of(records):
         if isinstance(entry, list):
-            transitions.append(pipeline.feed_run(UnitRun([r.message for r in entry],  # type: ignore[misc]
-                                                         [r.realtime for r in entry],  # type: ignore[misc]
-                                                         entry[0].pid, entry[0].invocation_id), None))
+            messages = [r.message for r in entry]
+            transitions.append(pipeline.feed_run(UnitRun(messages, [r.realtime for r in entry],  # type: ignore[misc]
+                                                         entry[0].pid, entry[0].invocation_id,
+                                                         shifts_of(messages)), None))  # type: ignore[arg-type]
         else:
             transitions.append(pipeline.feed(entry, None))
     transitions.append(pipeline.flush(None))

@@ -11,9 +11,10 @@
  *     _SYSTEMD_INVOCATION_ID (UTF-8) each present once, no _LINE_BREAK): a records.UnitLine
  *     (message: MESSAGE bytes, realtime: seconds float, pid: int or None, invocation_id: str), and
  *     with runs asked for, consecutive ones `continues()` joins: a records.UnitRun (messages, realtimes:
- *     lists; pid, invocation_id). Both are NamedTuples, tuple subclasses without instance fields of
- *     their own: `open()` is given the two classes and their instances are built here as tuples are
- *     (tp_alloc, PyTuple_SET_ITEM), items in the order of their fields;
+ *     lists; pid, invocation_id; shifts: the list of the indexes of its lines whose digits have other
+ *     widths than the line's before). Both are NamedTuples, tuple subclasses without instance fields
+ *     of their own: `open()` is given the two classes and their instances are built here as tuples
+ *     are (tp_alloc, PyTuple_SET_ITEM), items in the order of their fields;
  *   - any other entry: a dict of the fields asked for (the first value of each, bytes, as
  *     sd_journal_get_data gives it) plus "__REALTIME_TIMESTAMP" (int microseconds), which Python
  *     turns into a JournalRecord (or a trust rejection) exactly as before.
@@ -253,12 +254,11 @@ static int collect(Lines *self, Py_ssize_t limit, size_t *count) {
     return 0;
 }
 
-/* An instance of `type` (a UnitLine or a UnitRun: a tuple of four) holding the four, references
- * stolen (each released if it cannot be built); NULL on error. */
-static PyObject *four(PyTypeObject *type, PyObject *a, PyObject *b, PyObject *c, PyObject *d) {
-    PyObject *items[4] = {a, b, c, d};
-    PyObject *tuple = type->tp_alloc(type, 4);
-    for (Py_ssize_t i = 0; i < 4; i++) {
+/* An instance of `type` (a UnitLine: a tuple of four, or a UnitRun: of five) holding the `n` items,
+ * references stolen (each released if it cannot be built); NULL on error. */
+static PyObject *built(PyTypeObject *type, PyObject **items, Py_ssize_t n) {
+    PyObject *tuple = type->tp_alloc(type, n);
+    for (Py_ssize_t i = 0; i < n; i++) {
         if (tuple == NULL) Py_DECREF(items[i]);
         else PyTuple_SET_ITEM(tuple, i, items[i]);
     }
@@ -267,8 +267,9 @@ static PyObject *four(PyTypeObject *type, PyObject *a, PyObject *b, PyObject *c,
 
 /* A whole line's items, in a UnitLine's order (message, realtime, pid, invocation_id). */
 enum { I_MESSAGE, I_REALTIME, I_PID, I_INVOCATION };
-/* A UnitRun's (messages, realtimes, pid, invocation_id): its pid and invocation_id where a line's are. */
-enum { I_MESSAGES, I_REALTIMES };
+/* A UnitRun's (messages, realtimes, pid, invocation_id, shifts): its pid and invocation_id where a
+ * line's are. */
+enum { I_MESSAGES, I_REALTIMES, I_SHIFTS = 4 };
 
 /* Whether a collected entry is a whole line: 1 with its four items in `items` (new references), 0 if
  * not, -1 on error. */
@@ -335,12 +336,14 @@ typedef struct {
 
 static int is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
 
-/* Whether `message` may join a run that ends with `previous` (both lines of one writer): the
+/* Whether `message` may join a run that ends with `previous` (both lines of one writer): 0 if not,
+ * 1 if it may and each of its runs of digits has the width of `previous`'s, 2 if some has another: the
  * same bytes up to the first ']' and the two after it but for digits in the shape's free span (a
  * line without ']', or that ends there, is all head: the same length too), and after that the same
  * bytes but for runs of digits, each of any width (a busy server's numbers grow and shrink: `#token:
  * 9813` then `#token: 112406`). Which of a run's lines the fast path takes is its own to say (each
- * line's digit-masked text is looked up there); a run only says which lines may be alike. */
+ * line's digit-masked text is looked up there, where it can differ: `shifts`); a run only says which
+ * lines may be alike. */
 static int continues(PyObject *previous, PyObject *message, const RunShape *shape) {
     Py_ssize_t la = PyBytes_GET_SIZE(previous), lb = PyBytes_GET_SIZE(message);
     const unsigned char *a = (const unsigned char *)PyBytes_AS_STRING(previous);
@@ -356,10 +359,13 @@ static int continues(PyObject *previous, PyObject *message, const RunShape *shap
         }
     }
     Py_ssize_t i = head, j = head;
+    int widths = 1;
     while (i < la && j < lb) {
         if (is_digit(a[i]) && is_digit(b[j])) {
+            Py_ssize_t from_i = i, from_j = j;
             while (i < la && is_digit(a[i])) i++;
             while (j < lb && is_digit(b[j])) j++;
+            if (i - from_i != j - from_j) widths = 2;
         } else if (a[i] == b[j]) {
             i++;
             j++;
@@ -367,7 +373,7 @@ static int continues(PyObject *previous, PyObject *message, const RunShape *shap
             return 0;
         }
     }
-    return i == la && j == lb;
+    return i == la && j == lb ? widths : 0;
 }
 
 /* A whole line's `items` (references stolen) appended to `out` as a UnitLine, or, with `runs`, to
@@ -386,17 +392,26 @@ static int add_line(Lines *self, PyObject *out, PyObject *items[4], int runs, co
             && PyTuple_GET_ITEM(last, I_PID) == items[I_PID]
             && PyTuple_GET_ITEM(last, I_INVOCATION) == items[I_INVOCATION]) {
         PyObject *message = items[I_MESSAGE], *seconds = items[I_REALTIME];
+        int joins;
         if (is_run) {
             PyObject *messages = PyTuple_GET_ITEM(last, I_MESSAGES), *stamps = PyTuple_GET_ITEM(last, I_REALTIMES);
-            if (continues(PyList_GET_ITEM(messages, PyList_GET_SIZE(messages) - 1), message, shape)) {
+            Py_ssize_t index = PyList_GET_SIZE(messages);
+            if ((joins = continues(PyList_GET_ITEM(messages, index - 1), message, shape))) {
                 int failed = PyList_Append(messages, message) < 0 || PyList_Append(stamps, seconds) < 0;
+                if (!failed && joins == 2) {
+                    PyObject *shift = PyLong_FromSsize_t(index);
+                    failed = shift == NULL || PyList_Append(PyTuple_GET_ITEM(last, I_SHIFTS), shift) < 0;
+                    Py_XDECREF(shift);
+                }
                 for (int i = 0; i < 4; i++) Py_DECREF(items[i]);
                 return failed ? -1 : 0;
             }
-        } else if (continues(PyTuple_GET_ITEM(last, I_MESSAGE), message, shape)) {
+        } else if ((joins = continues(PyTuple_GET_ITEM(last, I_MESSAGE), message, shape))) {
             PyObject *messages = PyList_New(2), *stamps = messages == NULL ? NULL : PyList_New(2);
-            if (stamps == NULL) {
+            PyObject *shifts = stamps == NULL ? NULL : joins == 2 ? Py_BuildValue("[i]", 1) : PyList_New(0);
+            if (shifts == NULL) {
                 Py_XDECREF(messages);
+                Py_XDECREF(stamps);
                 for (int i = 0; i < 4; i++) Py_DECREF(items[i]);
                 return -1;
             }
@@ -407,12 +422,13 @@ static int add_line(Lines *self, PyObject *out, PyObject *items[4], int runs, co
             Py_INCREF(first_seconds);
             PyList_SET_ITEM(stamps, 0, first_seconds);
             PyList_SET_ITEM(stamps, 1, seconds);
-            PyObject *run = four(self->run_type, messages, stamps, items[I_PID], items[I_INVOCATION]);
+            PyObject *run_items[5] = {messages, stamps, items[I_PID], items[I_INVOCATION], shifts};
+            PyObject *run = built(self->run_type, run_items, 5);
             if (run == NULL) return -1;
             return PyList_SetItem(out, size - 1, run);  /* steals run, releases the line it replaces */
         }
     }
-    PyObject *line = four(self->line_type, items[I_MESSAGE], items[I_REALTIME], items[I_PID], items[I_INVOCATION]);
+    PyObject *line = built(self->line_type, items, 4);
     if (line == NULL) return -1;
     PyObject_GC_UnTrack(line);
     int failed = PyList_Append(out, line);
@@ -424,7 +440,7 @@ PyDoc_STRVAR(lines_read_doc,
 "read(limit, runs, free_start=0, free_end=0) -> (entries, others): up to `limit` entries (fewer once\n"
 "their fields hold BATCH_BYTES; an empty list: the end), and how many of them are dicts (not whole lines). With `runs`, consecutive whole\n"
 "lines of one writer that `continues()` joins come as one UnitRun ([MESSAGE, ...], [seconds, ...], pid,\n"
-"invocation); their heads may differ in digits at [free_start, free_end) (the prefix's time).");
+"invocation, shifts); their heads may differ in digits at [free_start, free_end) (the prefix's time).");
 
 /* Whether the journal can be read now; if not, the error is set (closed, or in another thread's read). */
 static int usable(Lines *self) {
@@ -530,21 +546,21 @@ PyDoc_STRVAR(open_doc,
 "The local journal (directory None) or the journal files of a directory, matched for `unit`, at its\n"
 "head or at `since_usec` (realtime). `fields`: the field names the dicts hold, beginning with\n"
 "_SYSTEMD_UNIT, MESSAGE, _PID, _SYSTEMD_INVOCATION_ID, _LINE_BREAK. `line_type`, `run_type`: the classes\n"
-"whole lines and runs are built as (records.UnitLine, records.UnitRun: NamedTuples of four fields).\n"
+"whole lines and runs are built as (records.UnitLine, records.UnitRun: NamedTuples of four and five fields).\n"
 "OSError if it cannot be opened.");
 
-/* Whether `type` can be built as a tuple of four (a NamedTuple of four fields: a tuple subclass with
+/* Whether `type` can be built as a tuple of `n` (a NamedTuple of `n` fields: a tuple subclass with
  * no instance fields of its own); if not, TypeError is set. */
-static int four_fields(PyTypeObject *type, const char *what) {
+static int has_fields(PyTypeObject *type, Py_ssize_t n, const char *what) {
     if (PyType_IsSubtype(type, &PyTuple_Type) && type->tp_basicsize == PyTuple_Type.tp_basicsize
             && type->tp_itemsize == PyTuple_Type.tp_itemsize) {
         PyObject *fields = PyObject_GetAttrString((PyObject *)type, "_fields");
-        int ok = fields != NULL && PyTuple_Check(fields) && PyTuple_GET_SIZE(fields) == 4;
+        int ok = fields != NULL && PyTuple_Check(fields) && PyTuple_GET_SIZE(fields) == n;
         Py_XDECREF(fields);
         PyErr_Clear();
         if (ok) return 1;
     }
-    PyErr_Format(PyExc_TypeError, "%s: a NamedTuple of four fields, not %.200s", what, type->tp_name);
+    PyErr_Format(PyExc_TypeError, "%s: a NamedTuple of %zd fields, not %.200s", what, n, type->tp_name);
     return 0;
 }
 
@@ -555,7 +571,7 @@ static PyObject *lines_open(PyObject *Py_UNUSED(module), PyObject *args) {
     if (!PyArg_ParseTuple(args, "szOO!O!O!", &unit, &directory, &since, &PyTuple_Type, &names, &PyType_Type,
                           &line_type, &PyType_Type, &run_type))
         return NULL;
-    if (!four_fields(line_type, "line_type") || !four_fields(run_type, "run_type")) return NULL;
+    if (!has_fields(line_type, 4, "line_type") || !has_fields(run_type, 5, "run_type")) return NULL;
     Py_ssize_t count = PyTuple_GET_SIZE(names);
     static const char *line_fields[F_LINE_FIELDS] = {"_SYSTEMD_UNIT", "MESSAGE", "_PID", "_SYSTEMD_INVOCATION_ID",
                                                      "_LINE_BREAK"};

@@ -128,8 +128,7 @@ class Pipeline:
         while done < len(messages):
             self.entries += 1
             try:
-                taken = fast.apply(messages[done], stamps[done], pid, invocation, stamps[done + 1:],
-                                   messages[done + 1:])
+                taken = fast.apply(messages[done], stamps[done], pid, invocation, run, done + 1)
                 if taken:
                     self.entries += taken - 1
                     done += taken

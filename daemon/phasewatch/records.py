@@ -171,6 +171,9 @@ class UnitRun(NamedTuple):
     realtimes: list[float]  # one each, in the same order
     pid: int | None
     invocation_id: str | None
+    # The indexes of the lines whose runs of digits are not all as wide as the line's before, in
+    # order: where a line's digit-masked text can differ from the one before (and its plan with it).
+    shifts: list[int]
 
 
 # What a catch-up batch holds: lines, runs, and the rest as JournalRecords.

@@ -18,7 +18,7 @@ from typing import Any, Iterator
 import pytest
 from sglang_sim import build, journal_json
 
-from fastpath_compare import fields_by_name_only, runs_of
+from fastpath_compare import fields_by_name_only, runs_of, shifts_of
 from journal_dirs import write_journal
 from phasewatch import cli
 from phasewatch.commands import replay as replay_command
@@ -215,12 +215,13 @@ def test_the_c_reader_gives_runs_as_the_model_of_them_says(reader: str, shape: t
     directory = write_journal(tmp_path / "journal", entries)
     records = list(UnitRecords(UNIT, str(directory)))
     fields_by_name_only(monkeypatch)
-    shapes, flat = [], []
+    shapes, flat, shifts = [], [], []
     for batch in unit_entries(UNIT, str(directory), runs=shape):
         for entry in batch:
             if isinstance(entry, UnitRun):
                 assert len(entry.messages) == len(entry.realtimes) > 1
                 shapes.append(len(entry.messages))
+                shifts.append(entry.shifts)
                 flat += [(m, t, entry.pid, entry.invocation_id) for m, t in zip(entry.messages, entry.realtimes,
                                                                                 strict=True)]
             else:
@@ -231,11 +232,13 @@ def test_the_c_reader_gives_runs_as_the_model_of_them_says(reader: str, shape: t
         assert shapes == [1] * len(records)
         return
     # the model, batch by batch (a run ends with its batch of entries read)
-    expected = []
+    expected, expected_shifts = [], []
     for start in range(0, len(records), journal_source.BATCH):
-        expected += [len(e) if isinstance(e, list) else 1
-                     for e in runs_of(records[start:start + journal_source.BATCH], shape)]
+        model = runs_of(records[start:start + journal_source.BATCH], shape)
+        expected += [len(e) if isinstance(e, list) else 1 for e in model]
+        expected_shifts += [shifts_of([r.message for r in e]) for e in model if isinstance(e, list)]  # type: ignore[misc]
     assert shapes == expected
+    assert shifts == expected_shifts and any(shifts)  # (numbers of other widths: `#token: 9813` -> `10240`)
     assert sum(n for n in shapes if n > 1) > 3000  # most Decode lines came in runs
     if shape == TIME_DIGITS:  # across the prefix's seconds (4 lines a second): longer ones
         assert max(shapes) > 12

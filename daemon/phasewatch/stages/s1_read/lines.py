@@ -184,9 +184,10 @@ class LineSplitter:
         return None if stream is None or stream.pending or stream.traceback_open else stream
 
     def took_line(self, key: tuple[str | None, int | None], stream: WriterState, prefix: Prefix, ts: float,
-                  block: bool) -> int:
+                  block: bool, more: list[float] | None = None) -> range:
         """A whole line of an idle writer, with one engine prefix (no header, no untagged rank) that
-        continues nothing and opens a block or not, as `feed` takes it: the new record's id."""
+        continues nothing and opens a block or not, as `feed` takes it, and `more` lines like it (the
+        same prefix but for its time, the same plan) at those times: the new records' ids."""
         streams = self._streams
         del streams[key]
         streams[key] = stream  # the most recently fed writer
@@ -194,23 +195,16 @@ class LineSplitter:
             self._last_date = prefix.date
         if prefix.year is not None:
             self._last_year = prefix.year
-        self._last_ts = ts
         stream.open_header = None
         if prefix.rank is not None:
             stream.rank = prefix.rank
             stream.tagged = True
-        self._next_record += 1
-        record_id = stream.open_record = self._next_record
+        first = self._next_record + 1
+        self._next_record += 1 + len(more) if more else 1
+        stream.open_record = self._next_record
         stream.open_rank, stream.open_untagged = prefix.rank, None
         stream.block_open = block
-        return record_id
-
-    def took_more(self, stream: WriterState, stamps: list[float]) -> range:
-        """More lines like the one `took_line` just took, of its writer, at `stamps`: their record ids."""
-        first = self._next_record + 1
-        self._next_record += len(stamps)
-        stream.open_record = self._next_record
-        self._last_ts = stamps[-1]
+        self._last_ts = more[-1] if more else ts
         return range(first, self._next_record + 1)
 
     def pid_rank(self, invocation_id: str | None, pid: int | None) -> str | None:

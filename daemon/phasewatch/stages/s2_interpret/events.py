@@ -237,21 +237,18 @@ class EventMapper:
         """Whether a rank tag with a number showed in the start-up."""
         return invocation_id in self._tagged_invocations
 
-    def took_record(self, invocation_id: str | None, record_id: int, rank: str, tagged: bool,
-                    anonymous: bool) -> None:
-        """A record read by rank `rank` (of its tag when `tagged`), as `map_line` notes it."""
+    def took_records(self, invocation_id: str | None, record_ids: range, rank: str, tagged: bool,
+                     anonymous: bool) -> None:
+        """Records read by rank `rank` (of its tag when `tagged`), as `map_line` notes them."""
         if tagged:
             if not anonymous:
                 self._tagged_invocations.add(invocation_id)
             if len(self._worker_invocations) < MEMO_ENTRIES:
                 self._worker_invocations.add(invocation_id)
         record_ranks = self._record_ranks
-        if len(record_ranks) > RECORD_RANKS_LIMIT:
-            record_ranks.clear()
-        record_ranks[record_id] = rank
-
-    def took_records(self, record_ids: range, rank: str) -> None:
-        record_ranks = self._record_ranks
+        if len(record_ranks) + len(record_ids) - 1 <= RECORD_RANKS_LIMIT:  # (no record would clear it)
+            record_ranks.update(dict.fromkeys(record_ids, rank))
+            return
         for record_id in record_ids:
             if len(record_ranks) > RECORD_RANKS_LIMIT:
                 record_ranks.clear()

@@ -17,12 +17,13 @@ and tests/integration/test_fastpath_journal.py compare both paths' outputs).
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from typing import Callable, Union
 
 from ...prefixes import Prefix
 from ...profile.load import Rule
-from ...records import MAIN, Phase
-from ..s1_read.lines import LineSplitter, WriterState, opens_block
+from ...records import MAIN, Phase, UnitRun
+from ..s1_read.lines import LineSplitter, opens_block
 from ..s2_interpret.events import MEMO_ENTRIES, MEMO_MAX_CHARS, EventMapper
 from ..s2_interpret.pattern_needles import mask_ids, needles
 from .snapshot import UNIT_PHASE_ORDER, UnitState
@@ -65,7 +66,7 @@ class FastPath:
         self._splitter, self._mapper, self._tracker = splitter, mapper, tracker
         # (their methods bound once: a line that qualifies calls each of them)
         self._idle_writer, self._took_line = splitter.idle_writer, splitter.took_line
-        self._took_record, self._invocation, self._alive = mapper.took_record, tracker.invocation, tracker.took_line
+        self._took_records, self._invocation, self._alive = mapper.took_records, tracker.invocation, tracker.took_line
         # digit-masked message -> (the digit-blind rules it matches, whether it opens a block, their
         # unit phases' places, whether one proves serving, the other rules to search it with, whether
         # it is a plain sign of life when no rule matches); () when it can never take the fast path.
@@ -154,14 +155,14 @@ class FastPath:
             merged_by[key, found] = merged
         return merged
 
-    def apply(self, message: bytes, ts: float, pid: int | None, invocation: str | None,
-              repeats: list[float] | None = None, repeated: list[bytes] | None = None) -> int:
-        """Take the line if it qualifies (1: done); 0: nothing was changed. `repeats`: the times of the
-        lines that follow it, of its writer, `repeated` their MESSAGEs, each the same as it up to its
-        first ']' and the two bytes after that but for the engine's `run_time_digits`, and the same
-        after but for digits (a run the C reader found): those of them up to the first whose
-        digit-masked text has another plan are taken too when that leaves what taking them one by one
-        would (then 1 + how many is returned)."""
+    def apply(self, message: bytes, ts: float, pid: int | None, invocation: str | None, run: UnitRun | None = None,
+              after: int = 0) -> int:
+        """Take the line if it qualifies (1: done); 0: nothing was changed. `run`: the run the C reader
+        found that the line is of, `after` the index of the line that follows it there: the lines from
+        there on are of its writer, each the same as it up to its first ']' and the two bytes after
+        that but for the engine's `run_time_digits`, and the same after but for digits; those of them
+        up to the first whose digit-masked text has another plan are taken too when that leaves what
+        taking them one by one would (then 1 + how many is returned)."""
         prefix = self._find(message)
         if prefix is None or pid is None or prefix.header is not None or prefix.untagged_rank is not None:
             return 0
@@ -176,12 +177,12 @@ class FastPath:
         if plan is None:
             plan, ids = self._plan_of(masked, rest)
             if ids is not None:  # a line with ids: planned by its `mask_ids` text, taken alone
-                repeats, masked, merged_by = None, ids, self._id_merged
+                run, masked, merged_by = None, ids, self._id_merged
         if not plan:
             return 0
         rules, block, orders, proves, others, plain = plan
         if others:
-            repeats = None  # the rules that tell digits apart would see each line's own
+            run = None  # the rules that tell digits apart would see each line's own
             merged = self._with_others(masked, rules, others, rest, merged_by)
             if merged is not None:
                 if not merged:
@@ -198,34 +199,35 @@ class FastPath:
         ranks = self._ranks_met(inv, prefix, key, rules, orders)
         if ranks is None:
             return 0
-        # -- from here on: the full path's changes, made by the stages that own them --
-        record_id = self._took_line(key, stream, prefix, ts, block)
-        self._took_record(invocation, record_id, ranks[0].rank, prefix.rank is not None, prefix.anonymous)
-        self._alive(inv, ranks, ts, proves)
-        self.taken += 1
-        if repeats and repeated and prefix.end < _head_length(message):
+        more = None
+        if run is not None and after < len(run.messages) and prefix.end < _head_length(message):
             # The same prefix but for its time, which is not read here (`fast_prefix` reads no further
             # than the byte after it; `run_time_digits`), the same plan (the same rules), the same
             # state met: each of those lines would be taken, with these changes.
-            alike = self._alike(repeated, prefix.end, plan)
-            if alike:
-                return 1 + self._repeat(repeats[:alike], ts, stream, inv, ranks, proves)
-        return 1
+            alike = self._alike(run, after, prefix.end, plan)
+            more = run.realtimes[after:after + alike] if alike else None
+        # -- from here on: the full path's changes, made by the stages that own them --
+        record_ids = self._took_line(key, stream, prefix, ts, block, more)
+        self._took_records(invocation, record_ids, ranks[0].rank, prefix.rank is not None, prefix.anonymous)
+        self._alive(inv, ranks, ts, proves, more)
+        self.taken += len(record_ids)
+        return len(record_ids)
 
-    def _alike(self, messages: list[bytes], end: int, plan: Plan | IdPlan) -> int:
-        """How many of `messages`, from the first, have `plan` for their text after `end`."""
+    def _alike(self, run: UnitRun, first: int, end: int, plan: Plan | IdPlan) -> int:
+        """How many of the run's lines, from `first` on, have `plan` (that of the line before `first`)
+        for their text after `end`: only a line whose digits have other widths than the one before
+        (`run.shifts`) can have another digit-masked text, and is looked up."""
+        messages, shifts = run.messages, run.shifts
         plans = self._plans
-        count = 0
-        for message in messages:
-            rest = message[end:]
+        for index in shifts[bisect_left(shifts, first):]:
+            rest = messages[index][end:]
             masked = rest.translate(_MASK_DIGITS)
             found = plans.get(masked)
             if found is None:
                 found = self._plan(masked, rest)
             if found is not plan and found != plan:
-                break
-            count += 1
-        return count
+                return index - first
+        return len(messages) - first
 
     def _ranks_met(self, inv: InvocationState, prefix: Prefix, key: tuple[str | None, int], rules: tuple[Rule, ...],
                    orders: tuple[int, ...]) -> list[RankState] | None:
@@ -259,16 +261,6 @@ class FastPath:
                     return None  # the unit would move on
             ranks.append(state)
         return ranks
-
-    def _repeat(self, stamps: list[float], ts: float, stream: WriterState, inv: InvocationState,
-                ranks: list[RankState], proves: bool) -> int:
-        """The changes of `apply` for more lines like the one it just took at `ts`, at `stamps`."""
-        record_ids = self._splitter.took_more(stream, stamps)
-        self._mapper.took_records(record_ids, ranks[0].rank)
-        inv.took_more(ranks, ts, stamps, proves)
-        self.taken += len(stamps)
-        return len(stamps)
-
 
 def _head_length(message: bytes) -> int:
     """How much of a run's lines is the same, byte for byte (_journal_lines.c `continues`)."""

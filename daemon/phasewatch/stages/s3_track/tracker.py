@@ -54,9 +54,11 @@ class Tracker:
         """The start-up an event of `invocation_id` goes to, if known (None: it would start one)."""
         return self._invocations.get(invocation_id) if invocation_id is not None else self._current
 
-    def took_line(self, inv: InvocationState, ranks: list[RankState], ts: float, proves: bool) -> None:
+    def took_line(self, inv: InvocationState, ranks: list[RankState], ts: float, proves: bool,
+                  more: list[float] | None = None) -> None:
         """A line whose events (one per rank of `ranks`: activity, or a unit phase already passed)
-        change nothing but signs of life, as `apply` takes them; `proves`: one proves the server serves."""
+        change nothing but signs of life, as `apply` takes them, and `more` lines like it at those
+        times; `proves`: one proves the server serves."""
         self._snapshot = None  # (the views change)
         last = inv.last_ts
         inv.last_ts = ts if last is None or ts > last else last
@@ -66,6 +68,8 @@ class Tracker:
             inv.alive(state, ts)
         if proves and inv.state in UP_STATES:
             inv.proof_of_life, inv.health_failures, inv.health_error = ts, 0, None
+        if more:
+            inv.took_more(ranks, ts, more, proves)
 
     # -- invocations ------------------------------------------------------------------------
     def _start(self, invocation_id: str | None, ts: float | None) -> tuple[InvocationState, list[Transition]]:
