@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from itertools import repeat
 
 from ...engines import engine_module
 from ...prefixes import rank_number
@@ -135,11 +136,11 @@ class EventMapper:
         # masking the text (and bytes.translate is eight times faster than str.translate).
         key = message.encode("utf-8", "surrogatepass").translate(_MASK_DIGITS)
         long = len(message) > MEMO_MAX_CHARS
-        if not long and (id_key := mask_ids(key)) is not key and id_key != key:
-            return self.ids.matching(id_key, message)
         memo = self._long_memo if long else self._memo
-        found = memo.get(key)
+        found = memo.get(key)  # (a text remembered here has no ids)
         if found is None:
+            if not long and (id_key := mask_ids(key)) is not key and id_key != key:
+                return self.ids.matching(id_key, message)
             if long:
                 if self._long_memo_chars + len(key) > LONG_MEMO_CHARS:
                     memo.clear()
@@ -247,7 +248,7 @@ class EventMapper:
                 self._worker_invocations.add(invocation_id)
         record_ranks = self._record_ranks
         if len(record_ranks) + len(record_ids) - 1 <= RECORD_RANKS_LIMIT:  # (no record would clear it)
-            record_ranks.update(dict.fromkeys(record_ids, rank))
+            record_ranks.update(zip(record_ids, repeat(rank)))
             return
         for record_id in record_ids:
             if len(record_ranks) > RECORD_RANKS_LIMIT:
