@@ -50,8 +50,9 @@ are
   samples, `FastPath.apply` alone 21 % (profile below). Now the C reader joins a writer's lines
   that are the same after the head but for runs of digits of any width (`continues()`), and the
   fast path takes a run's lines as far as each one's own digit-masked text has the first line's
-  plan (`FastPath._alike`: one slice, one `translate`, one memo lookup per line; a line whose
-  plan differs ends the taking there, and `Pipeline.feed_run` gives the rest to `apply` again):
+  plan (`FastPath._alike`: the C reader lists where a run's digits change width, `UnitRun.shifts`,
+  and only those lines are masked and looked up; a line whose plan differs ends the taking there,
+  and `Pipeline.feed_run` gives the rest to `apply` again):
   12,305 items for the same journal. What a line changes is decided by its own plan, as line by
   line: `tests/unit/test_fastpath_runs.py` (a config rule that tells widths apart, `#queue-req:
   \d\d\d` as fatal, inside a run: fails with the previous `apply`, which took the whole run).
