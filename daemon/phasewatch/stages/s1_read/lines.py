@@ -200,7 +200,7 @@ class LineSplitter:
             stream.rank = prefix.rank
             stream.tagged = True
         first = self._next_record + 1
-        self._next_record += 1 + len(more) if more else 1
+        self._next_record += (1 + len(more)) if more else 1
         stream.open_record = self._next_record
         stream.open_rank, stream.open_untagged = prefix.rank, None
         stream.block_open = block

@@ -262,6 +262,7 @@ class FastPath:
             ranks.append(state)
         return ranks
 
+
 def _head_length(message: bytes) -> int:
     """How much of a run's lines is the same, byte for byte (_journal_lines.c `continues`)."""
     bracket = message.find(b"]")
