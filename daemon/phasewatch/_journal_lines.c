@@ -336,6 +336,21 @@ typedef struct {
 
 static int is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
 
+/* How many bytes `a` and `b` have the same from their start, of the first `n` (eight at a time). */
+static Py_ssize_t common_length(const unsigned char *a, const unsigned char *b, Py_ssize_t n) {
+    Py_ssize_t k = 0;
+#if defined(__GNUC__) && defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    for (; k + 8 <= n; k += 8) {
+        uint64_t x, y;
+        memcpy(&x, a + k, 8);
+        memcpy(&y, b + k, 8);
+        if (x != y) return k + (__builtin_ctzll(x ^ y) >> 3);
+    }
+#endif
+    while (k < n && a[k] == b[k]) k++;
+    return k;
+}
+
 /* Whether `message` may join a run that ends with `previous` (both lines of one writer): 0 if not,
  * 1 if it may and each of its runs of digits has the width of `previous`'s, 2 if some has another: the
  * same bytes up to the first ']' and the two after it but for digits in the shape's free span (a
@@ -360,20 +375,22 @@ static int continues(PyObject *previous, PyObject *message, const RunShape *shap
     }
     Py_ssize_t i = head, j = head;
     int widths = 1;
-    while (i < la && j < lb) {
-        if (is_digit(a[i]) && is_digit(b[j])) {
-            Py_ssize_t from_i = i, from_j = j;
-            while (i < la && is_digit(a[i])) i++;
-            while (j < lb && is_digit(b[j])) j++;
-            if (i - from_i != j - from_j) widths = 2;
-        } else if (a[i] == b[j]) {
-            i++;
-            j++;
-        } else {
-            return 0;
+    for (;;) {
+        Py_ssize_t synced = i, same = common_length(a + i, b + j, la - i < lb - j ? la - i : lb - j);
+        i += same;
+        j += same;
+        if (i == la && j == lb) return widths;
+        /* where they differ (or one ends): inside a run of digits of both, or they differ */
+        while (i > synced && is_digit(a[i - 1])) {
+            i--;
+            j--;
         }
+        if (i == la || j == lb || !is_digit(a[i]) || !is_digit(b[j])) return 0;
+        Py_ssize_t from_i = i, from_j = j;
+        while (i < la && is_digit(a[i])) i++;
+        while (j < lb && is_digit(b[j])) j++;
+        if (i - from_i != j - from_j) widths = 2;
     }
-    return i == la && j == lb ? widths : 0;
 }
 
 /* A whole line's `items` (references stolen) appended to `out` as a UnitLine, or, with `runs`, to
