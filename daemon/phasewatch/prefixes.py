@@ -7,6 +7,8 @@ import calendar
 import re
 from dataclasses import dataclass
 
+from .records import direct_init
+
 TAG_RE = re.compile(r"(DP|PP|ATTN_CP|MOE_DP|TP|EP)(\d+)")
 TAG_ORDER = ("DP", "PP", "ATTN_CP", "MOE_DP", "TP", "EP")
 _UNKNOWN = object()
@@ -51,6 +53,7 @@ def canonical_rank(tags: str) -> str | None:
     return label
 
 
+@direct_init
 @dataclass(frozen=True)
 class Prefix:
     start: int
