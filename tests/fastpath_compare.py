@@ -15,6 +15,7 @@ from phasewatch.output.render import json_text, to_json
 from phasewatch.pipeline import Pipeline
 from phasewatch.profile.load import Profile
 from phasewatch.records import JournalRecord, UnitLine, UnitRun
+from phasewatch.stages.s2_interpret.pattern_needles import mask_ids
 
 TAG_RE = re.compile(r"^\[[^\]]*?((?: (?:DP|PP|TP|EP)\d+)+)\]")
 
@@ -91,31 +92,42 @@ def as_journal(messages: Iterable[str], start: float = 1_780_000_000.0,
     return out
 
 
-def continues(previous: bytes, message: bytes, shape: tuple[int, int] = TIME_DIGITS) -> bool:
-    """Whether the C reader joins `message` to a run ending with `previous` (_journal_lines.c): the
-    same bytes up to the first ']' and two more but for digits in `shape`'s span (the engine's
-    `run_time_digits`; a line without ']', or that ends there, is all head: the same length too),
-    the same bytes after but for runs of digits, each of any width."""
+def continues(previous: bytes, message: bytes, shape: tuple[int, int] = TIME_DIGITS) -> int:
+    """Whether the C reader joins `message` to a run ending with `previous` (_journal_lines.c), and how:
+    the same bytes up to the first ']' and two more but for digits in `shape`'s span (the engine's
+    `run_time_digits`; a line without ']', or that ends there, is all head: the same length too), and
+    after that, 1: the same digit-masked bytes; 2: the same but for runs of digits, each of any width,
+    as they are or once the hex characters of their ids are masked (`mask_ids`) too; 3: the same
+    once their ids are masked, each run of digits as wide; 0: not joined."""
     bracket = message.find(b"]")
     head = len(message) if bracket < 0 else min(len(message), bracket + 3)
     if len(previous) < head or (head == len(message) and len(previous) != len(message)):
-        return False
-    digits = bytes.maketrans(b"123456789", b"000000000")
+        return 0
     start, end = min(shape[0], head), min(shape[1], head)
-    return (previous[:start] == message[:start] and previous[end:head] == message[end:head]
-            and previous[start:end].translate(digits) == message[start:end].translate(digits)
-            and _DIGIT_RUNS.sub(b"0", previous[head:]) == _DIGIT_RUNS.sub(b"0", message[head:]))
+    if not (previous[:start] == message[:start] and previous[end:head] == message[end:head]
+            and previous[start:end].translate(_DIGITS) == message[start:end].translate(_DIGITS)):
+        return 0
+    a, b = previous[head:].translate(_DIGITS), message[head:].translate(_DIGITS)
+    if a == b:
+        return 1
+    if _DIGIT_RUNS.sub(b"0", a) == _DIGIT_RUNS.sub(b"0", b):
+        return 2
+    a, b = mask_ids(a), mask_ids(b)
+    if a == b:
+        return 3
+    return 2 if _DIGIT_RUNS.sub(b"0", a) == _DIGIT_RUNS.sub(b"0", b) else 0
 
 
 _DIGIT_RUNS = re.compile(rb"[0-9]+")
+_DIGITS = bytes.maketrans(b"123456789", b"000000000")
 
 
-def shifts_of(messages: list[bytes]) -> list[int]:
-    """A run's `shifts` as the C reader gives them: the indexes of its lines whose digit-masked text is
-    not the line's before (in a run, where some run of digits has another width)."""
-    digits = bytes.maketrans(b"123456789", b"000000000")
-    masked = [m.translate(digits) for m in messages]
-    return [i for i in range(1, len(masked)) if masked[i] != masked[i - 1]]
+def shifts_of(messages: list[bytes], shape: tuple[int, int] = TIME_DIGITS) -> tuple[list[int], list[int]]:
+    """A run's `shifts` and `ids` as the C reader gives them: the indexes of its lines whose digit-masked
+    text is not the line's before: where some run of digits (or of an id's) has another width; where
+    it is the same once the ids are masked too."""
+    kinds = [continues(messages[i - 1], messages[i], shape) for i in range(1, len(messages))]
+    return ([i for i, kind in enumerate(kinds, 1) if kind == 2], [i for i, kind in enumerate(kinds, 1) if kind == 3])
 
 
 def whole_line(record: JournalRecord) -> bool:
@@ -154,7 +166,7 @@ def run_in_runs(records: list[JournalRecord], profile: Profile | None = None) ->
             messages = [r.message for r in entry]
             transitions.append(pipeline.feed_run(UnitRun(messages, [r.realtime for r in entry],  # type: ignore[misc]
                                                          entry[0].pid, entry[0].invocation_id,
-                                                         shifts_of(messages)), None))  # type: ignore[arg-type]
+                                                         *shifts_of(messages)), None))  # type: ignore[arg-type]
         else:
             transitions.append(pipeline.feed(entry, None))
     transitions.append(pipeline.flush(None))

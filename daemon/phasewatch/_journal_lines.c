@@ -12,7 +12,8 @@
  *     (message: MESSAGE bytes, realtime: seconds float, pid: int or None, invocation_id: str), and
  *     with runs asked for, consecutive ones `continues()` joins: a records.UnitRun (messages, realtimes:
  *     lists; pid, invocation_id; shifts: the list of the indexes of its lines whose digits have other
- *     widths than the line's before). Both are NamedTuples, tuple subclasses without instance fields
+ *     widths than the line's before; ids: of those the same as the line before only once the hex
+ *     characters of their ids are masked too). Both are NamedTuples, tuple subclasses without instance fields
  *     of their own: `open()` is given the two classes and their instances are built here as tuples
  *     are (tp_alloc, PyTuple_SET_ITEM), items in the order of their fields;
  *   - any other entry: a dict of the fields asked for (the first value of each, bytes, as
@@ -76,6 +77,11 @@ typedef struct {
     size_t values_len, values_cap;
     char *arena;
     size_t arena_len, arena_cap;
+    /* `continues()`'s rests with their ids masked: [0] that of `canon_of` (a line of the batch being
+     * built: alive, and reset at each read), [1] the next line's */
+    unsigned char *canon[2];
+    size_t canon_cap[2];
+    PyObject *canon_of;
 } Lines;
 
 static void lines_close_journal(Lines *self) {
@@ -102,6 +108,8 @@ static void lines_dealloc(Lines *self) {
     PyMem_RawFree(self->slots);
     PyMem_RawFree(self->values);
     PyMem_RawFree(self->arena);
+    PyMem_RawFree(self->canon[0]);
+    PyMem_RawFree(self->canon[1]);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -267,9 +275,9 @@ static PyObject *built(PyTypeObject *type, PyObject **items, Py_ssize_t n) {
 
 /* A whole line's items, in a UnitLine's order (message, realtime, pid, invocation_id). */
 enum { I_MESSAGE, I_REALTIME, I_PID, I_INVOCATION };
-/* A UnitRun's (messages, realtimes, pid, invocation_id, shifts): its pid and invocation_id where a
- * line's are. */
-enum { I_MESSAGES, I_REALTIMES, I_SHIFTS = 4 };
+/* A UnitRun's (messages, realtimes, pid, invocation_id, shifts, ids): its pid and invocation_id where
+ * a line's are. */
+enum { I_MESSAGES, I_REALTIMES, I_SHIFTS = 4, I_IDS = 5 };
 
 /* Whether a collected entry is a whole line: 1 with its four items in `items` (new references), 0 if
  * not, -1 on error. */
@@ -351,15 +359,85 @@ static Py_ssize_t common_length(const unsigned char *a, const unsigned char *b, 
     return k;
 }
 
+/* [0-9a-f]: 1 (digits 2), anything else 0 */
+static const unsigned char HEX_KIND[256] = {
+    ['0'] = 2, ['1'] = 2, ['2'] = 2, ['3'] = 2, ['4'] = 2, ['5'] = 2, ['6'] = 2, ['7'] = 2, ['8'] = 2, ['9'] = 2,
+    ['a'] = 1, ['b'] = 1, ['c'] = 1, ['d'] = 1, ['e'] = 1, ['f'] = 1,
+};
+
+static int is_hex(unsigned char c) { return HEX_KIND[c] != 0; }
+
+static Py_ssize_t hex_end(const unsigned char *text, Py_ssize_t from, Py_ssize_t n) {
+    while (from < n && HEX_KIND[text[from]]) from++;
+    return from;
+}
+
+/* Whether the rests `a` and `b` are alike: 0 if not, 1 if they are the same bytes but for digits,
+ * each run of digits as wide in both, 2 if the same but for runs of digits of any width (a busy
+ * server's numbers grow and shrink: `#token: 9813` then `#token: 112406`). With `hex`, runs of
+ * [0-9a-f] instead of digits: alike so whenever they are once their ids are masked (`mask_ids`
+ * writes '0' for hex characters only), and far cheaper to find not alike. */
+static int rests_alike(const unsigned char *a, Py_ssize_t la, const unsigned char *b, Py_ssize_t lb, int hex) {
+#define IN_RUN(c) (hex ? is_hex(c) : is_digit(c))
+    Py_ssize_t i = 0, j = 0;
+    int widths = 1;
+    for (;;) {
+        Py_ssize_t synced = i, same = common_length(a + i, b + j, la - i < lb - j ? la - i : lb - j);
+        i += same;
+        j += same;
+        if (i == la && j == lb) return widths;
+        /* where they differ (or one ends): inside a run of digits of both, or they differ */
+        while (i > synced && IN_RUN(a[i - 1])) {
+            i--;
+            j--;
+        }
+        if (i == la || j == lb || !IN_RUN(a[i]) || !IN_RUN(b[j])) return 0;
+        Py_ssize_t from_i = i, from_j = j;
+        while (i < la && IN_RUN(a[i])) i++;
+        while (j < lb && IN_RUN(b[j])) j++;
+        if (i - from_i != j - from_j) widths = 2;
+    }
+#undef IN_RUN
+}
+
+/* `src`'s `n` bytes into `dst` as pattern_needles.mask_ids(digit-masked src) gives them: every digit
+ * as '0', then every hex character of an id as '0': a run of 8 or more of [0-9a-f] followed by any
+ * '-' and 4 or more of them, or a run of 4 or more followed by two or more such (its `_ID_RUN`,
+ * taken left to right as re.sub takes it: a run only matches from its first character). */
+static void mask_ids(const unsigned char *src, Py_ssize_t n, unsigned char *dst) {
+    Py_ssize_t i = 0;
+    while (i < n) {
+        unsigned char kind = HEX_KIND[src[i]];
+        if (!kind) {
+            dst[i] = src[i];
+            i++;
+            continue;
+        }
+        Py_ssize_t run_end = hex_end(src, i, n), end = run_end, groups = 0;
+        while (end < n && src[end] == '-') {
+            Py_ssize_t group_end = hex_end(src, end + 1, n);
+            if (group_end - (end + 1) < 4) break;
+            groups++;
+            end = group_end;
+        }
+        if (run_end - i >= 8 || (run_end - i >= 4 && groups >= 2)) {
+            for (; i < end; i++) dst[i] = src[i] == '-' ? '-' : '0';
+        } else {
+            for (; i < run_end; i++) dst[i] = HEX_KIND[src[i]] == 2 ? '0' : src[i];
+        }
+    }
+}
+
 /* Whether `message` may join a run that ends with `previous` (both lines of one writer): 0 if not,
- * 1 if it may and each of its runs of digits has the width of `previous`'s, 2 if some has another: the
- * same bytes up to the first ']' and the two after it but for digits in the shape's free span (a
- * line without ']', or that ends there, is all head: the same length too), and after that the same
- * bytes but for runs of digits, each of any width (a busy server's numbers grow and shrink: `#token:
- * 9813` then `#token: 112406`). Which of a run's lines the fast path takes is its own to say (each
- * line's digit-masked text is looked up there, where it can differ: `shifts`); a run only says which
- * lines may be alike. */
-static int continues(PyObject *previous, PyObject *message, const RunShape *shape) {
+ * 1 if it may and each of its runs of digits has the width of `previous`'s, 2 if some has another,
+ * 3 if their rests are not the same but for digits and are once the hex characters of their ids are
+ * masked too (`mask_ids`; each run of digits as wide: the same text there). The same bytes up to the
+ * first ']' and the two after it but for digits in the shape's free span (a line without ']', or that
+ * ends there, is all head: the same length too), and after that, the rests alike (`rests_alike`),
+ * as they are or with their ids masked. Which of a run's lines the fast path takes is its own to
+ * say (each line's plan is looked up there, where it can differ: `shifts` and `ids`); a run only
+ * says which lines may be alike. */
+static int continues(Lines *self, PyObject *previous, PyObject *message, const RunShape *shape) {
     Py_ssize_t la = PyBytes_GET_SIZE(previous), lb = PyBytes_GET_SIZE(message);
     const unsigned char *a = (const unsigned char *)PyBytes_AS_STRING(previous);
     const unsigned char *b = (const unsigned char *)PyBytes_AS_STRING(message);
@@ -373,24 +451,29 @@ static int continues(PyObject *previous, PyObject *message, const RunShape *shap
                 return 0;
         }
     }
-    Py_ssize_t i = head, j = head;
-    int widths = 1;
-    for (;;) {
-        Py_ssize_t synced = i, same = common_length(a + i, b + j, la - i < lb - j ? la - i : lb - j);
-        i += same;
-        j += same;
-        if (i == la && j == lb) return widths;
-        /* where they differ (or one ends): inside a run of digits of both, or they differ */
-        while (i > synced && is_digit(a[i - 1])) {
-            i--;
-            j--;
-        }
-        if (i == la || j == lb || !is_digit(a[i]) || !is_digit(b[j])) return 0;
-        Py_ssize_t from_i = i, from_j = j;
-        while (i < la && is_digit(a[i])) i++;
-        while (j < lb && is_digit(b[j])) j++;
-        if (i - from_i != j - from_j) widths = 2;
+    int alike = rests_alike(a + head, la - head, b + head, lb - head, 0);
+    if (alike) return alike;
+    /* (masked already when it was the line that came: a line of ids, very likely the same once masked) */
+    int masked = self->canon_of == previous;
+    if (!masked && !rests_alike(a + head, la - head, b + head, lb - head, 1)) return 0;
+    if (reserve((void **)&self->canon[1], &self->canon_cap[1], (size_t)lb, 1) < 0
+            || (!masked && reserve((void **)&self->canon[0], &self->canon_cap[0], (size_t)la, 1) < 0)) {
+        self->canon_of = NULL;
+        return 0;
     }
+    if (!masked) mask_ids(a + head, la - head, self->canon[0]);
+    mask_ids(b + head, lb - head, self->canon[1]);
+    alike = la == lb && memcmp(self->canon[0], self->canon[1], (size_t)(la - head)) == 0
+        ? 1 : rests_alike(self->canon[0], la - head, self->canon[1], lb - head, 0);
+    /* `message` ends the batch now, joined or not: the line the next one is compared with */
+    unsigned char *kept = self->canon[1];
+    size_t kept_cap = self->canon_cap[1];
+    self->canon[1] = self->canon[0];
+    self->canon_cap[1] = self->canon_cap[0];
+    self->canon[0] = kept;
+    self->canon_cap[0] = kept_cap;
+    self->canon_of = message;
+    return alike == 1 ? 3 : alike;
 }
 
 /* A whole line's `items` (references stolen) appended to `out` as a UnitLine, or, with `runs`, to
@@ -413,22 +496,25 @@ static int add_line(Lines *self, PyObject *out, PyObject *items[4], int runs, co
         if (is_run) {
             PyObject *messages = PyTuple_GET_ITEM(last, I_MESSAGES), *stamps = PyTuple_GET_ITEM(last, I_REALTIMES);
             Py_ssize_t index = PyList_GET_SIZE(messages);
-            if ((joins = continues(PyList_GET_ITEM(messages, index - 1), message, shape))) {
+            if ((joins = continues(self, PyList_GET_ITEM(messages, index - 1), message, shape))) {
                 int failed = PyList_Append(messages, message) < 0 || PyList_Append(stamps, seconds) < 0;
-                if (!failed && joins == 2) {
+                if (!failed && joins >= 2) {
                     PyObject *shift = PyLong_FromSsize_t(index);
-                    failed = shift == NULL || PyList_Append(PyTuple_GET_ITEM(last, I_SHIFTS), shift) < 0;
+                    failed = shift == NULL
+                        || PyList_Append(PyTuple_GET_ITEM(last, joins == 2 ? I_SHIFTS : I_IDS), shift) < 0;
                     Py_XDECREF(shift);
                 }
                 for (int i = 0; i < 4; i++) Py_DECREF(items[i]);
                 return failed ? -1 : 0;
             }
-        } else if ((joins = continues(PyTuple_GET_ITEM(last, I_MESSAGE), message, shape))) {
+        } else if ((joins = continues(self, PyTuple_GET_ITEM(last, I_MESSAGE), message, shape))) {
             PyObject *messages = PyList_New(2), *stamps = messages == NULL ? NULL : PyList_New(2);
             PyObject *shifts = stamps == NULL ? NULL : joins == 2 ? Py_BuildValue("[i]", 1) : PyList_New(0);
-            if (shifts == NULL) {
+            PyObject *ids = shifts == NULL ? NULL : joins == 3 ? Py_BuildValue("[i]", 1) : PyList_New(0);
+            if (ids == NULL) {
                 Py_XDECREF(messages);
                 Py_XDECREF(stamps);
+                Py_XDECREF(shifts);
                 for (int i = 0; i < 4; i++) Py_DECREF(items[i]);
                 return -1;
             }
@@ -439,8 +525,8 @@ static int add_line(Lines *self, PyObject *out, PyObject *items[4], int runs, co
             Py_INCREF(first_seconds);
             PyList_SET_ITEM(stamps, 0, first_seconds);
             PyList_SET_ITEM(stamps, 1, seconds);
-            PyObject *run_items[5] = {messages, stamps, items[I_PID], items[I_INVOCATION], shifts};
-            PyObject *run = built(self->run_type, run_items, 5);
+            PyObject *run_items[6] = {messages, stamps, items[I_PID], items[I_INVOCATION], shifts, ids};
+            PyObject *run = built(self->run_type, run_items, 6);
             if (run == NULL) return -1;
             return PyList_SetItem(out, size - 1, run);  /* steals run, releases the line it replaces */
         }
@@ -457,7 +543,7 @@ PyDoc_STRVAR(lines_read_doc,
 "read(limit, runs, free_start=0, free_end=0) -> (entries, others): up to `limit` entries (fewer once\n"
 "their fields hold BATCH_BYTES; an empty list: the end), and how many of them are dicts (not whole lines). With `runs`, consecutive whole\n"
 "lines of one writer that `continues()` joins come as one UnitRun ([MESSAGE, ...], [seconds, ...], pid,\n"
-"invocation, shifts); their heads may differ in digits at [free_start, free_end) (the prefix's time).");
+"invocation, shifts, ids); their heads may differ in digits at [free_start, free_end) (the prefix's time).");
 
 /* Whether the journal can be read now; if not, the error is set (closed, or in another thread's read). */
 static int usable(Lines *self) {
@@ -479,6 +565,7 @@ static PyObject *lines_read(Lines *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "np|nn", &limit, &runs, &shape.free_start, &shape.free_end)) return NULL;
     if (!usable(self)) return NULL;
     if (limit < 0) limit = 0;
+    self->canon_of = NULL;
     size_t count;
     int r;
     /* busy until the buffers are read: building objects may run other threads' Python (a GC) */
@@ -563,7 +650,7 @@ PyDoc_STRVAR(open_doc,
 "The local journal (directory None) or the journal files of a directory, matched for `unit`, at its\n"
 "head or at `since_usec` (realtime). `fields`: the field names the dicts hold, beginning with\n"
 "_SYSTEMD_UNIT, MESSAGE, _PID, _SYSTEMD_INVOCATION_ID, _LINE_BREAK. `line_type`, `run_type`: the classes\n"
-"whole lines and runs are built as (records.UnitLine, records.UnitRun: NamedTuples of four and five fields).\n"
+"whole lines and runs are built as (records.UnitLine, records.UnitRun: NamedTuples of four and six fields).\n"
 "OSError if it cannot be opened.");
 
 /* Whether `type` can be built as a tuple of `n` (a NamedTuple of `n` fields: a tuple subclass with
@@ -588,7 +675,7 @@ static PyObject *lines_open(PyObject *Py_UNUSED(module), PyObject *args) {
     if (!PyArg_ParseTuple(args, "szOO!O!O!", &unit, &directory, &since, &PyTuple_Type, &names, &PyType_Type,
                           &line_type, &PyType_Type, &run_type))
         return NULL;
-    if (!has_fields(line_type, 4, "line_type") || !has_fields(run_type, 5, "run_type")) return NULL;
+    if (!has_fields(line_type, 4, "line_type") || !has_fields(run_type, 6, "run_type")) return NULL;
     Py_ssize_t count = PyTuple_GET_SIZE(names);
     static const char *line_fields[F_LINE_FIELDS] = {"_SYSTEMD_UNIT", "MESSAGE", "_PID", "_SYSTEMD_INVOCATION_ID",
                                                      "_LINE_BREAK"};
@@ -603,6 +690,9 @@ static PyObject *lines_open(PyObject *Py_UNUSED(module), PyObject *args) {
     self->slots = NULL;
     self->values = NULL;
     self->arena = NULL;
+    self->canon[0] = self->canon[1] = NULL;
+    self->canon_cap[0] = self->canon_cap[1] = 0;
+    self->canon_of = NULL;
     self->slots_cap = self->values_len = self->values_cap = self->arena_len = self->arena_cap = 0;
     self->unit = NULL;
     self->field_count = 0;

@@ -201,8 +201,8 @@ class UnitLine(NamedTuple):
 
 
 class UnitRun(NamedTuple):
-    """Consecutive whole lines of one writer (pid and invocation) the same but for digits, as one
-    entry: the C reader's, when asked for runs (`Pipeline.feed_run`, `Pipeline.run_shape`)."""
+    """Consecutive whole lines of one writer (pid and invocation) the same but for digits and ids, as
+    one entry: the C reader's, when asked for runs (`Pipeline.feed_run`, `Pipeline.run_shape`)."""
 
     messages: list[bytes]
     realtimes: list[float]  # one each, in the same order
@@ -211,6 +211,9 @@ class UnitRun(NamedTuple):
     # The indexes of the lines whose runs of digits are not all as wide as the line's before, in
     # order: where a line's digit-masked text can differ from the one before (and its plan with it).
     shifts: list[int]
+    # The indexes of the lines whose digit-masked text is not the line's before, but is once the hex
+    # characters of their ids are masked too (`pattern_needles.mask_ids`), each run of digits as wide.
+    ids: list[int]
 
 
 # What a catch-up batch holds: lines, runs, and the rest as JournalRecords.

@@ -215,13 +215,13 @@ def test_the_c_reader_gives_runs_as_the_model_of_them_says(reader: str, shape: t
     directory = write_journal(tmp_path / "journal", entries)
     records = list(UnitRecords(UNIT, str(directory)))
     fields_by_name_only(monkeypatch)
-    shapes, flat, shifts = [], [], []
+    shapes, flat, shifts = [], [], []  # (shifts: each run's (shifts, ids))
     for batch in unit_entries(UNIT, str(directory), runs=shape):
         for entry in batch:
             if isinstance(entry, UnitRun):
                 assert len(entry.messages) == len(entry.realtimes) > 1
                 shapes.append(len(entry.messages))
-                shifts.append(entry.shifts)
+                shifts.append((entry.shifts, entry.ids))
                 flat += [(m, t, entry.pid, entry.invocation_id) for m, t in zip(entry.messages, entry.realtimes,
                                                                                 strict=True)]
             else:
@@ -236,12 +236,63 @@ def test_the_c_reader_gives_runs_as_the_model_of_them_says(reader: str, shape: t
     for start in range(0, len(records), journal_source.BATCH):
         model = runs_of(records[start:start + journal_source.BATCH], shape)
         expected += [len(e) if isinstance(e, list) else 1 for e in model]
-        expected_shifts += [shifts_of([r.message for r in e]) for e in model if isinstance(e, list)]  # type: ignore[misc]
+        expected_shifts += [shifts_of([r.message for r in e], shape)  # type: ignore[misc]
+                            for e in model if isinstance(e, list)]
     assert shapes == expected
-    assert shifts == expected_shifts and any(shifts)  # (numbers of other widths: `#token: 9813` -> `10240`)
+    assert shifts == expected_shifts
+    assert any(s for s, _ in shifts)  # (numbers of other widths: `#token: 9813` -> `10240`)
     assert sum(n for n in shapes if n > 1) > 3000  # most Decode lines came in runs
     if shape == TIME_DIGITS:  # across the prefix's seconds (4 lines a second): longer ones
         assert max(shapes) > 12
+
+
+def id_shaped_lines(rng: random.Random, count: int) -> Iterator[bytes]:
+    """Lines of hex runs, '-' and other bytes, each mostly the line before with some of its hex characters
+    changed (inside an id or not, of another width now and then): what `mask_ids` decides joins."""
+    pieces = ["0", "a", "f", "-", "g", " ", "0000", "beef", "1234abcd", "x", "-dead", "=", "7"]
+    line = ""
+    for _ in range(count):
+        if not line or rng.random() < 0.1:
+            line = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 30)))
+        else:
+            chars = list(line)
+            for k, char in enumerate(chars):
+                if char in "0123456789abcdef" and rng.random() < 0.3:
+                    chars[k] = rng.choice("0123456789abcdef")
+            if rng.random() < 0.1:
+                chars.insert(rng.randint(0, len(chars)), rng.choice("0a-"))
+            line = "".join(chars)
+        yield f"[{STAMP} TP0] {line}".encode() if rng.random() < 0.9 else f"[{STAMP} TP0]{line}".encode()
+
+
+def test_the_c_reader_joins_lines_alike_but_for_their_ids_as_the_model_does(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """The C reader's copy of `mask_ids` (runs of hex of 8 or more, hex joined by '-') decides runs,
+    their `shifts` and `ids` exactly as the model with pattern_needles.mask_ids does; and the access
+    lines of a server that logs request ids come as runs whose lines are all in `ids`."""
+    if journal_source.c_lines is None:
+        pytest.skip("built without the C reader")
+    rng = random.Random(39)
+    texts = list(id_shaped_lines(rng, 6000))
+    texts += [f'[{STAMP}] INFO:     10.0.{n % 250}.{n % 7}:{40000 + n} - "POST /v1/chat/completions HTTP/1.1" 200 OK '
+              f"request_id={(n * 0x9E3779B97F4A7C15) & ((1 << 128) - 1):032x}".encode() for n in range(1000)]
+    entries = [{"__REALTIME_TIMESTAMP": str(1_780_000_000_000_000 + k * 1000), "_PID": "5000", "_SYSTEMD_UNIT": UNIT,
+                "_SYSTEMD_INVOCATION_ID": "a" * 32, "MESSAGE": list(text)} for k, text in enumerate(texts)]
+    directory = write_journal(tmp_path / "journal", entries)
+    records = list(UnitRecords(UNIT, str(directory)))
+    assert [r.message for r in records] == texts
+    fields_by_name_only(monkeypatch)
+    got = [(len(e.messages), e.shifts, e.ids) if isinstance(e, UnitRun) else 1
+           for batch in unit_entries(UNIT, str(directory), runs=TIME_DIGITS) for e in batch]
+    expected = []
+    for start in range(0, len(records), journal_source.BATCH):
+        expected += [(len(e), *shifts_of([r.message for r in e])) if isinstance(e, list) else 1  # type: ignore[misc]
+                     for e in runs_of(records[start:start + journal_source.BATCH])]
+    assert got == expected
+    runs = [entry for entry in got if isinstance(entry, tuple)]
+    assert sum(len(ids) for _, _, ids in runs) > 1000  # (joined by their ids only: both kinds of lines)
+    assert sum(len(shifts) for _, shifts, _ in runs) > 20
+    assert max(n for n, _, _ in runs) >= 990  # the access lines: one run, past the address's widths
 
 
 def test_both_readers_start_at_since_and_name_a_journal_they_cannot_open(reader: str, tmp_path: Path) -> None:

@@ -69,7 +69,7 @@ def test_the_loop_is_told_where_the_start_up_changes_inside_a_batch(monkeypatch:
 
 def test_a_run_counts_as_its_lines(monkeypatch: pytest.MonkeyPatch) -> None:
     fields_by_name_only(monkeypatch)
-    run = UnitRun([b"[2026-05-28 20:26:40 TP0] Decode batch, #token: 1"] * 3, [T0, T0 + 1, T0 + 2], 101, OLD, [])
+    run = UnitRun([b"[2026-05-28 20:26:40 TP0] Decode batch, #token: 1"] * 3, [T0, T0 + 1, T0 + 2], 101, OLD, [], [])
     follower = CatchUpFollower([[line("Load weight begin. avail mem=70.00 GB", OLD, at=T0 - 1), run]])
     feed, _ = feed_for(follower)
     assert catch_up(feed, T0 - 5)

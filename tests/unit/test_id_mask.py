@@ -10,15 +10,16 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from fastpath_compare import assert_same
+from fastpath_compare import assert_same, run, run_in_runs, runs_of, shifts_of
 from fastpath_journals import journal
 from phasewatch.config.load import Config
 from phasewatch.pipeline import Pipeline
-from phasewatch.profile.load import load_builtin_profile
+from phasewatch.profile.load import Profile, load_builtin_profile
 from phasewatch.records import JournalRecord
 from phasewatch.stages.s1_read.lines import LineSplitter
 from phasewatch.stages.s2_interpret.events import EventMapper
 from phasewatch.stages.s2_interpret.pattern_needles import _ID_RUN, _zeros, id_blind, id_needles, mask_ids
+from phasewatch.stages.s3_track.fastpath import FastPath
 
 DIGITS = bytes.maketrans(b"123456789", b"000000000")
 # Rules of a config's `patterns:` that tell hex apart, beside the built-in ones that cannot.
@@ -29,9 +30,14 @@ HEX_TELLING = [
     ("dead_any_case", r"(?i)=DEAD"),
     ("uuid_tail", r"-[0-9]{12}\b"),
     ("port_then_id", r":\d+ - \S+ trace=[0-9a-f]+0\b"),
+    ("seven_then_letter", r"key=[0-9]{7}[a-f]"),  # (digit-blind: a line without ids has a digit plan)
 ]
 PROFILE = load_builtin_profile("sglang").with_overrides(
     [{"id": rule_id, "event": "activity", "match": pattern} for rule_id, pattern in HEX_TELLING])
+# The same rules as fatal ones: a line one of them matches is no sign of life, and where the fast
+# path took it for one, the verdict would show it.
+LOUD = load_builtin_profile("sglang").with_overrides(
+    [{"id": rule_id, "event": "fatal", "match": pattern} for rule_id, pattern in HEX_TELLING])
 
 
 @pytest.mark.parametrize(("pattern", "blind"), [
@@ -131,3 +137,87 @@ def test_access_lines_with_their_own_request_ids_are_planned_once() -> None:
     assert pipeline.fast is not None and pipeline.fast.taken == len(texts)
     assert len(pipeline.fast._id_plans or {}) == 3  # one a width of the address's third number
     assert assert_same(records) == len(texts)
+
+
+# Lines of one template but for their ids, digits (and, now and then, their ids' widths): the C reader
+# joins consecutive ones of a writer into runs (`ids`: alike once their ids are masked).
+ID_TEMPLATES = [
+    'INFO:     10.0.3.{n}:{port} - "POST /v1/chat/completions HTTP/1.1" {code} OK request_id={rid}',
+    "INFO:     10.0.3.17:{port} - {uuid} trace={rid}",
+    "request_id={rid} =DEAD{head} u={uuid}",
+    "Decode batch, #running-req: {n}, rid={rid}",
+    "request {rid} failed:",  # opens a block
+    "{rid}beef {uuid}",
+    "{rid} {code}",
+    "key={rid} ok",
+]
+ACCESS = 'INFO:     10.0.3.1:40000 - "POST /v1/chat/completions HTTP/1.1" 200 OK key={key} ok'
+
+
+
+@st.composite
+def id_run(draw: st.DrawFn) -> list[tuple[str | None, str, str]]:
+    template = draw(st.sampled_from(ID_TEMPLATES))
+    writer = draw(st.sampled_from([None, "TP0"]))
+    width = draw(st.sampled_from([8, 12, 32]))
+    lines = []
+    for _ in range(draw(st.integers(2, 10))):
+        rid = hex_id(draw, draw(st.sampled_from([width, width, width, 4, 9])))
+        uuid = "-".join(hex_id(draw, w) for w in (8, 4, 4, 4, 12))
+        lines.append((writer, template.format(n=draw(st.integers(1, 250)), port=draw(st.integers(40_000, 40_099)),
+                                              code=draw(st.sampled_from([200, 200, 500])), rid=rid, uuid=uuid,
+                                              head=rid[:4]), "line"))
+    return lines
+
+
+def assert_runs_agree(records: list[JournalRecord], profile: Profile) -> int:
+    """In the C reader's runs, line by line (both with the fast path) and by the full path: the same;
+    how many lines the runs hold."""
+    grouped = run_in_runs(records, profile)
+    single, full = run(records, True, profile=profile), run(records, False, profile=profile)
+    for other in (single, full):
+        assert grouped.document == other.document
+        assert grouped.snapshot == other.snapshot
+        assert grouped.state == other.state
+        assert [t for ts in grouped.transitions for t in ts] == [t for ts in other.transitions for t in ts]
+    assert grouped.taken == single.taken
+    return sum(len(entry) for entry in runs_of(records) if isinstance(entry, list))
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(id_run(), min_size=1, max_size=8), st.sampled_from([LOUD, PROFILE, load_builtin_profile("sglang")]))
+# a line without ids (a plan by its digit-masked text), then one with: its own plan, looked up
+@example([[(None, "key=00000000 ok", "line"), (None, "key=0000000a ok", "line")]], LOUD)
+@example([[(None, ACCESS.format(key="-"), "line"), (None, ACCESS.format(key="00000000"), "line"),
+           (None, ACCESS.format(key="0000000a"), "line")]], LOUD)
+def test_runs_of_lines_alike_but_for_their_ids_agree_with_line_by_line(runs: list[list[tuple[str | None, str, str]]],
+                                                                     profile: Profile) -> None:
+    """Each line of a run joined by its ids is asked what only it can say (the rules that tell hex or
+    digits apart, whether it opens a block): a run taken at once leaves what line by line leaves."""
+    assert_runs_agree(journal([line for lines in runs for line in lines], [0.001, 0.25]), profile)
+
+
+def test_access_lines_with_their_own_request_ids_come_as_one_run_taken_at_once() -> None:
+    """The access-heavy bench mix in the C reader's runs: one `apply` per run and per width of the
+    address, each line's own rules searched, and a status other than 200 taken by the full path."""
+    texts = [f'INFO:     10.0.{n % 250}.{n % 7}:{40000 + n} - "POST /v1/chat/completions HTTP/1.1" '
+             f"{500 if n == 150 else 200} OK request_id={(n * 0x9E3779B97F4A7C15) & ((1 << 128) - 1):032x}"
+             for n in range(300)]
+    records = journal([(None, text, "line") for text in texts], [0.001])
+    [run_lines] = [entry for entry in runs_of(records) if isinstance(entry, list) and len(entry) > 100]
+    shifts, ids = shifts_of([r.message for r in run_lines])
+    assert len(run_lines) >= 300 and len(ids) >= 290 and len(shifts) <= 5
+    applied = []
+    original = FastPath.apply
+
+    def counted(self: FastPath, *args: object, **kwargs: object) -> int:
+        applied.append(1)
+        return original(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(FastPath, "apply", counted)
+        assert assert_runs_agree(records, load_builtin_profile("sglang")) >= 300
+        applied.clear()
+        grouped = run_in_runs(records)
+    assert grouped.taken >= len(records) - 40
+    assert len(applied) < 40  # (one a run, then again where the address's width or the status changes)

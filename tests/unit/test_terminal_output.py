@@ -89,8 +89,8 @@ class Batches(UnitRecords):
 def test_the_catch_up_clamps_lines_runs_and_records_alike(monkeypatch: pytest.MonkeyPatch) -> None:
     text = b"[2026-01-01 00:00:00 TP0] Decode batch, #token: 1"
     batch: list[Entry] = [UnitLine(text, 1e12, 5, "a1"), UnitLine(text, 2.0, 5, "a1"),
-                          UnitRun([text, text, text], [3.0, 1e12, -1.0], 5, "a1", []),
-                          UnitRun([text, text], [4.0, 5.0], 5, "a1", []),
+                          UnitRun([text, text, text], [3.0, 1e12, -1.0], 5, "a1", [], []),
+                          UnitRun([text, text], [4.0, 5.0], 5, "a1", [], []),
                           JournalRecord(text.decode(), realtime=1e12, pid=6, invocation_id="a1")]
     fed: list[Entry] = []
     pipeline = Pipeline(Config(unit=UNIT), default_year=2026)
@@ -99,7 +99,7 @@ def test_the_catch_up_clamps_lines_runs_and_records_alike(monkeypatch: pytest.Mo
     clamp = TimeClamp(Batches([batch]))
     clamp.feed(pipeline, None)
     assert [type(e) for e in fed] == [UnitLine, UnitLine, UnitRun, UnitRun, JournalRecord]
-    assert fed == [UnitLine(text, MAX_TS, 5, "a1"), batch[1], UnitRun([text] * 3, [3.0, MAX_TS, 0.0], 5, "a1", []),
+    assert fed == [UnitLine(text, MAX_TS, 5, "a1"), batch[1], UnitRun([text] * 3, [3.0, MAX_TS, 0.0], 5, "a1", [], []),
                    batch[3], JournalRecord(text.decode(), realtime=MAX_TS, pid=6, invocation_id="a1")]
     assert fed[1] is batch[1] and fed[3] is batch[3]  # (what is in range is handed on as it is)
     assert clamp.count == 4

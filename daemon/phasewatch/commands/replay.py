@@ -94,7 +94,7 @@ class TimeClamp:
                 if not (0.0 <= min(stamps) and max(stamps) <= MAX_TS):
                     self._clamped_records += sum(1 for ts in stamps if not 0.0 <= ts <= MAX_TS)
                     entry = UnitRun(entry.messages, [clamp_ts(ts) for ts in stamps], entry.pid, entry.invocation_id,
-                                    entry.shifts)
+                                    entry.shifts, entry.ids)
             elif entry.realtime is not None and not ts_in_range(entry.realtime):
                 self._clamped_records += 1
                 entry = replace(entry, realtime=clamp_ts(entry.realtime))

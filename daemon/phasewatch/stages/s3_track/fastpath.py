@@ -132,17 +132,19 @@ class FastPath:
     def _proves(self, rules: tuple[Rule, ...]) -> bool:
         return not self._tracker.proof_of_life_rules.isdisjoint(r.id for r in rules)
 
-    def _with_others(self, key: bytes, rules: tuple[Rule, ...], candidates: tuple[Rule, ...],
-                     rest: bytes, merged_by: dict[tuple[bytes, int], Merged]) -> Merged | None:
-        """`rules` and the `candidates` `rest` matches, in profile order, with their unit phases' places
-        and whether one proves serving; None: none matches; (): one is not quiet."""
-        text = rest.decode("ascii")
-        found = 0  # which candidates match, as bits
+    @staticmethod
+    def _found(candidates: tuple[Rule, ...], text: str) -> int:
+        """Which of `candidates` `text` matches, as bits."""
+        found = 0
         for bit, rule in enumerate(candidates):
             if rule.pattern.search(text):
                 found |= 1 << bit
-        if not found:
-            return None
+        return found
+
+    def _with_others(self, key: bytes, rules: tuple[Rule, ...], candidates: tuple[Rule, ...], found: int,
+                     merged_by: dict[tuple[bytes, int], Merged]) -> Merged:
+        """`rules` and the `candidates` `found` says a line matches, in profile order, with their unit
+        phases' places and whether one proves serving; (): one is not quiet."""
         merged = merged_by.get((key, found))
         if merged is None:
             others = [rule for bit, rule in enumerate(candidates) if found >> bit & 1]
@@ -157,12 +159,10 @@ class FastPath:
 
     def apply(self, message: bytes, ts: float, pid: int | None, invocation: str | None, run: UnitRun | None = None,
               after: int = 0) -> int:
-        """Take the line if it qualifies (1: done); 0: nothing was changed. `run`: the run the C reader
-        found that the line is of, `after` the index of the line that follows it there: the lines from
-        there on are of its writer, each the same as it up to its first ']' and the two bytes after
-        that but for the engine's `run_time_digits`, and the same after but for digits; those of them
-        up to the first whose digit-masked text has another plan are taken too when that leaves what
-        taking them one by one would (then 1 + how many is returned)."""
+        """Take the line if it qualifies (1: done); 0: nothing was changed. `run`: the C reader's run of
+        the line, `after` the index of the next line there: the lines from there on (its writer's, the
+        same up to their first ']' and two bytes more but for `run_time_digits`, and after but for digits
+        and ids) are taken too as far as each would be taken alike (then 1 + how many is returned)."""
         prefix = self._find(message)
         if prefix is None or pid is None or prefix.header is not None or prefix.untagged_rank is not None:
             return 0
@@ -176,20 +176,21 @@ class FastPath:
         merged_by = self._merged
         if plan is None:
             plan, ids = self._plan_of(masked, rest)
-            if ids is not None:  # a line with ids: planned by its `mask_ids` text, taken alone
-                run, masked, merged_by = None, ids, self._id_merged
+            if ids is not None:  # a line with ids: planned by its `mask_ids` text
+                masked, merged_by = ids, self._id_merged
         if not plan:
             return 0
         rules, block, orders, proves, others, plain = plan
-        if others:
-            run = None  # the rules that tell digits apart would see each line's own
-            merged = self._with_others(masked, rules, others, rest, merged_by)
-            if merged is not None:
+        found = 0
+        text = rest.decode("ascii") if others or block is None else ""
+        if others:  # (the rules that tell digits apart see each line's own)
+            found = self._found(others, text)
+            if found:
+                merged = self._with_others(masked, rules, others, found, merged_by)
                 if not merged:
                     return 0
                 rules, orders, proves = merged
         if block is None:  # (a line with ids: asked line by line)
-            text = rest.decode("ascii")
             block, plain = opens_block(text), not rules and self._mapper.reads_no_phase(text)
         if not rules and not plain:
             return 0
@@ -204,7 +205,10 @@ class FastPath:
             # The same prefix but for its time, which is not read here (`fast_prefix` reads no further
             # than the byte after it; `run_time_digits`), the same plan (the same rules), the same
             # state met: each of those lines would be taken, with these changes.
-            alike = self._alike(run, after, prefix.end, plan)
+            if others or plan[1] is None:
+                alike = self._alike_each(run, after, prefix.end, plan, others, found, block, bool(not rules and plain))
+            else:
+                alike = self._alike(run, after, prefix.end, plan)
             more = run.realtimes[after:after + alike] if alike else None
         # -- from here on: the full path's changes, made by the stages that own them --
         record_ids = self._took_line(key, stream, prefix, ts, block, more)
@@ -213,19 +217,48 @@ class FastPath:
         self.taken += len(record_ids)
         return len(record_ids)
 
+    def _same_plan(self, rest: bytes, plan: Plan | IdPlan) -> bool:
+        masked = rest.translate(_MASK_DIGITS)
+        found: Plan | IdPlan | None = self._plans.get(masked)
+        if found is None:
+            found = self._plan_of(masked, rest)[0]
+        return found is plan or found == plan
+
     def _alike(self, run: UnitRun, first: int, end: int, plan: Plan | IdPlan) -> int:
         """How many of the run's lines, from `first` on, have `plan` (that of the line before `first`)
         for their text after `end`: only a line whose digits have other widths than the one before
-        (`run.shifts`) can have another digit-masked text, and is looked up."""
+        (`run.shifts`) or whose ids differ from its (`run.ids`) can have another digit-masked text, and
+        is looked up."""
         messages, shifts = run.messages, run.shifts
-        plans = self._plans
+        if run.ids:
+            shifts = sorted((*shifts, *run.ids))
         for index in shifts[bisect_left(shifts, first):]:
+            if not self._same_plan(messages[index][end:], plan):
+                return index - first
+        return len(messages) - first
+
+    def _alike_each(self, run: UnitRun, first: int, end: int, plan: Plan | IdPlan, others: tuple[Rule, ...],
+                    found: int, block: bool, plain: bool) -> int:
+        """`_alike` for a plan whose lines are asked one by one: the rules that tell digits apart
+        (`found`: which of them the line before `first` matched) and, for a plan by ids, whether the
+        line opens a block and, when no rule matches (`plain`), whether it is a plain sign of life.
+        A line whose ids differ from the one before (`run.ids`) has the same plan by ids."""
+        messages, by_ids = run.messages, plan[1] is None  # type: ignore[misc]
+        looked_up = run.shifts if by_ids or not run.ids else sorted((*run.shifts, *run.ids))
+        at = bisect_left(looked_up, first)
+        next_lookup = looked_up[at] if at < len(looked_up) else -1
+        opens, reads_no_phase = opens_block, self._mapper.reads_no_phase
+        for index in range(first, len(messages)):
             rest = messages[index][end:]
-            masked = rest.translate(_MASK_DIGITS)
-            found = plans.get(masked)
-            if found is None:
-                found = self._plan(masked, rest)
-            if found is not plan and found != plan:
+            if index == next_lookup:
+                if not self._same_plan(rest, plan):
+                    return index - first
+                at += 1
+                next_lookup = looked_up[at] if at < len(looked_up) else -1
+            text = rest.decode("ascii")
+            if others and self._found(others, text) != found:
+                return index - first
+            if by_ids and (opens(text) != block or (plain and not reads_no_phase(text))):
                 return index - first
         return len(messages) - first
 
