@@ -16,10 +16,10 @@ from phasewatch.config.load import Config
 from phasewatch.pipeline import Pipeline
 from phasewatch.profile.load import Profile, load_builtin_profile
 from phasewatch.records import JournalRecord
-from phasewatch.stages.s1_read.lines import LineSplitter
+from phasewatch.stages.s1_read.lines import LineSplitter, opens_block
 from phasewatch.stages.s2_interpret.events import EventMapper
 from phasewatch.stages.s2_interpret.pattern_needles import _ID_RUN, _zeros, id_blind, id_needles, mask_ids
-from phasewatch.stages.s3_track.fastpath import FastPath
+from phasewatch.stages.s3_track.fastpath import _BLOCK_WORDS, FastPath
 
 DIGITS = bytes.maketrans(b"123456789", b"000000000")
 # Rules of a config's `patterns:` that tell hex apart, beside the built-in ones that cannot.
@@ -221,3 +221,16 @@ def test_access_lines_with_their_own_request_ids_come_as_one_run_taken_at_once()
         grouped = run_in_runs(records)
     assert grouped.taken >= len(records) - 40
     assert len(applied) < 40  # (one a run, then again where the address's width or the status changes)
+
+
+@given(st.lists(st.sampled_from(["deadbeef", "0a1b2c3d4e", "-", "cafe", ":", " ", "  ", "Exception in ASGI application",
+                                 "Traceback (most recent call last):", "hit an exception:", 'File "x.py", line ', "12",
+                                 "3ab", ", in f", "ok", "\t"]), max_size=12).map("".join))
+@example('File "x.py", line 1234abcd, in f')
+@settings(max_examples=400, deadline=None)
+def test_whether_a_line_opens_a_block_is_that_of_its_masked_ids_unless_it_holds_a_block_word(text: str) -> None:
+    """What lets the fast path ask `opens_block` once per `mask_ids` text: its answer for a text without
+    `_BLOCK_WORDS` is decided by the text's end, which no id reaches into."""
+    key = mask_ids(text.encode().translate(DIGITS))
+    if not any(word in key for word in _BLOCK_WORDS):
+        assert opens_block(text) == opens_block(key.decode())

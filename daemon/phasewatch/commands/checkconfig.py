@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..config.all_errors import every_error, limit_warnings
-from ..config.host import check_on_host
 from ..config.instances import instance_config, watched_unit
 from ..config.load import Config, load_config
 from ..config.yaml_file import load_yaml, read_config_text
@@ -41,7 +40,6 @@ from ..errors import (
 )
 from ..output.render import json_text, terminal_safe
 from ..records import Phase
-from ..sources.receiver.alert_receiver import read_token
 
 RESTART_ACTION = "org.freedesktop.systemd1.manage-units"
 POLKIT_TIMEOUT = 10.0  # seconds; polkitd is D-Bus activated and may have to start first
@@ -117,6 +115,8 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config)
         check_instance(config, args.instance, args.config)
+        from ..config.host import check_on_host  # (ssl, sockets: only this command, not every command line)
+
         check_on_host(args.config, config)
     except ConfigError as exc:
         errors = _every_error(args.config, exc)
@@ -170,6 +170,8 @@ def group_line(config: Config) -> str:
     node = f"node {group.node_rank}" if group.node_rank is not None else "node rank from server_args"
     if group.receiver is None:
         return f"group {group.name} of {group.nodes} nodes, {node}; no receiver (no group restarts on this node)"
+    from ..sources.receiver.alert_receiver import read_token  # (its HTTP server: only this command)
+
     read_token(group.receiver)
     return (f"group {group.name} of {group.nodes} nodes, {node}; Alertmanager webhook on {group.receiver.listen} "
             f"({'https' if group.receiver.tls_cert else 'http'}), token file {group.receiver.token_file} readable")

@@ -16,6 +16,7 @@ from ..engines import Engine, engine_module
 from ..errors import ProfileError
 from ..records import PHASE_NAMES, Phase
 from .families import Families, FamilyError, parse_families
+from .pattern_tree import parse_tree
 from .remedy_table import RemedyRule, parse_remedies
 
 RULE_EVENTS = ("phase_begin", "phase_end", "phase_hint", "progress", "fatal", "activity", "server_args", "heartbeat")
@@ -128,7 +129,7 @@ def _largest_repeat(pattern: re.Pattern[str]) -> int:
     try:
         from re import _parser  # type: ignore[attr-defined]
 
-        tree = _parser.parse(pattern.pattern, pattern.flags)
+        tree = parse_tree(pattern.pattern, pattern.flags)
     except Exception:  # noqa: BLE001 - re.compile took it; its private parser's doubts are not ours
         return 0
     repeats = (_parser.MAX_REPEAT, _parser.MIN_REPEAT, _parser.POSSESSIVE_REPEAT)

@@ -8,6 +8,8 @@ from __future__ import annotations
 import re
 from typing import Any, Callable, Generic, Protocol, TypeVar
 
+from ...profile.pattern_tree import parse_tree
+
 
 class _Searched(Protocol):
     @property
@@ -24,7 +26,7 @@ def digit_blind(pattern: re.Pattern[str]) -> bool:
     try:
         from re import _parser  # type: ignore[attr-defined]
 
-        tree = _parser.parse(pattern.pattern, pattern.flags)
+        tree = parse_tree(pattern.pattern, pattern.flags)
     except Exception:  # noqa: BLE001 - a private module: any doubt means "not blind"
         return False
     return _blind(tree, _parser)
@@ -77,7 +79,7 @@ def needles(pattern: re.Pattern[str]) -> tuple[str, ...] | None:
     try:
         from re import _parser  # type: ignore[attr-defined]
 
-        tree = _parser.parse(pattern.pattern, pattern.flags)
+        tree = parse_tree(pattern.pattern, pattern.flags)
     except Exception:  # noqa: BLE001 - a private module: any doubt means "unknown"
         return None
     return _needles(list(tree), _parser)
@@ -163,7 +165,7 @@ def id_blind(pattern: re.Pattern[str]) -> bool:
         return False
     from re import _parser  # type: ignore[attr-defined]
 
-    return _id_blind(_parser.parse(pattern.pattern, pattern.flags), _parser, bool(pattern.flags & re.IGNORECASE))
+    return _id_blind(parse_tree(pattern.pattern, pattern.flags), _parser, bool(pattern.flags & re.IGNORECASE))
 
 
 def _cased(code: int, folded: bool) -> set[int]:

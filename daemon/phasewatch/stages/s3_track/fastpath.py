@@ -32,9 +32,12 @@ from .tracker_state import InvocationState, RankState
 
 _MASK_DIGITS = bytes.maketrans(b"123456789", b"000000000")
 Plan = Union[tuple[tuple[Rule, ...], bool, tuple[int, ...], bool, tuple[Rule, ...], bool], tuple[()]]
-# A line with ids (`mask_ids`): its plan by its ids masked; whether it opens a block and whether it
-# is a plain sign of life are asked line by line (None).
-IdPlan = Union[tuple[tuple[Rule, ...], None, tuple[int, ...], bool, tuple[Rule, ...], None], tuple[()]]
+# A line with ids (`mask_ids`): its plan by its ids masked; whether it is a plain sign of life is
+# asked line by line (None), and whether it opens a block too where an id could change the answer.
+IdPlan = Union[tuple[tuple[Rule, ...], Union[bool, None], tuple[int, ...], bool, tuple[Rule, ...], None], tuple[()]]
+# `opens_block` of a text without these is decided by its end (':', uvicorn's "Exception in ASGI
+# application"), which no id can reach into: the same for every text of one `mask_ids` text.
+_BLOCK_WORDS = (b"Traceback", b"hit an exception", b'File "')
 Merged = Union[tuple[tuple[Rule, ...], tuple[int, ...], bool], tuple[()]]
 _READY_INDEX = UNIT_PHASE_ORDER.index(Phase.READY)
 _SERVING_INDEX = UNIT_PHASE_ORDER.index(Phase.SERVING)
@@ -106,12 +109,24 @@ class FastPath:
         plan = self._id_plans.get(ids)
         return (self._id_plan(ids, rest, self._id_plans) if plan is None else plan), ids
 
+    def _planned(self, rest: bytes) -> tuple[Plan | IdPlan, bytes, dict[tuple[bytes, int], Merged]]:
+        """The plan of a line's text after its prefix, the text it is remembered by (its `mask_ids` text
+        for a line with ids) and the memo of its merges with the rules that tell digits apart."""
+        masked = rest.translate(_MASK_DIGITS)
+        plan = self._plans.get(masked)
+        if plan is not None:
+            return plan, masked, self._merged
+        found, ids = self._plan_of(masked, rest)
+        return (found, masked, self._merged) if ids is None else (found, ids, self._id_merged)
+
     def _id_plan(self, ids: bytes, rest: bytes, plans: dict[bytes, IdPlan]) -> IdPlan:
         plan: IdPlan = ()
         if len(rest) <= MEMO_MAX_CHARS and ids.isascii() and not any(u in ids for u in self._unsafe):
-            rules, others = self._mapper.ids.plan(ids, rest.decode("ascii"))
+            text = rest.decode("ascii")
+            rules, others = self._mapper.ids.plan(ids, text)
             if all(_quiet(r) for r in rules):
-                plan = rules, None, _orders(rules), self._proves(rules), others, None
+                block = None if any(word in ids for word in _BLOCK_WORDS) else opens_block(text)
+                plan = rules, block, _orders(rules), self._proves(rules), others, None
         if len(plans) >= MEMO_ENTRIES:
             plans.clear()
         plans[ids] = plan
@@ -171,18 +186,12 @@ class FastPath:
         if stream is None:
             return 0
         rest = message[prefix.end:]
-        masked = rest.translate(_MASK_DIGITS)
-        plan: Plan | IdPlan | None = self._plans.get(masked)
-        merged_by = self._merged
-        if plan is None:
-            plan, ids = self._plan_of(masked, rest)
-            if ids is not None:  # a line with ids: planned by its `mask_ids` text
-                masked, merged_by = ids, self._id_merged
+        plan, masked, merged_by = self._planned(rest)
         if not plan:
             return 0
         rules, block, orders, proves, others, plain = plan
         found = 0
-        text = rest.decode("ascii") if others or block is None else ""
+        text = rest.decode("ascii") if others or plain is None else ""
         if others:  # (the rules that tell digits apart see each line's own)
             found = self._found(others, text)
             if found:
@@ -190,8 +199,11 @@ class FastPath:
                 if not merged:
                     return 0
                 rules, orders, proves = merged
-        if block is None:  # (a line with ids: asked line by line)
-            block, plain = opens_block(text), not rules and self._mapper.reads_no_phase(text)
+        # (a line with ids: asked line by line, and whether it opens a block where an id could change that)
+        if plain is None:
+            plain = not rules and self._mapper.reads_no_phase(text)
+        if block is None:
+            block = opens_block(text)
         if not rules and not plain:
             return 0
         inv = self._invocation(invocation)
@@ -205,7 +217,7 @@ class FastPath:
             # The same prefix but for its time, which is not read here (`fast_prefix` reads no further
             # than the byte after it; `run_time_digits`), the same plan (the same rules), the same
             # state met: each of those lines would be taken, with these changes.
-            if others or plan[1] is None:
+            if others or plan[5] is None:
                 alike = self._alike_each(run, after, prefix.end, plan, others, found, block, bool(not rules and plain))
             else:
                 alike = self._alike(run, after, prefix.end, plan)
@@ -239,11 +251,11 @@ class FastPath:
 
     def _alike_each(self, run: UnitRun, first: int, end: int, plan: Plan | IdPlan, others: tuple[Rule, ...],
                     found: int, block: bool, plain: bool) -> int:
-        """`_alike` for a plan whose lines are asked one by one: the rules that tell digits apart
-        (`found`: which of them the line before `first` matched) and, for a plan by ids, whether the
-        line opens a block and, when no rule matches (`plain`), whether it is a plain sign of life.
-        A line whose ids differ from the one before (`run.ids`) has the same plan by ids."""
-        messages, by_ids = run.messages, plan[1] is None  # type: ignore[misc]
+        """`_alike` for a plan whose lines are asked one by one: the rules that tell digits apart (`found`:
+        which of them the line before `first` matched) and, by ids, whether it is a plain sign of life
+        (`plain`: no rule matches) and opens a block where an id could change that. A line whose ids
+        differ from the one before (`run.ids`) has the same plan by ids."""
+        messages, by_ids, blocks = run.messages, plan[5] is None, plan[1] is None  # type: ignore[misc]
         looked_up = run.shifts if by_ids or not run.ids else sorted((*run.shifts, *run.ids))
         at = bisect_left(looked_up, first)
         next_lookup = looked_up[at] if at < len(looked_up) else -1
@@ -258,7 +270,7 @@ class FastPath:
             text = rest.decode("ascii")
             if others and self._found(others, text) != found:
                 return index - first
-            if by_ids and (opens(text) != block or (plain and not reads_no_phase(text))):
+            if (blocks and opens(text) != block) or (by_ids and plain and not reads_no_phase(text)):
                 return index - first
         return len(messages) - first
 
