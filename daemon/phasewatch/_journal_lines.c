@@ -5,7 +5,8 @@
  * batches, each in two steps:
  * - without the GIL (`collect`), the journal is walked: each entry's time and the first value of
  *   each field asked for (sd_journal_enumerate_data, one walk), copied into the object's own
- *   buffers, so that another thread runs Python meanwhile (journal_source reads ahead in a thread);
+ *   buffers, so that another thread runs Python meanwhile (journal_source reads ahead in a thread),
+ *   and, with runs asked for, whether each entry's MESSAGE continues the one before (`continues()`);
  * - with it (the rest of `read`), each entry becomes
  *   - a whole line of the unit (_SYSTEMD_UNIT the unit, MESSAGE, _PID (decimal or empty) and
  *     _SYSTEMD_INVOCATION_ID (UTF-8) each present once, no _LINE_BREAK): a records.UnitLine
@@ -42,13 +43,24 @@ typedef struct {
     size_t offset, length;
 } Value;
 
-/* An entry collected: its time, its values (values[first_value .. first_value + value_count]), and
- * whether a line field came twice or a _LINE_BREAK came (then it is no whole line). */
+/* An entry collected: its time, its values (values[first_value .. first_value + value_count]), those
+ * of the line fields (their indexes there, -1: none), whether a line field came twice or a
+ * _LINE_BREAK came (then it is no whole line), and, with runs asked for, `continues()` of its MESSAGE
+ * after the entry before's when both have their MESSAGE, the same _PID and _SYSTEMD_INVOCATION_ID
+ * (found without the GIL; used where both are whole lines of one writer). */
 typedef struct {
     uint64_t usec;
     size_t first_value, value_count;
+    Py_ssize_t line_value[F_LINE_FIELDS];
     int odd;
+    int joins;
 } Slot;
+
+/* Where lines of a run may differ in the head: digits at [free_start, free_end) (the engine's prefix
+ * time, `Engine.run_time_digits`); free_end 0: nowhere. */
+typedef struct {
+    Py_ssize_t free_start, free_end;
+} RunShape;
 
 typedef struct {
     PyObject_HEAD
@@ -77,12 +89,14 @@ typedef struct {
     size_t values_len, values_cap;
     char *arena;
     size_t arena_len, arena_cap;
-    /* `continues()`'s rests with their ids masked: [0] that of `canon_of` (a line of the batch being
-     * built: alive, and reset at each read), [1] the next line's */
+    /* `continues()`'s rests with their ids masked: [0] that of the slot `canon_of` - 1 (0: none;
+     * reset at each read), [1] the next line's */
     unsigned char *canon[2];
     size_t canon_cap[2];
-    PyObject *canon_of;
+    size_t canon_of;
 } Lines;
+
+static int continues(Lines *self, size_t previous, size_t message, const RunShape *shape);
 
 static void lines_close_journal(Lines *self) {
     if (self->journal != NULL) {
@@ -218,12 +232,25 @@ static int reserve(void **buffer, size_t *capacity, size_t needed, size_t size) 
     return 0;
 }
 
+/* Whether two collected entries have a MESSAGE and the same _PID and _SYSTEMD_INVOCATION_ID bytes. */
+static int same_writer(const Lines *self, const Slot *a, const Slot *b) {
+    if (a->line_value[F_MESSAGE] < 0 || b->line_value[F_MESSAGE] < 0) return 0;
+    for (int f = F_PID; f <= F_INVOCATION; f++) {
+        if (a->line_value[f] < 0 || b->line_value[f] < 0) return 0;
+        const Value *x = &self->values[a->line_value[f]], *y = &self->values[b->line_value[f]];
+        if (x->length != y->length || memcmp(self->arena + x->offset, self->arena + y->offset, x->length) != 0)
+            return 0;
+    }
+    return 1;
+}
+
 /* Up to `limit` entries walked and kept in the object's buffers (runs without the GIL); *count of
  * them; 0 or a negative errno. */
-static int collect(Lines *self, Py_ssize_t limit, size_t *count) {
+static int collect(Lines *self, Py_ssize_t limit, size_t *count, const RunShape *runs) {
     int r;
     *count = 0;
     self->values_len = self->arena_len = 0;
+    self->canon_of = 0;
     for (Py_ssize_t n = 0; n < limit; n++) {
         r = sd_journal_next(self->journal);
         if (r <= 0) return r;
@@ -231,7 +258,8 @@ static int collect(Lines *self, Py_ssize_t limit, size_t *count) {
         Slot *slot = &self->slots[n];
         if ((r = sd_journal_get_realtime_usec(self->journal, &slot->usec)) < 0) return r;
         slot->first_value = self->values_len;
-        slot->odd = 0;
+        slot->odd = slot->joins = 0;
+        for (int f = 0; f < F_LINE_FIELDS; f++) slot->line_value[f] = -1;
         uint64_t seen = 0;
         const void *data;
         size_t length;
@@ -247,6 +275,7 @@ static int collect(Lines *self, Py_ssize_t limit, size_t *count) {
                 continue;
             }
             seen |= (uint64_t)1 << index;
+            if (index < F_LINE_FIELDS) slot->line_value[index] = (Py_ssize_t)self->values_len;
             if ((r = reserve((void **)&self->values, &self->values_cap, self->values_len + 1, sizeof(Value))) < 0
                     || (r = reserve((void **)&self->arena, &self->arena_cap, self->arena_len + value_len, 1)) < 0)
                 return r;
@@ -256,6 +285,8 @@ static int collect(Lines *self, Py_ssize_t limit, size_t *count) {
         }
         if (r < 0) return r;
         slot->value_count = self->values_len - slot->first_value;
+        if (runs != NULL && n > 0 && same_writer(self, slot - 1, slot))
+            slot->joins = continues(self, (size_t)n - 1, (size_t)n, runs);
         *count = (size_t)n + 1;
         if (self->arena_len >= BATCH_BYTES) break;  /* long lines: a shorter batch */
     }
@@ -282,11 +313,8 @@ enum { I_MESSAGES, I_REALTIMES, I_SHIFTS = 4, I_IDS = 5 };
 /* Whether a collected entry is a whole line: 1 with its four items in `items` (new references), 0 if
  * not, -1 on error. */
 static int whole_line(Lines *self, const Slot *slot, PyObject *items[4]) {
-    const Value *line[F_LINE_FIELDS] = {NULL};
-    for (size_t i = 0; i < slot->value_count; i++) {
-        const Value *v = &self->values[slot->first_value + i];
-        if (v->index < F_LINE_FIELDS) line[v->index] = v;
-    }
+    const Value *line[F_LINE_FIELDS];
+    for (int f = 0; f < F_LINE_FIELDS; f++) line[f] = slot->line_value[f] < 0 ? NULL : &self->values[slot->line_value[f]];
     const Value *unit = line[F_UNIT], *text = line[F_MESSAGE], *pid_text = line[F_PID], *inv = line[F_INVOCATION];
     if (slot->odd || unit == NULL || text == NULL || pid_text == NULL || inv == NULL
             || unit->length != self->unit_len || memcmp(self->arena + unit->offset, self->unit, self->unit_len) != 0)
@@ -335,12 +363,6 @@ error:
     Py_DECREF(fields);
     return NULL;
 }
-
-/* Where lines of a run may differ in the head: digits at [free_start, free_end) (the engine's prefix
- * time, `Engine.run_time_digits`); free_end 0: nowhere. */
-typedef struct {
-    Py_ssize_t free_start, free_end;
-} RunShape;
 
 static int is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
 
@@ -437,10 +459,12 @@ static void mask_ids(const unsigned char *src, Py_ssize_t n, unsigned char *dst)
  * as they are or with their ids masked. Which of a run's lines the fast path takes is its own to
  * say (each line's plan is looked up there, where it can differ: `shifts` and `ids`); a run only
  * says which lines may be alike. */
-static int continues(Lines *self, PyObject *previous, PyObject *message, const RunShape *shape) {
-    Py_ssize_t la = PyBytes_GET_SIZE(previous), lb = PyBytes_GET_SIZE(message);
-    const unsigned char *a = (const unsigned char *)PyBytes_AS_STRING(previous);
-    const unsigned char *b = (const unsigned char *)PyBytes_AS_STRING(message);
+static int continues(Lines *self, size_t previous, size_t message, const RunShape *shape) {
+    const Value *va = &self->values[self->slots[previous].line_value[F_MESSAGE]];
+    const Value *vb = &self->values[self->slots[message].line_value[F_MESSAGE]];
+    Py_ssize_t la = (Py_ssize_t)va->length, lb = (Py_ssize_t)vb->length;
+    const unsigned char *a = (const unsigned char *)self->arena + va->offset;
+    const unsigned char *b = (const unsigned char *)self->arena + vb->offset;
     const unsigned char *bracket = memchr(b, ']', (size_t)lb);
     Py_ssize_t head = bracket == NULL ? lb : (bracket - b) + 3;
     if (head > lb) head = lb;
@@ -454,11 +478,11 @@ static int continues(Lines *self, PyObject *previous, PyObject *message, const R
     int alike = rests_alike(a + head, la - head, b + head, lb - head, 0);
     if (alike) return alike;
     /* (masked already when it was the line that came: a line of ids, very likely the same once masked) */
-    int masked = self->canon_of == previous;
+    int masked = self->canon_of == previous + 1;
     if (!masked && !rests_alike(a + head, la - head, b + head, lb - head, 1)) return 0;
     if (reserve((void **)&self->canon[1], &self->canon_cap[1], (size_t)lb, 1) < 0
             || (!masked && reserve((void **)&self->canon[0], &self->canon_cap[0], (size_t)la, 1) < 0)) {
-        self->canon_of = NULL;
+        self->canon_of = 0;
         return 0;
     }
     if (!masked) mask_ids(a + head, la - head, self->canon[0]);
@@ -472,7 +496,7 @@ static int continues(Lines *self, PyObject *previous, PyObject *message, const R
     self->canon_cap[1] = self->canon_cap[0];
     self->canon[0] = kept;
     self->canon_cap[0] = kept_cap;
-    self->canon_of = message;
+    self->canon_of = message + 1;
     return alike == 1 ? 3 : alike;
 }
 
@@ -483,7 +507,7 @@ static int continues(Lines *self, PyObject *previous, PyObject *message, const R
  * left untracked by the garbage collector (which untracks a plain tuple of such items at its first
  * collection, but not a tuple subclass's instance); a UnitRun's lists stay tracked, and the UnitRun
  * with them, as a plain tuple holding lists would. */
-static int add_line(Lines *self, PyObject *out, PyObject *items[4], int runs, const RunShape *shape) {
+static int add_line(Lines *self, PyObject *out, PyObject *items[4], int runs, int joins) {
     Py_ssize_t size = PyList_GET_SIZE(out);
     PyObject *last = runs && size > 0 ? PyList_GET_ITEM(out, size - 1) : NULL;
     int is_run = last != NULL && Py_IS_TYPE(last, self->run_type);
@@ -492,11 +516,10 @@ static int add_line(Lines *self, PyObject *out, PyObject *items[4], int runs, co
             && PyTuple_GET_ITEM(last, I_PID) == items[I_PID]
             && PyTuple_GET_ITEM(last, I_INVOCATION) == items[I_INVOCATION]) {
         PyObject *message = items[I_MESSAGE], *seconds = items[I_REALTIME];
-        int joins;
         if (is_run) {
             PyObject *messages = PyTuple_GET_ITEM(last, I_MESSAGES), *stamps = PyTuple_GET_ITEM(last, I_REALTIMES);
             Py_ssize_t index = PyList_GET_SIZE(messages);
-            if ((joins = continues(self, PyList_GET_ITEM(messages, index - 1), message, shape))) {
+            if (joins) {
                 int failed = PyList_Append(messages, message) < 0 || PyList_Append(stamps, seconds) < 0;
                 if (!failed && joins >= 2) {
                     PyObject *shift = PyLong_FromSsize_t(index);
@@ -507,7 +530,7 @@ static int add_line(Lines *self, PyObject *out, PyObject *items[4], int runs, co
                 for (int i = 0; i < 4; i++) Py_DECREF(items[i]);
                 return failed ? -1 : 0;
             }
-        } else if ((joins = continues(self, PyTuple_GET_ITEM(last, I_MESSAGE), message, shape))) {
+        } else if (joins) {
             PyObject *messages = PyList_New(2), *stamps = messages == NULL ? NULL : PyList_New(2);
             PyObject *shifts = stamps == NULL ? NULL : joins == 2 ? Py_BuildValue("[i]", 1) : PyList_New(0);
             PyObject *ids = shifts == NULL ? NULL : joins == 3 ? Py_BuildValue("[i]", 1) : PyList_New(0);
@@ -565,13 +588,12 @@ static PyObject *lines_read(Lines *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "np|nn", &limit, &runs, &shape.free_start, &shape.free_end)) return NULL;
     if (!usable(self)) return NULL;
     if (limit < 0) limit = 0;
-    self->canon_of = NULL;
     size_t count;
     int r;
     /* busy until the buffers are read: building objects may run other threads' Python (a GC) */
     self->busy = 1;
     Py_BEGIN_ALLOW_THREADS
-    r = collect(self, limit, &count);
+    r = collect(self, limit, &count, runs ? &shape : NULL);
     Py_END_ALLOW_THREADS
     if (r < 0) {
         self->busy = 0;
@@ -589,7 +611,7 @@ static PyObject *lines_read(Lines *self, PyObject *args) {
         int line = whole_line(self, slot, items);
         if (line < 0) goto error;
         if (line) {
-            if (add_line(self, out, items, runs, &shape) < 0) goto error;
+            if (add_line(self, out, items, runs, slot->joins) < 0) goto error;
             continue;
         }
         PyObject *entry = entry_fields(self, slot);
@@ -692,7 +714,7 @@ static PyObject *lines_open(PyObject *Py_UNUSED(module), PyObject *args) {
     self->arena = NULL;
     self->canon[0] = self->canon[1] = NULL;
     self->canon_cap[0] = self->canon_cap[1] = 0;
-    self->canon_of = NULL;
+    self->canon_of = 0;
     self->slots_cap = self->values_len = self->values_cap = self->arena_len = self->arena_cap = 0;
     self->unit = NULL;
     self->field_count = 0;
