@@ -86,7 +86,7 @@ MIXES = {
                     "batch dumps every 25 lines and an ASGI traceback every 100, then every rank's fatal "
                     "traceback with a long CUDA out-of-memory line."),
     "access-heavy": ("catchup_access", "one start-up, then uvicorn access lines only, each with its own hex "
-                     "request id: lines that form no runs (PROBE-S3 H-3)."),
+                     "request id: lines alike only once their ids are masked (PROBE-S3 H-3)."),
     "decode-heavy": ("catchup_decode", "one start-up of 8 ranks with tqdm frames, a `server_args=` line of "
                      "about 400 fields and an ASGI traceback, then TP0's `Decode batch` lines, each different "
                      "(a busy server's numbers, of varying widths: few runs form), with the main process's "

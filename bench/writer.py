@@ -9,8 +9,9 @@ writer, `_LINE_BREAK=pid-change` where a tqdm frame was cut by another rank's li
                              \\r, the long server_args line), then serving: mostly TP0 `Decode batch`
                              lines, some `Prefill batch`, uvicorn access lines and ASGI tracebacks
     catchup --mix access     one start-up of 8 ranks, then serving that is uvicorn access lines only,
-                             each with its own hex request id (lines alike but for letters too: no
-                             run of the C reader forms; SGLang's `--log-requests` style, PROBE-S3 H-3)
+                             each with its own hex request id (lines alike but for letters too: the
+                             C reader joins them by their ids masked; SGLang's `--log-requests` style,
+                             PROBE-S3 H-3)
     catchup --mix decode     one start-up of 8 ranks with the ~400-field server_args line and a
                              traceback, then TP0's `Decode batch` lines, each different (numbers of
                              a busy server's, of varying widths: few runs form), a uvicorn access
