@@ -171,3 +171,16 @@ def run_in_runs(records: list[JournalRecord], profile: Profile | None = None) ->
             transitions.append(pipeline.feed(entry, None))
     transitions.append(pipeline.flush(None))
     return _outcome(pipeline, transitions)
+
+
+def assert_runs_agree(records: list[JournalRecord], profile: Profile | None = None) -> tuple[Run, int]:
+    """Fed in runs, fed line by line (both with the fast path) and by the full path: the same."""
+    grouped = run_in_runs(records, profile)
+    single, full = run(records, True, profile=profile), run(records, False, profile=profile)
+    for other in (single, full):
+        assert grouped.document == other.document
+        assert grouped.snapshot == other.snapshot
+        assert grouped.state == other.state
+        assert [t for ts in grouped.transitions for t in ts] == [t for ts in other.transitions for t in ts]
+    assert grouped.taken == single.taken
+    return grouped, sum(len(entry) for entry in runs_of(records) if isinstance(entry, list))

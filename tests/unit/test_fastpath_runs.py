@@ -11,24 +11,10 @@ from dataclasses import replace
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from fastpath_compare import Run, continues, run, run_in_runs, runs_of
+from fastpath_compare import assert_runs_agree, continues, runs_of
 from fastpath_journals import STAMP, decode, journal, piece, prefixed, stamped_from, steps
 from phasewatch.engines.sglang import TIME_DIGITS, fast_prefix
-from phasewatch.profile.load import Profile, load_builtin_profile
-from phasewatch.records import JournalRecord
-
-
-def assert_runs_agree(records: list[JournalRecord], profile: Profile | None = None) -> tuple[Run, int]:
-    """Fed in runs, fed line by line (both with the fast path) and by the full path: the same."""
-    grouped = run_in_runs(records, profile)
-    single, full = run(records, True, profile=profile), run(records, False, profile=profile)
-    for other in (single, full):
-        assert grouped.document == other.document
-        assert grouped.snapshot == other.snapshot
-        assert grouped.state == other.state
-        assert [t for ts in grouped.transitions for t in ts] == [t for ts in other.transitions for t in ts]
-    assert grouped.taken == single.taken
-    return grouped, sum(len(entry) for entry in runs_of(records) if isinstance(entry, list))
+from phasewatch.profile.load import load_builtin_profile
 
 
 def same_width(n: int) -> str:
@@ -146,6 +132,13 @@ def test_the_run_model_joins_what_differs_only_in_digits_after_the_head_or_in_th
     assert not continues(b"[x]", b"[x]0") and continues(b"[x] a10 b", b"[x] a2 b")
     assert not continues(b"[x] 1a", b"[x] 1b") and continues(b"no bracket", b"no bracket")
     assert not continues(b"abc 1", b"abc 2")  # no ']': the whole line is its head
+    # ids: alike once their hex is masked (3: the same text by ids; 2: of other widths)
+    assert continues(b"[x] rid=deadbeef0 ok", b"[x] rid=cafe00123 ok") == 3
+    assert continues(b"[x] rid=deadbeef0 ok", b"[x] rid=cafe001234 ok") == 2
+    assert continues(b"[x] u=dead-beef-cafe", b"[x] u=0000-1111-face") == 3
+    assert not continues(b"[x] rid=abcdef0", b"[x] rid=abcdef1x")  # (not an id: 7 hex; then other text)
+    assert not continues(b"[x] rid=abcd ok", b"[x] rid=abce ok")  # four hex are no id
+    assert not continues(b"[x] dead-beef ok", b"[x] dead-beee ok")  # nor hex joined once by '-'
     records = journal([("TP0", same_width(n), "line") for n in range(3)], [0.001], startup=False)
     assert [len(e) if isinstance(e, list) else 1 for e in runs_of(records)] == [1, 3]
     assert not runs_of([replace(records[1], line_break="pid-change"), records[2]])[0:1] == [[records[1], records[2]]]

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from fastpath_compare import assert_same, run, run_in_runs, runs_of, shifts_of
+from fastpath_compare import assert_runs_agree, assert_same, run_in_runs, runs_of, shifts_of
 from fastpath_journals import journal
 from phasewatch.config.load import Config
 from phasewatch.pipeline import Pipeline
@@ -170,20 +170,6 @@ def id_run(draw: st.DrawFn) -> list[tuple[str | None, str, str]]:
     return lines
 
 
-def assert_runs_agree(records: list[JournalRecord], profile: Profile) -> int:
-    """In the C reader's runs, line by line (both with the fast path) and by the full path: the same;
-    how many lines the runs hold."""
-    grouped = run_in_runs(records, profile)
-    single, full = run(records, True, profile=profile), run(records, False, profile=profile)
-    for other in (single, full):
-        assert grouped.document == other.document
-        assert grouped.snapshot == other.snapshot
-        assert grouped.state == other.state
-        assert [t for ts in grouped.transitions for t in ts] == [t for ts in other.transitions for t in ts]
-    assert grouped.taken == single.taken
-    return sum(len(entry) for entry in runs_of(records) if isinstance(entry, list))
-
-
 @settings(max_examples=80, deadline=None)
 @given(st.lists(id_run(), min_size=1, max_size=8), st.sampled_from([LOUD, PROFILE, load_builtin_profile("sglang")]))
 # a line without ids (a plan by its digit-masked text), then one with: its own plan, looked up
@@ -216,7 +202,7 @@ def test_access_lines_with_their_own_request_ids_come_as_one_run_taken_at_once()
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(FastPath, "apply", counted)
-        assert assert_runs_agree(records, load_builtin_profile("sglang")) >= 300
+        assert assert_runs_agree(records, load_builtin_profile("sglang"))[1] >= 300
         applied.clear()
         grouped = run_in_runs(records)
     assert grouped.taken >= len(records) - 40
